@@ -1,0 +1,8 @@
+//! pinfed: a multi-cluster federation controller for Pinterest-style workloads.
+//!
+//! The pure core (`api`, `topology`, and later expansion, placement and status
+//! aggregation) never touches a client; the long-running parts are thin loops around it.
+
+pub mod api;
+pub mod cli;
+pub mod topology;
