@@ -99,9 +99,15 @@ impl fmt::Display for FieldError {
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
     #[error("{source_name}: {message}")]
-    Syntax { source_name: String, message: String },
+    Syntax {
+        source_name: String,
+        message: String,
+    },
     #[error("{source_name}: invalid topology:\n{}", .errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
-    Invalid { source_name: String, errors: Vec<FieldError> },
+    Invalid {
+        source_name: String,
+        errors: Vec<FieldError>,
+    },
 }
 
 /// A node of a pool, as the harness creates it and placement sees it.
@@ -128,7 +134,10 @@ impl Topology {
         if errors.is_empty() {
             Ok(topology)
         } else {
-            Err(TopologyError::Invalid { source_name: source_name.to_string(), errors })
+            Err(TopologyError::Invalid {
+                source_name: source_name.to_string(),
+                errors,
+            })
         }
     }
 
@@ -138,7 +147,9 @@ impl Topology {
 
     /// All cluster names, hub first.
     pub fn cluster_names(&self) -> Vec<&str> {
-        std::iter::once(self.hub.name.as_str()).chain(self.members.iter().map(|m| m.name.as_str())).collect()
+        std::iter::once(self.hub.name.as_str())
+            .chain(self.members.iter().map(|m| m.name.as_str()))
+            .collect()
     }
 
     /// Every problem in the file, each with its field path.
@@ -146,24 +157,48 @@ impl Topology {
         let mut errors = Vec::new();
         let mut push = |field: String, message: String| errors.push(FieldError { field, message });
         if !is_dns_label(&self.hub.name) {
-            push("hub.name".into(), format!("{:?} is not a DNS label (lower-case a-z, 0-9, '-', at most 63)", self.hub.name));
+            push(
+                "hub.name".into(),
+                format!(
+                    "{:?} is not a DNS label (lower-case a-z, 0-9, '-', at most 63)",
+                    self.hub.name
+                ),
+            );
         }
         if self.members.is_empty() {
-            push("members".into(), "at least one member cluster is needed".into());
+            push(
+                "members".into(),
+                "at least one member cluster is needed".into(),
+            );
         }
         let mut seen = BTreeSet::from([self.hub.name.clone()]);
         for (i, m) in self.members.iter().enumerate() {
             let at = format!("members[{i}]");
             if !is_dns_label(&m.name) {
-                push(format!("{at}.name"), format!("{:?} is not a DNS label (lower-case a-z, 0-9, '-', at most 63)", m.name));
+                push(
+                    format!("{at}.name"),
+                    format!(
+                        "{:?} is not a DNS label (lower-case a-z, 0-9, '-', at most 63)",
+                        m.name
+                    ),
+                );
             } else if !seen.insert(m.name.clone()) {
-                push(format!("{at}.name"), format!("{:?} is used twice (cluster names are unique, the hub included)", m.name));
+                push(
+                    format!("{at}.name"),
+                    format!(
+                        "{:?} is used twice (cluster names are unique, the hub included)",
+                        m.name
+                    ),
+                );
             }
             for (field, v) in [("region", &m.region), ("zone", &m.zone)] {
-                if let Some(v) = v {
-                    if v.is_empty() || !is_label_value(v) {
-                        push(format!("{at}.{field}"), format!("{v:?} is not a valid label value"));
-                    }
+                if let Some(v) = v
+                    && (v.is_empty() || !is_label_value(v))
+                {
+                    push(
+                        format!("{at}.{field}"),
+                        format!("{v:?} is not a valid label value"),
+                    );
                 }
             }
             validate_labels(&format!("{at}.labels"), &m.labels, &mut push);
@@ -172,17 +207,34 @@ impl Topology {
                 push(format!("{at}.weight"), "must be at least 1".into());
             }
             if m.node_pools.is_empty() {
-                push(format!("{at}.nodePools"), "at least one node pool is needed".into());
+                push(
+                    format!("{at}.nodePools"),
+                    "at least one node pool is needed".into(),
+                );
             }
             let mut pools = BTreeSet::new();
             for (j, p) in m.node_pools.iter().enumerate() {
                 let at = format!("{at}.nodePools[{j}]");
                 if !is_dns_label(&p.name) {
-                    push(format!("{at}.name"), format!("{:?} is not a DNS label", p.name));
+                    push(
+                        format!("{at}.name"),
+                        format!("{:?} is not a DNS label", p.name),
+                    );
                 } else if !pools.insert(p.name.clone()) {
-                    push(format!("{at}.name"), format!("pool {:?} is defined twice in member {:?}", p.name, m.name));
-                } else if !is_dns_label(&format!("{}-{}-{}", m.name, p.name, p.count.saturating_sub(1))) {
-                    push(format!("{at}.name"), "node names <member>-<pool>-<i> would exceed 63 characters".into());
+                    push(
+                        format!("{at}.name"),
+                        format!("pool {:?} is defined twice in member {:?}", p.name, m.name),
+                    );
+                } else if !is_dns_label(&format!(
+                    "{}-{}-{}",
+                    m.name,
+                    p.name,
+                    p.count.saturating_sub(1)
+                )) {
+                    push(
+                        format!("{at}.name"),
+                        "node names <member>-<pool>-<i> would exceed 63 characters".into(),
+                    );
                 }
                 if p.count == 0 {
                     push(format!("{at}.count"), "must be at least 1".into());
@@ -241,13 +293,23 @@ impl Topology {
     }
 }
 
-fn validate_labels(at: &str, labels: &BTreeMap<String, String>, push: &mut impl FnMut(String, String)) {
+fn validate_labels(
+    at: &str,
+    labels: &BTreeMap<String, String>,
+    push: &mut impl FnMut(String, String),
+) {
     for (k, v) in labels {
         if !is_qualified_name(k) {
-            push(format!("{at}.{k}"), format!("{k:?} is not a valid label key"));
+            push(
+                format!("{at}.{k}"),
+                format!("{k:?} is not a valid label key"),
+            );
         }
         if !is_label_value(v) {
-            push(format!("{at}.{k}"), format!("{v:?} is not a valid label value"));
+            push(
+                format!("{at}.{k}"),
+                format!("{v:?} is not a valid label value"),
+            );
         }
     }
 }
@@ -255,15 +317,30 @@ fn validate_labels(at: &str, labels: &BTreeMap<String, String>, push: &mut impl 
 fn validate_taints(at: &str, taints: &[Taint], push: &mut impl FnMut(String, String)) {
     for (i, t) in taints.iter().enumerate() {
         if !is_qualified_name(&t.key) {
-            push(format!("{at}[{i}].key"), format!("{:?} is not a valid taint key", t.key));
+            push(
+                format!("{at}[{i}].key"),
+                format!("{:?} is not a valid taint key", t.key),
+            );
         }
-        if let Some(v) = &t.value {
-            if !is_label_value(v) {
-                push(format!("{at}[{i}].value"), format!("{v:?} is not a valid taint value"));
-            }
+        if let Some(v) = &t.value
+            && !is_label_value(v)
+        {
+            push(
+                format!("{at}[{i}].value"),
+                format!("{v:?} is not a valid taint value"),
+            );
         }
-        if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
-            push(format!("{at}[{i}].effect"), format!("{:?} is not one of NoSchedule, PreferNoSchedule, NoExecute", t.effect));
+        if !matches!(
+            t.effect.as_str(),
+            "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+        ) {
+            push(
+                format!("{at}[{i}].effect"),
+                format!(
+                    "{:?} is not one of NoSchedule, PreferNoSchedule, NoExecute",
+                    t.effect
+                ),
+            );
         }
     }
 }
@@ -309,7 +386,10 @@ members:
     fn unknown_keys_are_named_with_their_path() {
         let bad = GOOD.replace("pods: 110}", "podz: 110}");
         let e = Topology::from_yaml("t.yaml", &bad).unwrap_err().to_string();
-        assert!(e.contains("members[0].nodePools[0]") && e.contains("podz"), "{e}");
+        assert!(
+            e.contains("members[0].nodePools[0]") && e.contains("podz"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -321,12 +401,17 @@ members:
         let e = Topology::from_yaml("t.yaml", &bad).unwrap_err().to_string();
         assert!(e.contains("members[0].nodePools[0].cpu: \"8x\""), "{e}");
         assert!(e.contains("members[0].name"), "{e}");
-        assert!(e.contains("members[0].nodePools[1].taints[0].effect"), "{e}");
+        assert!(
+            e.contains("members[0].nodePools[1].taints[0].effect"),
+            "{e}"
+        );
     }
 
     #[test]
     fn duplicate_names_and_empty_members_are_rejected() {
-        let e = Topology::from_yaml("t.yaml", "hub: {name: a}\nmembers: []\n").unwrap_err().to_string();
+        let e = Topology::from_yaml("t.yaml", "hub: {name: a}\nmembers: []\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("members: at least one"), "{e}");
         let dup = GOOD.replace("name: use1a", "name: hub");
         let e = Topology::from_yaml("t.yaml", &dup).unwrap_err().to_string();
@@ -335,7 +420,9 @@ members:
 
     #[test]
     fn broken_yaml_reports_a_line() {
-        let e = Topology::from_yaml("t.yaml", "hub: {name: hub\nmembers: [").unwrap_err().to_string();
+        let e = Topology::from_yaml("t.yaml", "hub: {name: hub\nmembers: [")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line"), "{e}");
     }
 

@@ -25,7 +25,10 @@ use crate::pki::Pki;
 use crate::state::{ClusterState, Component, State};
 
 #[derive(Debug, Parser)]
-#[command(name = "pinfed-e2e", about = "Local multi-cluster Kubernetes control planes for pinfed e2e tests")]
+#[command(
+    name = "pinfed-e2e",
+    about = "Local multi-cluster Kubernetes control planes for pinfed e2e tests"
+)]
 struct Cli {
     /// Where clusters keep their data, logs, certificates and kubeconfig.
     #[arg(long, env = "PINFED_E2E_DIR", global = true)]
@@ -72,11 +75,22 @@ fn main() {
         Cmd::Check { file } => load_topology(&file).map(|t| {
             eprintln!("{}: valid ({} members)", file.display(), t.members.len());
         }),
-        Cmd::Up { file, bin_dir, timeout_secs } => run_async(up(&dir, &file, bin_dir, Duration::from_secs(timeout_secs))),
+        Cmd::Up {
+            file,
+            bin_dir,
+            timeout_secs,
+        } => run_async(up(&dir, &file, bin_dir, Duration::from_secs(timeout_secs))),
         Cmd::Down => down(&dir),
         Cmd::Status => status(&dir),
         Cmd::Stop { cluster } => stop_cluster(&dir, &cluster),
-        Cmd::Start { cluster, timeout_secs } => run_async(start_cluster(&dir, &cluster, Duration::from_secs(timeout_secs))),
+        Cmd::Start {
+            cluster,
+            timeout_secs,
+        } => run_async(start_cluster(
+            &dir,
+            &cluster,
+            Duration::from_secs(timeout_secs),
+        )),
         Cmd::Kubeconfig => State::load(&dir).and_then(|s| {
             let s = s.context("nothing is up (no state in the state directory)")?;
             println!("KUBECONFIG={}", s.kubeconfig.display());
@@ -90,7 +104,11 @@ fn main() {
 }
 
 fn run_async(f: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(f)
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(f)
 }
 
 fn default_state_dir() -> PathBuf {
@@ -108,12 +126,17 @@ fn repo_root() -> PathBuf {
 struct Progress(Instant);
 impl Progress {
     fn say(&self, msg: impl AsRef<str>) {
-        eprintln!("[e2e {:>5.1}s] {}", self.0.elapsed().as_secs_f64(), msg.as_ref());
+        eprintln!(
+            "[e2e {:>5.1}s] {}",
+            self.0.elapsed().as_secs_f64(),
+            msg.as_ref()
+        );
     }
 }
 
 fn load_topology(file: &Path) -> anyhow::Result<Topology> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading topology {}", file.display()))?;
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading topology {}", file.display()))?;
     Ok(Topology::from_yaml(&file.display().to_string(), &text)?)
 }
 
@@ -121,7 +144,12 @@ fn marker(dir: &Path) -> String {
     dir.display().to_string()
 }
 
-async fn up(dir: &Path, file: &Path, bin_dir: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
+async fn up(
+    dir: &Path,
+    file: &Path,
+    bin_dir: Option<PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let p = Progress(Instant::now());
     // Validate before anything starts.
     let topology = load_topology(file)?;
@@ -130,7 +158,9 @@ async fn up(dir: &Path, file: &Path, bin_dir: Option<PathBuf>, timeout: Duration
     let file = std::fs::canonicalize(file)?;
 
     if let Some(old) = State::load(dir).unwrap_or(None) {
-        let all_alive = old.all_components().all(|c| c.pid.is_some_and(|pid| procs::is_ours(pid, &marker(dir))));
+        let all_alive = old
+            .all_components()
+            .all(|c| c.pid.is_some_and(|pid| procs::is_ours(pid, &marker(dir))));
         if all_alive && old.topology_digest == digest {
             p.say(format!("{} is already up; reusing it", file.display()));
             summary(&p, &old, &topology).await;
@@ -138,7 +168,10 @@ async fn up(dir: &Path, file: &Path, bin_dir: Option<PathBuf>, timeout: Duration
             return Ok(());
         }
         if old.topology_digest != digest {
-            p.say(format!("a different topology ({}) is up; taking it down first", old.topology_file.display()));
+            p.say(format!(
+                "a different topology ({}) is up; taking it down first",
+                old.topology_file.display()
+            ));
         } else {
             p.say("cleaning up the leftovers of an earlier run");
         }
@@ -152,9 +185,18 @@ async fn up(dir: &Path, file: &Path, bin_dir: Option<PathBuf>, timeout: Duration
         Some(b) => b,
         None => build_toolchain(&p)?,
     };
-    for b in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"] {
+    for b in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ] {
         if !bin.join(b).is_file() {
-            bail!("{} is missing; run e2e/toolchain/build (or point --bin-dir/PINFED_BIN_DIR at the binaries)", bin.join(b).display());
+            bail!(
+                "{} is missing; run e2e/toolchain/build (or point --bin-dir/PINFED_BIN_DIR at the binaries)",
+                bin.join(b).display()
+            );
         }
     }
 
@@ -162,14 +204,20 @@ async fn up(dir: &Path, file: &Path, bin_dir: Option<PathBuf>, timeout: Duration
     let dir = std::fs::canonicalize(dir)?;
     let result = bring_up(&p, &dir, &file, &digest, &topology, &bin, timeout).await;
     if result.is_err() {
-        p.say(format!("bring-up failed; logs are in {} (e2e/down removes them)", dir.display()));
+        p.say(format!(
+            "bring-up failed; logs are in {} (e2e/down removes them)",
+            dir.display()
+        ));
     }
     result
 }
 
 fn build_toolchain(p: &Progress) -> anyhow::Result<PathBuf> {
     let script = repo_root().join("e2e/toolchain/build");
-    p.say(format!("checking the control-plane toolchain ({})", script.display()));
+    p.say(format!(
+        "checking the control-plane toolchain ({})",
+        script.display()
+    ));
     let out = std::process::Command::new(&script)
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -177,7 +225,12 @@ fn build_toolchain(p: &Progress) -> anyhow::Result<PathBuf> {
     if !out.status.success() {
         bail!("{} failed", script.display());
     }
-    let bin = String::from_utf8(out.stdout)?.trim().lines().last().unwrap_or_default().to_string();
+    let bin = String::from_utf8(out.stdout)?
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
     Ok(PathBuf::from(bin))
 }
 
@@ -228,7 +281,10 @@ async fn bring_up(
         std::fs::create_dir_all(&cdir)?;
         let (api, kcm, sched, kwok) = (next(), next(), next(), next());
         let kubeconfig = cdir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&pki, &[(name.to_string(), api)])?)?;
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig_yaml(&pki, &[(name.to_string(), api)])?,
+        )?;
         let kc = kubeconfig.display().to_string();
         let mut components = vec![Component {
             name: "kube-apiserver".into(),
@@ -243,7 +299,10 @@ async fn bring_up(
                 format!("--tls-private-key-file={}", pki.serving_key().display()),
                 format!("--client-ca-file={}", pki.ca_crt().display()),
                 format!("--service-account-key-file={}", pki.sa_pub().display()),
-                format!("--service-account-signing-key-file={}", pki.sa_key().display()),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.sa_key().display()
+                ),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--authorization-mode=RBAC".into(),
@@ -267,7 +326,10 @@ async fn bring_up(
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={kcm}"),
                 "--leader-elect=false".into(),
-                format!("--service-account-private-key-file={}", pki.sa_key().display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.sa_key().display()
+                ),
                 format!("--root-ca-file={}", pki.ca_crt().display()),
                 "--kube-api-qps=500".into(),
                 "--kube-api-burst=1000".into(),
@@ -313,10 +375,9 @@ async fn bring_up(
                     bin.join("kwok").display().to_string(),
                     format!("--kubeconfig={kc}"),
                     format!("--config={}", kwok_config.display()),
-                    "--manage-all-nodes=false".into(),
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
                     format!("--server-address=127.0.0.1:{kwok}"),
-                    "--cidr=10.0.0.1/16".into(),
+                    "--cidr=10.0.0.0/16".into(),
                     "--node-ip=10.1.0.1".into(),
                     "--node-lease-duration-seconds=40".into(),
                 ],
@@ -327,12 +388,20 @@ async fn bring_up(
         }
         clusters.insert(
             name.to_string(),
-            ClusterState { name: name.to_string(), role: if is_hub { "hub" } else { "member" }.into(), apiserver_port: api, components },
+            ClusterState {
+                name: name.to_string(),
+                role: if is_hub { "hub" } else { "member" }.into(),
+                apiserver_port: api,
+                components,
+            },
         );
     }
 
     let kubeconfig = dir.join("kubeconfig");
-    let contexts: Vec<(String, u16)> = names.iter().map(|n| (n.to_string(), clusters[*n].apiserver_port)).collect();
+    let contexts: Vec<(String, u16)> = names
+        .iter()
+        .map(|n| (n.to_string(), clusters[*n].apiserver_port))
+        .collect();
     std::fs::write(&kubeconfig, kubeconfig_yaml(&pki, &contexts)?)?;
     let mut state = State {
         topology_file: file.to_path_buf(),
@@ -346,10 +415,16 @@ async fn bring_up(
     p.say(format!("starting etcd on 127.0.0.1:{etcd_port}"));
     state.etcd.pid = Some(procs::spawn(&state.etcd.argv, &state.etcd.log)?);
     state.save(dir)?;
-    wait_until(timeout, "etcd to accept connections", || async { procs::port_open(etcd_port) }).await?;
+    wait_until(timeout, "etcd to accept connections", || async {
+        procs::port_open(etcd_port)
+    })
+    .await?;
 
     for c in state.clusters.values_mut() {
-        p.say(format!("starting kube-apiserver for {} ({}) on https://127.0.0.1:{}", c.name, c.role, c.apiserver_port));
+        p.say(format!(
+            "starting kube-apiserver for {} ({}) on https://127.0.0.1:{}",
+            c.name, c.role, c.apiserver_port
+        ));
         let api = &mut c.components[0];
         api.pid = Some(procs::spawn(&api.argv, &api.log)?);
     }
@@ -359,9 +434,14 @@ async fn bring_up(
         let client = clients[*n].clone();
         let c = &state.clusters[*n];
         async move {
-            wait_apiserver_ready(&client, timeout).await.with_context(|| {
-                format!("kube-apiserver of {n} did not become ready; see {}", c.components[0].log.display())
-            })?;
+            wait_apiserver_ready(&client, timeout)
+                .await
+                .with_context(|| {
+                    format!(
+                        "kube-apiserver of {n} did not become ready; see {}",
+                        c.components[0].log.display()
+                    )
+                })?;
             p.say(format!("kube-apiserver of {n} is ready"));
             anyhow::Ok(())
         }
@@ -372,7 +452,12 @@ async fn bring_up(
         for comp in c.components.iter_mut().skip(1) {
             comp.pid = Some(procs::spawn(&comp.argv, &comp.log)?);
         }
-        let started: Vec<_> = c.components.iter().skip(1).map(|c| format!("{}:{}", c.name, c.port)).collect();
+        let started: Vec<_> = c
+            .components
+            .iter()
+            .skip(1)
+            .map(|c| format!("{}:{}", c.name, c.port))
+            .collect();
         p.say(format!("started {} for {}", started.join(", "), c.name));
     }
     state.save(dir)?;
@@ -387,24 +472,38 @@ async fn bring_up(
             match api.create(&PostParams::default(), &node).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e).with_context(|| format!("creating node {} in {}", n.name, m.name)),
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("creating node {} in {}", n.name, m.name));
+                }
             }
         }
         p.say(format!("created {} kwok nodes in {}", nodes.len(), m.name));
     }
 
-    p.say(format!("waiting for {node_count} nodes to be Ready and for the controller-managers to serve"));
+    p.say(format!(
+        "waiting for {node_count} nodes to be Ready and for the controller-managers to serve"
+    ));
     futures::future::try_join_all(names.iter().map(|n| {
         let client = clients[*n].clone();
-        let expected = topology.member(n).map(|m| Topology::nodes(m).len()).unwrap_or(0);
+        let expected = topology
+            .member(n)
+            .map(|m| Topology::nodes(m).len())
+            .unwrap_or(0);
         async move {
-            wait_nodes_ready(&client, expected, timeout).await.with_context(|| format!("nodes of {n}"))?;
+            wait_nodes_ready(&client, expected, timeout)
+                .await
+                .with_context(|| format!("nodes of {n}"))?;
             // The default ServiceAccount appears once the controller-manager runs.
             let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-            wait_until(timeout, &format!("the controller-manager of {n} (default ServiceAccount)"), || {
-                let sa = sa.clone();
-                async move { sa.get_opt("default").await.ok().flatten().is_some() }
-            })
+            wait_until(
+                timeout,
+                &format!("the controller-manager of {n} (default ServiceAccount)"),
+                || {
+                    let sa = sa.clone();
+                    async move { sa.get_opt("default").await.ok().flatten().is_some() }
+                },
+            )
             .await?;
             anyhow::Ok(())
         }
@@ -429,7 +528,10 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
     let mut docs = Vec::new();
     for s in stages {
         let path = bin.join("kwok-stages").join(s);
-        docs.push(std::fs::read_to_string(&path).with_context(|| format!("reading kwok stage {}", path.display()))?);
+        docs.push(
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("reading kwok stage {}", path.display()))?,
+        );
     }
     let path = dir.join("kwok.yaml");
     std::fs::write(&path, docs.join("\n---\n"))?;
@@ -471,27 +573,43 @@ fn node_object(n: &pinfed::topology::NodeSpec) -> serde_json::Value {
 
 fn kubeconfig_yaml(pki: &Pki, clusters: &[(String, u16)]) -> anyhow::Result<String> {
     use base64::Engine;
-    let b64 = |p: PathBuf| -> anyhow::Result<String> { Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?)) };
-    let (ca, crt, key) = (b64(pki.ca_crt())?, b64(pki.admin_crt())?, b64(pki.admin_key())?);
+    let b64 = |p: PathBuf| -> anyhow::Result<String> {
+        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?))
+    };
+    let (ca, crt, key) = (
+        b64(pki.ca_crt())?,
+        b64(pki.admin_crt())?,
+        b64(pki.admin_key())?,
+    );
     let mut y = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
     for (name, port) in clusters {
-        y += &format!("- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\n");
+        y += &format!(
+            "- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\n"
+        );
     }
     y += "users:\n- name: pinfed-e2e-admin\n  user:\n";
     y += &format!("    client-certificate-data: {crt}\n    client-key-data: {key}\n");
     y += "contexts:\n";
     for (name, _) in clusters {
-        y += &format!("- name: {name}\n  context:\n    cluster: {name}\n    user: pinfed-e2e-admin\n");
+        y += &format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: pinfed-e2e-admin\n"
+        );
     }
     y += &format!("current-context: {}\n", clusters[0].0);
     Ok(y)
 }
 
-async fn clients(kubeconfig: &Path, names: &[&str]) -> anyhow::Result<BTreeMap<String, kube::Client>> {
+async fn clients(
+    kubeconfig: &Path,
+    names: &[&str],
+) -> anyhow::Result<BTreeMap<String, kube::Client>> {
     let kc = Kubeconfig::read_from(kubeconfig)?;
     let mut out = BTreeMap::new();
     for n in names {
-        let opts = KubeConfigOptions { context: Some(n.to_string()), ..Default::default() };
+        let opts = KubeConfigOptions {
+            context: Some(n.to_string()),
+            ..Default::default()
+        };
         let mut cfg = kube::Config::from_custom_kubeconfig(kc.clone(), &opts).await?;
         cfg.connect_timeout = Some(Duration::from_secs(2));
         cfg.read_timeout = Some(Duration::from_secs(10));
@@ -518,7 +636,9 @@ where
 }
 
 async fn readyz(client: &kube::Client) -> bool {
-    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else { return false };
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
     matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok")
 }
 
@@ -526,19 +646,28 @@ async fn wait_apiserver_ready(client: &kube::Client, timeout: Duration) -> anyho
     wait_until(timeout, "/readyz", || readyz(client)).await
 }
 
-async fn wait_nodes_ready(client: &kube::Client, expected: usize, timeout: Duration) -> anyhow::Result<()> {
+async fn wait_nodes_ready(
+    client: &kube::Client,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     wait_until(timeout, &format!("{expected} Ready nodes"), || {
         let api = api.clone();
         async move {
-            let Ok(list) = api.list(&Default::default()).await else { return false };
+            let Ok(list) = api.list(&Default::default()).await else {
+                return false;
+            };
             let ready = list
                 .items
                 .iter()
                 .filter(|n| {
-                    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                        cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                    })
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        })
                 })
                 .count();
             ready >= expected
@@ -549,9 +678,15 @@ async fn wait_nodes_ready(client: &kube::Client, expected: usize, timeout: Durat
 
 async fn summary(p: &Progress, state: &State, topology: &Topology) {
     p.say(format!("topology {} is up", state.topology_file.display()));
-    eprintln!("  {:<10} {:<7} {:<24} {:>5} {:>8} {:>10} {:>6} {:>5}", "CLUSTER", "ROLE", "ENDPOINT", "NODES", "CPU", "MEMORY", "PODS", "GPU");
+    eprintln!(
+        "  {:<10} {:<7} {:<24} {:>5} {:>8} {:>10} {:>6} {:>5}",
+        "CLUSTER", "ROLE", "ENDPOINT", "NODES", "CPU", "MEMORY", "PODS", "GPU"
+    );
     for c in state.clusters.values() {
-        let nodes = topology.member(&c.name).map(Topology::nodes).unwrap_or_default();
+        let nodes = topology
+            .member(&c.name)
+            .map(Topology::nodes)
+            .unwrap_or_default();
         let cpu = nodes.iter().fold(Milli::ZERO, |a, n| a + n.cpu);
         let mem_gi = nodes.iter().fold(Milli::ZERO, |a, n| a + n.memory).units() >> 30;
         let pods: u32 = nodes.iter().map(|n| n.pods).sum();
@@ -568,16 +703,32 @@ async fn summary(p: &Progress, state: &State, topology: &Topology) {
             gpu
         );
     }
-    let rss: u64 = state.all_components().filter_map(|c| c.pid.and_then(procs::rss_bytes)).sum();
+    let rss: u64 = state
+        .all_components()
+        .filter_map(|c| c.pid.and_then(procs::rss_bytes))
+        .sum();
     eprintln!("  memory (RSS of all components): {} MiB", rss >> 20);
-    eprintln!("  kubeconfig: {} (contexts: {})", state.kubeconfig.display(), state.clusters.keys().cloned().collect::<Vec<_>>().join(", "));
+    eprintln!(
+        "  kubeconfig: {} (contexts: {})",
+        state.kubeconfig.display(),
+        state
+            .clusters
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 fn down(dir: &Path) -> anyhow::Result<()> {
     let m = marker(dir);
     if let Some(state) = State::load(dir).unwrap_or(None) {
         // Clients first, etcd last, so nothing logs storms of storage errors.
-        let mut comps: Vec<&Component> = state.clusters.values().flat_map(|c| c.components.iter().rev()).collect();
+        let mut comps: Vec<&Component> = state
+            .clusters
+            .values()
+            .flat_map(|c| c.components.iter().rev())
+            .collect();
         comps.push(&state.etcd);
         for c in comps {
             if let Some(pid) = c.pid {
@@ -599,7 +750,9 @@ fn down(dir: &Path) -> anyhow::Result<()> {
 /// Processes whose command line mentions the state directory, other than this one.
 fn stray_pids(marker: &str) -> Vec<u32> {
     let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me && procs::is_ours(pid, &format!("={marker}/")))
@@ -607,7 +760,12 @@ fn stray_pids(marker: &str) -> Vec<u32> {
 }
 
 fn loaded(dir: &Path) -> anyhow::Result<State> {
-    State::load(dir)?.with_context(|| format!("nothing is up (no state in {}); run e2e/up FILE", dir.display()))
+    State::load(dir)?.with_context(|| {
+        format!(
+            "nothing is up (no state in {}); run e2e/up FILE",
+            dir.display()
+        )
+    })
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {
@@ -615,11 +773,18 @@ fn status(dir: &Path) -> anyhow::Result<()> {
     let m = marker(dir);
     println!("topology: {}", state.topology_file.display());
     println!("kubeconfig: {}", state.kubeconfig.display());
-    println!("{:<10} {:<24} {:>6} {:>8} {:<8} {:>8}", "CLUSTER", "COMPONENT", "PORT", "PID", "STATE", "RSS");
+    println!(
+        "{:<10} {:<24} {:>6} {:>8} {:<8} {:>8}",
+        "CLUSTER", "COMPONENT", "PORT", "PID", "STATE", "RSS"
+    );
     let mut total = 0;
     let row = |cluster: &str, c: &Component, total: &mut u64| {
         let alive = c.pid.is_some_and(|p| procs::is_ours(p, &m));
-        let rss = c.pid.filter(|_| alive).and_then(procs::rss_bytes).unwrap_or(0);
+        let rss = c
+            .pid
+            .filter(|_| alive)
+            .and_then(procs::rss_bytes)
+            .unwrap_or(0);
         *total += rss;
         println!(
             "{:<10} {:<24} {:>6} {:>8} {:<8} {:>6}Mi",
@@ -642,8 +807,16 @@ fn status(dir: &Path) -> anyhow::Result<()> {
 }
 
 fn cluster_mut<'a>(state: &'a mut State, name: &str) -> anyhow::Result<&'a mut ClusterState> {
-    let known = state.clusters.keys().cloned().collect::<Vec<_>>().join(", ");
-    state.clusters.get_mut(name).with_context(|| format!("unknown cluster {name:?}; known clusters: {known}"))
+    let known = state
+        .clusters
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    state
+        .clusters
+        .get_mut(name)
+        .with_context(|| format!("unknown cluster {name:?}; known clusters: {known}"))
 }
 
 fn stop_cluster(dir: &Path, name: &str) -> anyhow::Result<()> {
@@ -671,13 +844,21 @@ async fn start_cluster(dir: &Path, name: &str, timeout: Duration) -> anyhow::Res
         return Ok(());
     }
     if procs::port_open(api.port) {
-        bail!("port {} of {name}'s kube-apiserver is taken by another process", api.port);
+        bail!(
+            "port {} of {name}'s kube-apiserver is taken by another process",
+            api.port
+        );
     }
     api.pid = Some(procs::spawn(&api.argv, &api.log)?);
     let log = api.log.clone();
     state.save(dir)?;
-    let client = clients(&kubeconfig, &[name]).await?.remove(name).expect("client for the named cluster");
-    wait_apiserver_ready(&client, timeout).await.with_context(|| format!("see {}", log.display()))?;
+    let client = clients(&kubeconfig, &[name])
+        .await?
+        .remove(name)
+        .expect("client for the named cluster");
+    wait_apiserver_ready(&client, timeout)
+        .await
+        .with_context(|| format!("see {}", log.display()))?;
     eprintln!("e2e: the kube-apiserver of {name} is ready again");
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
 };
 
 pub struct Pki {
@@ -39,8 +39,18 @@ impl Pki {
 
     /// Creates the PKI in `dir` unless it is already complete there.
     pub fn ensure(dir: &Path) -> anyhow::Result<Pki> {
-        let pki = Pki { dir: dir.to_path_buf() };
-        let files = [pki.ca_crt(), pki.serving_crt(), pki.serving_key(), pki.admin_crt(), pki.admin_key(), pki.sa_key(), pki.sa_pub()];
+        let pki = Pki {
+            dir: dir.to_path_buf(),
+        };
+        let files = [
+            pki.ca_crt(),
+            pki.serving_crt(),
+            pki.serving_key(),
+            pki.admin_crt(),
+            pki.admin_key(),
+            pki.sa_key(),
+            pki.sa_pub(),
+        ];
         if files.iter().all(|f| f.exists()) {
             return Ok(pki);
         }
@@ -54,30 +64,49 @@ impl Pki {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.distinguished_name = dn(&[(DnType::CommonName, "pinfed-e2e-ca")]);
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         validity(&mut ca_params);
         let ca = ca_params.self_signed(&ca_key)?;
 
         let serving_key = KeyPair::generate()?;
         let mut sp = CertificateParams::new(
-            ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ]
+            .map(String::from)
+            .to_vec(),
         )?;
         for ip in ["127.0.0.1", "10.96.0.1"] {
             sp.subject_alt_names.push(SanType::IpAddress(ip.parse()?));
         }
         sp.distinguished_name = dn(&[(DnType::CommonName, "kube-apiserver")]);
         sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        sp.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        sp.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         validity(&mut sp);
         let serving = sp.signed_by(&serving_key, &ca, &ca_key)?;
 
         let admin_key = KeyPair::generate()?;
         let mut ap = CertificateParams::new(Vec::<String>::new())?;
-        ap.distinguished_name = dn(&[(DnType::CommonName, "pinfed-e2e-admin"), (DnType::OrganizationName, "system:masters")]);
+        ap.distinguished_name = dn(&[
+            (DnType::CommonName, "pinfed-e2e-admin"),
+            (DnType::OrganizationName, "system:masters"),
+        ]);
         ap.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        ap.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        ap.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         validity(&mut ap);
         let admin = ap.signed_by(&admin_key, &ca, &ca_key)?;
 
@@ -104,8 +133,8 @@ fn dn(parts: &[(DnType, &str)]) -> DistinguishedName {
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(true)

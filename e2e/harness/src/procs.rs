@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 pub fn spawn(argv: &[String], log: &Path) -> anyhow::Result<u32> {
-    let out = File::options().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+    let out = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
     let err = out.try_clone()?;
     let child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -28,9 +32,13 @@ pub fn spawn(argv: &[String], log: &Path) -> anyhow::Result<u32> {
 
 /// True if `pid` is alive (not a zombie) and its command line contains `marker`.
 pub fn is_ours(pid: u32, marker: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
     // The state letter follows the parenthesised command name.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
     if matches!(state, Some('Z') | Some('X') | None) {
         return false;
     }
@@ -78,11 +86,17 @@ fn reap(pid: u32) {
 
 /// `n` distinct free loopback ports (all listeners are held until every port is chosen).
 pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    Ok(listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()?)
 }
 
 /// Whether something accepts TCP connections on 127.0.0.1:port.
 pub fn port_open(port: u16) -> bool {
-    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok()
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+        .is_ok()
 }

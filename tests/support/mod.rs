@@ -1,0 +1,194 @@
+//! Shared support for e2e tests against the local topology that `e2e/up` brings up.
+//! Tests find it through `PINFED_E2E_KUBECONFIG` (and `PINFED_E2E_TOPOLOGY` for the
+//! expected capacity); they fail with a clear message when it is missing, never skip.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use pinfed::topology::Topology;
+
+pub struct Federation {
+    pub kubeconfig: PathBuf,
+    pub topology: Topology,
+    clients: BTreeMap<String, Client>,
+}
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: e2e tests need a running local topology. Run the README's test \
+             command (e2e/test), or `e2e/up clusters/local-3.yaml` and export \
+             PINFED_E2E_KUBECONFIG=<the printed path> PINFED_E2E_TOPOLOGY=clusters/local-3.yaml"
+        )
+    })
+}
+
+impl Federation {
+    /// Connects to every cluster of the running topology.
+    pub async fn connect() -> Federation {
+        let kubeconfig = PathBuf::from(required_env("PINFED_E2E_KUBECONFIG"));
+        let topo_path = std::env::var("PINFED_E2E_TOPOLOGY").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/local-3.yaml").to_string()
+        });
+        let text = std::fs::read_to_string(&topo_path)
+            .unwrap_or_else(|e| panic!("reading {topo_path}: {e}"));
+        let topology = Topology::from_yaml(&topo_path, &text).expect("valid topology");
+        let kc = Kubeconfig::read_from(&kubeconfig)
+            .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", kubeconfig.display()));
+        let mut clients = BTreeMap::new();
+        for name in topology.cluster_names() {
+            let opts = KubeConfigOptions {
+                context: Some(name.to_string()),
+                ..Default::default()
+            };
+            let mut cfg = kube::Config::from_custom_kubeconfig(kc.clone(), &opts)
+                .await
+                .unwrap_or_else(|e| panic!("context {name} in {}: {e}", kubeconfig.display()));
+            cfg.connect_timeout = Some(Duration::from_secs(3));
+            cfg.read_timeout = Some(Duration::from_secs(30));
+            clients.insert(name.to_string(), Client::try_from(cfg).expect("client"));
+        }
+        Federation {
+            kubeconfig,
+            topology,
+            clients,
+        }
+    }
+
+    pub fn client(&self, cluster: &str) -> Client {
+        self.clients
+            .get(cluster)
+            .unwrap_or_else(|| panic!("no cluster {cluster} in the topology"))
+            .clone()
+    }
+
+    pub fn hub(&self) -> Client {
+        self.client(&self.topology.hub.name)
+    }
+
+    pub fn member_names(&self) -> Vec<String> {
+        self.topology
+            .members
+            .iter()
+            .map(|m| m.name.clone())
+            .collect()
+    }
+
+    /// The first member that has a pool with GPUs.
+    pub fn gpu_member(&self) -> String {
+        self.topology
+            .members
+            .iter()
+            .find(|m| m.node_pools.iter().any(|p| p.gpu > 0))
+            .map(|m| m.name.clone())
+            .expect("the topology has a member with a GPU pool")
+    }
+}
+
+/// A uniquely named namespace for one test; `delete` it at the end.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{:x}{:x}",
+        std::process::id() % 0xfff,
+        nanos % 0xfffff
+    )
+}
+
+impl TestNamespace {
+    /// Creates the namespace and waits for its default ServiceAccount, so pods can be created.
+    pub async fn create(client: &Client, prefix: &str) -> TestNamespace {
+        let name = unique_name(prefix);
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"pinfed.dev/e2e": "true"}}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        eventually(
+            Duration::from_secs(60),
+            "the namespace's default ServiceAccount",
+            || {
+                let sa = sa.clone();
+                async move { sa.get_opt("default").await.ok().flatten().is_some() }
+            },
+        )
+        .await;
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    pub async fn delete(self) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+/// Polls `check` until it holds; panics naming `what` after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {:?} waiting for {what}", timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Path of the harness binary that manages the running topology.
+pub fn harness() -> PathBuf {
+    std::env::var_os("PINFED_E2E_HARNESS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/target/debug/pinfed-e2e"
+            ))
+        })
+}
+
+/// Runs `pinfed-e2e ARGS` against the running topology's state directory.
+pub fn run_harness(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(harness())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", harness().display()))
+}
+
+impl Federation {
+    /// The server URL of a cluster's context in the kubeconfig.
+    pub fn kubeconfig_server(&self, cluster: &str) -> String {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        kc.clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .and_then(|c| c.cluster.as_ref()?.server.clone())
+            .unwrap_or_else(|| panic!("no cluster {cluster} in {}", self.kubeconfig.display()))
+    }
+}
