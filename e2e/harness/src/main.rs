@@ -66,6 +66,8 @@ enum Cmd {
     },
     /// Print the kubeconfig path of the running topology.
     Kubeconfig,
+    /// Print the kwok Node objects of one member as a JSON List (for `kubectl apply -f -`).
+    Nodes { file: PathBuf, member: String },
 }
 
 fn main() {
@@ -91,6 +93,25 @@ fn main() {
             &cluster,
             Duration::from_secs(timeout_secs),
         )),
+        Cmd::Nodes { file, member } => load_topology(&file).and_then(|t| {
+            let known = t
+                .members
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let m = t
+                .member(&member)
+                .with_context(|| format!("unknown member {member:?}; members: {known}"))?;
+            let items: Vec<_> = Topology::nodes(m).iter().map(node_object).collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+                )?
+            );
+            Ok(())
+        }),
         Cmd::Kubeconfig => State::load(&dir).and_then(|s| {
             let s = s.context("nothing is up (no state in the state directory)")?;
             println!("KUBECONFIG={}", s.kubeconfig.display());
@@ -541,7 +562,7 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
 fn node_object(n: &pinfed::topology::NodeSpec) -> serde_json::Value {
     let mut capacity = serde_json::json!({
         "cpu": n.cpu.to_string(),
-        "memory": format!("{}", n.memory.units()),
+        "memory": binary_quantity(n.memory.units()),
         "pods": n.pods.to_string(),
         "ephemeral-storage": "1Ti",
     });
@@ -569,6 +590,16 @@ fn node_object(n: &pinfed::topology::NodeSpec) -> serde_json::Value {
             "phase": "Running",
         },
     })
+}
+
+/// Bytes as the largest exact binary unit ("32Gi"), as people write node memory.
+fn binary_quantity(bytes: i128) -> String {
+    for (shift, unit) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+        if bytes > 0 && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 fn kubeconfig_yaml(pki: &Pki, clusters: &[(String, u16)]) -> anyhow::Result<String> {

@@ -30,13 +30,23 @@ fn a_malformed_topology_names_the_field_and_starts_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("members[0].nodePools[0].cpu"), "{err}");
-    assert!(!state.exists(), "nothing may be started or written for a bad topology");
+    assert!(
+        !state.exists(),
+        "nothing may be started or written for a bad topology"
+    );
 
-    std::fs::write(&file, "hub: {name: hub}\nmembers:\n  - name: use1a\n    colour: blue\n    nodePools: []\n").unwrap();
+    std::fs::write(
+        &file,
+        "hub: {name: hub}\nmembers:\n  - name: use1a\n    colour: blue\n    nodePools: []\n",
+    )
+    .unwrap();
     let out = harness(&state, &["check", file.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("members[0]") && err.contains("colour"), "{err}");
+    assert!(
+        err.contains("members[0]") && err.contains("colour"),
+        "{err}"
+    );
     std::fs::remove_file(file).ok();
 }
 
@@ -56,6 +66,10 @@ fn the_shipped_topologies_pass_check() {
     for f in ["local-1.yaml", "local-3.yaml", "bench.yaml"] {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clusters/").to_string() + f;
         let out = harness(&temp_dir("check"), &["check", &path]);
-        assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
