@@ -20,7 +20,10 @@ impl Milli {
     /// Parses the Kubernetes quantity grammar: a signed decimal number followed by an
     /// optional binary suffix (Ki..Ei), decimal suffix (n, u, m, k, M..E) or exponent (e3).
     pub fn parse(input: &str) -> Result<Milli, QuantityError> {
-        let err = |why| QuantityError { input: input.to_string(), why };
+        let err = |why| QuantityError {
+            input: input.to_string(),
+            why,
+        };
         let s = input.trim();
         if s.is_empty() {
             return Err(err("empty"));
@@ -65,17 +68,25 @@ impl Milli {
             "P" => exp10 += 15,
             "E" => exp10 += 18,
             e if e.starts_with(['e', 'E']) => {
-                exp10 += e[1..].parse::<i32>().map_err(|_| err("malformed exponent"))?;
+                exp10 += e[1..]
+                    .parse::<i32>()
+                    .map_err(|_| err("malformed exponent"))?;
             }
             _ => return Err(err("unknown suffix")),
         }
-        let mut value = mantissa.checked_mul(1i128 << exp2).ok_or_else(|| err("too large"))?;
+        let mut value = mantissa
+            .checked_mul(1i128 << exp2)
+            .ok_or_else(|| err("too large"))?;
         if exp10 >= 0 {
-            let scale = 10i128.checked_pow(exp10 as u32).ok_or_else(|| err("too large"))?;
+            let scale = 10i128
+                .checked_pow(exp10 as u32)
+                .ok_or_else(|| err("too large"))?;
             value = value.checked_mul(scale).ok_or_else(|| err("too large"))?;
         } else {
             // Kubernetes rounds sub-milli precision up.
-            let scale = 10i128.checked_pow((-exp10) as u32).ok_or_else(|| err("too small"))?;
+            let scale = 10i128
+                .checked_pow((-exp10) as u32)
+                .ok_or_else(|| err("too small"))?;
             value = (value + scale - 1) / scale;
         }
         Ok(Milli(if negative { -value } else { value }))
@@ -134,7 +145,11 @@ mod tests {
         assert_eq!(Milli::parse("32Gi").unwrap(), Milli(32 * (1 << 30) * 1000));
         assert_eq!(Milli::parse("1G").unwrap(), Milli(1_000_000_000_000));
         assert_eq!(Milli::parse("1e3").unwrap(), Milli(1_000_000));
-        assert_eq!(Milli::parse("0.1m").unwrap(), Milli(1), "sub-milli rounds up");
+        assert_eq!(
+            Milli::parse("0.1m").unwrap(),
+            Milli(1),
+            "sub-milli rounds up"
+        );
         assert_eq!(Milli::parse("-2").unwrap(), Milli(-2000));
         assert_eq!(Milli::parse(".5").unwrap(), Milli(500));
     }

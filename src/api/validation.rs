@@ -5,7 +5,8 @@
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -23,7 +24,8 @@ pub fn is_label_value(s: &str) -> bool {
     }
     let ends_ok = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
     s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && ends_ok(s.bytes().next())
         && ends_ok(s.bytes().last())
 }

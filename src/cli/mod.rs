@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 mod topology;
 
 #[derive(Debug, Parser)]
-#[command(name = "pinfed", version, about = "Multi-cluster federation for Pinterest-style Kubernetes workloads")]
+#[command(
+    name = "pinfed",
+    version,
+    about = "Multi-cluster federation for Pinterest-style Kubernetes workloads"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -16,7 +16,8 @@ pub struct TopologyArgs {
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     let topology = Topology::from_yaml(&args.file.display().to_string(), &text)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&topology)?);
