@@ -1,0 +1,166 @@
+//! Server-side apply of generated objects and label-based pruning. Objects arrive as plain
+//! JSON (the pure core's output); their kind decides the API endpoint.
+
+use std::collections::BTreeSet;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+
+/// The field manager of each writer, stable across versions so ownership stays explicit.
+pub const AGENT_FIELD_MANAGER: &str = "pinfed-agent";
+pub const HUB_FIELD_MANAGER: &str = "pinfed-hub";
+
+/// Native kinds the expansion engine produces, with their plural resource names.
+const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[
+    ("", "v1", "ConfigMap", "configmaps"),
+    ("", "v1", "Secret", "secrets"),
+    ("", "v1", "Service", "services"),
+    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    ("", "v1", "Namespace", "namespaces"),
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+    ("apps", "v1", "DaemonSet", "daemonsets"),
+    ("batch", "v1", "Job", "jobs"),
+    ("batch", "v1", "CronJob", "cronjobs"),
+    ("networking.k8s.io", "v1", "Ingress", "ingresses"),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("object has no {0}")]
+    Incomplete(&'static str),
+    #[error("pinfed does not manage objects of kind {0}")]
+    UnknownKind(String),
+    #[error("applying {kind} {name}: {source}")]
+    Kube {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The API resource of a native kind pinfed writes.
+pub fn native_resource(api_version: &str, kind: &str) -> Option<ApiResource> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    NATIVE_KINDS
+        .iter()
+        .find(|(g, v, k, _)| *g == group && *v == version && *k == kind)
+        .map(|(g, v, k, plural)| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
+        })
+}
+
+/// Every native kind, for pruning.
+pub fn native_resources() -> Vec<ApiResource> {
+    NATIVE_KINDS
+        .iter()
+        .filter(|(_, _, k, _)| *k != "Namespace")
+        .map(|(g, v, k, plural)| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
+        })
+        .collect()
+}
+
+/// Forced server-side apply of one object (cluster-scoped when it has no namespace).
+pub async fn apply_json(
+    client: &Client,
+    obj: &serde_json::Value,
+    field_manager: &str,
+) -> Result<DynamicObject, ApplyError> {
+    let api_version = obj["apiVersion"]
+        .as_str()
+        .ok_or(ApplyError::Incomplete("apiVersion"))?;
+    let kind = obj["kind"].as_str().ok_or(ApplyError::Incomplete("kind"))?;
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .ok_or(ApplyError::Incomplete("metadata.name"))?;
+    let ar = native_resource(api_version, kind)
+        .ok_or_else(|| ApplyError::UnknownKind(kind.to_string()))?;
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|source| ApplyError::Kube {
+        kind: kind.to_string(),
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Deletes objects in `namespace` that match `selector` but are not in `keep`
+/// (pairs of kind and name). Returns what it deleted, as `Kind/name`.
+pub async fn prune(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    keep: &BTreeSet<(String, String)>,
+) -> Result<Vec<String>, ApplyError> {
+    let mut deleted = Vec::new();
+    for ar in native_resources() {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+        let list = api
+            .list_metadata(&ListParams::default().labels(selector))
+            .await
+            .map_err(|source| ApplyError::Kube {
+                kind: ar.kind.clone(),
+                name: "*".into(),
+                source,
+            })?;
+        for obj in list.items {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            if keep.contains(&(ar.kind.clone(), name.clone()))
+                || obj.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            // Background propagation lets the garbage collector remove a Job's pods.
+            match api.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => deleted.push(format!("{}/{name}", ar.kind)),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(source) => {
+                    return Err(ApplyError::Kube {
+                        kind: ar.kind.clone(),
+                        name,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_kinds_resolve_to_their_endpoints() {
+        let d = native_resource("apps/v1", "Deployment").unwrap();
+        assert_eq!(
+            (d.group.as_str(), d.plural.as_str()),
+            ("apps", "deployments")
+        );
+        let c = native_resource("v1", "ConfigMap").unwrap();
+        assert_eq!(
+            (c.group.as_str(), c.version.as_str(), c.plural.as_str()),
+            ("", "v1", "configmaps")
+        );
+        assert!(native_resource("apps/v1", "ReplicaSet").is_none());
+        assert!(native_resources().iter().all(|r| r.kind != "Namespace"));
+    }
+}

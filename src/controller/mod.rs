@@ -1,0 +1,7 @@
+//! The imperative shell shared by the long-running parts (agent, hub, JSS): health and
+//! metrics endpoints, reconcile metrics, leader election and server-side apply helpers.
+
+pub mod apply;
+pub mod http;
+pub mod leader;
+pub mod metrics;
