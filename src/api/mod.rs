@@ -1,4 +1,23 @@
 //! API types and the value syntax they share. No I/O here.
+//!
+//! One file per kind (`service`, `jobset`, `cronjob`, `daemon`, `training`,
+//! `statefulset`, `runtime_profile`), the federation group in `federation`, what the kinds
+//! share in `common`, and the uniform view of workloads plus every CRD in `workload`.
 
+pub mod common;
+pub mod cronjob;
+pub mod daemon;
+pub mod federation;
+pub mod jobset;
+pub mod parse;
 pub mod quantity;
+pub mod ranges;
+pub mod runtime_profile;
+pub mod service;
+pub mod statefulset;
+pub mod training;
+pub mod validate;
 pub mod validation;
+pub mod workload;
+
+pub use workload::{AnyWorkload, Workload, WorkloadKind, WorkloadRef, crds, crds_yaml};

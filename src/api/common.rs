@@ -1,0 +1,661 @@
+//! Types every Pinterest kind shares: ownership, placement policy, conditions and the hub's
+//! view of placement and per-cluster status. Also the label and annotation keys the
+//! platform writes, and the schema helpers for fields whose type comes from k8s-openapi.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// Label: who manages a generated object (always `pinfed`).
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "pinfed";
+/// Label: the Pinterest resource a generated object belongs to (sanitized name).
+pub const LABEL_WORKLOAD: &str = "pinterest.com/workload";
+/// Label: the kind of that resource, e.g. `PinterestService`.
+pub const LABEL_KIND: &str = "pinterest.com/kind";
+/// Label: the owning team (sanitized label value).
+pub const LABEL_TEAM: &str = "pinterest.com/team";
+/// Label: the owner, for resource tracking; carries the team name (sanitized).
+pub const LABEL_OWNER: &str = "pinterest.com/owner";
+/// Label on JobSet shard objects: the global shard index.
+pub const LABEL_SHARD: &str = "pinterest.com/shard";
+/// Label on training-job objects: the replica role (`master`, `worker`, `ps`, ...).
+pub const LABEL_REPLICA_TYPE: &str = "pinterest.com/replica-type";
+/// Label on training-job objects: the index of the replica within its role.
+pub const LABEL_REPLICA_INDEX: &str = "pinterest.com/replica-index";
+/// Annotation: the owner's contact (often an e-mail, which is not a valid label value).
+pub const ANNOTATION_CONTACT: &str = "pinterest.com/contact";
+/// Annotation: hash of a generated object's desired content, for cheap change detection.
+pub const ANNOTATION_SPEC_HASH: &str = "pinterest.com/spec-hash";
+/// Annotation: the runtime profile version injected into a generated object.
+pub const ANNOTATION_RUNTIME_VERSION: &str = "pinterest.com/runtime-version";
+/// Annotation on pod templates: hash of the service config, so a config change rolls pods.
+pub const ANNOTATION_CONFIG_HASH: &str = "pinterest.com/config-hash";
+/// Annotation a user may put on a workload: when it may be garbage collected (RFC 3339).
+pub const ANNOTATION_EXPIRES_AT: &str = "pinterest.com/expires-at";
+
+/// Condition types written by the hub and the agent.
+pub mod condition_types {
+    pub const SCHEDULED: &str = "Scheduled";
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+    pub const INVALID: &str = "Invalid";
+    /// Run-to-completion kinds only.
+    pub const COMPLETE: &str = "Complete";
+    /// Run-to-completion kinds only.
+    pub const FAILED: &str = "Failed";
+}
+
+/// Who owns a workload. Every generated object carries the team as labels and the contact
+/// as an annotation, so "who owns this, can it be recycled" always has an answer.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Owner {
+    /// Owning team, e.g. `ads-ranking`. Written (sanitized) into the `pinterest.com/team`
+    /// and `pinterest.com/owner` labels of every generated object.
+    #[schemars(length(min = 1))]
+    pub team: String,
+    /// How to reach the owner (e-mail, chat channel, pager alias). Written into the
+    /// `pinterest.com/contact` annotation of every generated object.
+    #[schemars(length(min = 1))]
+    pub contact: String,
+}
+
+/// How the hub spreads a workload over member clusters.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PlacementStrategy {
+    /// Replicas (or shard indices) are split over the selected clusters.
+    Divided,
+    /// Every selected cluster runs the whole workload.
+    Duplicated,
+    /// Exactly one cluster runs the whole workload.
+    Single,
+}
+
+/// Placement policy of a workload. Every field is optional; the kind decides the default
+/// strategy (Divided for services and job sets, Duplicated for daemons, Single otherwise).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Divided, Duplicated or Single. Defaults by kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<PlacementStrategy>,
+    /// Only member clusters whose labels match are eligible. A MemberCluster's labels are
+    /// its `spec.labels` plus `topology.kubernetes.io/region` and `topology.kubernetes.io/zone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// Restricts eligible clusters to these names and/or zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_affinity: Option<ClusterAffinity>,
+    /// Cluster taints this workload tolerates. A cluster with an untolerated taint is not
+    /// eligible.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<ClusterToleration>,
+    /// Per-cluster weights (cluster name → weight) overriding the MemberCluster's weight.
+    /// A weight of 0 makes a cluster ineligible.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weights: BTreeMap<String, i32>,
+    /// Lower bound of replicas (or shards) for every cluster given a share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub min_per_cluster: Option<i32>,
+    /// Upper bound of replicas (or shards) for every cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_per_cluster: Option<i32>,
+    /// Per-cluster bounds (cluster name → min/max), overriding minPerCluster/maxPerCluster.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cluster_limits: BTreeMap<String, ClusterLimits>,
+    /// Spread over at least this many clusters and zones (Divided and Duplicated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+    /// Whether and when the hub moves the workload off a failed cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Failover>,
+}
+
+/// A Kubernetes label selector over MemberCluster labels.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must all be present with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements; all must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One set-based label requirement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: SelectorOperator,
+    /// Values for In and NotIn; must be empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// Operator of a set-based label requirement.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    /// Whether a set of labels satisfies every requirement (an empty selector matches all).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    SelectorOperator::In => value.is_some_and(|v| r.values.contains(v)),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOperator::Exists => value.is_some(),
+                    SelectorOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// Restricts placement to named clusters and/or zones. Both empty means no restriction.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAffinity {
+    /// Eligible member cluster names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    /// Eligible zones (`topology.kubernetes.io/zone` of the MemberCluster).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+}
+
+impl ClusterAffinity {
+    /// Whether a cluster with this name and zone is allowed.
+    pub fn allows(&self, cluster: &str, zone: Option<&str>) -> bool {
+        (self.cluster_names.is_empty() || self.cluster_names.iter().any(|c| c == cluster))
+            && (self.zones.is_empty() || zone.is_some_and(|z| self.zones.iter().any(|x| x == z)))
+    }
+}
+
+/// Effect of a cluster taint.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum TaintEffect {
+    /// New placements avoid the cluster unless they tolerate the taint.
+    NoSchedule,
+    /// Placement prefers other clusters.
+    PreferNoSchedule,
+    /// Like NoSchedule, and workloads already there fail over unless they tolerate it.
+    NoExecute,
+}
+
+/// A taint on a member cluster (as in Karmada): placement skips the cluster unless the
+/// workload tolerates it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTaint {
+    /// Taint key (a qualified name).
+    pub key: String,
+    /// Taint value (a label value), may be empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// NoSchedule, PreferNoSchedule or NoExecute.
+    pub effect: TaintEffect,
+}
+
+/// Operator of a toleration.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TolerationOperator {
+    /// Key and value must match.
+    #[default]
+    Equal,
+    /// Key must match (any value); an empty key with Exists tolerates every taint.
+    Exists,
+}
+
+/// A toleration of a cluster taint.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterToleration {
+    /// Taint key to tolerate; empty with operator Exists tolerates everything.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// Equal (default) or Exists.
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    /// Value to match with operator Equal.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// Effect to tolerate; absent tolerates every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+}
+
+impl ClusterToleration {
+    /// Kubernetes toleration semantics applied to a cluster taint.
+    pub fn tolerates(&self, taint: &ClusterTaint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
+            TolerationOperator::Equal => self.key == taint.key && self.value == taint.value,
+        }
+    }
+}
+
+/// Whether `tolerations` tolerate every taint whose effect keeps new placements away
+/// (NoSchedule and NoExecute; PreferNoSchedule only lowers preference).
+pub fn tolerates_all(tolerations: &[ClusterToleration], taints: &[ClusterTaint]) -> bool {
+    taints
+        .iter()
+        .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+        .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
+}
+
+/// Bounds of one cluster's share.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterLimits {
+    /// At least this many replicas (or shards) when the cluster is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub min: Option<i32>,
+    /// At most this many replicas (or shards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max: Option<i32>,
+}
+
+/// Minimum spread of a workload.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Spread {
+    /// Use at least this many clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_clusters: Option<i32>,
+    /// Use clusters in at least this many zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_zones: Option<i32>,
+}
+
+/// Failover policy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failover {
+    /// Move the workload (or its share) off a cluster that is NotReady or unreachable.
+    /// Defaults to true for every kind except PinterestStatefulSet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long a cluster may be NotReady before its share moves. Default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub grace_period_seconds: Option<i32>,
+}
+
+/// A condition in the Kubernetes `metav1.Condition` shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, e.g. Ready, Scheduled, Complete.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: ConditionStatus,
+    /// The resource generation this condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the status last changed.
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_transition_time: Time,
+    /// Machine-readable CamelCase reason.
+    pub reason: String,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Status of a condition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
+impl Condition {
+    /// A condition observed now.
+    pub fn new(
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+        observed_generation: Option<i64>,
+        now: &Time,
+    ) -> Condition {
+        Condition {
+            type_: type_.to_string(),
+            status,
+            observed_generation,
+            last_transition_time: now.clone(),
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Inserts or replaces the condition of the same type, keeping the old
+/// `lastTransitionTime` when the status did not change (Kubernetes convention). Returns
+/// whether anything changed. Conditions stay sorted by type so status is deterministic.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            let mut new = new;
+            if old.status == new.status {
+                new.last_transition_time = old.last_transition_time.clone();
+            }
+            if *old == new {
+                return false;
+            }
+            *old = new;
+            true
+        }
+        None => {
+            conditions.push(new);
+            conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+            true
+        }
+    }
+}
+
+/// Finds a condition by type.
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The hub's placement decision, as written into hub status (same shape as `pinfed plan`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementDecision {
+    /// The strategy that was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<PlacementStrategy>,
+    /// One entry per cluster with a share, sorted by cluster name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<ClusterPlacement>,
+    /// Replicas or shards that found no room.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub unplaced: i32,
+    /// Why something is unplaced, if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One cluster's share of a workload.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPlacement {
+    /// Member cluster name.
+    pub cluster: String,
+    /// Pods for this cluster (services, stateful sets, training jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+    /// Shard indices for this cluster (job sets), as a range list such as `0-3,7`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub shards: Option<String>,
+}
+
+/// What the hub last observed of a workload in one member cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberWorkloadStatus {
+    /// Member cluster name.
+    pub cluster: String,
+    /// When the hub read this status from the member; old data is reported as stale.
+    #[schemars(schema_with = "date_time_schema")]
+    pub observed_time: Time,
+    /// The member resource's generation that the member agent has processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready (or Complete), Progressing, Degraded, Failed, Unknown — a one-word summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Pods desired in this cluster (services, stateful sets, daemons, training jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Pods ready in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Pods available in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+    /// Job sets: shards running in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_running: Option<i32>,
+    /// Job sets: shards that succeeded in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_succeeded: Option<i32>,
+    /// Job sets: shards that failed in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_failed: Option<i32>,
+    /// Job sets: completed shard indices in this cluster (range list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub completed_shards: Option<String>,
+    /// Human-readable detail (e.g. why the cluster's share is not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Schema for a Kubernetes timestamp field (`metav1.Time`).
+pub fn date_time_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "format": "date-time"})
+}
+
+/// Schema for an optional Kubernetes timestamp field.
+pub fn optional_date_time_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "format": "date-time", "nullable": true})
+}
+
+/// Schema for an int-or-string field (e.g. `maxUnavailable: 1` or `"25%"`).
+pub fn int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-int-or-string": true, "nullable": true})
+}
+
+/// Schema for a field holding a Kubernetes PodTemplateSpec. k8s-openapi types carry no
+/// JSON schema here, so the API server keeps the object as given and the expansion engine
+/// deserializes it into the typed PodTemplateSpec (reporting bad fields as Invalid).
+pub fn pod_template_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Schema for a required Kubernetes object kept as given (e.g. a Container).
+pub fn embedded_object_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Like [`pod_template_schema`], but immutable once set (JobSet templates).
+pub fn immutable_pod_template_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-validations": [{
+            "rule": "self == oldSelf",
+            "message": "template is immutable once the JobSet exists; create a new JobSet instead"
+        }]
+    })
+}
+
+/// Schema for a list of Kubernetes objects kept as given (PVC templates, volumes,
+/// containers).
+pub fn preserved_object_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+/// Schema for a single optional Kubernetes object kept as given.
+pub fn preserved_object_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "nullable": true,
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Schema for a Kubernetes quantity (`"500m"`, `8`, `"32Gi"`).
+pub fn quantity_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-int-or-string": true, "nullable": true})
+}
+
+/// Schema for a map of resource name to quantity.
+pub fn quantity_map_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": {"x-kubernetes-int-or-string": true}
+    })
+}
+
+/// Regex of the range-list grammar (`0-3,7,9-10`, or empty).
+pub const RANGE_LIST_PATTERN: &str =
+    r"^$|^(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?(,(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?)*$";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_matching() {
+        let l = labels(&[("tier", "prod"), ("zone", "a")]);
+        assert!(LabelSelector::default().matches(&l));
+        let s = LabelSelector {
+            match_labels: labels(&[("tier", "prod")]),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "zone".into(),
+                operator: SelectorOperator::In,
+                values: vec!["a".into(), "b".into()],
+            }],
+        };
+        assert!(s.matches(&l));
+        let s = LabelSelector {
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "gpu".into(),
+                operator: SelectorOperator::Exists,
+                values: vec![],
+            }],
+            ..Default::default()
+        };
+        assert!(!s.matches(&l));
+    }
+
+    #[test]
+    fn toleration_semantics() {
+        let taint = ClusterTaint {
+            key: "dedicated".into(),
+            value: "gpu".into(),
+            effect: TaintEffect::NoSchedule,
+        };
+        let equal = ClusterToleration {
+            key: "dedicated".into(),
+            value: "gpu".into(),
+            ..Default::default()
+        };
+        assert!(equal.tolerates(&taint));
+        let wrong_effect = ClusterToleration {
+            effect: Some(TaintEffect::NoExecute),
+            ..equal.clone()
+        };
+        assert!(!wrong_effect.tolerates(&taint));
+        let all = ClusterToleration {
+            operator: TolerationOperator::Exists,
+            ..Default::default()
+        };
+        assert!(all.tolerates(&taint));
+        assert!(!tolerates_all(&[], std::slice::from_ref(&taint)));
+        let prefer = ClusterTaint {
+            effect: TaintEffect::PreferNoSchedule,
+            ..taint
+        };
+        assert!(tolerates_all(&[], &[prefer]));
+    }
+
+    #[test]
+    fn set_condition_keeps_transition_time_when_status_is_unchanged() {
+        let t0 = Time("2024-01-01T00:00:00Z".parse().unwrap());
+        let t1 = Time("2024-01-01T00:01:00Z".parse().unwrap());
+        let mut cs = vec![];
+        assert!(set_condition(
+            &mut cs,
+            Condition::new("Ready", ConditionStatus::True, "Ok", "", Some(1), &t0)
+        ));
+        assert!(!set_condition(
+            &mut cs,
+            Condition::new("Ready", ConditionStatus::True, "Ok", "", Some(1), &t1)
+        ));
+        assert_eq!(cs[0].last_transition_time, t0);
+        assert!(set_condition(
+            &mut cs,
+            Condition::new("Ready", ConditionStatus::False, "Down", "x", Some(1), &t1)
+        ));
+        assert_eq!(cs[0].last_transition_time, t1);
+        set_condition(
+            &mut cs,
+            Condition::new("Invalid", ConditionStatus::False, "Ok", "", None, &t1),
+        );
+        assert_eq!(cs[0].type_, "Invalid", "sorted by type");
+    }
+
+    #[test]
+    fn affinity() {
+        let a = ClusterAffinity {
+            cluster_names: vec![],
+            zones: vec!["z1".into()],
+        };
+        assert!(a.allows("c", Some("z1")));
+        assert!(!a.allows("c", Some("z2")));
+        assert!(!a.allows("c", None));
+        assert!(ClusterAffinity::default().allows("c", None));
+    }
+}

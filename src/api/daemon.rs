@@ -1,0 +1,119 @@
+//! PinterestDaemon: an infrastructure daemon on every node of the selected clusters.
+
+// kube's `printcolumn(...)` repeats the same keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::*;
+
+/// An infrastructure daemon. Expanded into a DaemonSet in every selected member cluster.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "compute.pinterest.com",
+    version = "v1alpha1",
+    kind = "PinterestDaemon",
+    namespaced,
+    status = "PinterestDaemonStatus",
+    shortname = "pds",
+    category = "pinterest",
+    derive = "PartialEq",
+    doc = "An infrastructure daemon, duplicated to every selected member cluster as a DaemonSet.",
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desired"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
+    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PinterestDaemonSpec {
+    /// Owning team and contact.
+    pub owner: Owner,
+    /// Pins a RuntimeProfile version; absent means the profile marked default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// Where the daemon runs. Default strategy: Duplicated (every selected cluster).
+    #[serde(default)]
+    pub placement: Placement,
+    /// Pod template (the user's containers only).
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+    /// How pods are replaced on a template change. Default: RollingUpdate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<DaemonUpdateStrategy>,
+}
+
+/// DaemonSet update strategy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonUpdateStrategy {
+    /// RollingUpdate (default) or OnDelete.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<DaemonUpdateType>,
+    /// Rolling-update parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<DaemonRollingUpdate>,
+}
+
+/// Kind of DaemonSet update.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DaemonUpdateType {
+    RollingUpdate,
+    OnDelete,
+}
+
+/// Rolling-update parameters of a DaemonSet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonRollingUpdate {
+    /// Nodes whose daemon pod may be unavailable during the update (number or percent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_string_schema")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Nodes that may run an extra (new) pod during the update (number or percent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_string_schema")]
+    pub max_surge: Option<IntOrString>,
+}
+
+/// Status of a PinterestDaemon.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinterestDaemonStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Nodes that should run the daemon.
+    #[serde(default)]
+    pub desired: i32,
+    /// Nodes where the daemon is ready.
+    #[serde(default)]
+    pub ready: i32,
+    /// Nodes where the daemon is available.
+    #[serde(default)]
+    pub available: i32,
+    /// Nodes running the current template.
+    #[serde(default)]
+    pub updated: i32,
+    /// The RuntimeProfile version injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// Hub only: the placement decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementDecision>,
+    /// Hub only: per-cluster status, with the time each was observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
+    pub clusters: Vec<MemberWorkloadStatus>,
+}

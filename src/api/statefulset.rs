@@ -1,0 +1,99 @@
+//! PinterestStatefulSet: a stateful service with stable identities and volumes.
+
+// kube's `printcolumn(...)` repeats the same keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::*;
+use super::service::{Disruption, one};
+
+/// A stateful service. Expanded into a StatefulSet with its headless Service, PVC
+/// templates and a PodDisruptionBudget in the single cluster that runs it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "compute.pinterest.com",
+    version = "v1alpha1",
+    kind = "PinterestStatefulSet",
+    namespaced,
+    status = "PinterestStatefulSetStatus",
+    shortname = "psts",
+    category = "pinterest",
+    derive = "PartialEq",
+    doc = "A stateful service in a single member cluster (no automatic failover unless asked), expanded into a StatefulSet, headless Service and PodDisruptionBudget.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas"
+    ),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PinterestStatefulSetSpec {
+    /// Owning team and contact.
+    pub owner: Owner,
+    /// Pins a RuntimeProfile version; absent means the profile marked default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// Where the stateful set runs. Default strategy: Single; failover off unless enabled.
+    #[serde(default)]
+    pub placement: Placement,
+    /// Pods (ordinals 0..replicas-1).
+    #[serde(default = "one")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Pod template (the user's containers only).
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+    /// PersistentVolumeClaim templates; each pod gets its own claims.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "preserved_object_list_schema")]
+    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+    /// Voluntary-disruption budget. Default: maxUnavailable 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+}
+
+/// Status of a PinterestStatefulSet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinterestStatefulSetStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Pods that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Pods that are available.
+    #[serde(default)]
+    pub available_replicas: i32,
+    /// Pods running the current template.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// The RuntimeProfile version injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// Hub only: the placement decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementDecision>,
+    /// Hub only: per-cluster status, with the time each was observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
+    pub clusters: Vec<MemberWorkloadStatus>,
+}

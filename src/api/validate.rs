@@ -1,0 +1,1034 @@
+//! Semantic validation of whole resources: what the schema cannot say. Pure; every error
+//! names the field it is about (`spec.replicaSpecs.Worker.replicas`).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::common::{
+    ClusterToleration, LabelSelector, Owner, Placement, SelectorOperator, TolerationOperator,
+};
+use super::cronjob::PinterestCronJob;
+use super::daemon::{DaemonUpdateType, PinterestDaemon};
+use super::federation::{FederatedQuota, MemberCluster, ResourceAmounts};
+use super::jobset::PinterestJobSet;
+use super::quantity::Milli;
+use super::ranges::RangeSet;
+use super::runtime_profile::RuntimeProfile;
+use super::service::PinterestService;
+use super::statefulset::PinterestStatefulSet;
+use super::training::{Framework, PinterestTrainingJob};
+use super::validation::{is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name};
+use super::workload::{WorkloadKind, WorkloadRef};
+
+/// One problem with one field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path of the field, e.g. `spec.template.spec.containers[0].image`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found in a resource (never empty).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct Invalid {
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Invalid {
+    pub fn one(field: impl Into<String>, message: impl Into<String>) -> Invalid {
+        Invalid {
+            errors: vec![FieldError {
+                field: field.into(),
+                message: message.into(),
+            }],
+        }
+    }
+
+    /// The first error's field, e.g. for an Event or condition message.
+    pub fn first_field(&self) -> &str {
+        self.errors.first().map(|e| e.field.as_str()).unwrap_or("")
+    }
+}
+
+/// Collects field errors.
+#[derive(Default)]
+pub(crate) struct Errors(Vec<FieldError>);
+
+impl Errors {
+    pub(crate) fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(crate) fn check(&mut self, ok: bool, field: impl Into<String>, message: impl Into<String>) {
+        if !ok {
+            self.add(field, message);
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<(), Invalid> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Invalid { errors: self.0 })
+        }
+    }
+}
+
+/// Validates a workload of any kind.
+pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
+    match w {
+        WorkloadRef::Service(s) => service(s),
+        WorkloadRef::JobSet(j) => jobset(j),
+        WorkloadRef::CronJob(c) => cronjob(c),
+        WorkloadRef::Daemon(d) => daemon(d),
+        WorkloadRef::TrainingJob(t) => training_job(t),
+        WorkloadRef::StatefulSet(s) => statefulset(s),
+    }
+}
+
+fn common(e: &mut Errors, w: WorkloadRef<'_>) {
+    metadata(e, w.metadata(), true);
+    owner(e, w.owner());
+    if let Some(v) = w.runtime_version() {
+        e.check(
+            !v.trim().is_empty(),
+            "spec.runtimeVersion",
+            "must not be empty when set",
+        );
+    }
+    placement(e, w.placement(), w.kind());
+}
+
+fn metadata(e: &mut Errors, m: &ObjectMeta, namespaced: bool) {
+    match m.name.as_deref() {
+        None | Some("") => e.add("metadata.name", "is required"),
+        Some(n) => e.check(
+            is_dns_subdomain(n),
+            "metadata.name",
+            format!("{n:?} is not a valid name (lower-case alphanumerics, '-' and '.', at most 253 characters)"),
+        ),
+    }
+    if let Some(ns) = m.namespace.as_deref() {
+        e.check(
+            namespaced && is_dns_label(ns),
+            "metadata.namespace",
+            if namespaced {
+                format!("{ns:?} is not a valid namespace name")
+            } else {
+                "must not be set on a cluster-scoped resource".to_string()
+            },
+        );
+    }
+}
+
+fn owner(e: &mut Errors, o: &Owner) {
+    e.check(
+        o.team.chars().any(|c| c.is_ascii_alphanumeric()),
+        "spec.owner.team",
+        "must contain at least one letter or digit (it becomes a label value)",
+    );
+    e.check(
+        !o.contact.trim().is_empty(),
+        "spec.owner.contact",
+        "is required",
+    );
+}
+
+fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
+    if let Some(s) = p.strategy {
+        e.check(
+            kind.allowed_strategies().contains(&s),
+            "spec.placement.strategy",
+            format!(
+                "{s:?} is not supported for {kind}; use {}",
+                kind.allowed_strategies()
+                    .iter()
+                    .map(|s| format!("{s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        );
+    }
+    if let Some(sel) = &p.cluster_selector {
+        selector(e, sel, "spec.placement.clusterSelector");
+    }
+    if let Some(a) = &p.cluster_affinity {
+        for (i, c) in a.cluster_names.iter().enumerate() {
+            e.check(
+                is_dns_label(c),
+                format!("spec.placement.clusterAffinity.clusterNames[{i}]"),
+                format!("{c:?} is not a valid cluster name"),
+            );
+        }
+        for (i, z) in a.zones.iter().enumerate() {
+            e.check(
+                is_label_value(z) && !z.is_empty(),
+                format!("spec.placement.clusterAffinity.zones[{i}]"),
+                format!("{z:?} is not a valid zone"),
+            );
+        }
+    }
+    for (i, t) in p.tolerations.iter().enumerate() {
+        toleration(e, t, &format!("spec.placement.tolerations[{i}]"));
+    }
+    for (c, w) in &p.weights {
+        let f = format!("spec.placement.weights.{c}");
+        e.check(
+            is_dns_label(c),
+            &f,
+            format!("{c:?} is not a valid cluster name"),
+        );
+        e.check(*w >= 0, &f, "must be at least 0");
+    }
+    if let (Some(min), Some(max)) = (p.min_per_cluster, p.max_per_cluster) {
+        e.check(
+            min <= max,
+            "spec.placement.minPerCluster",
+            format!("{min} is greater than maxPerCluster {max}"),
+        );
+    }
+    for (f, v) in [
+        ("spec.placement.minPerCluster", p.min_per_cluster),
+        ("spec.placement.maxPerCluster", p.max_per_cluster),
+    ] {
+        if let Some(v) = v {
+            e.check(v >= 0, f, "must be at least 0");
+        }
+    }
+    for (c, l) in &p.cluster_limits {
+        let f = format!("spec.placement.clusterLimits.{c}");
+        e.check(
+            is_dns_label(c),
+            &f,
+            format!("{c:?} is not a valid cluster name"),
+        );
+        if let Some(min) = l.min {
+            e.check(min >= 0, format!("{f}.min"), "must be at least 0");
+        }
+        if let Some(max) = l.max {
+            e.check(max >= 0, format!("{f}.max"), "must be at least 0");
+        }
+        if let (Some(min), Some(max)) = (l.min, l.max) {
+            e.check(
+                min <= max,
+                format!("{f}.min"),
+                format!("{min} is greater than max {max}"),
+            );
+        }
+    }
+    if let Some(s) = &p.spread {
+        for (f, v) in [
+            ("spec.placement.spread.minClusters", s.min_clusters),
+            ("spec.placement.spread.minZones", s.min_zones),
+        ] {
+            if let Some(v) = v {
+                e.check(v >= 1, f, "must be at least 1");
+            }
+        }
+    }
+    if let Some(f) = &p.failover
+        && let Some(g) = f.grace_period_seconds
+    {
+        e.check(
+            g >= 0,
+            "spec.placement.failover.gracePeriodSeconds",
+            "must be at least 0",
+        );
+    }
+}
+
+pub(crate) fn selector(e: &mut Errors, s: &LabelSelector, path: &str) {
+    for (k, v) in &s.match_labels {
+        e.check(
+            is_qualified_name(k),
+            format!("{path}.matchLabels"),
+            format!("{k:?} is not a valid label key"),
+        );
+        e.check(
+            is_label_value(v),
+            format!("{path}.matchLabels.{k}"),
+            format!("{v:?} is not a valid label value"),
+        );
+    }
+    for (i, r) in s.match_expressions.iter().enumerate() {
+        let f = format!("{path}.matchExpressions[{i}]");
+        e.check(
+            is_qualified_name(&r.key),
+            format!("{f}.key"),
+            format!("{:?} is not a valid label key", r.key),
+        );
+        match r.operator {
+            SelectorOperator::In | SelectorOperator::NotIn => e.check(
+                !r.values.is_empty(),
+                format!("{f}.values"),
+                "must not be empty for In and NotIn",
+            ),
+            SelectorOperator::Exists | SelectorOperator::DoesNotExist => e.check(
+                r.values.is_empty(),
+                format!("{f}.values"),
+                "must be empty for Exists and DoesNotExist",
+            ),
+        }
+    }
+}
+
+fn toleration(e: &mut Errors, t: &ClusterToleration, f: &str) {
+    if !t.key.is_empty() {
+        e.check(
+            is_qualified_name(&t.key),
+            format!("{f}.key"),
+            format!("{:?} is not a valid taint key", t.key),
+        );
+    }
+    match t.operator {
+        TolerationOperator::Exists => e.check(
+            t.value.is_empty(),
+            format!("{f}.value"),
+            "must be empty with operator Exists",
+        ),
+        TolerationOperator::Equal => e.check(
+            !t.key.is_empty(),
+            format!("{f}.key"),
+            "is required with operator Equal",
+        ),
+    }
+}
+
+/// Checks a pod template: containers present, names valid and unique, images set, ports
+/// in range. `restart_policies` lists the pod restartPolicy values the kind accepts.
+pub(crate) fn pod_template(
+    e: &mut Errors,
+    t: &PodTemplateSpec,
+    path: &str,
+    restart_policies: &[&str],
+) {
+    let Some(spec) = &t.spec else {
+        e.add(
+            format!("{path}.spec"),
+            "is required (with at least one container)",
+        );
+        return;
+    };
+    e.check(
+        !spec.containers.is_empty(),
+        format!("{path}.spec.containers"),
+        "must have at least one container",
+    );
+    let mut names = BTreeSet::new();
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    for (list, containers) in [
+        ("initContainers", init),
+        ("containers", &spec.containers[..]),
+    ] {
+        for (i, c) in containers.iter().enumerate() {
+            container(e, c, &format!("{path}.spec.{list}[{i}]"), &mut names);
+        }
+    }
+    if let Some(p) = spec.restart_policy.as_deref() {
+        e.check(
+            restart_policies.contains(&p),
+            format!("{path}.spec.restartPolicy"),
+            format!(
+                "{p:?} is not allowed here; use {}",
+                restart_policies.join(" or ")
+            ),
+        );
+    }
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let f = format!("{path}.spec.volumes[{i}].name");
+        e.check(
+            is_dns_label(&v.name),
+            &f,
+            format!("{:?} is not a valid volume name", v.name),
+        );
+        e.check(
+            volumes.insert(v.name.clone()),
+            &f,
+            format!("duplicate volume {:?}", v.name),
+        );
+    }
+}
+
+fn container(e: &mut Errors, c: &Container, f: &str, names: &mut BTreeSet<String>) {
+    e.check(
+        is_dns_label(&c.name),
+        format!("{f}.name"),
+        format!("{:?} is not a valid container name (a DNS label)", c.name),
+    );
+    e.check(
+        names.insert(c.name.clone()),
+        format!("{f}.name"),
+        format!("duplicate container name {:?}", c.name),
+    );
+    e.check(
+        c.image.as_deref().is_some_and(|i| !i.trim().is_empty()),
+        format!("{f}.image"),
+        "is required",
+    );
+    for (i, p) in c.ports.iter().flatten().enumerate() {
+        e.check(
+            (1..=65535).contains(&p.container_port),
+            format!("{f}.ports[{i}].containerPort"),
+            format!("{} is not a port number (1-65535)", p.container_port),
+        );
+    }
+    for (i, v) in c.env.iter().flatten().enumerate() {
+        e.check(
+            !v.name.is_empty(),
+            format!("{f}.env[{i}].name"),
+            "is required",
+        );
+    }
+}
+
+fn claim_templates(e: &mut Errors, claims: &[PersistentVolumeClaim], path: &str) {
+    let mut seen = BTreeSet::new();
+    for (i, c) in claims.iter().enumerate() {
+        let f = format!("{path}[{i}].metadata.name");
+        match c.metadata.name.as_deref() {
+            Some(n) if is_dns_label(n) => e.check(
+                seen.insert(n.to_string()),
+                &f,
+                format!("duplicate claim template {n:?}"),
+            ),
+            Some(n) => e.add(&f, format!("{n:?} is not a valid name (a DNS label)")),
+            None => e.add(&f, "is required"),
+        }
+    }
+}
+
+fn int_or_percent(e: &mut Errors, v: &IntOrString, f: &str) {
+    match v {
+        IntOrString::Int(i) => e.check(*i >= 0, f, "must be at least 0"),
+        IntOrString::String(s) => {
+            let ok = s
+                .strip_suffix('%')
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n <= 100);
+            e.check(
+                ok,
+                f,
+                format!("{s:?} is neither a number nor a percentage like \"25%\""),
+            );
+        }
+    }
+}
+
+fn config_key_ok(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && k != "."
+        && k != ".."
+}
+
+/// Ports a PinterestService exposes: `spec.service.ports`, or else the containers' ports.
+pub fn service_has_ports(s: &PinterestService) -> bool {
+    s.spec.service.as_ref().is_some_and(|x| !x.ports.is_empty())
+        || s.spec
+            .template
+            .spec
+            .iter()
+            .flat_map(|p| &p.containers)
+            .any(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
+}
+
+pub fn service(s: &PinterestService) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, (s).into());
+    let spec = &s.spec;
+    e.check(spec.replicas >= 0, "spec.replicas", "must be at least 0");
+    pod_template(&mut e, &spec.template, "spec.template", &["Always"]);
+    if let Some(svc) = &spec.service {
+        let mut names = BTreeSet::new();
+        for (i, p) in svc.ports.iter().enumerate() {
+            let f = format!("spec.service.ports[{i}]");
+            e.check(
+                (1..=65535).contains(&p.port),
+                format!("{f}.port"),
+                format!("{} is not a port number (1-65535)", p.port),
+            );
+            match &p.name {
+                Some(n) => {
+                    e.check(
+                        is_dns_label(n),
+                        format!("{f}.name"),
+                        format!("{n:?} is not a valid port name"),
+                    );
+                    e.check(
+                        names.insert(n.clone()),
+                        format!("{f}.name"),
+                        format!("duplicate port name {n:?}"),
+                    );
+                }
+                None => e.check(
+                    svc.ports.len() == 1,
+                    format!("{f}.name"),
+                    "is required when there is more than one port",
+                ),
+            }
+            if let Some(proto) = p.protocol.as_deref() {
+                e.check(
+                    matches!(proto, "TCP" | "UDP" | "SCTP"),
+                    format!("{f}.protocol"),
+                    format!("{proto:?} is not TCP, UDP or SCTP"),
+                );
+            }
+            match &p.target_port {
+                Some(IntOrString::Int(t)) => e.check(
+                    (1..=65535).contains(t),
+                    format!("{f}.targetPort"),
+                    format!("{t} is not a port number (1-65535)"),
+                ),
+                Some(IntOrString::String(t)) => e.check(
+                    is_dns_label(t) && t.len() <= 15,
+                    format!("{f}.targetPort"),
+                    format!("{t:?} is not a container port name"),
+                ),
+                None => {}
+            }
+        }
+    }
+    if let Some(ing) = &spec.ingress {
+        if let Some(h) = ing.host.as_deref() {
+            let bare = h.strip_prefix("*.").unwrap_or(h);
+            e.check(
+                is_dns_subdomain(bare),
+                "spec.ingress.host",
+                format!("{h:?} is not a valid host name"),
+            );
+        }
+        if let Some(p) = ing.path.as_deref() {
+            e.check(
+                p.starts_with('/'),
+                "spec.ingress.path",
+                format!("{p:?} must start with '/'"),
+            );
+        }
+        e.check(
+            service_has_ports(s),
+            "spec.ingress",
+            "needs a port: set spec.service.ports or declare a containerPort",
+        );
+    }
+    for k in spec.config.keys() {
+        e.check(
+            config_key_ok(k),
+            format!("spec.config.{k}"),
+            "is not a valid file name (alphanumerics, '-', '_' and '.')",
+        );
+    }
+    if let Some(v) = spec
+        .disruption
+        .as_ref()
+        .and_then(|d| d.max_unavailable.as_ref())
+    {
+        int_or_percent(&mut e, v, "spec.disruption.maxUnavailable");
+    }
+    e.finish()
+}
+
+/// Parses `spec.assignedShards` (absent = all) and `status.completedShards` of a JobSet.
+pub fn jobset_shards(j: &PinterestJobSet) -> Result<(RangeSet, RangeSet), Invalid> {
+    let mut e = Errors::default();
+    let n = u32::try_from(j.spec.shards).unwrap_or(0);
+    let assigned = match j.spec.assigned_shards.as_deref() {
+        None => RangeSet::full(n),
+        Some(s) => RangeSet::parse_within(s, n).unwrap_or_else(|err| {
+            e.add("spec.assignedShards", err.to_string());
+            RangeSet::new()
+        }),
+    };
+    let completed = match j
+        .status
+        .as_ref()
+        .and_then(|s| s.completed_shards.as_deref())
+    {
+        None => RangeSet::new(),
+        Some(s) => RangeSet::parse_within(s, n).unwrap_or_else(|err| {
+            e.add("status.completedShards", err.to_string());
+            RangeSet::new()
+        }),
+    };
+    e.finish().map(|()| (assigned, completed))
+}
+
+pub fn jobset(j: &PinterestJobSet) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, j.into());
+    let spec = &j.spec;
+    e.check(spec.shards >= 1, "spec.shards", "must be at least 1");
+    if let Some(p) = spec.parallelism {
+        e.check(p >= 1, "spec.parallelism", "must be at least 1");
+    }
+    if let Some(b) = spec.backoff_limit_per_shard {
+        e.check(b >= 0, "spec.backoffLimitPerShard", "must be at least 0");
+    }
+    if let Some(t) = spec.ttl_seconds_after_finished {
+        e.check(t >= 0, "spec.ttlSecondsAfterFinished", "must be at least 0");
+    }
+    if spec.shards >= 1
+        && let Err(inv) = jobset_shards(j)
+    {
+        e.0.extend(inv.errors);
+    }
+    pod_template(
+        &mut e,
+        &spec.template,
+        "spec.template",
+        &["Never", "OnFailure"],
+    );
+    let mut names = BTreeSet::new();
+    for (i, t) in spec.config_templates.iter().enumerate() {
+        let f = format!("spec.configTemplates[{i}]");
+        e.check(
+            is_dns_label(&t.name),
+            format!("{f}.name"),
+            format!("{:?} is not a valid name (a DNS label)", t.name),
+        );
+        e.check(
+            names.insert(t.name.clone()),
+            format!("{f}.name"),
+            format!("duplicate config template {:?}", t.name),
+        );
+        for k in t.data.keys() {
+            e.check(
+                config_key_ok(k),
+                format!("{f}.data.{k}"),
+                "is not a valid ConfigMap key",
+            );
+        }
+    }
+    claim_templates(
+        &mut e,
+        &spec.volume_claim_templates,
+        "spec.volumeClaimTemplates",
+    );
+    e.finish()
+}
+
+pub fn cronjob(c: &PinterestCronJob) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, c.into());
+    let spec = &c.spec;
+    if let Err(why) = check_schedule(&spec.schedule) {
+        e.add("spec.schedule", why);
+    }
+    if let Some(tz) = spec.time_zone.as_deref() {
+        let ok = !tz.is_empty()
+            && tz.split('/').all(|p| {
+                !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'+'))
+            });
+        e.check(
+            ok,
+            "spec.timeZone",
+            format!("{tz:?} is not an IANA time zone name"),
+        );
+    }
+    for (f, v) in [
+        (
+            "spec.startingDeadlineSeconds",
+            spec.starting_deadline_seconds,
+        ),
+        (
+            "spec.successfulJobsHistoryLimit",
+            spec.successful_jobs_history_limit.map(i64::from),
+        ),
+        (
+            "spec.failedJobsHistoryLimit",
+            spec.failed_jobs_history_limit.map(i64::from),
+        ),
+        ("spec.backoffLimit", spec.backoff_limit.map(i64::from)),
+    ] {
+        if let Some(v) = v {
+            e.check(v >= 0, f, "must be at least 0");
+        }
+    }
+    pod_template(
+        &mut e,
+        &spec.template,
+        "spec.template",
+        &["Never", "OnFailure"],
+    );
+    e.finish()
+}
+
+/// Checks a cron schedule: five fields or a descriptor (`@hourly`, `@every 5m`).
+fn check_schedule(s: &str) -> Result<(), String> {
+    if s.starts_with("TZ=") || s.starts_with("CRON_TZ=") {
+        return Err("time zones in the schedule are not supported; use spec.timeZone".into());
+    }
+    if let Some(d) = s.strip_prefix('@') {
+        return match d {
+            "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => {
+                Ok(())
+            }
+            d if d.starts_with("every ") => Ok(()),
+            _ => Err(format!(
+                "{s:?} is not a known descriptor (@hourly, @daily, ...)"
+            )),
+        };
+    }
+    let fields: Vec<&str> = s.split_whitespace().collect();
+    if fields.len() != 5 {
+        return Err(format!(
+            "{s:?} has {} fields; a schedule has 5 (minute hour day-of-month month day-of-week)",
+            fields.len()
+        ));
+    }
+    for f in fields {
+        if !f
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'*' | b',' | b'-' | b'/' | b'?'))
+        {
+            return Err(format!(
+                "field {f:?} has characters a cron field cannot have"
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn daemon(d: &PinterestDaemon) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, d.into());
+    pod_template(&mut e, &d.spec.template, "spec.template", &["Always"]);
+    if let Some(u) = &d.spec.update_strategy
+        && let Some(r) = &u.rolling_update
+    {
+        e.check(
+            u.type_ != Some(DaemonUpdateType::OnDelete),
+            "spec.updateStrategy.rollingUpdate",
+            "may only be set with type RollingUpdate",
+        );
+        if let Some(v) = &r.max_unavailable {
+            int_or_percent(
+                &mut e,
+                v,
+                "spec.updateStrategy.rollingUpdate.maxUnavailable",
+            );
+        }
+        if let Some(v) = &r.max_surge {
+            int_or_percent(&mut e, v, "spec.updateStrategy.rollingUpdate.maxSurge");
+        }
+    }
+    e.finish()
+}
+
+pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, t.into());
+    let spec = &t.spec;
+    let roles = spec.framework.roles();
+    e.check(
+        !spec.replica_specs.is_empty(),
+        "spec.replicaSpecs",
+        "must name at least one role",
+    );
+    for (role, r) in &spec.replica_specs {
+        let f = format!("spec.replicaSpecs.{role}");
+        if !roles.contains(&role.as_str()) {
+            e.add(
+                &f,
+                format!(
+                    "unknown role for {}; expected {}",
+                    spec.framework.as_str(),
+                    roles.join(", ")
+                ),
+            );
+            continue;
+        }
+        e.check(
+            r.replicas >= 0,
+            format!("{f}.replicas"),
+            "must be at least 0",
+        );
+        pod_template(
+            &mut e,
+            &r.template,
+            &format!("{f}.template"),
+            &["Never", "OnFailure"],
+        );
+    }
+    let replicas = |role: &str| spec.replica_specs.get(role).map(|r| r.replicas);
+    match spec.framework {
+        Framework::PyTorch => match replicas("Master") {
+            Some(1) => {}
+            Some(n) => e.add(
+                "spec.replicaSpecs.Master.replicas",
+                format!("must be 1 (there is one master, rank 0), not {n}"),
+            ),
+            None => e.add(
+                "spec.replicaSpecs.Master",
+                "is required for pytorch (rank 0)",
+            ),
+        },
+        Framework::TensorFlow => {
+            for role in ["Chief", "Evaluator"] {
+                if let Some(n) = replicas(role) {
+                    e.check(
+                        n <= 1,
+                        format!("spec.replicaSpecs.{role}.replicas"),
+                        format!("must be 0 or 1, not {n}"),
+                    );
+                }
+            }
+        }
+    }
+    let total: i64 = spec
+        .replica_specs
+        .values()
+        .map(|r| i64::from(r.replicas.max(0)))
+        .sum();
+    e.check(
+        total >= 1,
+        "spec.replicaSpecs",
+        "must have at least one replica in total",
+    );
+    for (f, v) in [
+        ("spec.backoffLimit", spec.backoff_limit),
+        (
+            "spec.ttlSecondsAfterFinished",
+            spec.ttl_seconds_after_finished,
+        ),
+    ] {
+        if let Some(v) = v {
+            e.check(v >= 0, f, "must be at least 0");
+        }
+    }
+    e.finish()
+}
+
+pub fn statefulset(s: &PinterestStatefulSet) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    common(&mut e, s.into());
+    e.check(s.spec.replicas >= 0, "spec.replicas", "must be at least 0");
+    pod_template(&mut e, &s.spec.template, "spec.template", &["Always"]);
+    claim_templates(
+        &mut e,
+        &s.spec.volume_claim_templates,
+        "spec.volumeClaimTemplates",
+    );
+    if let Some(v) = s
+        .spec
+        .disruption
+        .as_ref()
+        .and_then(|d| d.max_unavailable.as_ref())
+    {
+        int_or_percent(&mut e, v, "spec.disruption.maxUnavailable");
+    }
+    e.finish()
+}
+
+pub fn runtime_profile(p: &RuntimeProfile) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    metadata(&mut e, &p.metadata, false);
+    let spec = &p.spec;
+    e.check(
+        !spec.version.trim().is_empty(),
+        "spec.version",
+        "is required",
+    );
+    let mut names = BTreeSet::new();
+    for (i, c) in spec.init_containers.iter().enumerate() {
+        container(&mut e, c, &format!("spec.initContainers[{i}]"), &mut names);
+    }
+    for (i, s) in spec.sidecars.iter().enumerate() {
+        container(
+            &mut e,
+            &s.container,
+            &format!("spec.sidecars[{i}].container"),
+            &mut names,
+        );
+    }
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let f = format!("spec.volumes[{i}].name");
+        e.check(
+            is_dns_label(&v.name),
+            &f,
+            format!("{:?} is not a valid volume name", v.name),
+        );
+        e.check(
+            volumes.insert(v.name.clone()),
+            &f,
+            format!("duplicate volume {:?}", v.name),
+        );
+    }
+    for (i, m) in spec.volume_mounts.iter().enumerate() {
+        e.check(
+            volumes.contains(&m.name),
+            format!("spec.volumeMounts[{i}].name"),
+            format!("{:?} is not one of spec.volumes", m.name),
+        );
+        e.check(
+            m.mount_path.starts_with('/'),
+            format!("spec.volumeMounts[{i}].mountPath"),
+            "must be an absolute path",
+        );
+    }
+    for (i, v) in spec.env.iter().enumerate() {
+        e.check(
+            !v.name.is_empty(),
+            format!("spec.env[{i}].name"),
+            "is required",
+        );
+    }
+    if let Some(d) = &spec.default_resources {
+        for (kind, map) in [("requests", &d.requests), ("limits", &d.limits)] {
+            for (k, q) in map {
+                if let Err(err) = Milli::parse(&q.0) {
+                    e.add(format!("spec.defaultResources.{kind}.{k}"), err.to_string());
+                }
+            }
+        }
+    }
+    e.finish()
+}
+
+fn amounts(e: &mut Errors, a: &ResourceAmounts, path: &str) {
+    for (k, q) in [
+        ("cpu", &a.cpu),
+        ("memory", &a.memory),
+        ("pods", &a.pods),
+        ("gpus", &a.gpus),
+    ] {
+        if let Some(q) = q {
+            match Milli::parse(&q.0) {
+                Ok(m) => e.check(m.0 >= 0, format!("{path}.{k}"), "must not be negative"),
+                Err(err) => e.add(format!("{path}.{k}"), err.to_string()),
+            }
+        }
+    }
+}
+
+pub fn member_cluster(m: &MemberCluster) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    metadata(&mut e, &m.metadata, false);
+    if let Some(n) = m.metadata.name.as_deref() {
+        e.check(
+            is_dns_label(n),
+            "metadata.name",
+            format!("{n:?} is not a valid cluster name (a DNS label)"),
+        );
+    }
+    let spec = &m.spec;
+    if spec.mode.unwrap_or_default() == super::federation::ClusterMode::Push {
+        e.check(
+            spec.secret_ref.is_some(),
+            "spec.secretRef",
+            "is required in Push mode",
+        );
+    }
+    for (k, v) in &spec.labels {
+        e.check(
+            is_qualified_name(k),
+            "spec.labels",
+            format!("{k:?} is not a valid label key"),
+        );
+        e.check(
+            is_label_value(v),
+            format!("spec.labels.{k}"),
+            format!("{v:?} is not a valid label value"),
+        );
+    }
+    for (i, t) in spec.taints.iter().enumerate() {
+        e.check(
+            is_qualified_name(&t.key),
+            format!("spec.taints[{i}].key"),
+            format!("{:?} is not a valid taint key", t.key),
+        );
+        e.check(
+            is_label_value(&t.value),
+            format!("spec.taints[{i}].value"),
+            format!("{:?} is not a valid taint value", t.value),
+        );
+    }
+    if let Some(w) = spec.weight {
+        e.check(w >= 0, "spec.weight", "must be at least 0");
+    }
+    e.finish()
+}
+
+pub fn federated_quota(q: &FederatedQuota) -> Result<(), Invalid> {
+    let mut e = Errors::default();
+    metadata(&mut e, &q.metadata, true);
+    amounts(&mut e, &q.spec.hard, "spec.hard");
+    for (c, a) in &q.spec.per_cluster {
+        e.check(
+            is_dns_label(c),
+            "spec.perCluster",
+            format!("{c:?} is not a valid cluster name"),
+        );
+        amounts(&mut e, a, &format!("spec.perCluster.{c}"));
+    }
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules() {
+        for ok in [
+            "*/5 * * * *",
+            "0 3 * * MON-FRI",
+            "@hourly",
+            "@every 5m",
+            "0 0 1 1 ?",
+        ] {
+            assert!(check_schedule(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "* * * *",
+            "TZ=UTC 0 * * * *",
+            "@sometimes",
+            "0 0 * * * *",
+            "0 0 * * ;",
+        ] {
+            assert!(check_schedule(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn percentages() {
+        let mut e = Errors::default();
+        int_or_percent(&mut e, &IntOrString::String("25%".into()), "a");
+        int_or_percent(&mut e, &IntOrString::Int(2), "b");
+        assert!(e.0.is_empty());
+        int_or_percent(&mut e, &IntOrString::String("x".into()), "c");
+        int_or_percent(&mut e, &IntOrString::String("120%".into()), "d");
+        int_or_percent(&mut e, &IntOrString::Int(-1), "e");
+        assert_eq!(e.0.len(), 3);
+    }
+}

@@ -1,0 +1,304 @@
+//! The six Pinterest workload kinds seen uniformly: what they share (owner, placement,
+//! runtime version), their kind-level defaults, and every CRD of the product.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{CustomResourceExt, Resource};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Owner, Placement, PlacementStrategy};
+use super::cronjob::PinterestCronJob;
+use super::daemon::PinterestDaemon;
+use super::federation::{FederatedQuota, MemberCluster};
+use super::jobset::PinterestJobSet;
+use super::runtime_profile::RuntimeProfile;
+use super::service::PinterestService;
+use super::statefulset::PinterestStatefulSet;
+use super::training::PinterestTrainingJob;
+
+/// API group of the workload kinds and RuntimeProfile.
+pub const COMPUTE_GROUP: &str = "compute.pinterest.com";
+/// API group of MemberCluster and FederatedQuota.
+pub const FEDERATION_GROUP: &str = "federation.pinterest.com";
+/// The one version of both groups.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of the workload kinds.
+pub const COMPUTE_API_VERSION: &str = "compute.pinterest.com/v1alpha1";
+/// `apiVersion` of the federation kinds.
+pub const FEDERATION_API_VERSION: &str = "federation.pinterest.com/v1alpha1";
+
+/// One of the six workload kinds. Serialized as the Kubernetes kind name.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum WorkloadKind {
+    #[serde(rename = "PinterestService")]
+    Service,
+    #[serde(rename = "PinterestJobSet")]
+    JobSet,
+    #[serde(rename = "PinterestCronJob")]
+    CronJob,
+    #[serde(rename = "PinterestDaemon")]
+    Daemon,
+    #[serde(rename = "PinterestTrainingJob")]
+    TrainingJob,
+    #[serde(rename = "PinterestStatefulSet")]
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 6] = [
+        WorkloadKind::Service,
+        WorkloadKind::JobSet,
+        WorkloadKind::CronJob,
+        WorkloadKind::Daemon,
+        WorkloadKind::TrainingJob,
+        WorkloadKind::StatefulSet,
+    ];
+
+    /// The Kubernetes kind, e.g. `PinterestService`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Service => "PinterestService",
+            WorkloadKind::JobSet => "PinterestJobSet",
+            WorkloadKind::CronJob => "PinterestCronJob",
+            WorkloadKind::Daemon => "PinterestDaemon",
+            WorkloadKind::TrainingJob => "PinterestTrainingJob",
+            WorkloadKind::StatefulSet => "PinterestStatefulSet",
+        }
+    }
+
+    pub fn from_kind(kind: &str) -> Option<WorkloadKind> {
+        WorkloadKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
+    /// Placement strategy when `spec.placement.strategy` is absent.
+    pub fn default_strategy(self) -> PlacementStrategy {
+        match self {
+            WorkloadKind::Service | WorkloadKind::JobSet => PlacementStrategy::Divided,
+            WorkloadKind::Daemon => PlacementStrategy::Duplicated,
+            WorkloadKind::CronJob | WorkloadKind::TrainingJob | WorkloadKind::StatefulSet => {
+                PlacementStrategy::Single
+            }
+        }
+    }
+
+    /// Strategies this kind accepts.
+    pub fn allowed_strategies(self) -> &'static [PlacementStrategy] {
+        use PlacementStrategy::*;
+        match self {
+            WorkloadKind::Service => &[Divided, Duplicated, Single],
+            WorkloadKind::JobSet => &[Divided, Single],
+            WorkloadKind::Daemon => &[Duplicated, Single],
+            // A cron job duplicated would run N times per schedule; a training job is a gang;
+            // a stateful set's identities must stay unique.
+            WorkloadKind::CronJob | WorkloadKind::TrainingJob | WorkloadKind::StatefulSet => {
+                &[Single]
+            }
+        }
+    }
+
+    /// Pods of these kinds run to completion (their sidecars become native sidecars).
+    pub fn runs_to_completion(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::JobSet | WorkloadKind::CronJob | WorkloadKind::TrainingJob
+        )
+    }
+
+    /// Whether failover is on when `spec.placement.failover.enabled` is absent.
+    pub fn failover_by_default(self) -> bool {
+        self != WorkloadKind::StatefulSet
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Access to what every workload kind shares.
+pub trait Workload: Resource<DynamicType = ()> {
+    const KIND: WorkloadKind;
+    fn owner(&self) -> &Owner;
+    fn runtime_version(&self) -> Option<&str>;
+    fn placement(&self) -> &Placement;
+}
+
+macro_rules! impl_workload {
+    ($t:ty, $k:expr) => {
+        impl Workload for $t {
+            const KIND: WorkloadKind = $k;
+            fn owner(&self) -> &Owner {
+                &self.spec.owner
+            }
+            fn runtime_version(&self) -> Option<&str> {
+                self.spec.runtime_version.as_deref()
+            }
+            fn placement(&self) -> &Placement {
+                &self.spec.placement
+            }
+        }
+    };
+}
+
+impl_workload!(PinterestService, WorkloadKind::Service);
+impl_workload!(PinterestJobSet, WorkloadKind::JobSet);
+impl_workload!(PinterestCronJob, WorkloadKind::CronJob);
+impl_workload!(PinterestDaemon, WorkloadKind::Daemon);
+impl_workload!(PinterestTrainingJob, WorkloadKind::TrainingJob);
+impl_workload!(PinterestStatefulSet, WorkloadKind::StatefulSet);
+
+/// A borrowed workload of any kind.
+#[derive(Clone, Copy, Debug)]
+pub enum WorkloadRef<'a> {
+    Service(&'a PinterestService),
+    JobSet(&'a PinterestJobSet),
+    CronJob(&'a PinterestCronJob),
+    Daemon(&'a PinterestDaemon),
+    TrainingJob(&'a PinterestTrainingJob),
+    StatefulSet(&'a PinterestStatefulSet),
+}
+
+/// An owned workload of any kind (e.g. parsed from a file).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AnyWorkload {
+    Service(PinterestService),
+    JobSet(PinterestJobSet),
+    CronJob(PinterestCronJob),
+    Daemon(PinterestDaemon),
+    TrainingJob(PinterestTrainingJob),
+    StatefulSet(PinterestStatefulSet),
+}
+
+macro_rules! each {
+    ($self:expr, $w:ident => $body:expr) => {
+        match $self {
+            WorkloadRef::Service($w) => $body,
+            WorkloadRef::JobSet($w) => $body,
+            WorkloadRef::CronJob($w) => $body,
+            WorkloadRef::Daemon($w) => $body,
+            WorkloadRef::TrainingJob($w) => $body,
+            WorkloadRef::StatefulSet($w) => $body,
+        }
+    };
+}
+
+impl<'a> WorkloadRef<'a> {
+    pub fn kind(self) -> WorkloadKind {
+        match self {
+            WorkloadRef::Service(_) => WorkloadKind::Service,
+            WorkloadRef::JobSet(_) => WorkloadKind::JobSet,
+            WorkloadRef::CronJob(_) => WorkloadKind::CronJob,
+            WorkloadRef::Daemon(_) => WorkloadKind::Daemon,
+            WorkloadRef::TrainingJob(_) => WorkloadKind::TrainingJob,
+            WorkloadRef::StatefulSet(_) => WorkloadKind::StatefulSet,
+        }
+    }
+
+    pub fn metadata(self) -> &'a ObjectMeta {
+        each!(self, w => &w.metadata)
+    }
+
+    pub fn owner(self) -> &'a Owner {
+        each!(self, w => &w.spec.owner)
+    }
+
+    pub fn runtime_version(self) -> Option<&'a str> {
+        each!(self, w => w.spec.runtime_version.as_deref())
+    }
+
+    pub fn placement(self) -> &'a Placement {
+        each!(self, w => &w.spec.placement)
+    }
+
+    /// The effective placement strategy (the kind's default when unset).
+    pub fn strategy(self) -> PlacementStrategy {
+        self.placement()
+            .strategy
+            .unwrap_or_else(|| self.kind().default_strategy())
+    }
+
+    pub fn name(self) -> &'a str {
+        self.metadata().name.as_deref().unwrap_or("")
+    }
+
+    pub fn namespace(self) -> Option<&'a str> {
+        self.metadata().namespace.as_deref()
+    }
+}
+
+impl AnyWorkload {
+    pub fn as_ref(&self) -> WorkloadRef<'_> {
+        match self {
+            AnyWorkload::Service(w) => WorkloadRef::Service(w),
+            AnyWorkload::JobSet(w) => WorkloadRef::JobSet(w),
+            AnyWorkload::CronJob(w) => WorkloadRef::CronJob(w),
+            AnyWorkload::Daemon(w) => WorkloadRef::Daemon(w),
+            AnyWorkload::TrainingJob(w) => WorkloadRef::TrainingJob(w),
+            AnyWorkload::StatefulSet(w) => WorkloadRef::StatefulSet(w),
+        }
+    }
+
+    pub fn kind(&self) -> WorkloadKind {
+        self.as_ref().kind()
+    }
+}
+
+macro_rules! impl_from {
+    ($t:ty, $v:ident) => {
+        impl<'a> From<&'a $t> for WorkloadRef<'a> {
+            fn from(w: &'a $t) -> Self {
+                WorkloadRef::$v(w)
+            }
+        }
+        impl From<$t> for AnyWorkload {
+            fn from(w: $t) -> Self {
+                AnyWorkload::$v(w)
+            }
+        }
+    };
+}
+
+impl_from!(PinterestService, Service);
+impl_from!(PinterestJobSet, JobSet);
+impl_from!(PinterestCronJob, CronJob);
+impl_from!(PinterestDaemon, Daemon);
+impl_from!(PinterestTrainingJob, TrainingJob);
+impl_from!(PinterestStatefulSet, StatefulSet);
+
+/// Every CRD of the product, in a stable order (compute group, then federation).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        PinterestService::crd(),
+        PinterestJobSet::crd(),
+        PinterestCronJob::crd(),
+        PinterestDaemon::crd(),
+        PinterestTrainingJob::crd(),
+        PinterestStatefulSet::crd(),
+        RuntimeProfile::crd(),
+        MemberCluster::crd(),
+        FederatedQuota::crd(),
+    ]
+}
+
+/// File name of a CRD in `crds/`: `<plural>.<group>.yaml`.
+pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
+}
+
+/// One CRD as a YAML document (no leading `---`).
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
+    // Serializing a CRD built from our own types cannot fail.
+    serde_yaml::to_string(crd).expect("CRD serializes to YAML")
+}
+
+/// Every CRD as a multi-document YAML stream, the output of `pinfed crds`.
+pub fn crds_yaml() -> String {
+    crds()
+        .iter()
+        .map(|c| format!("---\n{}", crd_yaml(c)))
+        .collect()
+}
