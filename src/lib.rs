@@ -6,4 +6,5 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod placement;
 pub mod topology;

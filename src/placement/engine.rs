@@ -1,0 +1,893 @@
+//! The placement engine: which clusters are eligible, then the strategy.
+//!
+//! - **Divided**: replicas or shard indices split by [`divide::apportion`] (Webster over
+//!   weight × room, per-cluster min/max, spread, minimal movement from `current`).
+//! - **Duplicated**: every eligible cluster gets the whole workload.
+//! - **Single**: one cluster — the current one while it is eligible and holds the whole
+//!   workload, else the best by weight × room, then name. Gangs (training jobs) are always
+//!   Single and all-or-nothing, checked by first-fit-decreasing over the nodes.
+//!
+//! Capacity is per node: a pod must fit on one node whose labels match its node selector
+//! and whose taints it tolerates. Quota (total and per cluster) is never exceeded.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::decision::{Cause, Decision, Exclusion, NodeBinding, Outcome, Placement};
+use super::divide::{Seat, apportion};
+use super::model::{
+    Bounds, ClusterView, Count, Demand, PlacementPolicy, PodShape, QuotaUse, QuotaView, Resources,
+    Strategy, untolerated,
+};
+use super::quota::Admits;
+use super::shards::{IndexSet, assign_shards, parse_ranges};
+use super::text;
+
+/// Everything one placement decision depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanInput<'a> {
+    /// Member clusters with their free room (after [`super::Ledger::apply`]).
+    pub clusters: &'a [ClusterView],
+    pub policy: &'a PlacementPolicy,
+    pub demand: &'a Demand,
+    pub quota: Option<&'a QuotaView>,
+    /// The decision in force, for minimal movement and stickiness.
+    pub current: Option<&'a Decision>,
+}
+
+/// Room is counted up to this many pods per cluster; shares are `u32`.
+const ROOM_LIMIT: u64 = u32::MAX as u64;
+
+/// An eligible cluster.
+struct Candidate<'a> {
+    view: &'a ClusterView,
+    weight: u32,
+    /// Pods of the demand's shape that fit, node by node.
+    room: u64,
+    /// Nodes on which at least one pod fits (a daemon's pod count).
+    nodes_fit: u64,
+    bounds: Bounds,
+    /// Pods the cluster's own quota admits.
+    quota: Admits,
+}
+
+impl Candidate<'_> {
+    fn name(&self) -> &str {
+        &self.view.name
+    }
+
+    /// Webster numerator and the order of preference for Single.
+    fn base(&self) -> u128 {
+        u128::from(self.weight) * u128::from(self.room)
+    }
+
+    /// Most pods by capacity and max, before quota.
+    fn capacity_cap(&self) -> u64 {
+        self.room.min(self.bounds.max.map_or(u64::MAX, u64::from))
+    }
+
+    /// Most pods by capacity, max and the cluster's quota.
+    fn cap(&self) -> u64 {
+        self.capacity_cap().min(self.quota.pods)
+    }
+
+    /// What limits this cluster, for reasons.
+    fn limit_text(&self) -> String {
+        let cap = self.cap();
+        if cap == self.quota.pods && self.quota.pods < self.capacity_cap() {
+            format!("{} quota {}", self.name(), cap)
+        } else if self
+            .bounds
+            .max
+            .is_some_and(|m| u64::from(m) == cap && cap < self.room)
+        {
+            format!("{} max {}", self.name(), cap)
+        } else {
+            format!("{} room {}", self.name(), cap)
+        }
+    }
+}
+
+/// Decides a placement. Pure and deterministic: the same input gives the same outcome.
+pub fn plan(input: &PlanInput<'_>) -> Outcome {
+    let demand = input.demand;
+    let strategy = match (&demand.count, input.policy.strategy) {
+        (Count::Gang(_), _) => Strategy::Single,
+        (Count::Whole, Strategy::Divided) => Strategy::Duplicated,
+        // A shard runs once, so a "duplicated" job set is split.
+        (Count::Shards { .. }, Strategy::Duplicated) => Strategy::Divided,
+        (_, s) => s,
+    };
+    let gang = matches!(demand.count, Count::Gang(_));
+    let (candidates, excluded) = eligibility(input, !gang);
+    let mut out = Builder::new(strategy, excluded);
+    let total_quota = input
+        .quota
+        .map_or_else(unlimited, |q| q.total.admits(&demand.pod.resources));
+    let ctx = Ctx {
+        input,
+        candidates: &candidates,
+        total_quota: &total_quota,
+    };
+    match (&demand.count, strategy) {
+        (Count::Gang(roles), _) => place_gang(&ctx, roles, &mut out),
+        (Count::Whole, Strategy::Single) => place_single_whole(&ctx, &mut out),
+        (Count::Whole, _) => place_daemon(&ctx, &mut out),
+        (Count::Replicas(n), Strategy::Duplicated) => place_duplicated(&ctx, *n, &mut out),
+        (Count::Replicas(n), _) => place_replicas(&ctx, *n, strategy, &mut out),
+        (Count::Shards { total, completed }, _) => {
+            place_shards(&ctx, *total, completed, strategy, &mut out)
+        }
+    }
+    out.finish()
+}
+
+fn unlimited() -> Admits {
+    Admits {
+        pods: u64::MAX,
+        limited_by: None,
+    }
+}
+
+struct Ctx<'a, 'b> {
+    input: &'b PlanInput<'a>,
+    candidates: &'b [Candidate<'a>],
+    total_quota: &'b Admits,
+}
+
+impl Ctx<'_, '_> {
+    fn quota_name(&self) -> &str {
+        self.input.quota.map_or("", |q| q.name.as_str())
+    }
+
+    /// Current shares by cluster.
+    fn current_shares(&self) -> BTreeMap<String, u32> {
+        self.input.current.map(Decision::shares).unwrap_or_default()
+    }
+
+    /// The cluster holding the largest current share (ties: name).
+    fn current_single(&self) -> Option<String> {
+        let shares = self.current_shares();
+        shares
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(c, _)| c.clone())
+    }
+
+    /// Candidates best first: weight × room, then name.
+    fn ranked(&self) -> Vec<&Candidate<'_>> {
+        let mut v: Vec<&Candidate> = self.candidates.iter().collect();
+        v.sort_by(|a, b| b.base().cmp(&a.base()).then(a.name().cmp(b.name())));
+        v
+    }
+
+    fn pod(&self) -> &PodShape {
+        &self.input.demand.pod
+    }
+}
+
+/// Collects the decision.
+struct Builder {
+    strategy: Strategy,
+    placements: BTreeMap<String, Placement>,
+    unplaced: u64,
+    cause: Option<Cause>,
+    reason: Option<String>,
+    excluded: Vec<Exclusion>,
+    warnings: Vec<String>,
+    bindings: Vec<NodeBinding>,
+}
+
+impl Builder {
+    fn new(strategy: Strategy, excluded: Vec<Exclusion>) -> Builder {
+        Builder {
+            strategy,
+            placements: BTreeMap::new(),
+            unplaced: 0,
+            cause: None,
+            reason: None,
+            excluded,
+            warnings: Vec::new(),
+            bindings: Vec::new(),
+        }
+    }
+
+    fn place(&mut self, cluster: &str, replicas: Option<u32>, shards: Option<String>) {
+        self.placements.insert(
+            cluster.to_string(),
+            Placement {
+                cluster: cluster.to_string(),
+                replicas,
+                shards,
+            },
+        );
+    }
+
+    fn fail(&mut self, unplaced: u64, cause: Cause, reason: String) {
+        self.unplaced = unplaced;
+        self.cause = Some(cause);
+        self.reason = Some(format!("{}: {reason}", cause.as_str()));
+    }
+
+    /// `NoEligibleCluster` naming why each cluster was excluded.
+    fn no_eligible(&mut self, unplaced: u64) {
+        let why = if self.excluded.is_empty() {
+            "there are no member clusters".to_string()
+        } else {
+            format!("no eligible cluster ({})", self.exclusions_text())
+        };
+        self.fail(unplaced, Cause::NoEligibleCluster, why);
+    }
+
+    fn exclusions_text(&self) -> String {
+        self.excluded
+            .iter()
+            .map(|e| format!("{}: {}", e.cluster, e.why))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// `; excluded: a: why; b: why` or nothing.
+    fn exclusions_suffix(&self) -> String {
+        if self.excluded.is_empty() {
+            String::new()
+        } else {
+            format!("; excluded: {}", self.exclusions_text())
+        }
+    }
+
+    fn finish(self) -> Outcome {
+        let unplaced = u32::try_from(self.unplaced).unwrap_or(u32::MAX);
+        let (cause, reason) = if unplaced == 0 {
+            (None, None)
+        } else {
+            (self.cause, self.reason)
+        };
+        Outcome {
+            decision: Decision {
+                strategy: self.strategy,
+                placements: self.placements.into_values().collect(),
+                unplaced,
+                reason,
+            },
+            cause,
+            excluded: self.excluded,
+            warnings: self.warnings,
+            bindings: self.bindings,
+        }
+    }
+}
+
+/// Splits the clusters into eligible candidates and exclusions with reasons.
+fn eligibility<'a>(
+    input: &PlanInput<'a>,
+    need_node_fit: bool,
+) -> (Vec<Candidate<'a>>, Vec<Exclusion>) {
+    let policy = input.policy;
+    let pod = &input.demand.pod;
+    let mut seen = BTreeSet::new();
+    let mut candidates = Vec::new();
+    let mut excluded = Vec::new();
+    for view in input.clusters {
+        let mut exclude = |why: String| {
+            excluded.push(Exclusion {
+                cluster: view.name.clone(),
+                why,
+            })
+        };
+        if !seen.insert(view.name.as_str()) {
+            exclude("listed twice; only the first entry counts".into());
+            continue;
+        }
+        if !view.ready {
+            exclude("not ready".into());
+            continue;
+        }
+        let weight = policy
+            .weights
+            .get(&view.name)
+            .copied()
+            .unwrap_or(view.weight);
+        if weight == 0 {
+            exclude("weight 0".into());
+            continue;
+        }
+        if !policy.cluster_names.is_empty() && !policy.cluster_names.contains(&view.name) {
+            exclude("not among the policy's cluster names".into());
+            continue;
+        }
+        if !policy.zones.is_empty() {
+            match &view.zone {
+                None => {
+                    exclude("has no zone and the policy names zones".into());
+                    continue;
+                }
+                Some(z) if !policy.zones.contains(z) => {
+                    exclude(format!("zone {z} is not among the policy's zones"));
+                    continue;
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(why) = policy
+            .cluster_selector
+            .first_mismatch(&view.selector_labels())
+        {
+            exclude(format!("does not match the cluster selector ({why})"));
+            continue;
+        }
+        if let Some(t) = untolerated(&policy.tolerations, &view.taints) {
+            exclude(format!("cluster taint {t} is not tolerated"));
+            continue;
+        }
+        let mut room: u64 = 0;
+        let mut nodes_fit: u64 = 0;
+        let mut matching = 0usize;
+        for node in &view.nodes {
+            if pod.matches_node(node) {
+                matching += 1;
+                let fit = pod.fit_on(node);
+                if fit > 0 {
+                    nodes_fit += 1;
+                    room = room.saturating_add(fit);
+                }
+            }
+        }
+        if need_node_fit && matching == 0 {
+            exclude("no node matches the pod's node selector and tolerations".into());
+            continue;
+        }
+        if need_node_fit && room == 0 {
+            exclude(format!(
+                "no node has room for one pod ({})",
+                text::request(&pod.resources.as_pod_request())
+            ));
+            continue;
+        }
+        let quota = input
+            .quota
+            .and_then(|q| q.clusters.get(&view.name))
+            .map_or_else(unlimited, |q: &QuotaUse| q.admits(&pod.resources));
+        candidates.push(Candidate {
+            view,
+            weight,
+            room: room.min(ROOM_LIMIT),
+            nodes_fit,
+            bounds: policy.bounds(&view.name),
+            quota,
+        });
+    }
+    // Name order from here on, so the outcome does not depend on the input order.
+    candidates.sort_by(|a, b| a.view.name.cmp(&b.view.name));
+    excluded.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    (candidates, excluded)
+}
+
+/// First fit of `count` pods over the cluster's nodes in order.
+fn pack(view: &ClusterView, pod: &PodShape, count: u64) -> Vec<NodeBinding> {
+    let req = pod.resources.as_pod_request();
+    let mut left = count;
+    let mut out = Vec::new();
+    for node in &view.nodes {
+        if left == 0 {
+            break;
+        }
+        let k = left.min(pod.fit_on(node));
+        if k > 0 {
+            left -= k;
+            out.push(NodeBinding {
+                cluster: view.name.clone(),
+                node: node.name.clone(),
+                pods: k,
+                resources: req.checked_mul(k).unwrap_or(Resources::ZERO),
+            });
+        }
+    }
+    out
+}
+
+/// Reason when `placed` of `asked` fit, deciding between quota and capacity.
+fn shortfall(
+    ctx: &Ctx,
+    out: &mut Builder,
+    unit: &str,
+    asked: u64,
+    placed: u64,
+    used: &[&Candidate],
+) {
+    let unplaced = asked.saturating_sub(placed);
+    if unplaced == 0 {
+        return;
+    }
+    let capacity: u64 = used
+        .iter()
+        .map(|c| c.capacity_cap())
+        .fold(0, u64::saturating_add);
+    let quota = ctx.total_quota;
+    if quota.pods < asked && quota.pods <= capacity && placed >= quota.pods.min(capacity) {
+        let why = quota.limited_by.clone().unwrap_or_default();
+        out.fail(
+            unplaced,
+            Cause::QuotaExceeded,
+            format!(
+                "quota {} admits {} of {asked} {unit} ({why}); {unplaced} unplaced",
+                ctx.quota_name(),
+                quota.pods
+            ),
+        );
+        return;
+    }
+    let quota_capped: Vec<String> = used
+        .iter()
+        .filter(|c| c.quota.pods < c.capacity_cap())
+        .map(|c| format!("{} admits {}", c.name(), c.quota.pods))
+        .collect();
+    if capacity >= asked && !quota_capped.is_empty() {
+        out.fail(
+            unplaced,
+            Cause::QuotaExceeded,
+            format!(
+                "per-cluster quota {} ({}); {unplaced} of {asked} {unit} unplaced",
+                ctx.quota_name(),
+                quota_capped.join(", ")
+            ),
+        );
+        return;
+    }
+    let limits: Vec<String> = used.iter().map(|c| c.limit_text()).collect();
+    let suffix = out.exclusions_suffix();
+    out.fail(
+        unplaced,
+        Cause::InsufficientCapacity,
+        format!(
+            "{unplaced} of {asked} {unit} do not fit ({}){suffix}",
+            limits.join(", ")
+        ),
+    );
+}
+
+fn seats(ctx: &Ctx, current: &BTreeMap<String, u32>) -> Vec<Seat> {
+    ctx.candidates
+        .iter()
+        .map(|c| Seat {
+            name: c.name().to_string(),
+            zone: c.view.zone.clone(),
+            base: c.base(),
+            cap: u32::try_from(c.cap()).unwrap_or(u32::MAX),
+            floor: c.bounds.min.unwrap_or(0),
+            current: current.get(c.name()).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// Shares for `asked` seats under `strategy` (Divided or Single).
+fn shares_for(
+    ctx: &Ctx,
+    asked: u64,
+    current: &BTreeMap<String, u32>,
+    strategy: Strategy,
+    out: &mut Builder,
+) -> Vec<u32> {
+    let target = asked.min(ctx.total_quota.pods);
+    if strategy == Strategy::Single {
+        return single_shares(ctx, target);
+    }
+    let a = apportion(&seats(ctx, current), target, ctx.input.policy.spread);
+    if let Some(w) = a.spread_shortfall {
+        out.warnings.push(w);
+    }
+    a.shares
+}
+
+/// Single: all of `target` on one cluster — the current one while it holds everything,
+/// else the best that holds everything, else the one that holds the most.
+fn single_shares(ctx: &Ctx, target: u64) -> Vec<u32> {
+    let mut shares = vec![0u32; ctx.candidates.len()];
+    if target == 0 || ctx.candidates.is_empty() {
+        return shares;
+    }
+    let index = |name: &str| ctx.candidates.iter().position(|c| c.name() == name);
+    let current = ctx.current_single().and_then(|c| index(&c));
+    let chosen = current
+        .filter(|&i| ctx.candidates[i].cap() >= target)
+        .or_else(|| {
+            ctx.ranked()
+                .into_iter()
+                .find(|c| c.cap() >= target)
+                .and_then(|c| index(c.name()))
+        })
+        .or_else(|| {
+            ctx.ranked()
+                .into_iter()
+                .max_by(|a, b| {
+                    a.cap()
+                        .cmp(&b.cap())
+                        .then(b.base().cmp(&a.base()))
+                        .then(b.name().cmp(a.name()))
+                })
+                .and_then(|c| index(c.name()))
+        });
+    if let Some(i) = chosen {
+        shares[i] = u32::try_from(target.min(ctx.candidates[i].cap())).unwrap_or(u32::MAX);
+    }
+    shares
+}
+
+fn place_replicas(ctx: &Ctx, n: u32, strategy: Strategy, out: &mut Builder) {
+    if ctx.candidates.is_empty() {
+        if n > 0 {
+            out.no_eligible(u64::from(n));
+        }
+        return;
+    }
+    let shares = shares_for(ctx, u64::from(n), &ctx.current_shares(), strategy, out);
+    let mut placed = 0u64;
+    for (c, &s) in ctx.candidates.iter().zip(&shares) {
+        if s > 0 {
+            placed += u64::from(s);
+            out.place(c.name(), Some(s), None);
+            out.bindings.extend(pack(c.view, ctx.pod(), u64::from(s)));
+        }
+    }
+    let used: Vec<&Candidate> = ctx.candidates.iter().collect();
+    shortfall(ctx, out, "replicas", u64::from(n), placed, &used);
+}
+
+fn place_shards(
+    ctx: &Ctx,
+    total: u32,
+    completed: &BTreeSet<u32>,
+    strategy: Strategy,
+    out: &mut Builder,
+) {
+    let remaining = IndexSet::below(total).difference(&IndexSet::from_set(completed));
+    let asked = remaining.len();
+    // The unfinished shards each cluster holds now; a shard listed twice stays with the
+    // first cluster by name.
+    let mut current: BTreeMap<String, IndexSet> = BTreeMap::new();
+    let mut taken = IndexSet::new();
+    if let Some(d) = ctx.input.current {
+        for p in &d.placements {
+            let Some(s) = &p.shards else { continue };
+            match parse_ranges(s) {
+                Ok(r) => {
+                    let held = IndexSet::from_ranges(&r)
+                        .intersection(&remaining)
+                        .difference(&taken);
+                    taken = taken.union(&held);
+                    current.insert(p.cluster.clone(), held);
+                }
+                Err(e) => out
+                    .warnings
+                    .push(format!("current shards of {} ignored: {e}", p.cluster)),
+            }
+        }
+    }
+    if ctx.candidates.is_empty() {
+        if asked > 0 {
+            out.no_eligible(asked);
+        }
+        return;
+    }
+    let counts: BTreeMap<String, u32> = current
+        .iter()
+        .map(|(c, s)| (c.clone(), u32::try_from(s.len()).unwrap_or(u32::MAX)))
+        .collect();
+    let shares = shares_for(ctx, asked, &counts, strategy, out);
+    let new_counts: BTreeMap<String, u32> = ctx
+        .candidates
+        .iter()
+        .zip(&shares)
+        .filter(|(_, s)| **s > 0)
+        .map(|(c, s)| (c.name().to_string(), *s))
+        .collect();
+    let assigned = assign_shards(&remaining, &current, &new_counts);
+    let mut placed = 0u64;
+    for c in ctx.candidates {
+        if let Some(set) = assigned.get(c.name()) {
+            placed += set.len();
+            out.place(c.name(), None, Some(set.to_string()));
+            out.bindings.extend(pack(c.view, ctx.pod(), set.len()));
+        }
+    }
+    let used: Vec<&Candidate> = ctx.candidates.iter().collect();
+    shortfall(ctx, out, "shards", asked, placed, &used);
+}
+
+/// Duplicated replicas: every eligible cluster that holds all `n` runs all `n`, as far as
+/// the quota allows (current clusters first, then best first).
+fn place_duplicated(ctx: &Ctx, n: u32, out: &mut Builder) {
+    if ctx.candidates.is_empty() {
+        if n > 0 {
+            out.no_eligible(u64::from(n));
+        }
+        return;
+    }
+    let current = ctx.current_shares();
+    let mut order = ctx.ranked();
+    order.sort_by_key(|c| !current.contains_key(c.name()));
+    let mut quota_left = ctx.total_quota.pods;
+    let mut unplaced = 0u64;
+    let mut no_room = Vec::new();
+    let mut no_quota = Vec::new();
+    for c in order {
+        let need = u64::from(n);
+        if c.capacity_cap() < need {
+            unplaced += need;
+            no_room.push(c.limit_text());
+        } else if c.quota.pods < need || quota_left < need {
+            unplaced += need;
+            no_quota.push(c.name().to_string());
+        } else {
+            quota_left -= need;
+            out.place(c.name(), Some(n), None);
+            out.bindings.extend(pack(c.view, ctx.pod(), need));
+        }
+    }
+    if unplaced > 0 {
+        if no_room.is_empty() {
+            let why = ctx.total_quota.limited_by.clone().unwrap_or_default();
+            out.fail(
+                unplaced,
+                Cause::QuotaExceeded,
+                format!(
+                    "quota {} does not admit a copy of {n} replicas in {} ({why})",
+                    ctx.quota_name(),
+                    no_quota.join(", ")
+                ),
+            );
+        } else {
+            out.fail(
+                unplaced,
+                Cause::InsufficientCapacity,
+                format!(
+                    "a copy of {n} replicas does not fit in {}",
+                    no_room.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// Daemons: every eligible cluster, one pod per node that fits one, within quota.
+fn place_daemon(ctx: &Ctx, out: &mut Builder) {
+    if ctx.candidates.is_empty() {
+        out.no_eligible(1);
+        return;
+    }
+    let current = ctx.current_shares();
+    let mut order = ctx.ranked();
+    order.sort_by_key(|c| !current.contains_key(c.name()));
+    let mut quota_left = ctx.total_quota.pods;
+    let mut blocked = Vec::new();
+    for c in order {
+        let pods = c.nodes_fit;
+        if c.quota.pods < pods || quota_left < pods {
+            blocked.push(format!("{} ({pods} pods)", c.name()));
+            continue;
+        }
+        quota_left -= pods;
+        out.place(c.name(), None, None);
+        for node in &c.view.nodes {
+            if ctx.pod().fit_on(node) > 0 {
+                out.bindings.push(NodeBinding {
+                    cluster: c.view.name.clone(),
+                    node: node.name.clone(),
+                    pods: 1,
+                    resources: ctx.pod().resources.as_pod_request(),
+                });
+            }
+        }
+    }
+    if !blocked.is_empty() {
+        let why = ctx.total_quota.limited_by.clone().unwrap_or_default();
+        out.fail(
+            blocked.len() as u64,
+            Cause::QuotaExceeded,
+            format!(
+                "quota {} does not admit the daemon in {} ({why})",
+                ctx.quota_name(),
+                blocked.join(", ")
+            ),
+        );
+    }
+}
+
+/// Cron jobs (and other whole workloads under Single): one cluster, sticky.
+fn place_single_whole(ctx: &Ctx, out: &mut Builder) {
+    if ctx.candidates.is_empty() {
+        out.no_eligible(1);
+        return;
+    }
+    if ctx.total_quota.pods == 0 {
+        let why = ctx.total_quota.limited_by.clone().unwrap_or_default();
+        out.fail(
+            1,
+            Cause::QuotaExceeded,
+            format!("quota {} admits no pod ({why})", ctx.quota_name()),
+        );
+        return;
+    }
+    let current = ctx.current_single();
+    let allowed = |c: &&Candidate| c.quota.pods > 0;
+    let chosen = ctx
+        .candidates
+        .iter()
+        .filter(allowed)
+        .find(|c| Some(c.name()) == current.as_deref())
+        .or_else(|| ctx.ranked().into_iter().find(allowed));
+    match chosen {
+        Some(c) => {
+            out.place(c.name(), None, None);
+            out.bindings.extend(pack(c.view, ctx.pod(), 1));
+        }
+        None => out.fail(
+            1,
+            Cause::QuotaExceeded,
+            format!(
+                "per-cluster quota {} admits no pod in any eligible cluster",
+                ctx.quota_name()
+            ),
+        ),
+    }
+}
+
+/// A gang: every pod of every role on nodes of one cluster, or nothing.
+fn place_gang(ctx: &Ctx, roles: &[super::model::GangRole], out: &mut Builder) {
+    let shapes: Vec<(&PodShape, u64)> = roles
+        .iter()
+        .map(|r| (r.pod.as_ref().unwrap_or(ctx.pod()), u64::from(r.replicas)))
+        .collect();
+    let pods: u64 = shapes.iter().map(|(_, n)| n).sum();
+    if pods == 0 {
+        return;
+    }
+    let Ok(pods32) = u32::try_from(pods) else {
+        out.fail(
+            pods,
+            Cause::InsufficientCapacity,
+            format!("a gang of {pods} replicas is larger than any cluster"),
+        );
+        return;
+    };
+    if ctx.candidates.is_empty() {
+        out.no_eligible(pods);
+        return;
+    }
+    let total = shapes.iter().try_fold(Resources::ZERO, |acc, (s, n)| {
+        acc.checked_add(&s.resources.as_pod_request().checked_mul(*n)?)
+    });
+    let Some(total) = total else {
+        out.fail(
+            pods,
+            Cause::InsufficientCapacity,
+            "the gang's total request overflows".into(),
+        );
+        return;
+    };
+    if let Some(q) = ctx.input.quota
+        && let Err(why) = q.total.admits_total(&total)
+    {
+        out.fail(
+            pods,
+            Cause::QuotaExceeded,
+            format!("quota {}: the gang of {pods} replicas {why}", q.name),
+        );
+        return;
+    }
+    // Feasibility per cluster, by first-fit decreasing.
+    let mut fits: Vec<(usize, Vec<NodeBinding>)> = Vec::new();
+    let mut largest: Option<(u64, &str)> = None;
+    let mut quota_blocked = Vec::new();
+    for (i, c) in ctx.candidates.iter().enumerate() {
+        let (placed, bindings) = first_fit_decreasing(c.view, &shapes);
+        if placed == pods {
+            let cluster_quota = ctx
+                .input
+                .quota
+                .and_then(|q| q.clusters.get(c.name()))
+                .map(|q| q.admits_total(&total));
+            if let Some(Err(why)) = cluster_quota {
+                quota_blocked.push(format!("{}: {why}", c.name()));
+                continue;
+            }
+            fits.push((i, bindings));
+        } else if largest.is_none_or(|(n, _)| placed > n) {
+            // Candidates are in name order, so ties keep the first name.
+            largest = Some((placed, c.name()));
+        }
+    }
+    if fits.is_empty() {
+        if !quota_blocked.is_empty() {
+            out.fail(
+                pods,
+                Cause::QuotaExceeded,
+                format!(
+                    "the gang of {pods} replicas fits only where per-cluster quota {} does not admit it ({})",
+                    ctx.quota_name(),
+                    quota_blocked.join("; ")
+                ),
+            );
+            return;
+        }
+        let (n, name) = largest.unwrap_or((0, ""));
+        let suffix = out.exclusions_suffix();
+        out.fail(
+            pods,
+            Cause::InsufficientCapacity,
+            format!("no cluster fits all {pods} replicas (largest fit: {name} {n}){suffix}"),
+        );
+        return;
+    }
+    let current = ctx.current_single();
+    let pick = fits
+        .iter()
+        .position(|(i, _)| Some(ctx.candidates[*i].name()) == current.as_deref())
+        .unwrap_or_else(|| {
+            // Best: weight × room (of the demand's pod), then name.
+            let mut best = 0;
+            for (k, (i, _)) in fits.iter().enumerate() {
+                let (c, b) = (&ctx.candidates[*i], &ctx.candidates[fits[best].0]);
+                if (c.base(), std::cmp::Reverse(c.name())) > (b.base(), std::cmp::Reverse(b.name()))
+                {
+                    best = k;
+                }
+            }
+            best
+        });
+    let (i, bindings) = fits.swap_remove(pick);
+    out.place(ctx.candidates[i].name(), Some(pods32), None);
+    out.bindings.extend(bindings);
+}
+
+/// Places the pods of each shape, largest first, each on the first node it fits.
+/// Returns how many were placed and where.
+fn first_fit_decreasing(
+    view: &ClusterView,
+    shapes: &[(&PodShape, u64)],
+) -> (u64, Vec<NodeBinding>) {
+    let mut order: Vec<usize> = (0..shapes.len()).collect();
+    let size = |i: usize| {
+        let r = shapes[i].0.resources.as_pod_request();
+        (r.gpu, r.cpu, r.memory)
+    };
+    order.sort_by(|&a, &b| size(b).cmp(&size(a)).then(a.cmp(&b)));
+    let mut free: Vec<Resources> = view.nodes.iter().map(|n| n.free).collect();
+    let mut used: Vec<(u64, Resources)> = vec![(0, Resources::ZERO); view.nodes.len()];
+    let mut placed = 0u64;
+    for i in order {
+        let (shape, count) = shapes[i];
+        let req = shape.resources.as_pod_request();
+        let mut left = count;
+        for (k, node) in view.nodes.iter().enumerate() {
+            if left == 0 {
+                break;
+            }
+            if !shape.matches_node(node) {
+                continue;
+            }
+            let n = left.min(req.copies_in(&free[k]));
+            if n == 0 {
+                continue;
+            }
+            let take = req.checked_mul(n).unwrap_or(Resources::ZERO);
+            free[k] = free[k].saturating_sub(&take);
+            used[k].0 += n;
+            used[k].1 = used[k].1.saturating_add(&take);
+            left -= n;
+        }
+        placed += count - left;
+    }
+    let bindings = view
+        .nodes
+        .iter()
+        .zip(used)
+        .filter(|(_, (n, _))| *n > 0)
+        .map(|(node, (pods, resources))| NodeBinding {
+            cluster: view.name.clone(),
+            node: node.name.clone(),
+            pods,
+            resources,
+        })
+        .collect();
+    (placed, bindings)
+}

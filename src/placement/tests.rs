@@ -1,0 +1,944 @@
+//! Scenario tests of the whole engine (on the shipped `local-3` topology and small
+//! hand-made clusters) and property tests over random clusters, policies and demands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::api::quantity::Milli;
+use crate::topology::Topology;
+
+fn q(s: &str) -> Milli {
+    Milli::parse(s).unwrap()
+}
+
+fn local3() -> Vec<ClusterView> {
+    let t =
+        Topology::from_yaml("local-3.yaml", include_str!("../../clusters/local-3.yaml")).unwrap();
+    ClusterView::from_topology(&t)
+}
+
+fn pod(cpu: &str, memory: &str, gpu: i64) -> PodShape {
+    PodShape {
+        resources: Resources::pod(q(cpu), q(memory), gpu),
+        ..PodShape::default()
+    }
+}
+
+fn gpu_pod(gpus: i64) -> PodShape {
+    PodShape {
+        resources: Resources::pod(q("4"), q("16Gi"), gpus),
+        node_selector: BTreeMap::from([("pinterest.com/pool".into(), "gpu".into())]),
+        tolerations: vec![Toleration {
+            key: "dedicated".into(),
+            operator: TolerationOperator::Equal,
+            value: "gpu".into(),
+            effect: Some(TaintEffect::NoSchedule),
+        }],
+    }
+}
+
+fn replicas(pod: PodShape, n: u32) -> Demand {
+    Demand {
+        pod,
+        count: Count::Replicas(n),
+    }
+}
+
+fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
+    Demand {
+        pod,
+        count: Count::Shards {
+            total,
+            completed: completed.iter().copied().collect(),
+        },
+    }
+}
+
+fn run(
+    clusters: &[ClusterView],
+    policy: &PlacementPolicy,
+    demand: &Demand,
+    quota: Option<&QuotaView>,
+    current: Option<&Decision>,
+) -> Outcome {
+    plan(&PlanInput {
+        clusters,
+        policy,
+        demand,
+        quota,
+        current,
+    })
+}
+
+fn divided() -> PlacementPolicy {
+    PlacementPolicy::default()
+}
+
+fn json(o: &Outcome) -> String {
+    o.decision.to_json()
+}
+
+fn node(name: &str, cpu: &str, pods: i64) -> NodeRoom {
+    NodeRoom {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        taints: vec![],
+        free: Resources {
+            cpu: q(cpu),
+            memory: q("64Gi"),
+            gpu: 0,
+            pods,
+        },
+    }
+}
+
+fn cluster(name: &str, zone: &str, nodes: Vec<NodeRoom>) -> ClusterView {
+    ClusterView {
+        name: name.into(),
+        zone: Some(zone.into()),
+        region: Some("r".into()),
+        labels: BTreeMap::new(),
+        taints: vec![],
+        weight: 1,
+        ready: true,
+        nodes,
+    }
+}
+
+// ---------------------------------------------------------------- Divided replicas
+
+#[test]
+fn service_is_split_by_room_on_local3() {
+    // Room for 1 cpu / 1Gi pods: use1a 4×8 = 32, use1b 2×8 + 2×16 = 48, use1c 3×8 = 24
+    // (its GPU nodes are tainted). Webster over 32:48:24 gives 9, 14, 7.
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 30),
+        None,
+        None,
+    );
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Divided","placements":[{"cluster":"use1a","replicas":9},{"cluster":"use1b","replicas":14},{"cluster":"use1c","replicas":7}],"unplaced":0,"reason":null}"#
+    );
+}
+
+#[test]
+fn scaling_up_and_back_moves_as_little_as_possible() {
+    let clusters = local3();
+    let at = |n, current: Option<&Decision>| {
+        run(
+            &clusters,
+            &divided(),
+            &replicas(pod("1", "1Gi", 0), n),
+            None,
+            current,
+        )
+        .decision
+    };
+    let d30 = at(30, None);
+    let d45 = at(45, Some(&d30));
+    assert_eq!(
+        d45.shares(),
+        at(45, None).shares(),
+        "house-monotone: same as fresh"
+    );
+    assert_eq!(
+        d45.shares().values().copied().collect::<Vec<_>>(),
+        [14, 21, 10]
+    );
+    let back = at(30, Some(&d45));
+    assert_eq!(
+        back, d30,
+        "scaling back removes exactly the seats that were added"
+    );
+    assert_eq!(
+        at(30, Some(&d30)),
+        d30,
+        "unchanged inputs: the current decision"
+    );
+}
+
+#[test]
+fn weights_and_policy_weights_scale_shares() {
+    let mut clusters = local3();
+    clusters[0].weight = 3; // use1a: 3 × 32 = 96 vs 48 and 24
+    let o = run(
+        &clusters,
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 14),
+        None,
+        None,
+    );
+    assert_eq!(
+        o.decision.shares(),
+        BTreeMap::from([
+            ("use1a".into(), 8),
+            ("use1b".into(), 4),
+            ("use1c".into(), 2)
+        ])
+    );
+    let mut policy = divided();
+    policy.weights.insert("use1a".into(), 0);
+    let o = run(
+        &clusters,
+        &policy,
+        &replicas(pod("1", "1Gi", 0), 14),
+        None,
+        None,
+    );
+    assert!(!o.decision.shares().contains_key("use1a"));
+    assert_eq!(o.excluded[0].why, "weight 0");
+}
+
+#[test]
+fn min_and_max_per_cluster() {
+    // Weights 10:1:1 would give the small ones ~1 each; min 3 lifts them, max 8 caps.
+    let mut clusters = local3();
+    clusters[0].weight = 10;
+    let mut policy = divided();
+    policy.per_cluster = Bounds {
+        min: Some(3),
+        max: None,
+    };
+    let o = run(
+        &clusters,
+        &policy,
+        &replicas(pod("1", "1Gi", 0), 12),
+        None,
+        None,
+    );
+    assert_eq!(
+        o.decision.shares().values().copied().collect::<Vec<_>>(),
+        [6, 3, 3]
+    );
+    policy.cluster_limits.insert(
+        "use1a".into(),
+        Bounds {
+            min: None,
+            max: Some(4),
+        },
+    );
+    let o = run(
+        &clusters,
+        &policy,
+        &replicas(pod("1", "1Gi", 0), 12),
+        None,
+        None,
+    );
+    assert_eq!(
+        o.decision.shares().values().copied().collect::<Vec<_>>(),
+        [4, 5, 3]
+    );
+}
+
+#[test]
+fn spread_over_zones_and_clusters() {
+    let clusters = vec![
+        cluster("a1", "za", vec![node("n", "100", 200)]),
+        cluster("a2", "za", vec![node("n", "100", 200)]),
+        cluster("b1", "zb", vec![node("n", "2", 200)]),
+    ];
+    let demand = replicas(pod("1", "1Gi", 0), 6);
+    let o = run(&clusters, &divided(), &demand, None, None);
+    assert!(
+        !o.decision.shares().contains_key("b1"),
+        "b1 is small: {:?}",
+        o.decision
+    );
+    let mut policy = divided();
+    policy.spread.min_zones = 2;
+    let o = run(&clusters, &policy, &demand, None, None);
+    assert_eq!(o.decision.shares()["b1"], 1);
+    assert!(o.warnings.is_empty());
+    policy.spread.min_zones = 3;
+    let o = run(&clusters, &policy, &demand, None, None);
+    assert_eq!(
+        o.decision.unplaced, 0,
+        "a spread that cannot be met does not block"
+    );
+    assert!(
+        o.warnings[0].contains("spread wants 3 zones"),
+        "{:?}",
+        o.warnings
+    );
+}
+
+#[test]
+fn not_enough_room_leaves_the_rest_unplaced_with_numbers() {
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("4", "1Gi", 0), 40),
+        None,
+        None,
+    );
+    // 4-cpu pods: use1a 4×2 = 8, use1b 2×2 + 2×4 = 12, use1c 3×2 = 6.
+    assert_eq!(o.decision.unplaced, 14);
+    assert_eq!(o.cause, Some(Cause::InsufficientCapacity));
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some(
+            "InsufficientCapacity: 14 of 40 replicas do not fit (use1a room 8, use1b room 12, use1c room 6)"
+        )
+    );
+}
+
+#[test]
+fn no_eligible_cluster_names_why_each_was_excluded() {
+    let mut clusters = local3();
+    clusters[0].ready = false;
+    clusters[1].taints.push(Taint {
+        key: "maintenance".into(),
+        value: String::new(),
+        effect: TaintEffect::NoSchedule,
+    });
+    let mut policy = divided();
+    policy
+        .cluster_selector
+        .match_labels
+        .insert("tier".into(), "prod".into());
+    clusters[2].labels.insert("tier".into(), "dev".into());
+    let o = run(
+        &clusters,
+        &policy,
+        &replicas(pod("1", "1Gi", 0), 3),
+        None,
+        None,
+    );
+    assert_eq!(o.decision.unplaced, 3);
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some(
+            "NoEligibleCluster: no eligible cluster (use1a: not ready; use1b: cluster taint \
+             maintenance:NoSchedule is not tolerated; use1c: does not match the cluster selector \
+             (label tier=prod required))"
+        )
+    );
+    // Tolerating the taint makes use1b eligible again.
+    policy.tolerations.push(Toleration {
+        key: "maintenance".into(),
+        operator: TolerationOperator::Exists,
+        ..Toleration::default()
+    });
+    let o = run(
+        &clusters,
+        &policy,
+        &replicas(pod("1", "1Gi", 0), 3),
+        None,
+        None,
+    );
+    assert_eq!(o.decision.clusters(), ["use1b"]);
+}
+
+#[test]
+fn selector_expressions_and_affinity_use_zone_and_region() {
+    let clusters = local3();
+    let mut policy = divided();
+    policy.cluster_selector.match_expressions.push(Requirement {
+        key: "topology.kubernetes.io/zone".into(),
+        operator: SelectorOperator::NotIn,
+        values: vec!["us-east-1a".into()],
+    });
+    let demand = replicas(pod("1", "1Gi", 0), 4);
+    let o = run(&clusters, &policy, &demand, None, None);
+    assert_eq!(o.decision.clusters(), ["use1b", "use1c"]);
+    let mut policy = divided();
+    policy.zones = vec!["us-east-1c".into()];
+    assert_eq!(
+        run(&clusters, &policy, &demand, None, None)
+            .decision
+            .clusters(),
+        ["use1c"]
+    );
+    let mut policy = divided();
+    policy.cluster_names = vec!["use1a".into()];
+    assert_eq!(
+        run(&clusters, &policy, &demand, None, None)
+            .decision
+            .clusters(),
+        ["use1a"]
+    );
+    let mut policy = divided();
+    policy.cluster_selector.match_expressions.push(Requirement {
+        key: "accelerators".into(),
+        operator: SelectorOperator::Exists,
+        values: vec![],
+    });
+    assert_eq!(
+        run(&clusters, &policy, &demand, None, None)
+            .decision
+            .clusters(),
+        ["use1c"]
+    );
+}
+
+#[test]
+fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
+    // 12 cpu fits only the highmem nodes of use1b (16 cpu), one per node.
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("12", "1Gi", 0), 3),
+        None,
+        None,
+    );
+    assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 2)]));
+    assert_eq!(o.decision.unplaced, 1);
+    let why: Vec<_> = o.excluded.iter().map(|e| e.why.as_str()).collect();
+    assert_eq!(
+        why,
+        ["no node has room for one pod (cpu 12, memory 1Gi)"; 2]
+    );
+    // GPU pods go only to use1c's tainted GPU pool, and only when they tolerate it.
+    let o = run(&local3(), &divided(), &replicas(gpu_pod(1), 4), None, None);
+    assert_eq!(o.decision.shares(), BTreeMap::from([("use1c".into(), 4)]));
+    let mut untolerating = gpu_pod(1);
+    untolerating.tolerations.clear();
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(untolerating, 4),
+        None,
+        None,
+    );
+    assert_eq!(o.cause, Some(Cause::NoEligibleCluster));
+    assert!(
+        o.decision
+            .reason
+            .unwrap()
+            .contains("use1c: no node matches the pod's node selector and tolerations")
+    );
+}
+
+#[test]
+fn losing_a_cluster_moves_only_its_replicas() {
+    let mut clusters = local3();
+    let demand = replicas(pod("1", "1Gi", 0), 30);
+    let before = run(&clusters, &divided(), &demand, None, None).decision;
+    clusters[1].ready = false;
+    let after = run(&clusters, &divided(), &demand, None, Some(&before)).decision;
+    let (b, a) = (before.shares(), after.shares());
+    assert_eq!(a.values().sum::<u32>(), 30);
+    assert!(
+        a["use1a"] >= b["use1a"] && a["use1c"] >= b["use1c"],
+        "{b:?} -> {a:?}"
+    );
+    assert!(!a.contains_key("use1b"));
+}
+
+// ---------------------------------------------------------------- quota
+
+fn cpu_quota(cpu: &str, used: &str) -> QuotaView {
+    QuotaView {
+        name: "team-a/default".into(),
+        total: QuotaUse {
+            hard: Limits {
+                cpu: Some(q(cpu)),
+                ..Limits::default()
+            },
+            used: Resources {
+                cpu: q(used),
+                ..Resources::ZERO
+            },
+        },
+        clusters: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn quota_is_never_exceeded() {
+    let quota = cpu_quota("100", "60");
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("2", "1Gi", 0), 30),
+        Some(&quota),
+        None,
+    );
+    assert_eq!(o.decision.shares().values().sum::<u32>(), 20);
+    assert_eq!(o.decision.unplaced, 10);
+    assert_eq!(o.cause, Some(Cause::QuotaExceeded));
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some(
+            "QuotaExceeded: quota team-a/default admits 20 of 30 replicas (cpu 40 of 100 left, \
+             2 per pod); 10 unplaced"
+        )
+    );
+}
+
+#[test]
+fn per_cluster_quota_caps_a_cluster() {
+    let mut quota = cpu_quota("1000", "0");
+    quota.clusters.insert(
+        "use1b".into(),
+        QuotaUse {
+            hard: Limits {
+                pods: Some(2),
+                ..Limits::default()
+            },
+            used: Resources::ZERO,
+        },
+    );
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 30),
+        Some(&quota),
+        None,
+    );
+    assert_eq!(o.decision.shares()["use1b"], 2);
+    assert_eq!(o.decision.unplaced, 0, "the others take the rest");
+    let o = run(
+        &local3(),
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 60),
+        Some(&quota),
+        None,
+    );
+    // Caps 32 + 2 + 24 = 58 of 60; without the cluster quota all 60 would fit.
+    assert_eq!(o.decision.unplaced, 2);
+    assert_eq!(o.cause, Some(Cause::QuotaExceeded));
+    assert!(o.decision.reason.unwrap().contains("use1b admits 2"));
+}
+
+#[test]
+fn quota_applies_to_gangs_all_or_nothing() {
+    let quota = QuotaView {
+        name: "ml".into(),
+        total: QuotaUse {
+            hard: Limits {
+                gpu: Some(16),
+                ..Limits::default()
+            },
+            used: Resources {
+                gpu: 4,
+                ..Resources::ZERO
+            },
+        },
+        clusters: BTreeMap::new(),
+    };
+    let gang = Demand {
+        pod: gpu_pod(8),
+        count: Count::Gang(vec![GangRole {
+            role: "Worker".into(),
+            replicas: 2,
+            pod: None,
+        }]),
+    };
+    let o = run(&local3(), &divided(), &gang, Some(&quota), None);
+    assert!(o.decision.placements.is_empty());
+    assert_eq!(o.decision.unplaced, 2);
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some("QuotaExceeded: quota ml: the gang of 2 replicas needs gpu 16, 12 of 16 left")
+    );
+}
+
+// ---------------------------------------------------------------- shards
+
+#[test]
+fn job_set_is_split_by_contiguous_index_ranges() {
+    let o = run(
+        &local3(),
+        &divided(),
+        &shards(pod("1", "1Gi", 0), 100, &[]),
+        None,
+        None,
+    );
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Divided","placements":[{"cluster":"use1a","shards":"0-30"},{"cluster":"use1b","shards":"31-76"},{"cluster":"use1c","shards":"77-99"}],"unplaced":0,"reason":null}"#
+    );
+}
+
+#[test]
+fn on_failover_only_unfinished_shards_move_and_finished_ones_never_run_again() {
+    let mut clusters = local3();
+    let small = pod("500m", "512Mi", 0); // rooms 64, 96, 48
+    let first = run(
+        &clusters,
+        &divided(),
+        &shards(small.clone(), 100, &[]),
+        None,
+        None,
+    )
+    .decision;
+    let had = first.shard_ranges().unwrap();
+    let indices =
+        |r: &[(u32, u32)]| -> BTreeSet<u32> { r.iter().flat_map(|(x, y)| *x..=*y).collect() };
+    // use1b finished some of its shards and went down; use1a finished 0-9.
+    let completed: Vec<u32> = (0..10).chain(31..51).collect();
+    clusters[1].ready = false;
+    let demand = shards(small, 100, &completed);
+    let o = run(&clusters, &divided(), &demand, None, Some(&first));
+    assert_eq!(o.decision.unplaced, 0);
+    let now = o.decision.shard_ranges().unwrap();
+    assert!(!now.contains_key("use1b"));
+    for c in ["use1a", "use1c"] {
+        let kept: BTreeSet<u32> = indices(&had[c])
+            .into_iter()
+            .filter(|i| !completed.contains(i))
+            .collect();
+        assert!(
+            indices(&now[c]).is_superset(&kept),
+            "{c} keeps its unfinished shards"
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for r in now.values() {
+        for i in indices(r) {
+            assert!(seen.insert(i), "shard {i} placed twice");
+        }
+    }
+    let expected: BTreeSet<u32> = (0..100).filter(|i| !completed.contains(i)).collect();
+    assert_eq!(seen, expected, "exactly the unfinished shards");
+    // Re-planning the same state changes nothing.
+    let again = run(&clusters, &divided(), &demand, None, Some(&o.decision));
+    assert_eq!(again.decision, o.decision);
+}
+
+#[test]
+fn completed_shards_shrink_the_work_without_moving_anything() {
+    let clusters = local3();
+    let first = run(
+        &clusters,
+        &divided(),
+        &shards(pod("1", "1Gi", 0), 100, &[]),
+        None,
+        None,
+    );
+    let done: Vec<u32> = (0..20).collect();
+    let o = run(
+        &clusters,
+        &divided(),
+        &shards(pod("1", "1Gi", 0), 100, &done),
+        None,
+        Some(&first.decision),
+    );
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Divided","placements":[{"cluster":"use1a","shards":"20-30"},{"cluster":"use1b","shards":"31-76"},{"cluster":"use1c","shards":"77-99"}],"unplaced":0,"reason":null}"#
+    );
+}
+
+// ---------------------------------------------------------------- gangs, single, duplicated
+
+fn training(workers: u32, gpus: i64) -> Demand {
+    Demand {
+        pod: gpu_pod(gpus),
+        count: Count::Gang(vec![
+            GangRole {
+                role: "Master".into(),
+                replicas: 1,
+                pod: None,
+            },
+            GangRole {
+                role: "Worker".into(),
+                replicas: workers,
+                pod: None,
+            },
+        ]),
+    }
+}
+
+#[test]
+fn a_gang_lands_whole_where_it_fits() {
+    // use1c has 2 GPU nodes × 8 GPUs: a master and 3 workers of 4 GPUs fit.
+    let o = run(&local3(), &divided(), &training(3, 4), None, None);
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Single","placements":[{"cluster":"use1c","replicas":4}],"unplaced":0,"reason":null}"#
+    );
+    let gpus: i64 = o.bindings.iter().map(|b| b.resources.gpu).sum();
+    assert_eq!(gpus, 16);
+}
+
+#[test]
+fn a_gang_that_fits_nowhere_waits_with_a_reason() {
+    let o = run(&local3(), &divided(), &training(8, 4), None, None);
+    assert!(o.decision.placements.is_empty());
+    assert_eq!(o.decision.unplaced, 9);
+    // use1a and use1b are eligible clusters but have no GPU node: they fit none.
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some("InsufficientCapacity: no cluster fits all 9 replicas (largest fit: use1c 4)")
+    );
+}
+
+#[test]
+fn gang_roles_of_different_sizes_are_packed_largest_first() {
+    // Two nodes with 5 and 3 GPUs; pods of 3, 3 and 2 GPUs from two roles fill both
+    // exactly, whatever order the roles are listed in.
+    let gpu_node = |name: &str, gpus: i64| NodeRoom {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        taints: vec![],
+        free: Resources {
+            cpu: q("64"),
+            memory: q("256Gi"),
+            gpu: gpus,
+            pods: 110,
+        },
+    };
+    let clusters = vec![cluster(
+        "c",
+        "z",
+        vec![gpu_node("n1", 5), gpu_node("n2", 3)],
+    )];
+    let role = |name: &str, n, gpus| GangRole {
+        role: name.into(),
+        replicas: n,
+        pod: Some(pod("1", "1Gi", gpus)),
+    };
+    let gang = Demand {
+        pod: pod("1", "1Gi", 0),
+        count: Count::Gang(vec![role("Worker", 1, 2), role("Master", 2, 3)]),
+    };
+    let o = run(&clusters, &divided(), &gang, None, None);
+    assert_eq!(o.decision.shares()["c"], 3);
+    let by_node: BTreeMap<_, _> = o
+        .bindings
+        .iter()
+        .map(|b| (b.node.as_str(), b.resources.gpu))
+        .collect();
+    assert_eq!(by_node, BTreeMap::from([("n1", 5), ("n2", 3)]));
+    // One more 2-GPU worker does not fit: all or nothing.
+    let gang = Demand {
+        pod: pod("1", "1Gi", 0),
+        count: Count::Gang(vec![role("Worker", 2, 2), role("Master", 2, 3)]),
+    };
+    let o = run(&clusters, &divided(), &gang, None, None);
+    assert_eq!((o.decision.placements.len(), o.decision.unplaced), (0, 4));
+    assert!(o.bindings.is_empty());
+}
+
+#[test]
+fn single_is_sticky_while_the_cluster_stays_eligible() {
+    let mut clusters = local3();
+    let cron = Demand {
+        pod: pod("1", "1Gi", 0),
+        count: Count::Whole,
+    };
+    let single = PlacementPolicy::with_strategy(Strategy::Single);
+    let first = run(&clusters, &single, &cron, None, None).decision;
+    assert_eq!(
+        first.to_json(),
+        r#"{"strategy":"Single","placements":[{"cluster":"use1b"}],"unplaced":0,"reason":null}"#
+    );
+    // use1a becomes the best by weight × room, but the cron job stays put.
+    clusters[0].weight = 5;
+    assert_eq!(
+        run(&clusters, &single, &cron, None, Some(&first)).decision,
+        first
+    );
+    // Failover: use1b goes down, the best remaining takes it.
+    clusters[1].ready = false;
+    let moved = run(&clusters, &single, &cron, None, Some(&first)).decision;
+    assert_eq!(moved.clusters(), ["use1a"]);
+}
+
+#[test]
+fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
+    let single = PlacementPolicy::with_strategy(Strategy::Single);
+    let o = run(
+        &local3(),
+        &single,
+        &replicas(pod("4", "1Gi", 0), 10),
+        None,
+        None,
+    );
+    // Rooms for 4 cpu: 8, 12, 6 — only use1b holds 10.
+    assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 10)]));
+    let o = run(
+        &local3(),
+        &single,
+        &replicas(pod("4", "1Gi", 0), 20),
+        None,
+        None,
+    );
+    assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 12)]));
+    assert_eq!(o.decision.unplaced, 8);
+}
+
+#[test]
+fn daemons_go_to_every_selected_cluster() {
+    let daemon = Demand {
+        pod: pod("100m", "128Mi", 0),
+        count: Count::Whole,
+    };
+    let o = run(&local3(), &divided(), &daemon, None, None);
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Duplicated","placements":[{"cluster":"use1a"},{"cluster":"use1b"},{"cluster":"use1c"}],"unplaced":0,"reason":null}"#
+    );
+    // One pod per node it fits on (use1c's tainted GPU nodes are not tolerated).
+    assert_eq!(o.bindings.len(), 4 + 4 + 3);
+    let mut policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
+    policy
+        .cluster_selector
+        .match_labels
+        .insert("accelerators".into(), "gpu".into());
+    assert_eq!(
+        run(&local3(), &policy, &daemon, None, None)
+            .decision
+            .clusters(),
+        ["use1c"]
+    );
+}
+
+#[test]
+fn duplicated_replicas_run_a_full_copy_per_cluster() {
+    let policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
+    let o = run(
+        &local3(),
+        &policy,
+        &replicas(pod("4", "1Gi", 0), 7),
+        None,
+        None,
+    );
+    // use1c holds only 6 pods of 4 cpu.
+    assert_eq!(o.decision.clusters(), ["use1a", "use1b"]);
+    assert_eq!(o.decision.unplaced, 7);
+    assert_eq!(
+        o.decision.reason.as_deref(),
+        Some("InsufficientCapacity: a copy of 7 replicas does not fit in use1c room 6")
+    );
+}
+
+// ---------------------------------------------------------------- ledger
+
+#[test]
+fn a_burst_of_decisions_does_not_pile_onto_one_cluster() {
+    let clusters = local3();
+    let single = PlacementPolicy::with_strategy(Strategy::Single);
+    // Three pods of 8 cpu: rooms use1a 4, use1b 2 + 2×2 = 6, use1c 3.
+    let big = replicas(pod("8", "1Gi", 0), 3);
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+    let mut ledger = Ledger::new();
+    let mut chosen = Vec::new();
+    for i in 0..4 {
+        let mut view = clusters.clone();
+        ledger.apply(&mut view, None);
+        let o = run(&view, &single, &big, None, None);
+        assert_eq!(o.decision.unplaced, 0, "workload {i}: {:?}", o.decision);
+        chosen.push(o.decision.clusters()[0].to_string());
+        ledger.reserve(&format!("w{i}"), &o, t0);
+    }
+    // use1b (6) first, then use1a (4 > the 3 left in use1b), then use1b (3, ties use1c by
+    // name), then use1c: each decision sees the room the earlier ones took.
+    assert_eq!(chosen, ["use1b", "use1a", "use1b", "use1c"]);
+    // Without the ledger every one would have picked use1b, which holds only 6.
+    let o = run(&clusters, &single, &big, None, None);
+    assert_eq!(o.decision.clusters(), ["use1b"]);
+    let mut view = clusters.clone();
+    ledger.apply(&mut view, None);
+    assert!(
+        view.iter()
+            .flat_map(|c| &c.nodes)
+            .all(|n| n.free.is_non_negative())
+    );
+    let o = run(&view, &single, &big, None, None);
+    assert_eq!(
+        o.decision.unplaced, 2,
+        "a fifth finds only use1a's last node"
+    );
+
+    // Releasing or expiring gives the room back; a re-plan ignores its own reservation.
+    let mut view = clusters.clone();
+    ledger.apply(&mut view, Some("w0"));
+    assert_eq!(
+        run(&view, &single, &big, None, None).decision.clusters(),
+        ["use1b"]
+    );
+    assert!(ledger.release("w1"));
+    assert_eq!(ledger.expire(t0 + Duration::from_secs(1)), 3);
+    assert!(ledger.is_empty());
+}
+
+#[test]
+fn ledger_reservations_per_cluster_and_totals() {
+    let clusters = local3();
+    let o = run(
+        &clusters,
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 30),
+        None,
+        None,
+    );
+    let mut ledger = Ledger::new();
+    ledger.reserve("ns/web", &o, SystemTime::UNIX_EPOCH);
+    assert_eq!(ledger.reserved(|w| w.starts_with("ns/")).cpu, q("30"));
+    ledger.release_cluster("ns/web", "use1b");
+    assert_eq!(ledger.reserved(|_| true).cpu, q("16"));
+    let mut view = clusters.clone();
+    ledger.apply(&mut view, None);
+    let free: Milli = view[0]
+        .nodes
+        .iter()
+        .map(|n| n.free.cpu)
+        .fold(Milli(0), |a, b| a + b);
+    assert_eq!(free, q("23"), "use1a: 32 cpu minus its 9 reserved");
+}
+
+// ---------------------------------------------------------------- decision JSON
+
+#[test]
+fn decision_json_round_trips_and_rejects_unknown_fields() {
+    let text = r#"{"strategy":"Divided","placements":[{"cluster":"a","replicas":2},{"cluster":"b","shards":"0-3,7"},{"cluster":"c"}],"unplaced":1,"reason":"x"}"#;
+    let d = Decision::from_json(text).unwrap();
+    assert_eq!(d.to_json(), text);
+    assert_eq!(
+        d.shares(),
+        BTreeMap::from([("a".into(), 2), ("b".into(), 5), ("c".into(), 1)])
+    );
+    assert!(
+        Decision::from_json(
+            r#"{"strategy":"Divided","placements":[],"unplaced":0,"reason":null,"x":1}"#
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn empty_and_degenerate_inputs_do_not_panic() {
+    let policy = divided();
+    for count in [
+        Count::Replicas(0),
+        Count::Replicas(u32::MAX),
+        Count::Shards {
+            total: u32::MAX,
+            completed: BTreeSet::from([0, 5, u32::MAX]),
+        },
+        Count::Gang(vec![]),
+        Count::Gang(vec![
+            GangRole {
+                role: "w".into(),
+                replicas: u32::MAX,
+                pod: None,
+            };
+            3
+        ]),
+        Count::Whole,
+    ] {
+        let demand = Demand {
+            pod: PodShape {
+                resources: Resources {
+                    cpu: Milli(-5),
+                    memory: Milli(0),
+                    gpu: -1,
+                    pods: 0,
+                },
+                ..PodShape::default()
+            },
+            count,
+        };
+        let o = run(&[], &policy, &demand, None, None);
+        let _ = o.decision.to_json();
+        let o = run(&local3(), &policy, &demand, None, None);
+        let _ = o.decision.to_json();
+    }
+}
