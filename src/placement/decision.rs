@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::model::{Resources, Strategy};
-use super::shards::{RangeListError, parse_ranges};
+use crate::api::ranges::{RangeError, RangeSet};
 
 /// A placement decision. Serializes exactly as the `pinfed plan` contract:
 /// `{"strategy":..,"placements":[..],"unplaced":N,"reason":STRING|null}`.
@@ -43,11 +43,8 @@ impl Decision {
             .map(|p| {
                 let n = match (&p.replicas, &p.shards) {
                     (Some(n), _) => *n,
-                    (None, Some(s)) => parse_ranges(s)
-                        .map(|v| {
-                            let n: u64 = v.iter().map(|(a, b)| u64::from(b - a) + 1).sum();
-                            u32::try_from(n).unwrap_or(u32::MAX)
-                        })
+                    (None, Some(s)) => RangeSet::parse(s)
+                        .map(|v| u32::try_from(v.len()).unwrap_or(u32::MAX))
                         .unwrap_or(0),
                     (None, None) => 1,
                 };
@@ -56,13 +53,12 @@ impl Decision {
             .collect()
     }
 
-    /// The shard ranges (inclusive) of each cluster; clusters without a shard list are
-    /// left out.
-    pub fn shard_ranges(&self) -> Result<BTreeMap<String, Vec<(u32, u32)>>, RangeListError> {
+    /// The shard indices of each cluster; clusters without a shard list are left out.
+    pub fn shard_sets(&self) -> Result<BTreeMap<String, RangeSet>, RangeError> {
         let mut out = BTreeMap::new();
         for p in &self.placements {
             if let Some(s) = &p.shards {
-                out.insert(p.cluster.clone(), parse_ranges(s)?);
+                out.insert(p.cluster.clone(), RangeSet::parse(s)?);
             }
         }
         Ok(out)

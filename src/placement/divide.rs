@@ -275,7 +275,14 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         want_zones,
     };
 
-    // Spread: the best cluster of each missing zone, then the best unused clusters.
+    // Spread: the best cluster of each missing zone, then the best unused clusters. A
+    // cluster is opened only while every used cluster can still keep its opening seats
+    // within the total; otherwise trimming would have to close one again, and a re-plan
+    // of the result would not be a fixed point.
+    let mut committed: u64 = (0..n)
+        .filter(|&i| st.shares[i] > 0)
+        .map(|i| u64::from(st.opening(i)))
+        .sum();
     let mut zones_used: BTreeSet<&str> = (0..n)
         .filter(|&i| st.shares[i] > 0)
         .filter_map(|i| seats[i].zone.as_deref())
@@ -284,11 +291,14 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         if zones_used.len() >= want_zones {
             break;
         }
+        let open = u64::from(st.opening(i));
         if let Some(z) = seats[i].zone.as_deref()
             && !zones_used.contains(z)
+            && committed + open <= total
         {
             st.shares[i] = st.opening(i);
-            st.sum += u64::from(st.shares[i]);
+            st.sum += open;
+            committed += open;
             zones_used.insert(z);
         }
     }
@@ -297,11 +307,19 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         if used >= want_clusters {
             break;
         }
-        if st.shares[i] == 0 {
+        let open = u64::from(st.opening(i));
+        if st.shares[i] == 0 && committed + open <= total {
             st.shares[i] = st.opening(i);
-            st.sum += u64::from(st.shares[i]);
+            st.sum += open;
+            committed += open;
             used += 1;
         }
+    }
+    if zones_used.len() < want_zones || used < want_clusters {
+        shortfall.push(format!(
+            "per-cluster mins leave room for {used} clusters in {} zones",
+            zones_used.len()
+        ));
     }
     // Floors: every cluster gets its min while the total allows, best first.
     for &i in &rank {

@@ -19,8 +19,9 @@ use super::model::{
     Strategy, untolerated,
 };
 use super::quota::Admits;
-use super::shards::{IndexSet, assign_shards, parse_ranges};
+use super::shards::assign_shards;
 use super::text;
+use crate::api::ranges::RangeSet;
 
 /// Everything one placement decision depends on.
 #[derive(Clone, Copy, Debug)]
@@ -539,20 +540,19 @@ fn place_shards(
     strategy: Strategy,
     out: &mut Builder,
 ) {
-    let remaining = IndexSet::below(total).difference(&IndexSet::from_set(completed));
+    let remaining =
+        RangeSet::full(total).difference(&RangeSet::from_indices(completed.iter().copied()));
     let asked = remaining.len();
     // The unfinished shards each cluster holds now; a shard listed twice stays with the
     // first cluster by name.
-    let mut current: BTreeMap<String, IndexSet> = BTreeMap::new();
-    let mut taken = IndexSet::new();
+    let mut current: BTreeMap<String, RangeSet> = BTreeMap::new();
+    let mut taken = RangeSet::new();
     if let Some(d) = ctx.input.current {
         for p in &d.placements {
             let Some(s) = &p.shards else { continue };
-            match parse_ranges(s) {
+            match RangeSet::parse(s) {
                 Ok(r) => {
-                    let held = IndexSet::from_ranges(&r)
-                        .intersection(&remaining)
-                        .difference(&taken);
+                    let held = r.intersection(&remaining).difference(&taken);
                     taken = taken.union(&held);
                     current.insert(p.cluster.clone(), held);
                 }

@@ -23,6 +23,8 @@ mod shards;
 mod text;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 pub use decision::{Cause, Decision, Exclusion, NodeBinding, Outcome, Placement};
@@ -33,4 +35,3 @@ pub use model::{
     QuotaUse, QuotaView, Requirement, Resources, Selector, SelectorOperator, Spread, Strategy,
     Taint, TaintEffect, Toleration, TolerationOperator,
 };
-pub use shards::{RangeListError, parse_ranges};

@@ -464,7 +464,8 @@ pub enum Strategy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bounds {
     /// At least this many whenever the cluster gets a share (and every eligible cluster
-    /// gets one when the total allows).
+    /// gets one when the total allows). Clipped to the cluster's room and max and to the
+    /// total being placed: 2 replicas under a min of 3 still run (on one cluster).
     pub min: Option<u32>,
     pub max: Option<u32>,
 }

@@ -567,16 +567,15 @@ fn on_failover_only_unfinished_shards_move_and_finished_ones_never_run_again() {
         None,
     )
     .decision;
-    let had = first.shard_ranges().unwrap();
-    let indices =
-        |r: &[(u32, u32)]| -> BTreeSet<u32> { r.iter().flat_map(|(x, y)| *x..=*y).collect() };
+    let had = first.shard_sets().unwrap();
+    let indices = |r: &crate::api::ranges::RangeSet| -> BTreeSet<u32> { r.iter().collect() };
     // use1b finished some of its shards and went down; use1a finished 0-9.
     let completed: Vec<u32> = (0..10).chain(31..51).collect();
     clusters[1].ready = false;
     let demand = shards(small, 100, &completed);
     let o = run(&clusters, &divided(), &demand, None, Some(&first));
     assert_eq!(o.decision.unplaced, 0);
-    let now = o.decision.shard_ranges().unwrap();
+    let now = o.decision.shard_sets().unwrap();
     assert!(!now.contains_key("use1b"));
     for c in ["use1a", "use1c"] {
         let kept: BTreeSet<u32> = indices(&had[c])
