@@ -3,8 +3,11 @@
 //! The pure core (`api`, `topology`, and later expansion, placement and status
 //! aggregation) never touches a client; the long-running parts are thin loops around it.
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod hub;
 pub mod placement;
+pub mod status;
 pub mod topology;

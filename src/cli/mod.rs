@@ -3,6 +3,9 @@
 
 use clap::{Parser, Subcommand};
 
+mod hub;
+mod join;
+pub mod kube_args;
 mod topology;
 
 #[derive(Debug, Parser)]
@@ -20,10 +23,17 @@ pub struct Cli {
 pub enum Command {
     /// Validate a topology file (clusters/*.yaml) and summarize its clusters and capacity.
     Topology(topology::TopologyArgs),
+    /// Register a member cluster with the hub (ServiceAccount, RBAC and CRDs in the member;
+    /// kubeconfig Secret and MemberCluster on the hub).
+    Join(join::JoinArgs),
+    /// Run the federation hub controller.
+    Hub(hub::HubArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Topology(args) => topology::run(args),
+        Command::Join(args) => join::run(args),
+        Command::Hub(args) => hub::run(args),
     }
 }

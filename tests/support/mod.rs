@@ -192,3 +192,95 @@ impl Federation {
             .unwrap_or_else(|| panic!("no cluster {cluster} in {}", self.kubeconfig.display()))
     }
 }
+
+/// The `pinfed` binary under test.
+pub fn pinfed_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_pinfed"))
+}
+
+/// Runs `pinfed ARGS` against the topology's kubeconfig and returns its output.
+pub fn pinfed(fed: &Federation, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(pinfed_bin())
+        .args(args)
+        .env("KUBECONFIG", &fed.kubeconfig)
+        .env_remove("PINFED_CONTEXT")
+        .output()
+        .unwrap_or_else(|e| panic!("running pinfed {args:?}: {e}"))
+}
+
+/// Joins every member of the topology to the hub (idempotent).
+pub fn join_all(fed: &Federation) {
+    for m in &fed.topology.members {
+        let mut args = vec!["join", &m.name, "--member-context", &m.name, "--hub-context", &fed.topology.hub.name];
+        let region;
+        let zone;
+        if let Some(r) = &m.region {
+            region = r.clone();
+            args.extend(["--region", &region]);
+        }
+        if let Some(z) = &m.zone {
+            zone = z.clone();
+            args.extend(["--zone", &zone]);
+        }
+        let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for l in &labels {
+            args.extend(["--label", l]);
+        }
+        let out = pinfed(fed, &args);
+        assert!(out.status.success(), "pinfed join {} failed: {}", m.name, String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// A pinfed long-running process (hub, agent) that dies with the test process: it is
+/// spawned from a thread that lives as long as the process, with PR_SET_PDEATHSIG.
+pub struct Daemon {
+    pub pid: u32,
+    pub log: PathBuf,
+}
+
+pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
+    use std::os::unix::process::CommandExt;
+    let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (bin, kubeconfig, log2, args) = (pinfed_bin(), fed.kubeconfig.clone(), log.clone(), args.to_vec());
+    std::thread::spawn(move || {
+        let out = std::fs::File::create(&log2).expect("daemon log");
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn pinfed daemon");
+        tx.send(child.id()).unwrap();
+        let _ = child.wait();
+        // Keep the thread (the parent of the daemon) alive until the process ends.
+        loop {
+            std::thread::park();
+        }
+    });
+    let pid = rx.recv().expect("daemon pid");
+    Daemon { pid, log }
+}
+
+impl Daemon {
+    pub fn kill(&self) {
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+    }
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+/// A free loopback port for a daemon's metrics server.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

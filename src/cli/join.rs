@@ -1,0 +1,65 @@
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::kube_args::KubeArgs;
+use crate::api::validation::is_dns_label;
+use crate::hub::join::{JoinRequest, join};
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// Name of the member (a DNS label); default: the member context's name.
+    pub name: Option<String>,
+    /// Kubeconfig context of the member to join.
+    #[arg(long, env = "PINFED_MEMBER_CONTEXT")]
+    pub member_context: String,
+    /// Kubeconfig context of the hub (default: --context, then the current context).
+    #[arg(long, env = "PINFED_HUB_CONTEXT")]
+    pub hub_context: Option<String>,
+    /// Region of the member (topology.kubernetes.io/region).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Zone of the member (topology.kubernetes.io/zone).
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Labels for cluster selectors, KEY=VALUE (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Placement weight.
+    #[arg(long)]
+    pub weight: Option<i32>,
+    /// The member API server URL as the hub reaches it (default: from the member context).
+    #[arg(long)]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+pub fn run(args: JoinArgs) -> anyhow::Result<()> {
+    let name = args.name.clone().unwrap_or_else(|| args.member_context.clone());
+    anyhow::ensure!(is_dns_label(&name), "member name {name:?} is not a DNS label (lower-case a-z, 0-9, '-')");
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let hub_ctx = args.hub_context.clone().or(args.kube.context.clone());
+        let hub = args.kube.client_for(hub_ctx.as_deref()).await.context("connecting to the hub")?;
+        let member = args.kube.client_for(Some(&args.member_context)).await.context("connecting to the member")?;
+        let (server, ca_pem) = args.kube.server_and_ca(&args.member_context).await?;
+        let req = JoinRequest {
+            name: name.clone(),
+            region: args.region.clone(),
+            zone: args.zone.clone(),
+            labels: args.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
+            weight: args.weight,
+            server: args.server.clone().unwrap_or(server),
+            ca_pem,
+        };
+        eprintln!("joining {name} ({}) to the hub", req.server);
+        join(&hub, &member, &req).await?;
+        eprintln!("joined: MemberCluster {name} created; the hub connects with ServiceAccount pinfed-system/pinfed-hub");
+        Ok(())
+    })
+}

@@ -1,0 +1,79 @@
+//! How every command that talks to a cluster finds it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+#[derive(Debug, Clone, Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, env = "KUBECONFIG", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in the kubeconfig (default: its current context).
+    #[arg(long, env = "PINFED_CONTEXT", global = true)]
+    pub context: Option<String>,
+}
+
+impl KubeArgs {
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        self.client_for(self.context.as_deref()).await
+    }
+
+    /// A client for a named context of the same kubeconfig.
+    pub async fn client_for(&self, context: Option<&str>) -> anyhow::Result<Client> {
+        let opts = KubeConfigOptions { context: context.map(String::from), ..Default::default() };
+        let mut config = match &self.kubeconfig {
+            Some(path) => {
+                // $KUBECONFIG may list several files; the first one is used.
+                let first = path.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+                let kc = Kubeconfig::read_from(&first).with_context(|| format!("reading kubeconfig {first}"))?;
+                kube::Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("context {:?} in {first}", context.unwrap_or("(current)")))?
+            }
+            None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
+            None => kube::Config::infer().await?,
+        };
+        config.connect_timeout = Some(Duration::from_secs(5));
+        Ok(Client::try_from(config)?)
+    }
+
+    /// The server URL and CA of a context, as written in the kubeconfig.
+    pub async fn server_and_ca(&self, context: &str) -> anyhow::Result<(String, Vec<u8>)> {
+        let opts = KubeConfigOptions { context: Some(context.to_string()), ..Default::default() };
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let first = path.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+                kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&first)?, &opts).await?
+            }
+            None => kube::Config::from_kubeconfig(&opts).await?,
+        };
+        let ca = config
+            .root_cert
+            .as_ref()
+            .and_then(|certs| certs.first())
+            .map(|der| der_to_pem(der))
+            .context("the member context has no certificate-authority data")?;
+        Ok((config.cluster_url.to_string().trim_end_matches('/').to_string(), ca))
+    }
+}
+
+fn der_to_pem(der: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem.into_bytes()
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,241 @@
+//! Member capacity from its nodes and pods: per node what is allocatable and what the
+//! requests of non-terminated pods take (what placement packs replicas against), and the
+//! totals the MemberCluster status shows. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+
+use crate::api::federation::{Amounts, ResourceAmounts};
+use crate::api::quantity::Milli;
+
+pub const GPU: &str = "nvidia.com/gpu";
+
+/// cpu and memory in milli-units; pods and GPUs in milli-units too, for one arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Res {
+    pub cpu: Milli,
+    pub memory: Milli,
+    pub pods: Milli,
+    pub gpus: Milli,
+}
+
+impl Res {
+    pub fn add(self, o: Res) -> Res {
+        Res { cpu: self.cpu + o.cpu, memory: self.memory + o.memory, pods: self.pods + o.pods, gpus: self.gpus + o.gpus }
+    }
+    /// Saturating at zero: an overcommitted node has no room, not negative room.
+    pub fn minus(self, o: Res) -> Res {
+        let s = |a: Milli, b: Milli| Milli((a.0 - b.0).max(0));
+        Res { cpu: s(self.cpu, o.cpu), memory: s(self.memory, o.memory), pods: s(self.pods, o.pods), gpus: s(self.gpus, o.gpus) }
+    }
+    fn max(self, o: Res) -> Res {
+        Res { cpu: self.cpu.max(o.cpu), memory: self.memory.max(o.memory), pods: self.pods.max(o.pods), gpus: self.gpus.max(o.gpus) }
+    }
+    pub fn to_amounts(self) -> Amounts {
+        Amounts { cpu: Some(self.cpu), memory: Some(self.memory), pods: Some(self.pods), gpus: Some(self.gpus) }
+    }
+    pub fn to_resource_amounts(self) -> ResourceAmounts {
+        ResourceAmounts::from_amounts(&self.to_amounts())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeTaint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// One node as placement sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeUsage {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<NodeTaint>,
+    /// Ready and not cordoned: only such nodes count as room.
+    pub schedulable: bool,
+    pub capacity: Res,
+    pub allocatable: Res,
+    pub allocated: Res,
+}
+
+impl NodeUsage {
+    pub fn free(&self) -> Res {
+        if self.schedulable { self.allocatable.minus(self.allocated) } else { Res::default() }
+    }
+}
+
+fn quantity_map(map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>) -> Res {
+    let get = |k: &str| map.and_then(|m| m.get(k)).and_then(|q| Milli::parse(&q.0).ok()).unwrap_or_default();
+    Res { cpu: get("cpu"), memory: get("memory"), pods: get("pods"), gpus: get(GPU) }
+}
+
+fn container_requests(c: &Container) -> Res {
+    let r = c.resources.as_ref();
+    let mut req = quantity_map(r.and_then(|r| r.requests.as_ref()));
+    // Extended resources such as GPUs may be given as limits only; limits stand in.
+    if req.gpus == Milli::ZERO {
+        req.gpus = quantity_map(r.and_then(|r| r.limits.as_ref())).gpus;
+    }
+    req
+}
+
+/// The scheduler's view of a pod's requests: app containers plus native sidecars, or the
+/// largest one-shot init container if that is bigger; plus one pod slot.
+pub fn pod_requests(pod: &Pod) -> Res {
+    let Some(spec) = &pod.spec else { return Res::default() };
+    let mut sidecars = Res::default();
+    let mut init_peak = Res::default();
+    for c in spec.init_containers.iter().flatten() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars = sidecars.add(container_requests(c));
+        } else {
+            init_peak = init_peak.max(sidecars.add(container_requests(c)));
+        }
+    }
+    let apps = spec.containers.iter().fold(Res::default(), |a, c| a.add(container_requests(c)));
+    let mut total = apps.add(sidecars).max(init_peak);
+    total = total.add(quantity_map(spec.overhead.as_ref()));
+    total.pods = Milli::from_units(1);
+    total
+}
+
+fn pod_is_active(p: &Pod) -> bool {
+    !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+}
+
+/// Per-node usage from the nodes and pods of a member, sorted by node name.
+pub fn node_usage(nodes: &[Node], pods: &[Pod]) -> Vec<NodeUsage> {
+    let mut allocated: BTreeMap<&str, Res> = BTreeMap::new();
+    for p in pods.iter().filter(|p| pod_is_active(p)) {
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            let e = allocated.entry(node).or_default();
+            *e = e.add(pod_requests(p));
+        }
+    }
+    let mut out: Vec<NodeUsage> = nodes
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let status = n.status.as_ref();
+            let ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            NodeUsage {
+                labels: n.metadata.labels.clone().unwrap_or_default(),
+                taints: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .map(|ts| {
+                        ts.iter()
+                            .map(|t| NodeTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                schedulable: ready && !cordoned,
+                capacity: quantity_map(status.and_then(|s| s.capacity.as_ref())),
+                allocatable: quantity_map(status.and_then(|s| s.allocatable.as_ref())),
+                allocated: allocated.get(name.as_str()).copied().unwrap_or_default(),
+                name,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Totals for MemberCluster status: capacity, allocatable, allocated, available.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Totals {
+    pub capacity: Res,
+    pub allocatable: Res,
+    pub allocated: Res,
+    pub available: Res,
+}
+
+pub fn totals(nodes: &[NodeUsage]) -> Totals {
+    nodes.iter().fold(Totals::default(), |t, n| Totals {
+        capacity: t.capacity.add(n.capacity),
+        allocatable: t.allocatable.add(n.allocatable),
+        allocated: t.allocated.add(n.allocated),
+        available: t.available.add(n.free()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, cpu: &str, gpu: Option<&str>, ready: bool) -> Node {
+        let mut alloc = serde_json::json!({"cpu": cpu, "memory": "32Gi", "pods": "110"});
+        if let Some(g) = gpu {
+            alloc[GPU] = serde_json::json!(g);
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"pool": "general"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]},
+            "status": {"capacity": alloc, "allocatable": alloc,
+                       "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .unwrap()
+    }
+
+    fn pod(node: &str, phase: &str, cpu: &str, sidecar_cpu: Option<&str>, gpu_limit: Option<&str>) -> Pod {
+        let mut app = serde_json::json!({"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}});
+        if let Some(g) = gpu_limit {
+            app["resources"]["limits"] = serde_json::json!({GPU: g});
+        }
+        let init: Vec<serde_json::Value> = sidecar_cpu
+            .map(|c| vec![serde_json::json!({"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": c}}})])
+            .unwrap_or_default();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": node, "containers": [app], "initContainers": init},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn requests_of_active_pods_count_including_native_sidecars_and_gpu_limits() {
+        let nodes = [node("n1", "8", Some("4"), true), node("n2", "8", None, true)];
+        let pods = [
+            pod("n1", "Running", "1", Some("500m"), Some("2")),
+            pod("n1", "Succeeded", "4", None, None),
+            pod("n2", "Pending", "2", None, None),
+        ];
+        let usage = node_usage(&nodes, &pods);
+        assert_eq!(usage[0].allocated.cpu, Milli(1500));
+        assert_eq!(usage[0].allocated.gpus, Milli::from_units(2));
+        assert_eq!(usage[0].allocated.pods, Milli::from_units(1), "the Succeeded pod is not counted");
+        assert_eq!(usage[0].free().cpu, Milli(6500));
+        assert_eq!(usage[1].allocated.cpu, Milli(2000));
+        assert_eq!(usage[0].taints[0].key, "dedicated");
+        let t = totals(&usage);
+        assert_eq!(t.allocatable.cpu, Milli(16000));
+        assert_eq!(t.available.cpu, Milli(12500));
+        assert_eq!(t.available.gpus, Milli::from_units(2));
+    }
+
+    #[test]
+    fn unready_nodes_offer_no_room_and_overcommit_is_not_negative() {
+        let nodes = [node("n1", "1", None, false), node("n2", "1", None, true)];
+        let pods = [pod("n2", "Running", "3", None, None)];
+        let usage = node_usage(&nodes, &pods);
+        assert_eq!(usage[0].free(), Res::default());
+        assert_eq!(usage[1].free().cpu, Milli::ZERO);
+    }
+
+    #[test]
+    fn a_big_init_container_sets_the_peak() {
+        let mut p = pod("n1", "Running", "1", None, None);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![serde_json::from_value(
+            serde_json::json!({"name": "init", "resources": {"requests": {"cpu": "3"}}}),
+        )
+        .unwrap()]);
+        assert_eq!(pod_requests(&p).cpu, Milli(3000));
+    }
+}

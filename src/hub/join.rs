@@ -1,0 +1,238 @@
+//! `pinfed join`: registers a member. In the member it creates a least-privilege
+//! ServiceAccount for the hub (with a token Secret) and installs the CRDs; on the hub it
+//! stores a kubeconfig for that ServiceAccount as a Secret and creates the MemberCluster.
+//! The object builders are pure; [`join`] applies them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+
+use crate::api::workload;
+use crate::controller::apply::apply_json;
+use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
+
+pub const JOIN_FIELD_MANAGER: &str = "pinfed-join";
+/// The identity the hub uses in every member.
+pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub";
+pub const MEMBER_NAMESPACE: &str = "pinfed-system";
+
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub name: String,
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub weight: Option<i32>,
+    /// The member API server as the hub reaches it, and its CA (PEM).
+    pub server: String,
+    pub ca_pem: Vec<u8>,
+}
+
+/// What the hub may do in a member: write workload slices and the ConfigMaps, Secrets
+/// and namespaces they need, read capacity (nodes, pods). Nothing else.
+pub fn member_rbac() -> Vec<serde_json::Value> {
+    let rw = ["get", "list", "watch", "create", "update", "patch", "delete"];
+    vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": format!("{HUB_SERVICE_ACCOUNT}-token"), "namespace": MEMBER_NAMESPACE,
+                         "annotations": {"kubernetes.io/service-account.name": HUB_SERVICE_ACCOUNT}}}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": HUB_SERVICE_ACCOUNT},
+            "rules": [
+                {"apiGroups": ["compute.pinterest.com"], "resources": [
+                    "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
+                    "pinteresttrainingjobs", "pintereststatefulsets", "runtimeprofiles"], "verbs": rw},
+                {"apiGroups": ["compute.pinterest.com"], "resources": [
+                    "pinterestservices/status", "pinterestjobsets/status", "pinterestcronjobs/status",
+                    "pinterestdaemons/status", "pinteresttrainingjobs/status", "pintereststatefulsets/status"],
+                 "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
+                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
+                {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+            ]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": HUB_SERVICE_ACCOUNT},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_SERVICE_ACCOUNT},
+            "subjects": [{"kind": "ServiceAccount", "name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}]}),
+    ]
+}
+
+/// A kubeconfig for the hub's ServiceAccount in a member.
+pub fn member_kubeconfig(req: &JoinRequest, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&req.ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {n}\n  cluster:\n    server: {s}\n    certificate-authority-data: {ca}\n\
+         users:\n- name: {sa}\n  user:\n    token: {token}\n\
+         contexts:\n- name: {n}\n  context:\n    cluster: {n}\n    user: {sa}\ncurrent-context: {n}\n",
+        n = req.name,
+        s = req.server,
+        sa = HUB_SERVICE_ACCOUNT,
+    )
+}
+
+/// The hub objects of a member: its kubeconfig Secret and the MemberCluster.
+pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value> {
+    use base64::Engine;
+    let secret_name = format!("member-{}", req.name);
+    let mut spec = serde_json::json!({
+        "secretRef": {"name": secret_name, "namespace": HUB_NAMESPACE},
+        "mode": "Push",
+        "labels": req.labels,
+    });
+    if let Some(r) = &req.region {
+        spec["region"] = r.clone().into();
+    }
+    if let Some(z) = &req.zone {
+        spec["zone"] = z.clone().into();
+    }
+    if let Some(w) = req.weight {
+        spec["weight"] = w.into();
+    }
+    vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NAMESPACE}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name, "namespace": HUB_NAMESPACE,
+                         "labels": {"federation.pinterest.com/member": req.name}},
+            "data": {KUBECONFIG_KEY: base64::engine::general_purpose::STANDARD.encode(kubeconfig)}}),
+        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": req.name}, "spec": spec}),
+    ]
+}
+
+/// Applies every CRD of the product (server-side apply) and waits until they are served.
+pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds = workload::crds();
+    for crd in &crds {
+        api.patch(&crd.name_any(), &PatchParams::apply(JOIN_FIELD_MANAGER).force(), &Patch::Apply(crd))
+            .await
+            .with_context(|| format!("installing CRD {}", crd.name_any()))?;
+    }
+    for crd in &crds {
+        let name = crd.name_any();
+        let mut established = false;
+        for _ in 0..100 {
+            let c = api.get(&name).await?;
+            established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::ensure!(established, "CRD {name} was not established within 10s");
+    }
+    Ok(())
+}
+
+async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
+    for o in objs {
+        if o["kind"] == "MemberCluster" || o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding" || o["kind"] == "ServiceAccount" {
+            apply_dynamic(client, o).await?;
+        } else {
+            apply_json(client, o, JOIN_FIELD_MANAGER).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Server-side apply of a kind outside the expansion engine's set (RBAC, MemberCluster).
+async fn apply_dynamic(client: &Client, o: &serde_json::Value) -> anyhow::Result<()> {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let (group, version) = o["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or(("", "v1"));
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let plural = match kind {
+        "MemberCluster" => "memberclusters",
+        "ClusterRole" => "clusterroles",
+        "ClusterRoleBinding" => "clusterrolebindings",
+        "ServiceAccount" => "serviceaccounts",
+        other => anyhow::bail!("join cannot apply kind {other}"),
+    };
+    let (group, version) = if o["apiVersion"] == "v1" { ("", "v1") } else { (group, version) };
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(name, &PatchParams::apply(JOIN_FIELD_MANAGER).force(), &Patch::Apply(o))
+        .await
+        .with_context(|| format!("applying {kind} {name}"))?;
+    Ok(())
+}
+
+/// Joins a member: RBAC and CRDs in the member, kubeconfig Secret and MemberCluster on the hub.
+pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::Result<()> {
+    install_crds(member).await.context("installing CRDs in the member")?;
+    apply_all(member, &member_rbac()).await.context("creating the hub's ServiceAccount in the member")?;
+    let secrets: Api<Secret> = Api::namespaced(member.clone(), MEMBER_NAMESPACE);
+    let token_secret = format!("{HUB_SERVICE_ACCOUNT}-token");
+    let mut token = None;
+    for _ in 0..100 {
+        if let Some(t) = secrets.get(&token_secret).await?.data.and_then(|d| d.get("token").cloned()) {
+            token = Some(String::from_utf8(t.0)?);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let token = token.context("the member did not issue a token for the hub's ServiceAccount within 10s (is its controller-manager running?)")?;
+    install_crds(hub).await.context("installing CRDs on the hub")?;
+    apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token))).await.context("registering the member on the hub")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> JoinRequest {
+        JoinRequest {
+            name: "use1a".into(),
+            region: Some("us-east-1".into()),
+            zone: Some("us-east-1a".into()),
+            labels: BTreeMap::from([("tier".into(), "prod".into())]),
+            weight: Some(2),
+            server: "https://127.0.0.1:6443".into(),
+            ca_pem: b"-----BEGIN CERTIFICATE-----\n".to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_member_kubeconfig_uses_the_token_and_parses() {
+        let text = member_kubeconfig(&req(), "tok123");
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("use1a"));
+        assert_eq!(kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(), Some("https://127.0.0.1:6443"));
+        assert!(text.contains("token: tok123"));
+    }
+
+    #[test]
+    fn hub_objects_point_the_member_cluster_at_its_secret() {
+        let objs = hub_objects(&req(), "kc");
+        let mc = objs.iter().find(|o| o["kind"] == "MemberCluster").unwrap();
+        assert_eq!(mc["spec"]["secretRef"]["name"], "member-use1a");
+        assert_eq!(mc["spec"]["zone"], "us-east-1a");
+        assert_eq!(mc["spec"]["weight"], 2);
+        let mc: crate::api::federation::MemberCluster = serde_json::from_value(mc.clone()).unwrap();
+        assert_eq!(mc.spec.selector_labels()["topology.kubernetes.io/zone"], "us-east-1a");
+    }
+
+    #[test]
+    fn the_hub_may_not_touch_member_workload_status_or_rbac() {
+        let rbac = member_rbac();
+        let role = rbac.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+        let text = role.to_string();
+        assert!(!text.contains("rbac.authorization.k8s.io\""), "no RBAC escalation");
+        let status_rule = role["rules"].as_array().unwrap().iter().find(|r| r.to_string().contains("/status")).unwrap();
+        assert_eq!(status_rule["verbs"], serde_json::json!(["get"]));
+    }
+}

@@ -1,0 +1,100 @@
+//! The loop that keeps every MemberCluster connected and its status current.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::api::federation::MemberCluster;
+use crate::hub::members::{self, MemberRegistry};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct MemberLabels {
+    pub member: String,
+}
+
+pub struct MemberLoop {
+    pub hub: Client,
+    pub registry: MemberRegistry,
+    /// A member without a successful heartbeat for this long is NotReady.
+    pub grace: Duration,
+    pub interval: Duration,
+    /// 1 when the member is Ready, else 0.
+    pub health: Family<MemberLabels, Gauge>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LoopError(#[from] kube::Error);
+
+async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Action, LoopError> {
+    let name = mc.name_any();
+    let (member, connect_error) = match members::ensure_member(&ctx.hub, &ctx.registry, &mc).await {
+        Ok(m) => {
+            members::heartbeat(&m).await;
+            (Some(m), None)
+        }
+        Err(e) => {
+            tracing::warn!(member = %name, error = %e, "cannot connect to member");
+            ctx.registry.remove(&name);
+            (None, Some(e.to_string()))
+        }
+    };
+    let now = Timestamp::now();
+    let status = members::member_status(
+        mc.status.as_ref(),
+        member.as_deref(),
+        connect_error.as_deref(),
+        mc.metadata.generation,
+        now,
+        ctx.grace,
+    );
+    let ready = member.as_ref().is_some_and(|m| m.is_ready(now, ctx.grace));
+    ctx.health.get_or_create(&MemberLabels { member: name.clone() }).set(i64::from(ready));
+    if mc.status.as_ref() != Some(&status) {
+        members::write_status(&ctx.hub, &name, &status).await?;
+    }
+    Ok(Action::requeue(ctx.interval))
+}
+
+fn error_policy(_mc: Arc<MemberCluster>, e: &LoopError, ctx: Arc<MemberLoop>) -> Action {
+    tracing::warn!(error = %e, "member status update failed");
+    Action::requeue(ctx.interval)
+}
+
+/// Runs until the stream ends (it does not, unless the hub API goes away for good).
+pub async fn run(ctx: MemberLoop) {
+    let api: Api<MemberCluster> = Api::all(ctx.hub.clone());
+    let ctx = Arc::new(ctx);
+    let registry = ctx.registry.clone();
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    let store = controller.store();
+    // Forget members whose MemberCluster is gone.
+    let janitor = {
+        let store = store.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let names: Vec<String> = store.state().iter().map(|m| m.name_any()).collect();
+                for m in registry.all() {
+                    if !names.contains(&m.name) {
+                        tracing::info!(member = %m.name, "MemberCluster removed; disconnecting");
+                        registry.remove(&m.name);
+                    }
+                }
+            }
+        }
+    };
+    let run = controller.run(reconcile, error_policy, ctx).for_each(|_| futures::future::ready(()));
+    tokio::select! {
+        () = run => {},
+        () = janitor => {},
+    }
+}

@@ -1,0 +1,293 @@
+//! Member registry and health. For every MemberCluster the hub keeps a client built from
+//! its kubeconfig Secret, watches the member's nodes and pods (trimmed to what capacity
+//! needs), sends a heartbeat (`/version`) on a timer and writes the MemberCluster status:
+//! Ready with a reason, last heartbeat, Kubernetes version, capacity / allocatable /
+//! allocated / available. Other hub loops read members through [`MemberRegistry`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::task::JoinHandle;
+
+use crate::api::common::{Condition, ConditionStatus, condition_types as ct, set_condition};
+use crate::api::federation::{MemberCluster, MemberClusterStatus};
+use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::hub::capacity::{self, NodeUsage};
+
+/// Namespace on the hub where member kubeconfig Secrets live by default.
+pub const HUB_NAMESPACE: &str = "pinfed-system";
+/// Key of the kubeconfig in a member Secret.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("MemberCluster {0} has no spec.secretRef")]
+    NoSecretRef(String),
+    #[error("reading Secret {namespace}/{name}: {source}")]
+    Secret {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Secret {0} has no `kubeconfig` key")]
+    NoKubeconfig(String),
+    #[error("kubeconfig of member {member} is invalid: {message}")]
+    Kubeconfig { member: String, message: String },
+}
+
+/// A live connection to one member.
+pub struct Member {
+    pub name: String,
+    pub client: Client,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    /// Resource version of the Secret the client was built from (rebuild on change).
+    secret_version: String,
+    state: Mutex<Heartbeat>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Heartbeat {
+    last_ok: Option<Timestamp>,
+    version: Option<String>,
+    last_error: Option<String>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Member {
+    pub fn last_heartbeat(&self) -> Option<Timestamp> {
+        self.state.lock().map(|s| s.last_ok).unwrap_or(None)
+    }
+
+    /// Whether the member answered within `grace`.
+    pub fn is_ready(&self, now: Timestamp, grace: Duration) -> bool {
+        self.last_heartbeat().is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
+    }
+
+    pub fn node_usage(&self) -> Vec<NodeUsage> {
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
+        capacity::node_usage(&nodes, &pods)
+    }
+}
+
+/// Every connected member, by name.
+#[derive(Clone, Default)]
+pub struct MemberRegistry {
+    members: Arc<Mutex<BTreeMap<String, Arc<Member>>>>,
+}
+
+impl MemberRegistry {
+    pub fn get(&self, name: &str) -> Option<Arc<Member>> {
+        self.members.lock().ok()?.get(name).cloned()
+    }
+    pub fn all(&self) -> Vec<Arc<Member>> {
+        self.members.lock().map(|m| m.values().cloned().collect()).unwrap_or_default()
+    }
+    fn insert(&self, m: Member) -> Arc<Member> {
+        let m = Arc::new(m);
+        if let Ok(mut map) = self.members.lock() {
+            map.insert(m.name.clone(), m.clone());
+        }
+        m
+    }
+    pub fn remove(&self, name: &str) {
+        if let Ok(mut map) = self.members.lock() {
+            map.remove(name);
+        }
+    }
+}
+
+/// Builds a client from a kubeconfig text (its current context).
+pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, MemberError> {
+    let bad = |message: String| MemberError::Kubeconfig { member: member.to_string(), message };
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    // A lost member must fail fast, not hang the loops that talk to it.
+    cfg.connect_timeout = Some(Duration::from_secs(3));
+    cfg.read_timeout = Some(Duration::from_secs(20));
+    Client::try_from(cfg).map_err(|e| bad(e.to_string()))
+}
+
+async fn read_kubeconfig(hub: &Client, mc: &MemberCluster) -> Result<(String, String), MemberError> {
+    let name = mc.name_any();
+    let r = mc.spec.secret_ref.as_ref().ok_or_else(|| MemberError::NoSecretRef(name.clone()))?;
+    let ns = r.namespace.clone().unwrap_or_else(|| HUB_NAMESPACE.to_string());
+    let secret = Api::<Secret>::namespaced(hub.clone(), &ns)
+        .get(&r.name)
+        .await
+        .map_err(|source| MemberError::Secret { namespace: ns.clone(), name: r.name.clone(), source })?;
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .ok_or_else(|| MemberError::NoKubeconfig(format!("{ns}/{}", r.name)))?;
+    let text = String::from_utf8(data.0.clone()).map_err(|e| MemberError::Kubeconfig { member: name, message: e.to_string() })?;
+    Ok((text, secret.resource_version().unwrap_or_default()))
+}
+
+/// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror.
+fn trim_pod(p: &mut Pod) {
+    p.managed_fields_mut().clear();
+    p.annotations_mut().clear();
+    p.labels_mut().clear();
+    p.metadata.owner_references = None;
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+        }
+    }
+    if let Some(s) = p.status.as_mut() {
+        s.conditions = None;
+        s.container_statuses = None;
+        s.init_container_statuses = None;
+    }
+}
+
+fn trim_node(n: &mut Node) {
+    n.managed_fields_mut().clear();
+    n.annotations_mut().clear();
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+    }
+}
+
+/// Connects to a member (or returns the current connection when its Secret is unchanged).
+pub async fn ensure_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluster) -> Result<Arc<Member>, MemberError> {
+    let name = mc.name_any();
+    let (text, version) = read_kubeconfig(hub, mc).await?;
+    if let Some(m) = registry.get(&name).filter(|m| m.secret_version == version) {
+        return Ok(m);
+    }
+    let client = client_from_kubeconfig(&name, &text).await?;
+    let (nodes, node_writer) = reflector::store();
+    let (pods, pod_writer) = reflector::store();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(trim_node)
+        .reflect(node_writer)
+        .for_each(|_| futures::future::ready(()));
+    let pod_stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(trim_pod)
+        .reflect(pod_writer)
+        .for_each(|_| futures::future::ready(()));
+    let member = Member {
+        name: name.clone(),
+        client,
+        nodes,
+        pods,
+        secret_version: version,
+        state: Mutex::new(Heartbeat::default()),
+        tasks: vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)],
+    };
+    tracing::info!(member = %name, "connected to member");
+    Ok(registry.insert(member))
+}
+
+/// One heartbeat: `/version` within a short timeout.
+pub async fn heartbeat(member: &Member) {
+    let result = tokio::time::timeout(Duration::from_secs(5), member.client.apiserver_version()).await;
+    let mut s = match member.state.lock() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    match result {
+        Ok(Ok(info)) => {
+            s.last_ok = Some(Timestamp::now());
+            s.version = Some(info.git_version);
+            s.last_error = None;
+        }
+        Ok(Err(e)) => s.last_error = Some(e.to_string()),
+        Err(_) => s.last_error = Some("no answer within 5s".into()),
+    }
+}
+
+/// The MemberCluster status for what the hub currently knows of the member.
+pub fn member_status(
+    previous: Option<&MemberClusterStatus>,
+    member: Option<&Member>,
+    connect_error: Option<&str>,
+    generation: Option<i64>,
+    now: Timestamp,
+    grace: Duration,
+) -> MemberClusterStatus {
+    let mut s = previous.cloned().unwrap_or_default();
+    s.observed_generation = generation;
+    let t = Time(now);
+    let ready_cond = match (member, connect_error) {
+        (_, Some(e)) => Condition::new(ct::READY, ConditionStatus::False, "KubeconfigInvalid", e, generation, &t),
+        (None, None) => Condition::new(ct::READY, ConditionStatus::Unknown, "Connecting", "", generation, &t),
+        (Some(m), None) => {
+            let hb = m.state.lock().map(|h| h.clone()).unwrap_or_default();
+            if let Some(v) = &hb.version {
+                s.kubernetes_version = Some(v.clone());
+            }
+            if let Some(last) = hb.last_ok {
+                s.last_heartbeat_time = Some(Time(last));
+            }
+            if m.is_ready(now, grace) {
+                Condition::new(ct::READY, ConditionStatus::True, "HeartbeatOK", "", generation, &t)
+            } else {
+                let why = hb.last_error.unwrap_or_else(|| "no heartbeat yet".into());
+                Condition::new(ct::READY, ConditionStatus::False, "HeartbeatFailed", format!("no heartbeat for over {}s: {why}", grace.as_secs()), generation, &t)
+            }
+        }
+    };
+    set_condition(&mut s.conditions, ready_cond);
+    if let Some(m) = member.filter(|m| m.is_ready(now, grace)) {
+        let usage = m.node_usage();
+        let totals = capacity::totals(&usage);
+        s.nodes = Some(usage.len() as i32);
+        s.capacity = Some(totals.capacity.to_resource_amounts());
+        s.allocatable = Some(totals.allocatable.to_resource_amounts());
+        s.allocated = Some(totals.allocated.to_resource_amounts());
+        s.available = Some(totals.available.to_resource_amounts());
+    }
+    s
+}
+
+/// Writes a MemberCluster status with server-side apply.
+pub async fn write_status(hub: &Client, name: &str, status: &MemberClusterStatus) -> Result<(), kube::Error> {
+    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let patch = serde_json::json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1",
+        "kind": "MemberCluster",
+        "status": status,
+    });
+    api.patch_status(name, &PatchParams::apply(HUB_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! Aggregation rules. The hub never says Ready on stale or partial data: a member that is
+//! NotReady, or whose status is older than the staleness bound, makes the workload
+//! Degraded with Ready Unknown; `observedGeneration` advances only when every slice was
+//! written from the current hub generation and its agent has processed it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::common::{Condition, ConditionStatus, MemberWorkloadStatus, PlacementDecision, condition_types as ct};
+use crate::api::ranges::RangeSet;
+
+/// How the workload's progress is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Long-running replicas (services, stateful sets, daemons): Ready when `available`
+    /// reaches `desired` everywhere.
+    Replicas { desired: i32 },
+    /// Job sets: Complete when every shard index is in `completedShards`.
+    Shards { total: u32 },
+    /// Cron and training jobs: Complete/Failed as the members report.
+    RunToCompletion,
+}
+
+/// What the hub knows of one placed cluster.
+#[derive(Debug, Clone)]
+pub struct MemberObservation {
+    pub cluster: String,
+    /// The MemberCluster's Ready condition.
+    pub member_ready: bool,
+    /// The slice's status as read from the member, with the time it was read; `None` when
+    /// the slice was not found (yet).
+    pub status: Option<MemberWorkloadStatus>,
+    /// The hub generation the slice in the member was written from.
+    pub slice_hub_generation: Option<i64>,
+    /// Whether the member agent has processed the slice's current generation.
+    pub slice_processed: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct AggregateInput<'a> {
+    pub hub_generation: i64,
+    /// The `observedGeneration` currently in hub status.
+    pub previous_observed_generation: Option<i64>,
+    /// Shards recorded as completed before (never forgotten).
+    pub previous_completed: &'a RangeSet,
+    pub progress: Progress,
+    pub decision: &'a PlacementDecision,
+    /// Whether the unplaced part is due to quota.
+    pub quota_exceeded: bool,
+    pub members: &'a [MemberObservation],
+    pub now: &'a Time,
+    /// Member data older than this is stale.
+    pub stale_after_secs: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Aggregate {
+    pub clusters: Vec<MemberWorkloadStatus>,
+    pub replicas: i32,
+    pub ready_replicas: i32,
+    pub available_replicas: i32,
+    pub shards_running: i32,
+    pub shards_succeeded: i32,
+    pub shards_failed: i32,
+    pub completed_shards: RangeSet,
+    pub conditions: Vec<Condition>,
+    pub observed_generation: Option<i64>,
+}
+
+/// One-word state of a member slice as shown in `clusters[]`.
+pub mod member_state {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+    pub const COMPLETE: &str = "Complete";
+    pub const FAILED: &str = "Failed";
+    pub const UNKNOWN: &str = "Unknown";
+}
+
+fn age_secs(observed: &Time, now: &Time) -> i64 {
+    now.0.as_second().saturating_sub(observed.0.as_second())
+}
+
+pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
+    let mut out = Aggregate { completed_shards: input.previous_completed.clone(), ..Default::default() };
+    let hub_gen = Some(input.hub_generation);
+    let mut lost = Vec::new(); // NotReady or stale members, with why
+    let mut missing = Vec::new(); // placed but no status yet
+    let mut failing = Vec::new();
+    let mut behind = Vec::new(); // slice not yet at this hub generation
+    let mut all_complete = !input.members.is_empty();
+
+    for m in input.members {
+        let fresh = m.status.as_ref().is_some_and(|s| age_secs(&s.observed_time, input.now) <= input.stale_after_secs);
+        let mut shown = match &m.status {
+            Some(s) => s.clone(),
+            None => MemberWorkloadStatus {
+                cluster: m.cluster.clone(),
+                observed_time: input.now.clone(),
+                observed_generation: None,
+                state: None,
+                replicas: None,
+                ready_replicas: None,
+                available_replicas: None,
+                shards_running: None,
+                shards_succeeded: None,
+                shards_failed: None,
+                completed_shards: None,
+                message: None,
+            },
+        };
+        if !m.member_ready {
+            lost.push(format!("{} is NotReady", m.cluster));
+            shown.state = Some(member_state::UNKNOWN.into());
+            shown.message = Some("member cluster is NotReady; last known status shown".into());
+        } else if m.status.is_none() {
+            missing.push(m.cluster.clone());
+            shown.state = Some(member_state::PROGRESSING.into());
+            shown.message = Some("slice not observed yet".into());
+        } else if !fresh {
+            let age = m.status.as_ref().map(|s| age_secs(&s.observed_time, input.now)).unwrap_or_default();
+            lost.push(format!("{} status is {age}s old", m.cluster));
+            shown.state = Some(member_state::UNKNOWN.into());
+            shown.message = Some(format!("status is {age}s old (bound {}s)", input.stale_after_secs));
+        }
+        if m.slice_hub_generation != hub_gen || !m.slice_processed {
+            behind.push(m.cluster.clone());
+        }
+        if let Some(s) = &m.status {
+            // Counts come from the last observation even when stale; conditions say how far
+            // to trust them. Completed shards are facts and are always kept.
+            out.replicas += s.replicas.unwrap_or(0);
+            out.ready_replicas += s.ready_replicas.unwrap_or(0);
+            out.available_replicas += s.available_replicas.unwrap_or(0);
+            out.shards_running += s.shards_running.unwrap_or(0);
+            out.shards_succeeded += s.shards_succeeded.unwrap_or(0);
+            out.shards_failed += s.shards_failed.unwrap_or(0);
+            if let Some(done) = s.completed_shards.as_deref().and_then(|r| RangeSet::parse(r).ok()) {
+                out.completed_shards = out.completed_shards.union(&done);
+            }
+            match s.state.as_deref() {
+                Some(member_state::FAILED) => failing.push(format!("{} failed", m.cluster)),
+                Some(member_state::DEGRADED) => failing.push(format!("{} is degraded", m.cluster)),
+                _ => {}
+            }
+            if s.state.as_deref() != Some(member_state::COMPLETE) {
+                all_complete = false;
+            }
+        } else {
+            all_complete = false;
+        }
+        out.clusters.push(shown);
+    }
+    out.clusters.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    // Shard counters: succeeded is the size of the union, so a shard counted in two
+    // members (rerun after failover) is counted once.
+    if let Progress::Shards { .. } = input.progress {
+        out.shards_succeeded = i32::try_from(out.completed_shards.len()).unwrap_or(i32::MAX);
+    }
+
+    let now = input.now;
+    let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| Condition::new(t, s, reason, msg, hub_gen, now);
+    let d = input.decision;
+
+    // Scheduled
+    let placed_any = !d.placements.is_empty();
+    out.conditions.push(if d.unplaced == 0 && placed_any {
+        cond(ct::SCHEDULED, ConditionStatus::True, "Placed", format!("placed on {}", cluster_list(d)))
+    } else if placed_any {
+        cond(
+            ct::SCHEDULED,
+            ConditionStatus::False,
+            "PartiallyPlaced",
+            format!("{} unplaced: {}", d.unplaced, d.reason.clone().unwrap_or_default()),
+        )
+    } else {
+        cond(ct::SCHEDULED, ConditionStatus::False, "Unplaced", d.reason.clone().unwrap_or_else(|| "no placement".into()))
+    });
+    out.conditions.push(if input.quota_exceeded {
+        cond(ct::QUOTA_EXCEEDED, ConditionStatus::True, "QuotaExceeded", d.reason.clone().unwrap_or_default())
+    } else {
+        cond(ct::QUOTA_EXCEEDED, ConditionStatus::False, "WithinQuota", String::new())
+    });
+
+    let target_met = match input.progress {
+        Progress::Replicas { desired } => out.available_replicas >= desired && d.unplaced == 0,
+        Progress::Shards { total } => out.completed_shards.len() >= u64::from(total),
+        Progress::RunToCompletion => all_complete,
+    };
+    let caught_up = behind.is_empty() && missing.is_empty();
+
+    // Degraded: something is lost, stale or failing.
+    let mut degraded = lost.clone();
+    degraded.extend(failing.iter().cloned());
+    out.conditions.push(if degraded.is_empty() {
+        cond(ct::DEGRADED, ConditionStatus::False, "AllMembersHealthy", String::new())
+    } else {
+        let reason = if !lost.is_empty() { "MemberUnavailable" } else { "MemberDegraded" };
+        cond(ct::DEGRADED, ConditionStatus::True, reason, degraded.join("; "))
+    });
+
+    // Ready: never on stale data.
+    let ready = if !lost.is_empty() {
+        cond(ct::READY, ConditionStatus::Unknown, "MemberUnavailable", lost.join("; "))
+    } else if !placed_any {
+        cond(ct::READY, ConditionStatus::False, "Unplaced", "no member cluster runs this workload".into())
+    } else if !caught_up {
+        let mut waiting = missing.clone();
+        waiting.extend(behind.iter().filter(|c| !missing.contains(c)).cloned());
+        cond(ct::READY, ConditionStatus::False, "SlicesUpdating", format!("waiting for {}", waiting.join(", ")))
+    } else if !failing.is_empty() {
+        cond(ct::READY, ConditionStatus::False, "MemberDegraded", failing.join("; "))
+    } else if let Progress::Replicas { desired } = input.progress {
+        if target_met {
+            cond(ct::READY, ConditionStatus::True, "Available", format!("{}/{desired} available", out.available_replicas))
+        } else {
+            cond(ct::READY, ConditionStatus::False, "Unavailable", format!("{}/{desired} available", out.available_replicas))
+        }
+    } else {
+        cond(ct::READY, ConditionStatus::True, "Running", String::new())
+    };
+    out.conditions.push(ready);
+
+    out.conditions.push(if caught_up && target_met {
+        cond(ct::PROGRESSING, ConditionStatus::False, "Settled", String::new())
+    } else {
+        cond(ct::PROGRESSING, ConditionStatus::True, "Rolling", String::new())
+    });
+
+    if !matches!(input.progress, Progress::Replicas { .. }) {
+        let failed = !failing.is_empty() && failing.iter().any(|f| f.ends_with("failed"));
+        out.conditions.push(cond(ct::COMPLETE, target_met.into(), if target_met { "Completed" } else { "Running" }, String::new()));
+        out.conditions.push(if failed {
+            cond(ct::FAILED, ConditionStatus::True, "MemberFailed", failing.join("; "))
+        } else {
+            cond(ct::FAILED, ConditionStatus::False, "NoFailure", String::new())
+        });
+    }
+    out.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+
+    out.observed_generation = if caught_up && lost.is_empty() { hub_gen } else { input.previous_observed_generation };
+    out
+}
+
+fn cluster_list(d: &PlacementDecision) -> String {
+    d.placements.iter().map(|p| p.cluster.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::ClusterPlacement;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
+    }
+
+    fn status(cluster: &str, at: i64, available: i32, state: &str) -> MemberWorkloadStatus {
+        MemberWorkloadStatus {
+            cluster: cluster.into(),
+            observed_time: t(at),
+            observed_generation: Some(1),
+            state: Some(state.into()),
+            replicas: Some(available),
+            ready_replicas: Some(available),
+            available_replicas: Some(available),
+            shards_running: None,
+            shards_succeeded: None,
+            shards_failed: None,
+            completed_shards: None,
+            message: None,
+        }
+    }
+
+    fn obs(cluster: &str, ready: bool, s: Option<MemberWorkloadStatus>, hub_gen: i64) -> MemberObservation {
+        MemberObservation {
+            cluster: cluster.into(),
+            member_ready: ready,
+            status: s,
+            slice_hub_generation: Some(hub_gen),
+            slice_processed: true,
+        }
+    }
+
+    fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
+        PlacementDecision {
+            strategy: None,
+            placements: parts
+                .iter()
+                .map(|(c, r)| ClusterPlacement { cluster: c.to_string(), replicas: Some(*r), shards: None })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        }
+    }
+
+    fn get<'a>(a: &'a Aggregate, t: &str) -> &'a Condition {
+        a.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    fn run(members: &[MemberObservation], d: &PlacementDecision, now: i64, hub_gen: i64) -> Aggregate {
+        let empty = RangeSet::new();
+        aggregate(&AggregateInput {
+            hub_generation: hub_gen,
+            previous_observed_generation: Some(1),
+            previous_completed: &empty,
+            progress: Progress::Replicas { desired: 10 },
+            decision: d,
+            quota_exceeded: false,
+            members,
+            now: &t(now),
+            stale_after_secs: 60,
+        })
+    }
+
+    #[test]
+    fn fresh_caught_up_members_at_target_are_ready() {
+        let d = decision(&[("a", 6), ("b", 4)]);
+        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 2), obs("b", true, Some(status("b", 0, 4, "Ready")), 2)];
+        let a = run(&m, &d, 10, 2);
+        assert_eq!(a.available_replicas, 10);
+        assert_eq!(get(&a, "Ready").status, ConditionStatus::True);
+        assert_eq!(get(&a, "Degraded").status, ConditionStatus::False);
+        assert_eq!(get(&a, "Progressing").status, ConditionStatus::False);
+        assert_eq!(a.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_not_ready_member_is_never_reported_ready() {
+        let d = decision(&[("a", 6), ("b", 4)]);
+        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 2), obs("b", false, Some(status("b", 0, 4, "Ready")), 2)];
+        let a = run(&m, &d, 10, 2);
+        assert_eq!(get(&a, "Ready").status, ConditionStatus::Unknown);
+        assert_eq!(get(&a, "Degraded").status, ConditionStatus::True);
+        assert!(get(&a, "Degraded").message.contains("b is NotReady"));
+        assert_eq!(a.clusters[1].state.as_deref(), Some("Unknown"));
+        assert_eq!(a.observed_generation, Some(1), "observedGeneration must not advance on lost members");
+    }
+
+    #[test]
+    fn stale_member_data_is_never_ready() {
+        let d = decision(&[("a", 10)]);
+        let m = [obs("a", true, Some(status("a", 0, 10, "Ready")), 2)];
+        let fresh = run(&m, &d, 60, 2);
+        assert_eq!(get(&fresh, "Ready").status, ConditionStatus::True);
+        let stale = run(&m, &d, 61, 2);
+        assert_eq!(get(&stale, "Ready").status, ConditionStatus::Unknown);
+        assert!(get(&stale, "Ready").message.contains("61s old"));
+    }
+
+    #[test]
+    fn observed_generation_waits_for_every_slice() {
+        let d = decision(&[("a", 6), ("b", 4)]);
+        let mut behind = obs("b", true, Some(status("b", 0, 4, "Ready")), 2);
+        behind.slice_processed = false;
+        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 3), behind];
+        let a = run(&m, &d, 1, 3);
+        assert_eq!(a.observed_generation, Some(1));
+        assert_eq!(get(&a, "Ready").status, ConditionStatus::False);
+        assert_eq!(get(&a, "Ready").reason, "SlicesUpdating");
+        assert_eq!(get(&a, "Progressing").status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn below_target_is_not_ready_and_unplaced_is_not_scheduled() {
+        let mut d = decision(&[("a", 6)]);
+        d.unplaced = 4;
+        d.reason = Some("InsufficientCapacity".into());
+        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 1)];
+        let a = run(&m, &d, 1, 1);
+        assert_eq!(get(&a, "Ready").status, ConditionStatus::False);
+        assert_eq!(get(&a, "Scheduled").status, ConditionStatus::False);
+        assert!(get(&a, "Scheduled").message.contains("4 unplaced"));
+    }
+
+    #[test]
+    fn completed_shards_are_a_union_and_never_forgotten() {
+        let d = PlacementDecision {
+            strategy: None,
+            placements: vec![
+                ClusterPlacement { cluster: "a".into(), replicas: None, shards: Some("0-4".into()) },
+                ClusterPlacement { cluster: "b".into(), replicas: None, shards: Some("5-9".into()) },
+            ],
+            unplaced: 0,
+            reason: None,
+        };
+        let mut sa = status("a", 0, 0, "Progressing");
+        sa.completed_shards = Some("0-2".into());
+        let mut sb = status("b", 0, 0, "Complete");
+        sb.completed_shards = Some("2,5-9".into());
+        let prev = RangeSet::parse("3").unwrap();
+        let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
+        let a = aggregate(&AggregateInput {
+            hub_generation: 1,
+            previous_observed_generation: None,
+            previous_completed: &prev,
+            progress: Progress::Shards { total: 10 },
+            decision: &d,
+            quota_exceeded: false,
+            members: &members,
+            now: &t(1),
+            stale_after_secs: 60,
+        });
+        assert_eq!(a.completed_shards.to_string(), "0-3,5-9");
+        assert_eq!(a.shards_succeeded, 9, "shard 2 reported twice counts once");
+        assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+    }
+}
