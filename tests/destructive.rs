@@ -74,11 +74,21 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
     use pinfed::api::federation::MemberCluster;
     let fed = Federation::connect().await;
     support::join_all(&fed);
-    let args: Vec<String> = ["hub", "--context", "hub", "--no-leader-election", "--heartbeat-secs", "1", "--member-grace-secs", "4", "--metrics-addr"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("127.0.0.1:{}", support::free_port())])
-        .collect();
+    let args: Vec<String> = [
+        "hub",
+        "--context",
+        "hub",
+        "--no-leader-election",
+        "--heartbeat-secs",
+        "1",
+        "--member-grace-secs",
+        "4",
+        "--metrics-addr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("127.0.0.1:{}", support::free_port())])
+    .collect();
     let hub = support::spawn_daemon(&fed, "hub-health", &args);
     let member = fed.member_names()[1].clone();
     let api: kube::Api<MemberCluster> = kube::Api::all(fed.hub());
@@ -87,24 +97,63 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
         move || {
             let (api, member) = (api.clone(), member.clone());
             async move {
-                api.get(&member).await.ok().and_then(|m| m.status).is_some_and(|s| {
-                    s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == want)
-                })
+                api.get(&member)
+                    .await
+                    .ok()
+                    .and_then(|m| m.status)
+                    .is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == want)
+                    })
             }
         }
     };
-    support::eventually(Duration::from_secs(30), "member Ready", ready_is(ConditionStatus::True)).await;
+    support::eventually(
+        Duration::from_secs(30),
+        "member Ready",
+        ready_is(ConditionStatus::True),
+    )
+    .await;
     let stopped = std::time::Instant::now();
     let out = run_harness(&["stop", &member]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    support::eventually(Duration::from_secs(30), &format!("member NotReady\n{}", hub.log_tail()), ready_is(ConditionStatus::False)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    support::eventually(
+        Duration::from_secs(30),
+        &format!("member NotReady\n{}", hub.log_tail()),
+        ready_is(ConditionStatus::False),
+    )
+    .await;
     // Heartbeats come every second and the grace is 4 s: never NotReady within 3 s.
-    assert!(stopped.elapsed() >= Duration::from_secs(3), "NotReady only after the grace period, got {:?}", stopped.elapsed());
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(3),
+        "NotReady only after the grace period, got {:?}",
+        stopped.elapsed()
+    );
     let mc = api.get(&member).await.unwrap();
-    let cond = mc.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+    let cond = mc
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
     assert_eq!(cond.reason, "HeartbeatFailed");
     let out = run_harness(&["start", &member]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    support::eventually(Duration::from_secs(30), "member Ready again", ready_is(ConditionStatus::True)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    support::eventually(
+        Duration::from_secs(30),
+        "member Ready again",
+        ready_is(ConditionStatus::True),
+    )
+    .await;
     hub.kill();
 }

@@ -19,57 +19,104 @@ async fn joined_members_report_ready_version_and_capacity() {
     let hub = spawn_daemon(
         &fed,
         "hub-members",
-        &["hub", "--context", "hub", "--no-leader-election", "--heartbeat-secs", "1", "--metrics-addr"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([format!("127.0.0.1:{port}")])
-            .collect::<Vec<_>>(),
+        &[
+            "hub",
+            "--context",
+            "hub",
+            "--no-leader-election",
+            "--heartbeat-secs",
+            "1",
+            "--metrics-addr",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("127.0.0.1:{port}")])
+        .collect::<Vec<_>>(),
     );
     let api: Api<MemberCluster> = Api::all(fed.hub());
     for m in &fed.topology.members {
         let name = m.name.clone();
         let api = api.clone();
-        let expected_cpu = Topology::nodes(m).iter().fold(Milli::ZERO, |a, n| a + n.cpu);
+        let expected_cpu = Topology::nodes(m)
+            .iter()
+            .fold(Milli::ZERO, |a, n| a + n.cpu);
         let expected_gpu: u32 = Topology::nodes(m).iter().map(|n| n.gpu).sum();
-        eventually(Duration::from_secs(60), &format!("{name} Ready with capacity\n{}", hub.log_tail()), || {
-            let (api, name) = (api.clone(), name.clone());
-            async move {
-                let Ok(mc) = api.get(&name).await else { return false };
-                let Some(s) = mc.status else { return false };
-                let ready = s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == pinfed::api::common::ConditionStatus::True);
-                let cpu = s.allocatable.as_ref().and_then(|a| a.cpu.as_ref()).and_then(|q| Milli::parse(&q.0).ok());
-                let gpu = s.allocatable.as_ref().and_then(|a| a.gpus.as_ref()).and_then(|q| Milli::parse(&q.0).ok());
-                ready
-                    && s.kubernetes_version.as_deref() == Some("v1.36.3")
-                    && cpu == Some(expected_cpu)
-                    && gpu == Some(Milli::from_units(expected_gpu.into()))
-                    && s.last_heartbeat_time.is_some_and(|t| {
-                        // Written by this hub, not left over from an earlier one.
-                        k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second() <= 5
-                    })
-            }
-        })
+        eventually(
+            Duration::from_secs(60),
+            &format!("{name} Ready with capacity\n{}", hub.log_tail()),
+            || {
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    let Ok(mc) = api.get(&name).await else {
+                        return false;
+                    };
+                    let Some(s) = mc.status else { return false };
+                    let ready = s.conditions.iter().any(|c| {
+                        c.type_ == "Ready" && c.status == pinfed::api::common::ConditionStatus::True
+                    });
+                    let cpu = s
+                        .allocatable
+                        .as_ref()
+                        .and_then(|a| a.cpu.as_ref())
+                        .and_then(|q| Milli::parse(&q.0).ok());
+                    let gpu = s
+                        .allocatable
+                        .as_ref()
+                        .and_then(|a| a.gpus.as_ref())
+                        .and_then(|q| Milli::parse(&q.0).ok());
+                    ready
+                        && s.kubernetes_version.as_deref() == Some("v1.36.3")
+                        && cpu == Some(expected_cpu)
+                        && gpu == Some(Milli::from_units(expected_gpu.into()))
+                        && s.last_heartbeat_time.is_some_and(|t| {
+                            // Written by this hub, not left over from an earlier one.
+                            k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second() <= 5
+                        })
+                }
+            },
+        )
         .await;
     }
     // The hub serves its metrics, including per-member health.
     let url = format!("http://127.0.0.1:{port}/metrics");
     eventually(Duration::from_secs(20), "the member_ready metric", || {
         let url = url.clone();
-        async move { http_get(&url).await.contains("pinfed_hub_member_ready{member=\"use1a\"} 1") }
+        async move {
+            http_get(&url)
+                .await
+                .contains("pinfed_hub_member_ready{member=\"use1a\"} 1")
+        }
     })
     .await;
-    assert!(http_get(&format!("http://127.0.0.1:{port}/healthz")).await.ends_with("ok"));
+    assert!(
+        http_get(&format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .ends_with("ok")
+    );
     hub.kill();
 }
 
 async fn http_get(url: &str) -> String {
     // A tiny HTTP/1.0 GET; the server is on loopback.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
-    let path = format!("/{}", url.trim_start_matches("http://").split_once('/').map(|x| x.1).unwrap_or(""));
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let path = format!(
+        "/{}",
+        url.trim_start_matches("http://")
+            .split_once('/')
+            .map(|x| x.1)
+            .unwrap_or("")
+    );
     for _ in 0..50 {
         if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
-            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).await.unwrap();
             return out;

@@ -7,7 +7,10 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::common::{Condition, ConditionStatus, LABEL_REPLICA_TYPE, LABEL_SHARD, condition_types as ct, set_condition};
+use crate::api::common::{
+    Condition, ConditionStatus, LABEL_REPLICA_TYPE, LABEL_SHARD, condition_types as ct,
+    set_condition,
+};
 use crate::api::ranges::RangeSet;
 
 /// Native objects of one workload in this cluster, found by the workload's labels.
@@ -35,27 +38,105 @@ pub struct Health {
 }
 
 /// Writes Ready / Progressing / Degraded (and Complete / Failed) from `h`, clears Invalid.
-pub fn set_health_conditions(conditions: &mut Vec<Condition>, h: &Health, generation: Option<i64>, now: &Time) {
+pub fn set_health_conditions(
+    conditions: &mut Vec<Condition>,
+    h: &Health,
+    generation: Option<i64>,
+    now: &Time,
+) {
     let c = |t: &str, s: bool, yes: &str, no: &str, msg: &str| {
-        Condition::new(t, s.into(), if s { yes } else { no }, msg.to_string(), generation, now)
+        Condition::new(
+            t,
+            s.into(),
+            if s { yes } else { no },
+            msg.to_string(),
+            generation,
+            now,
+        )
     };
-    set_condition(conditions, Condition::new(ct::INVALID, ConditionStatus::False, "Valid", "", generation, now));
-    set_condition(conditions, c(ct::READY, h.ready, "Ready", "NotReady", &h.message));
-    set_condition(conditions, c(ct::PROGRESSING, h.progressing, "Progressing", "Settled", ""));
+    set_condition(
+        conditions,
+        Condition::new(
+            ct::INVALID,
+            ConditionStatus::False,
+            "Valid",
+            "",
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        conditions,
+        c(ct::READY, h.ready, "Ready", "NotReady", &h.message),
+    );
+    set_condition(
+        conditions,
+        c(ct::PROGRESSING, h.progressing, "Progressing", "Settled", ""),
+    );
     let deg = h.degraded.clone().unwrap_or_default();
-    set_condition(conditions, c(ct::DEGRADED, h.degraded.is_some(), "Degraded", "Healthy", &deg));
+    set_condition(
+        conditions,
+        c(
+            ct::DEGRADED,
+            h.degraded.is_some(),
+            "Degraded",
+            "Healthy",
+            &deg,
+        ),
+    );
     if let Some(done) = h.complete {
-        set_condition(conditions, c(ct::COMPLETE, done, "Completed", "Running", ""));
+        set_condition(
+            conditions,
+            c(ct::COMPLETE, done, "Completed", "Running", ""),
+        );
         let why = h.failed.clone().unwrap_or_default();
-        set_condition(conditions, c(ct::FAILED, h.failed.is_some(), "Failed", "NoFailure", &why));
+        set_condition(
+            conditions,
+            c(ct::FAILED, h.failed.is_some(), "Failed", "NoFailure", &why),
+        );
     }
 }
 
 /// Marks a workload Invalid (and not Ready) with the validation message.
-pub fn set_invalid_conditions(conditions: &mut Vec<Condition>, message: &str, generation: Option<i64>, now: &Time) {
-    set_condition(conditions, Condition::new(ct::INVALID, ConditionStatus::True, "InvalidSpec", message, generation, now));
-    set_condition(conditions, Condition::new(ct::READY, ConditionStatus::False, "InvalidSpec", message, generation, now));
-    set_condition(conditions, Condition::new(ct::PROGRESSING, ConditionStatus::False, "InvalidSpec", "", generation, now));
+pub fn set_invalid_conditions(
+    conditions: &mut Vec<Condition>,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set_condition(
+        conditions,
+        Condition::new(
+            ct::INVALID,
+            ConditionStatus::True,
+            "InvalidSpec",
+            message,
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        conditions,
+        Condition::new(
+            ct::READY,
+            ConditionStatus::False,
+            "InvalidSpec",
+            message,
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        conditions,
+        Condition::new(
+            ct::PROGRESSING,
+            ConditionStatus::False,
+            "InvalidSpec",
+            "",
+            generation,
+            now,
+        ),
+    );
 }
 
 /// Replica counts of a long-running workload.
@@ -80,7 +161,11 @@ pub fn deployment_counts(ds: &[Deployment]) -> (ReplicaCounts, Option<String>) {
             let stuck = cond.type_ == "Progressing" && cond.status == "False";
             let failure = cond.type_ == "ReplicaFailure" && cond.status == "True";
             if stuck || failure {
-                problem = Some(cond.message.clone().unwrap_or_else(|| cond.reason.clone().unwrap_or_default()));
+                problem = Some(
+                    cond.message
+                        .clone()
+                        .unwrap_or_else(|| cond.reason.clone().unwrap_or_default()),
+                );
             }
         }
     }
@@ -111,11 +196,19 @@ pub fn daemonset_counts(ds: &[DaemonSet]) -> ReplicaCounts {
 }
 
 /// Health of a long-running workload that wants `desired` replicas.
-pub fn replica_health(desired: i32, c: ReplicaCounts, exists: bool, problem: Option<String>) -> Health {
+pub fn replica_health(
+    desired: i32,
+    c: ReplicaCounts,
+    exists: bool,
+    problem: Option<String>,
+) -> Health {
     let ready = exists && c.available >= desired && c.ready >= desired;
     Health {
         ready,
-        progressing: !exists || c.updated < desired || c.available < desired || c.replicas > desired,
+        progressing: !exists
+            || c.updated < desired
+            || c.available < desired
+            || c.replicas > desired,
         degraded: problem,
         complete: None,
         failed: None,
@@ -133,7 +226,12 @@ pub enum JobState {
 
 pub fn job_state(job: &Job) -> JobState {
     let s = job.status.clone().unwrap_or_default();
-    let has = |t: &str| s.conditions.iter().flatten().any(|c| c.type_ == t && c.status == "True");
+    let has = |t: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
     if has("Complete") || has("SuccessCriteriaMet") {
         JobState::Succeeded
     } else if has("Failed") || has("FailureTarget") {
@@ -156,12 +254,21 @@ pub struct ShardAccount {
 
 /// Folds the observed shard Jobs into the record. A completed shard stays completed even
 /// when its Job is gone (TTL clean-up, pruning) — the record is the source of truth.
-pub fn account_shards(jobs: &[Job], previous_completed: &RangeSet, previous_failed: &RangeSet) -> ShardAccount {
+pub fn account_shards(
+    jobs: &[Job],
+    previous_completed: &RangeSet,
+    previous_failed: &RangeSet,
+) -> ShardAccount {
     let mut succeeded = Vec::new();
     let mut failed = Vec::new();
     let mut running = Vec::new();
     for j in jobs {
-        let Some(index) = j.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SHARD)).and_then(|v| v.parse::<u32>().ok())
+        let Some(index) = j
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SHARD))
+            .and_then(|v| v.parse::<u32>().ok())
         else {
             continue;
         };
@@ -175,16 +282,31 @@ pub fn account_shards(jobs: &[Job], previous_completed: &RangeSet, previous_fail
         }
     }
     let completed = previous_completed.union(&RangeSet::from_indices(succeeded));
-    let failed = previous_failed.union(&RangeSet::from_indices(failed)).difference(&completed);
-    let running = RangeSet::from_indices(running).difference(&completed).difference(&failed);
-    ShardAccount { completed, failed, running }
+    let failed = previous_failed
+        .union(&RangeSet::from_indices(failed))
+        .difference(&completed);
+    let running = RangeSet::from_indices(running)
+        .difference(&completed)
+        .difference(&failed);
+    ShardAccount {
+        completed,
+        failed,
+        running,
+    }
 }
 
 /// Per-role counts of a training job's replica Jobs.
 pub fn training_roles(jobs: &[Job]) -> BTreeMap<String, (i32, i32, i32)> {
     let mut roles: BTreeMap<String, (i32, i32, i32)> = BTreeMap::new();
     for j in jobs {
-        let Some(role) = j.metadata.labels.as_ref().and_then(|l| l.get(LABEL_REPLICA_TYPE)) else { continue };
+        let Some(role) = j
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_REPLICA_TYPE))
+        else {
+            continue;
+        };
         let e = roles.entry(role.clone()).or_default();
         match job_state(j) {
             JobState::Running => e.0 += 1,
@@ -200,7 +322,9 @@ mod tests {
     use super::*;
 
     fn job(shard: u32, cond: Option<&str>) -> Job {
-        let conditions = cond.map(|c| vec![serde_json::json!({"type": c, "status": "True"})]).unwrap_or_default();
+        let conditions = cond
+            .map(|c| vec![serde_json::json!({"type": c, "status": "True"})])
+            .unwrap_or_default();
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("s{shard}"), "labels": {LABEL_SHARD: shard.to_string()}},
             "status": {"conditions": conditions}
@@ -212,7 +336,12 @@ mod tests {
     fn completed_shards_are_never_forgotten_and_failed_ones_are_tracked() {
         let prev = RangeSet::parse("0-1").unwrap();
         // Shard 0's Job is gone (TTL); 2 succeeded; 3 failed; 4 runs.
-        let jobs = [job(1, Some("Complete")), job(2, Some("Complete")), job(3, Some("Failed")), job(4, None)];
+        let jobs = [
+            job(1, Some("Complete")),
+            job(2, Some("Complete")),
+            job(3, Some("Failed")),
+            job(4, None),
+        ];
         let a = account_shards(&jobs, &prev, &RangeSet::new());
         assert_eq!(a.completed.to_string(), "0-2");
         assert_eq!(a.failed.to_string(), "3");
@@ -221,21 +350,33 @@ mod tests {
 
     #[test]
     fn a_shard_that_completes_after_a_failure_record_is_not_failed() {
-        let a = account_shards(&[job(3, Some("Complete"))], &RangeSet::new(), &RangeSet::parse("3").unwrap());
+        let a = account_shards(
+            &[job(3, Some("Complete"))],
+            &RangeSet::new(),
+            &RangeSet::parse("3").unwrap(),
+        );
         assert_eq!(a.completed.to_string(), "3");
         assert!(a.failed.is_empty());
     }
 
     #[test]
     fn replica_health_is_ready_only_at_target() {
-        let c = ReplicaCounts { replicas: 3, ready: 3, available: 3, updated: 3 };
+        let c = ReplicaCounts {
+            replicas: 3,
+            ready: 3,
+            available: 3,
+            updated: 3,
+        };
         assert!(replica_health(3, c, true, None).ready);
         assert!(!replica_health(3, c, true, None).progressing);
         let short = ReplicaCounts { available: 2, ..c };
         let h = replica_health(3, short, true, None);
         assert!(!h.ready && h.progressing);
         assert_eq!(h.message, "2/3 available");
-        assert!(!replica_health(0, ReplicaCounts::default(), false, None).ready, "missing objects are not ready");
+        assert!(
+            !replica_health(0, ReplicaCounts::default(), false, None).ready,
+            "missing objects are not ready"
+        );
     }
 
     #[test]
@@ -244,14 +385,33 @@ mod tests {
         let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_100).unwrap());
         let mut conds = Vec::new();
         set_invalid_conditions(&mut conds, "spec.replicas: must be >= 0", Some(1), &t0);
-        assert!(conds.iter().any(|c| c.type_ == "Invalid" && c.status == ConditionStatus::True));
-        let h = Health { ready: true, message: "3/3 available".into(), ..Default::default() };
+        assert!(
+            conds
+                .iter()
+                .any(|c| c.type_ == "Invalid" && c.status == ConditionStatus::True)
+        );
+        let h = Health {
+            ready: true,
+            message: "3/3 available".into(),
+            ..Default::default()
+        };
         set_health_conditions(&mut conds, &h, Some(2), &t1);
         let invalid = conds.iter().find(|c| c.type_ == "Invalid").unwrap();
         assert_eq!(invalid.status, ConditionStatus::False);
         let ready = conds.iter().find(|c| c.type_ == "Ready").unwrap();
-        assert_eq!((ready.status, ready.observed_generation), (ConditionStatus::True, Some(2)));
+        assert_eq!(
+            (ready.status, ready.observed_generation),
+            (ConditionStatus::True, Some(2))
+        );
         set_health_conditions(&mut conds, &h, Some(2), &t0);
-        assert_eq!(conds.iter().find(|c| c.type_ == "Ready").unwrap().last_transition_time, t1, "unchanged status keeps its time");
+        assert_eq!(
+            conds
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap()
+                .last_transition_time,
+            t1,
+            "unchanged status keeps its time"
+        );
     }
 }

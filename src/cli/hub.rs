@@ -16,7 +16,11 @@ pub struct HubArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
     /// Address for /metrics, /healthz and /readyz.
-    #[arg(long, env = "PINFED_HUB_METRICS_ADDR", default_value = "127.0.0.1:9090")]
+    #[arg(
+        long,
+        env = "PINFED_HUB_METRICS_ADDR",
+        default_value = "127.0.0.1:9090"
+    )]
     pub metrics_addr: SocketAddr,
     /// A member without a successful heartbeat for this long is NotReady.
     #[arg(long, env = "PINFED_MEMBER_GRACE_SECS", default_value = "40")]
@@ -44,10 +48,18 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let client = args.kube.client().await?;
         let mut registry = Registry::with_prefix("pinfed_hub");
         let health = prometheus_client::metrics::family::Family::default();
-        registry.register("member_ready", "1 when a member cluster is Ready", health.clone());
+        registry.register(
+            "member_ready",
+            "1 when a member cluster is Ready",
+            health.clone(),
+        );
         let ready = Readiness::default();
         let registry = Arc::new(registry);
-        tokio::spawn(http::serve(args.metrics_addr, registry.clone(), ready.clone()));
+        tokio::spawn(http::serve(
+            args.metrics_addr,
+            registry.clone(),
+            ready.clone(),
+        ));
         crate::hub::ensure_namespace(&client, &args.lease_namespace).await?;
         let members = MemberRegistry::default();
         let work = {
@@ -78,7 +90,10 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
             let cfg = LeaderConfig {
                 namespace: args.lease_namespace.clone(),
                 lease_name: "pinfed-hub".into(),
-                identity: args.identity.clone().unwrap_or_else(leader::default_identity),
+                identity: args
+                    .identity
+                    .clone()
+                    .unwrap_or_else(leader::default_identity),
                 duration_secs: 10,
                 grace_secs: 2,
             };

@@ -37,12 +37,20 @@ pub struct JoinArgs {
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 pub fn run(args: JoinArgs) -> anyhow::Result<()> {
-    let name = args.name.clone().unwrap_or_else(|| args.member_context.clone());
-    anyhow::ensure!(is_dns_label(&name), "member name {name:?} is not a DNS label (lower-case a-z, 0-9, '-')");
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| args.member_context.clone());
+    anyhow::ensure!(
+        is_dns_label(&name),
+        "member name {name:?} is not a DNS label (lower-case a-z, 0-9, '-')"
+    );
     tokio::runtime::Runtime::new()?.block_on(async {
         let hub_ctx = args.hub_context.clone().or(args.kube.context.clone());
         let hub = args.kube.client_for(hub_ctx.as_deref()).await.context("connecting to the hub")?;

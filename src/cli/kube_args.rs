@@ -25,13 +25,26 @@ impl KubeArgs {
 
     /// A client for a named context of the same kubeconfig.
     pub async fn client_for(&self, context: Option<&str>) -> anyhow::Result<Client> {
-        let opts = KubeConfigOptions { context: context.map(String::from), ..Default::default() };
+        let opts = KubeConfigOptions {
+            context: context.map(String::from),
+            ..Default::default()
+        };
         let mut config = match &self.kubeconfig {
             Some(path) => {
                 // $KUBECONFIG may list several files; the first one is used.
-                let first = path.to_string_lossy().split(':').next().unwrap_or_default().to_string();
-                let kc = Kubeconfig::read_from(&first).with_context(|| format!("reading kubeconfig {first}"))?;
-                kube::Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("context {:?} in {first}", context.unwrap_or("(current)")))?
+                let first = path
+                    .to_string_lossy()
+                    .split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let kc = Kubeconfig::read_from(&first)
+                    .with_context(|| format!("reading kubeconfig {first}"))?;
+                kube::Config::from_custom_kubeconfig(kc, &opts)
+                    .await
+                    .with_context(|| {
+                        format!("context {:?} in {first}", context.unwrap_or("(current)"))
+                    })?
             }
             None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
             None => kube::Config::infer().await?,
@@ -42,10 +55,18 @@ impl KubeArgs {
 
     /// The server URL and CA of a context, as written in the kubeconfig.
     pub async fn server_and_ca(&self, context: &str) -> anyhow::Result<(String, Vec<u8>)> {
-        let opts = KubeConfigOptions { context: Some(context.to_string()), ..Default::default() };
+        let opts = KubeConfigOptions {
+            context: Some(context.to_string()),
+            ..Default::default()
+        };
         let config = match &self.kubeconfig {
             Some(path) => {
-                let first = path.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+                let first = path
+                    .to_string_lossy()
+                    .split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&first)?, &opts).await?
             }
             None => kube::Config::from_kubeconfig(&opts).await?,
@@ -56,7 +77,14 @@ impl KubeArgs {
             .and_then(|certs| certs.first())
             .map(|der| der_to_pem(der))
             .context("the member context has no certificate-authority data")?;
-        Ok((config.cluster_url.to_string().trim_end_matches('/').to_string(), ca))
+        Ok((
+            config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string(),
+            ca,
+        ))
     }
 }
 
@@ -74,6 +102,10 @@ fn der_to_pem(der: &[u8]) -> Vec<u8> {
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

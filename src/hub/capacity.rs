@@ -21,19 +21,39 @@ pub struct Res {
 }
 
 impl Res {
-    pub fn add(self, o: Res) -> Res {
-        Res { cpu: self.cpu + o.cpu, memory: self.memory + o.memory, pods: self.pods + o.pods, gpus: self.gpus + o.gpus }
+    pub fn plus(self, o: Res) -> Res {
+        Res {
+            cpu: self.cpu + o.cpu,
+            memory: self.memory + o.memory,
+            pods: self.pods + o.pods,
+            gpus: self.gpus + o.gpus,
+        }
     }
     /// Saturating at zero: an overcommitted node has no room, not negative room.
     pub fn minus(self, o: Res) -> Res {
         let s = |a: Milli, b: Milli| Milli((a.0 - b.0).max(0));
-        Res { cpu: s(self.cpu, o.cpu), memory: s(self.memory, o.memory), pods: s(self.pods, o.pods), gpus: s(self.gpus, o.gpus) }
+        Res {
+            cpu: s(self.cpu, o.cpu),
+            memory: s(self.memory, o.memory),
+            pods: s(self.pods, o.pods),
+            gpus: s(self.gpus, o.gpus),
+        }
     }
     fn max(self, o: Res) -> Res {
-        Res { cpu: self.cpu.max(o.cpu), memory: self.memory.max(o.memory), pods: self.pods.max(o.pods), gpus: self.gpus.max(o.gpus) }
+        Res {
+            cpu: self.cpu.max(o.cpu),
+            memory: self.memory.max(o.memory),
+            pods: self.pods.max(o.pods),
+            gpus: self.gpus.max(o.gpus),
+        }
     }
     pub fn to_amounts(self) -> Amounts {
-        Amounts { cpu: Some(self.cpu), memory: Some(self.memory), pods: Some(self.pods), gpus: Some(self.gpus) }
+        Amounts {
+            cpu: Some(self.cpu),
+            memory: Some(self.memory),
+            pods: Some(self.pods),
+            gpus: Some(self.gpus),
+        }
     }
     pub fn to_resource_amounts(self) -> ResourceAmounts {
         ResourceAmounts::from_amounts(&self.to_amounts())
@@ -62,13 +82,28 @@ pub struct NodeUsage {
 
 impl NodeUsage {
     pub fn free(&self) -> Res {
-        if self.schedulable { self.allocatable.minus(self.allocated) } else { Res::default() }
+        if self.schedulable {
+            self.allocatable.minus(self.allocated)
+        } else {
+            Res::default()
+        }
     }
 }
 
-fn quantity_map(map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>) -> Res {
-    let get = |k: &str| map.and_then(|m| m.get(k)).and_then(|q| Milli::parse(&q.0).ok()).unwrap_or_default();
-    Res { cpu: get("cpu"), memory: get("memory"), pods: get("pods"), gpus: get(GPU) }
+fn quantity_map(
+    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Res {
+    let get = |k: &str| {
+        map.and_then(|m| m.get(k))
+            .and_then(|q| Milli::parse(&q.0).ok())
+            .unwrap_or_default()
+    };
+    Res {
+        cpu: get("cpu"),
+        memory: get("memory"),
+        pods: get("pods"),
+        gpus: get(GPU),
+    }
 }
 
 fn container_requests(c: &Container) -> Res {
@@ -84,25 +119,33 @@ fn container_requests(c: &Container) -> Res {
 /// The scheduler's view of a pod's requests: app containers plus native sidecars, or the
 /// largest one-shot init container if that is bigger; plus one pod slot.
 pub fn pod_requests(pod: &Pod) -> Res {
-    let Some(spec) = &pod.spec else { return Res::default() };
+    let Some(spec) = &pod.spec else {
+        return Res::default();
+    };
     let mut sidecars = Res::default();
     let mut init_peak = Res::default();
     for c in spec.init_containers.iter().flatten() {
         if c.restart_policy.as_deref() == Some("Always") {
-            sidecars = sidecars.add(container_requests(c));
+            sidecars = sidecars.plus(container_requests(c));
         } else {
-            init_peak = init_peak.max(sidecars.add(container_requests(c)));
+            init_peak = init_peak.max(sidecars.plus(container_requests(c)));
         }
     }
-    let apps = spec.containers.iter().fold(Res::default(), |a, c| a.add(container_requests(c)));
-    let mut total = apps.add(sidecars).max(init_peak);
-    total = total.add(quantity_map(spec.overhead.as_ref()));
+    let apps = spec
+        .containers
+        .iter()
+        .fold(Res::default(), |a, c| a.plus(container_requests(c)));
+    let mut total = apps.plus(sidecars).max(init_peak);
+    total = total.plus(quantity_map(spec.overhead.as_ref()));
     total.pods = Milli::from_units(1);
     total
 }
 
 fn pod_is_active(p: &Pod) -> bool {
-    !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+    !matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
 }
 
 /// Per-node usage from the nodes and pods of a member, sorted by node name.
@@ -111,7 +154,7 @@ pub fn node_usage(nodes: &[Node], pods: &[Pod]) -> Vec<NodeUsage> {
     for p in pods.iter().filter(|p| pod_is_active(p)) {
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             let e = allocated.entry(node).or_default();
-            *e = e.add(pod_requests(p));
+            *e = e.plus(pod_requests(p));
         }
     }
     let mut out: Vec<NodeUsage> = nodes
@@ -122,7 +165,11 @@ pub fn node_usage(nodes: &[Node], pods: &[Pod]) -> Vec<NodeUsage> {
             let ready = status
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            let cordoned = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
             NodeUsage {
                 labels: n.metadata.labels.clone().unwrap_or_default(),
                 taints: n
@@ -131,7 +178,11 @@ pub fn node_usage(nodes: &[Node], pods: &[Pod]) -> Vec<NodeUsage> {
                     .and_then(|s| s.taints.as_ref())
                     .map(|ts| {
                         ts.iter()
-                            .map(|t| NodeTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() })
+                            .map(|t| NodeTaint {
+                                key: t.key.clone(),
+                                value: t.value.clone(),
+                                effect: t.effect.clone(),
+                            })
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -158,10 +209,10 @@ pub struct Totals {
 
 pub fn totals(nodes: &[NodeUsage]) -> Totals {
     nodes.iter().fold(Totals::default(), |t, n| Totals {
-        capacity: t.capacity.add(n.capacity),
-        allocatable: t.allocatable.add(n.allocatable),
-        allocated: t.allocated.add(n.allocated),
-        available: t.available.add(n.free()),
+        capacity: t.capacity.plus(n.capacity),
+        allocatable: t.allocatable.plus(n.allocatable),
+        allocated: t.allocated.plus(n.allocated),
+        available: t.available.plus(n.free()),
     })
 }
 
@@ -183,7 +234,13 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(node: &str, phase: &str, cpu: &str, sidecar_cpu: Option<&str>, gpu_limit: Option<&str>) -> Pod {
+    fn pod(
+        node: &str,
+        phase: &str,
+        cpu: &str,
+        sidecar_cpu: Option<&str>,
+        gpu_limit: Option<&str>,
+    ) -> Pod {
         let mut app = serde_json::json!({"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}});
         if let Some(g) = gpu_limit {
             app["resources"]["limits"] = serde_json::json!({GPU: g});
@@ -201,7 +258,10 @@ mod tests {
 
     #[test]
     fn requests_of_active_pods_count_including_native_sidecars_and_gpu_limits() {
-        let nodes = [node("n1", "8", Some("4"), true), node("n2", "8", None, true)];
+        let nodes = [
+            node("n1", "8", Some("4"), true),
+            node("n2", "8", None, true),
+        ];
         let pods = [
             pod("n1", "Running", "1", Some("500m"), Some("2")),
             pod("n1", "Succeeded", "4", None, None),
@@ -210,7 +270,11 @@ mod tests {
         let usage = node_usage(&nodes, &pods);
         assert_eq!(usage[0].allocated.cpu, Milli(1500));
         assert_eq!(usage[0].allocated.gpus, Milli::from_units(2));
-        assert_eq!(usage[0].allocated.pods, Milli::from_units(1), "the Succeeded pod is not counted");
+        assert_eq!(
+            usage[0].allocated.pods,
+            Milli::from_units(1),
+            "the Succeeded pod is not counted"
+        );
         assert_eq!(usage[0].free().cpu, Milli(6500));
         assert_eq!(usage[1].allocated.cpu, Milli(2000));
         assert_eq!(usage[0].taints[0].key, "dedicated");
@@ -232,10 +296,12 @@ mod tests {
     #[test]
     fn a_big_init_container_sets_the_peak() {
         let mut p = pod("n1", "Running", "1", None, None);
-        p.spec.as_mut().unwrap().init_containers = Some(vec![serde_json::from_value(
-            serde_json::json!({"name": "init", "resources": {"requests": {"cpu": "3"}}}),
-        )
-        .unwrap()]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            serde_json::from_value(
+                serde_json::json!({"name": "init", "resources": {"requests": {"cpu": "3"}}}),
+            )
+            .unwrap(),
+        ]);
         assert_eq!(pod_requests(&p).cpu, Milli(3000));
     }
 }

@@ -36,7 +36,9 @@ pub struct JoinRequest {
 /// What the hub may do in a member: write workload slices and the ConfigMaps, Secrets
 /// and namespaces they need, read capacity (nodes, pods). Nothing else.
 pub fn member_rbac() -> Vec<serde_json::Value> {
-    let rw = ["get", "list", "watch", "create", "update", "patch", "delete"];
+    let rw = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
     vec![
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}}),
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -45,19 +47,19 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
             "metadata": {"name": format!("{HUB_SERVICE_ACCOUNT}-token"), "namespace": MEMBER_NAMESPACE,
                          "annotations": {"kubernetes.io/service-account.name": HUB_SERVICE_ACCOUNT}}}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": HUB_SERVICE_ACCOUNT},
-            "rules": [
-                {"apiGroups": ["compute.pinterest.com"], "resources": [
-                    "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
-                    "pinteresttrainingjobs", "pintereststatefulsets", "runtimeprofiles"], "verbs": rw},
-                {"apiGroups": ["compute.pinterest.com"], "resources": [
-                    "pinterestservices/status", "pinterestjobsets/status", "pinterestcronjobs/status",
-                    "pinterestdaemons/status", "pinteresttrainingjobs/status", "pintereststatefulsets/status"],
-                 "verbs": ["get"]},
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
-                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
-                {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
-            ]}),
+        "metadata": {"name": HUB_SERVICE_ACCOUNT},
+        "rules": [
+            {"apiGroups": ["compute.pinterest.com"], "resources": [
+                "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
+                "pinteresttrainingjobs", "pintereststatefulsets", "runtimeprofiles"], "verbs": rw},
+            {"apiGroups": ["compute.pinterest.com"], "resources": [
+                "pinterestservices/status", "pinterestjobsets/status", "pinterestcronjobs/status",
+                "pinterestdaemons/status", "pinteresttrainingjobs/status", "pintereststatefulsets/status"],
+             "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        ]}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": HUB_SERVICE_ACCOUNT},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_SERVICE_ACCOUNT},
@@ -113,16 +115,25 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crds = workload::crds();
     for crd in &crds {
-        api.patch(&crd.name_any(), &PatchParams::apply(JOIN_FIELD_MANAGER).force(), &Patch::Apply(crd))
-            .await
-            .with_context(|| format!("installing CRD {}", crd.name_any()))?;
+        api.patch(
+            &crd.name_any(),
+            &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
+            &Patch::Apply(crd),
+        )
+        .await
+        .with_context(|| format!("installing CRD {}", crd.name_any()))?;
     }
     for crd in &crds {
         let name = crd.name_any();
         let mut established = false;
         for _ in 0..100 {
             let c = api.get(&name).await?;
-            established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
             if established {
                 break;
             }
@@ -135,7 +146,11 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
 
 async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
     for o in objs {
-        if o["kind"] == "MemberCluster" || o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding" || o["kind"] == "ServiceAccount" {
+        if o["kind"] == "MemberCluster"
+            || o["kind"] == "ClusterRole"
+            || o["kind"] == "ClusterRoleBinding"
+            || o["kind"] == "ServiceAccount"
+        {
             apply_dynamic(client, o).await?;
         } else {
             apply_json(client, o, JOIN_FIELD_MANAGER).await?;
@@ -148,7 +163,11 @@ async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Resul
 async fn apply_dynamic(client: &Client, o: &serde_json::Value) -> anyhow::Result<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind};
-    let (group, version) = o["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or(("", "v1"));
+    let (group, version) = o["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .split_once('/')
+        .unwrap_or(("", "v1"));
     let kind = o["kind"].as_str().unwrap_or_default();
     let plural = match kind {
         "MemberCluster" => "memberclusters",
@@ -157,36 +176,58 @@ async fn apply_dynamic(client: &Client, o: &serde_json::Value) -> anyhow::Result
         "ServiceAccount" => "serviceaccounts",
         other => anyhow::bail!("join cannot apply kind {other}"),
     };
-    let (group, version) = if o["apiVersion"] == "v1" { ("", "v1") } else { (group, version) };
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let (group, version) = if o["apiVersion"] == "v1" {
+        ("", "v1")
+    } else {
+        (group, version)
+    };
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     let name = o["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
-    api.patch(name, &PatchParams::apply(JOIN_FIELD_MANAGER).force(), &Patch::Apply(o))
-        .await
-        .with_context(|| format!("applying {kind} {name}"))?;
+    api.patch(
+        name,
+        &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
+        &Patch::Apply(o),
+    )
+    .await
+    .with_context(|| format!("applying {kind} {name}"))?;
     Ok(())
 }
 
 /// Joins a member: RBAC and CRDs in the member, kubeconfig Secret and MemberCluster on the hub.
 pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::Result<()> {
-    install_crds(member).await.context("installing CRDs in the member")?;
-    apply_all(member, &member_rbac()).await.context("creating the hub's ServiceAccount in the member")?;
+    install_crds(member)
+        .await
+        .context("installing CRDs in the member")?;
+    apply_all(member, &member_rbac())
+        .await
+        .context("creating the hub's ServiceAccount in the member")?;
     let secrets: Api<Secret> = Api::namespaced(member.clone(), MEMBER_NAMESPACE);
     let token_secret = format!("{HUB_SERVICE_ACCOUNT}-token");
     let mut token = None;
     for _ in 0..100 {
-        if let Some(t) = secrets.get(&token_secret).await?.data.and_then(|d| d.get("token").cloned()) {
+        if let Some(t) = secrets
+            .get(&token_secret)
+            .await?
+            .data
+            .and_then(|d| d.get("token").cloned())
+        {
             token = Some(String::from_utf8(t.0)?);
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let token = token.context("the member did not issue a token for the hub's ServiceAccount within 10s (is its controller-manager running?)")?;
-    install_crds(hub).await.context("installing CRDs on the hub")?;
-    apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token))).await.context("registering the member on the hub")?;
+    install_crds(hub)
+        .await
+        .context("installing CRDs on the hub")?;
+    apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token)))
+        .await
+        .context("registering the member on the hub")?;
     Ok(())
 }
 
@@ -211,7 +252,10 @@ mod tests {
         let text = member_kubeconfig(&req(), "tok123");
         let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("use1a"));
-        assert_eq!(kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(), Some("https://127.0.0.1:6443"));
+        assert_eq!(
+            kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+            Some("https://127.0.0.1:6443")
+        );
         assert!(text.contains("token: tok123"));
     }
 
@@ -223,7 +267,10 @@ mod tests {
         assert_eq!(mc["spec"]["zone"], "us-east-1a");
         assert_eq!(mc["spec"]["weight"], 2);
         let mc: crate::api::federation::MemberCluster = serde_json::from_value(mc.clone()).unwrap();
-        assert_eq!(mc.spec.selector_labels()["topology.kubernetes.io/zone"], "us-east-1a");
+        assert_eq!(
+            mc.spec.selector_labels()["topology.kubernetes.io/zone"],
+            "us-east-1a"
+        );
     }
 
     #[test]
@@ -231,8 +278,16 @@ mod tests {
         let rbac = member_rbac();
         let role = rbac.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
         let text = role.to_string();
-        assert!(!text.contains("rbac.authorization.k8s.io\""), "no RBAC escalation");
-        let status_rule = role["rules"].as_array().unwrap().iter().find(|r| r.to_string().contains("/status")).unwrap();
+        assert!(
+            !text.contains("rbac.authorization.k8s.io\""),
+            "no RBAC escalation"
+        );
+        let status_rule = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r.to_string().contains("/status"))
+            .unwrap();
         assert_eq!(status_rule["verbs"], serde_json::json!(["get"]));
     }
 }

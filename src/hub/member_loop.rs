@@ -57,7 +57,11 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
         ctx.grace,
     );
     let ready = member.as_ref().is_some_and(|m| m.is_ready(now, ctx.grace));
-    ctx.health.get_or_create(&MemberLabels { member: name.clone() }).set(i64::from(ready));
+    ctx.health
+        .get_or_create(&MemberLabels {
+            member: name.clone(),
+        })
+        .set(i64::from(ready));
     if mc.status.as_ref() != Some(&status) {
         members::write_status(&ctx.hub, &name, &status).await?;
     }
@@ -92,7 +96,9 @@ pub async fn run(ctx: MemberLoop) {
             }
         }
     };
-    let run = controller.run(reconcile, error_policy, ctx).for_each(|_| futures::future::ready(()));
+    let run = controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
     tokio::select! {
         () = run => {},
         () = janitor => {},

@@ -80,7 +80,8 @@ impl Member {
 
     /// Whether the member answered within `grace`.
     pub fn is_ready(&self, now: Timestamp, grace: Duration) -> bool {
-        self.last_heartbeat().is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
+        self.last_heartbeat()
+            .is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
     }
 
     pub fn node_usage(&self) -> Vec<NodeUsage> {
@@ -101,7 +102,10 @@ impl MemberRegistry {
         self.members.lock().ok()?.get(name).cloned()
     }
     pub fn all(&self) -> Vec<Arc<Member>> {
-        self.members.lock().map(|m| m.values().cloned().collect()).unwrap_or_default()
+        self.members
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
     fn insert(&self, m: Member) -> Arc<Member> {
         let m = Arc::new(m);
@@ -119,7 +123,10 @@ impl MemberRegistry {
 
 /// Builds a client from a kubeconfig text (its current context).
 pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, MemberError> {
-    let bad = |message: String| MemberError::Kubeconfig { member: member.to_string(), message };
+    let bad = |message: String| MemberError::Kubeconfig {
+        member: member.to_string(),
+        message,
+    };
     let kc = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
@@ -130,20 +137,37 @@ pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, 
     Client::try_from(cfg).map_err(|e| bad(e.to_string()))
 }
 
-async fn read_kubeconfig(hub: &Client, mc: &MemberCluster) -> Result<(String, String), MemberError> {
+async fn read_kubeconfig(
+    hub: &Client,
+    mc: &MemberCluster,
+) -> Result<(String, String), MemberError> {
     let name = mc.name_any();
-    let r = mc.spec.secret_ref.as_ref().ok_or_else(|| MemberError::NoSecretRef(name.clone()))?;
-    let ns = r.namespace.clone().unwrap_or_else(|| HUB_NAMESPACE.to_string());
+    let r = mc
+        .spec
+        .secret_ref
+        .as_ref()
+        .ok_or_else(|| MemberError::NoSecretRef(name.clone()))?;
+    let ns = r
+        .namespace
+        .clone()
+        .unwrap_or_else(|| HUB_NAMESPACE.to_string());
     let secret = Api::<Secret>::namespaced(hub.clone(), &ns)
         .get(&r.name)
         .await
-        .map_err(|source| MemberError::Secret { namespace: ns.clone(), name: r.name.clone(), source })?;
+        .map_err(|source| MemberError::Secret {
+            namespace: ns.clone(),
+            name: r.name.clone(),
+            source,
+        })?;
     let data = secret
         .data
         .as_ref()
         .and_then(|d| d.get(KUBECONFIG_KEY))
         .ok_or_else(|| MemberError::NoKubeconfig(format!("{ns}/{}", r.name)))?;
-    let text = String::from_utf8(data.0.clone()).map_err(|e| MemberError::Kubeconfig { member: name, message: e.to_string() })?;
+    let text = String::from_utf8(data.0.clone()).map_err(|e| MemberError::Kubeconfig {
+        member: name,
+        message: e.to_string(),
+    })?;
     Ok((text, secret.resource_version().unwrap_or_default()))
 }
 
@@ -157,7 +181,11 @@ fn trim_pod(p: &mut Pod) {
         spec.volumes = None;
         spec.affinity = None;
         spec.tolerations = None;
-        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
             c.env = None;
             c.env_from = None;
             c.volume_mounts = None;
@@ -186,7 +214,11 @@ fn trim_node(n: &mut Node) {
 }
 
 /// Connects to a member (or returns the current connection when its Secret is unchanged).
-pub async fn ensure_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluster) -> Result<Arc<Member>, MemberError> {
+pub async fn ensure_member(
+    hub: &Client,
+    registry: &MemberRegistry,
+    mc: &MemberCluster,
+) -> Result<Arc<Member>, MemberError> {
     let name = mc.name_any();
     let (text, version) = read_kubeconfig(hub, mc).await?;
     if let Some(m) = registry.get(&name).filter(|m| m.secret_version == version) {
@@ -220,7 +252,8 @@ pub async fn ensure_member(hub: &Client, registry: &MemberRegistry, mc: &MemberC
 
 /// One heartbeat: `/version` within a short timeout.
 pub async fn heartbeat(member: &Member) {
-    let result = tokio::time::timeout(Duration::from_secs(5), member.client.apiserver_version()).await;
+    let result =
+        tokio::time::timeout(Duration::from_secs(5), member.client.apiserver_version()).await;
     let mut s = match member.state.lock() {
         Ok(s) => s,
         Err(_) => return,
@@ -249,8 +282,22 @@ pub fn member_status(
     s.observed_generation = generation;
     let t = Time(now);
     let ready_cond = match (member, connect_error) {
-        (_, Some(e)) => Condition::new(ct::READY, ConditionStatus::False, "KubeconfigInvalid", e, generation, &t),
-        (None, None) => Condition::new(ct::READY, ConditionStatus::Unknown, "Connecting", "", generation, &t),
+        (_, Some(e)) => Condition::new(
+            ct::READY,
+            ConditionStatus::False,
+            "KubeconfigInvalid",
+            e,
+            generation,
+            &t,
+        ),
+        (None, None) => Condition::new(
+            ct::READY,
+            ConditionStatus::Unknown,
+            "Connecting",
+            "",
+            generation,
+            &t,
+        ),
         (Some(m), None) => {
             let hb = m.state.lock().map(|h| h.clone()).unwrap_or_default();
             if let Some(v) = &hb.version {
@@ -260,10 +307,24 @@ pub fn member_status(
                 s.last_heartbeat_time = Some(Time(last));
             }
             if m.is_ready(now, grace) {
-                Condition::new(ct::READY, ConditionStatus::True, "HeartbeatOK", "", generation, &t)
+                Condition::new(
+                    ct::READY,
+                    ConditionStatus::True,
+                    "HeartbeatOK",
+                    "",
+                    generation,
+                    &t,
+                )
             } else {
                 let why = hb.last_error.unwrap_or_else(|| "no heartbeat yet".into());
-                Condition::new(ct::READY, ConditionStatus::False, "HeartbeatFailed", format!("no heartbeat for over {}s: {why}", grace.as_secs()), generation, &t)
+                Condition::new(
+                    ct::READY,
+                    ConditionStatus::False,
+                    "HeartbeatFailed",
+                    format!("no heartbeat for over {}s: {why}", grace.as_secs()),
+                    generation,
+                    &t,
+                )
             }
         }
     };
@@ -281,13 +342,22 @@ pub fn member_status(
 }
 
 /// Writes a MemberCluster status with server-side apply.
-pub async fn write_status(hub: &Client, name: &str, status: &MemberClusterStatus) -> Result<(), kube::Error> {
+pub async fn write_status(
+    hub: &Client,
+    name: &str,
+    status: &MemberClusterStatus,
+) -> Result<(), kube::Error> {
     let api: Api<MemberCluster> = Api::all(hub.clone());
     let patch = serde_json::json!({
         "apiVersion": "federation.pinterest.com/v1alpha1",
         "kind": "MemberCluster",
         "status": status,
     });
-    api.patch_status(name, &PatchParams::apply(HUB_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
     Ok(())
 }

@@ -6,8 +6,13 @@ pub mod member_loop;
 pub mod members;
 
 /// Creates a namespace if it does not exist (server-side apply, idempotent).
-pub async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), crate::controller::apply::ApplyError> {
-    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-    crate::controller::apply::apply_json(client, &ns, crate::controller::apply::HUB_FIELD_MANAGER).await?;
+pub async fn ensure_namespace(
+    client: &kube::Client,
+    name: &str,
+) -> Result<(), crate::controller::apply::ApplyError> {
+    let ns =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    crate::controller::apply::apply_json(client, &ns, crate::controller::apply::HUB_FIELD_MANAGER)
+        .await?;
     Ok(())
 }

@@ -5,7 +5,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::common::{Condition, ConditionStatus, MemberWorkloadStatus, PlacementDecision, condition_types as ct};
+use crate::api::common::{
+    Condition, ConditionStatus, MemberWorkloadStatus, PlacementDecision, condition_types as ct,
+};
 use crate::api::ranges::RangeSet;
 
 /// How the workload's progress is counted.
@@ -81,7 +83,10 @@ fn age_secs(observed: &Time, now: &Time) -> i64 {
 }
 
 pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
-    let mut out = Aggregate { completed_shards: input.previous_completed.clone(), ..Default::default() };
+    let mut out = Aggregate {
+        completed_shards: input.previous_completed.clone(),
+        ..Default::default()
+    };
     let hub_gen = Some(input.hub_generation);
     let mut lost = Vec::new(); // NotReady or stale members, with why
     let mut missing = Vec::new(); // placed but no status yet
@@ -90,7 +95,10 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     let mut all_complete = !input.members.is_empty();
 
     for m in input.members {
-        let fresh = m.status.as_ref().is_some_and(|s| age_secs(&s.observed_time, input.now) <= input.stale_after_secs);
+        let fresh = m
+            .status
+            .as_ref()
+            .is_some_and(|s| age_secs(&s.observed_time, input.now) <= input.stale_after_secs);
         let mut shown = match &m.status {
             Some(s) => s.clone(),
             None => MemberWorkloadStatus {
@@ -117,10 +125,17 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             shown.state = Some(member_state::PROGRESSING.into());
             shown.message = Some("slice not observed yet".into());
         } else if !fresh {
-            let age = m.status.as_ref().map(|s| age_secs(&s.observed_time, input.now)).unwrap_or_default();
+            let age = m
+                .status
+                .as_ref()
+                .map(|s| age_secs(&s.observed_time, input.now))
+                .unwrap_or_default();
             lost.push(format!("{} status is {age}s old", m.cluster));
             shown.state = Some(member_state::UNKNOWN.into());
-            shown.message = Some(format!("status is {age}s old (bound {}s)", input.stale_after_secs));
+            shown.message = Some(format!(
+                "status is {age}s old (bound {}s)",
+                input.stale_after_secs
+            ));
         }
         if m.slice_hub_generation != hub_gen || !m.slice_processed {
             behind.push(m.cluster.clone());
@@ -134,7 +149,11 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             out.shards_running += s.shards_running.unwrap_or(0);
             out.shards_succeeded += s.shards_succeeded.unwrap_or(0);
             out.shards_failed += s.shards_failed.unwrap_or(0);
-            if let Some(done) = s.completed_shards.as_deref().and_then(|r| RangeSet::parse(r).ok()) {
+            if let Some(done) = s
+                .completed_shards
+                .as_deref()
+                .and_then(|r| RangeSet::parse(r).ok())
+            {
                 out.completed_shards = out.completed_shards.union(&done);
             }
             match s.state.as_deref() {
@@ -158,27 +177,53 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     }
 
     let now = input.now;
-    let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| Condition::new(t, s, reason, msg, hub_gen, now);
+    let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| {
+        Condition::new(t, s, reason, msg, hub_gen, now)
+    };
     let d = input.decision;
 
     // Scheduled
     let placed_any = !d.placements.is_empty();
     out.conditions.push(if d.unplaced == 0 && placed_any {
-        cond(ct::SCHEDULED, ConditionStatus::True, "Placed", format!("placed on {}", cluster_list(d)))
+        cond(
+            ct::SCHEDULED,
+            ConditionStatus::True,
+            "Placed",
+            format!("placed on {}", cluster_list(d)),
+        )
     } else if placed_any {
         cond(
             ct::SCHEDULED,
             ConditionStatus::False,
             "PartiallyPlaced",
-            format!("{} unplaced: {}", d.unplaced, d.reason.clone().unwrap_or_default()),
+            format!(
+                "{} unplaced: {}",
+                d.unplaced,
+                d.reason.clone().unwrap_or_default()
+            ),
         )
     } else {
-        cond(ct::SCHEDULED, ConditionStatus::False, "Unplaced", d.reason.clone().unwrap_or_else(|| "no placement".into()))
+        cond(
+            ct::SCHEDULED,
+            ConditionStatus::False,
+            "Unplaced",
+            d.reason.clone().unwrap_or_else(|| "no placement".into()),
+        )
     });
     out.conditions.push(if input.quota_exceeded {
-        cond(ct::QUOTA_EXCEEDED, ConditionStatus::True, "QuotaExceeded", d.reason.clone().unwrap_or_default())
+        cond(
+            ct::QUOTA_EXCEEDED,
+            ConditionStatus::True,
+            "QuotaExceeded",
+            d.reason.clone().unwrap_or_default(),
+        )
     } else {
-        cond(ct::QUOTA_EXCEEDED, ConditionStatus::False, "WithinQuota", String::new())
+        cond(
+            ct::QUOTA_EXCEEDED,
+            ConditionStatus::False,
+            "WithinQuota",
+            String::new(),
+        )
     });
 
     let target_met = match input.progress {
@@ -192,28 +237,72 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     let mut degraded = lost.clone();
     degraded.extend(failing.iter().cloned());
     out.conditions.push(if degraded.is_empty() {
-        cond(ct::DEGRADED, ConditionStatus::False, "AllMembersHealthy", String::new())
+        cond(
+            ct::DEGRADED,
+            ConditionStatus::False,
+            "AllMembersHealthy",
+            String::new(),
+        )
     } else {
-        let reason = if !lost.is_empty() { "MemberUnavailable" } else { "MemberDegraded" };
-        cond(ct::DEGRADED, ConditionStatus::True, reason, degraded.join("; "))
+        let reason = if !lost.is_empty() {
+            "MemberUnavailable"
+        } else {
+            "MemberDegraded"
+        };
+        cond(
+            ct::DEGRADED,
+            ConditionStatus::True,
+            reason,
+            degraded.join("; "),
+        )
     });
 
     // Ready: never on stale data.
     let ready = if !lost.is_empty() {
-        cond(ct::READY, ConditionStatus::Unknown, "MemberUnavailable", lost.join("; "))
+        cond(
+            ct::READY,
+            ConditionStatus::Unknown,
+            "MemberUnavailable",
+            lost.join("; "),
+        )
     } else if !placed_any {
-        cond(ct::READY, ConditionStatus::False, "Unplaced", "no member cluster runs this workload".into())
+        cond(
+            ct::READY,
+            ConditionStatus::False,
+            "Unplaced",
+            "no member cluster runs this workload".into(),
+        )
     } else if !caught_up {
         let mut waiting = missing.clone();
         waiting.extend(behind.iter().filter(|c| !missing.contains(c)).cloned());
-        cond(ct::READY, ConditionStatus::False, "SlicesUpdating", format!("waiting for {}", waiting.join(", ")))
+        cond(
+            ct::READY,
+            ConditionStatus::False,
+            "SlicesUpdating",
+            format!("waiting for {}", waiting.join(", ")),
+        )
     } else if !failing.is_empty() {
-        cond(ct::READY, ConditionStatus::False, "MemberDegraded", failing.join("; "))
+        cond(
+            ct::READY,
+            ConditionStatus::False,
+            "MemberDegraded",
+            failing.join("; "),
+        )
     } else if let Progress::Replicas { desired } = input.progress {
         if target_met {
-            cond(ct::READY, ConditionStatus::True, "Available", format!("{}/{desired} available", out.available_replicas))
+            cond(
+                ct::READY,
+                ConditionStatus::True,
+                "Available",
+                format!("{}/{desired} available", out.available_replicas),
+            )
         } else {
-            cond(ct::READY, ConditionStatus::False, "Unavailable", format!("{}/{desired} available", out.available_replicas))
+            cond(
+                ct::READY,
+                ConditionStatus::False,
+                "Unavailable",
+                format!("{}/{desired} available", out.available_replicas),
+            )
         }
     } else {
         cond(ct::READY, ConditionStatus::True, "Running", String::new())
@@ -221,28 +310,61 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     out.conditions.push(ready);
 
     out.conditions.push(if caught_up && target_met {
-        cond(ct::PROGRESSING, ConditionStatus::False, "Settled", String::new())
+        cond(
+            ct::PROGRESSING,
+            ConditionStatus::False,
+            "Settled",
+            String::new(),
+        )
     } else {
-        cond(ct::PROGRESSING, ConditionStatus::True, "Rolling", String::new())
+        cond(
+            ct::PROGRESSING,
+            ConditionStatus::True,
+            "Rolling",
+            String::new(),
+        )
     });
 
     if !matches!(input.progress, Progress::Replicas { .. }) {
         let failed = !failing.is_empty() && failing.iter().any(|f| f.ends_with("failed"));
-        out.conditions.push(cond(ct::COMPLETE, target_met.into(), if target_met { "Completed" } else { "Running" }, String::new()));
+        out.conditions.push(cond(
+            ct::COMPLETE,
+            target_met.into(),
+            if target_met { "Completed" } else { "Running" },
+            String::new(),
+        ));
         out.conditions.push(if failed {
-            cond(ct::FAILED, ConditionStatus::True, "MemberFailed", failing.join("; "))
+            cond(
+                ct::FAILED,
+                ConditionStatus::True,
+                "MemberFailed",
+                failing.join("; "),
+            )
         } else {
-            cond(ct::FAILED, ConditionStatus::False, "NoFailure", String::new())
+            cond(
+                ct::FAILED,
+                ConditionStatus::False,
+                "NoFailure",
+                String::new(),
+            )
         });
     }
     out.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 
-    out.observed_generation = if caught_up && lost.is_empty() { hub_gen } else { input.previous_observed_generation };
+    out.observed_generation = if caught_up && lost.is_empty() {
+        hub_gen
+    } else {
+        input.previous_observed_generation
+    };
     out
 }
 
 fn cluster_list(d: &PlacementDecision) -> String {
-    d.placements.iter().map(|p| p.cluster.as_str()).collect::<Vec<_>>().join(", ")
+    d.placements
+        .iter()
+        .map(|p| p.cluster.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -271,7 +393,12 @@ mod tests {
         }
     }
 
-    fn obs(cluster: &str, ready: bool, s: Option<MemberWorkloadStatus>, hub_gen: i64) -> MemberObservation {
+    fn obs(
+        cluster: &str,
+        ready: bool,
+        s: Option<MemberWorkloadStatus>,
+        hub_gen: i64,
+    ) -> MemberObservation {
         MemberObservation {
             cluster: cluster.into(),
             member_ready: ready,
@@ -286,7 +413,11 @@ mod tests {
             strategy: None,
             placements: parts
                 .iter()
-                .map(|(c, r)| ClusterPlacement { cluster: c.to_string(), replicas: Some(*r), shards: None })
+                .map(|(c, r)| ClusterPlacement {
+                    cluster: c.to_string(),
+                    replicas: Some(*r),
+                    shards: None,
+                })
                 .collect(),
             unplaced: 0,
             reason: None,
@@ -297,7 +428,12 @@ mod tests {
         a.conditions.iter().find(|c| c.type_ == t).unwrap()
     }
 
-    fn run(members: &[MemberObservation], d: &PlacementDecision, now: i64, hub_gen: i64) -> Aggregate {
+    fn run(
+        members: &[MemberObservation],
+        d: &PlacementDecision,
+        now: i64,
+        hub_gen: i64,
+    ) -> Aggregate {
         let empty = RangeSet::new();
         aggregate(&AggregateInput {
             hub_generation: hub_gen,
@@ -315,7 +451,10 @@ mod tests {
     #[test]
     fn fresh_caught_up_members_at_target_are_ready() {
         let d = decision(&[("a", 6), ("b", 4)]);
-        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 2), obs("b", true, Some(status("b", 0, 4, "Ready")), 2)];
+        let m = [
+            obs("a", true, Some(status("a", 0, 6, "Ready")), 2),
+            obs("b", true, Some(status("b", 0, 4, "Ready")), 2),
+        ];
         let a = run(&m, &d, 10, 2);
         assert_eq!(a.available_replicas, 10);
         assert_eq!(get(&a, "Ready").status, ConditionStatus::True);
@@ -327,13 +466,20 @@ mod tests {
     #[test]
     fn a_not_ready_member_is_never_reported_ready() {
         let d = decision(&[("a", 6), ("b", 4)]);
-        let m = [obs("a", true, Some(status("a", 0, 6, "Ready")), 2), obs("b", false, Some(status("b", 0, 4, "Ready")), 2)];
+        let m = [
+            obs("a", true, Some(status("a", 0, 6, "Ready")), 2),
+            obs("b", false, Some(status("b", 0, 4, "Ready")), 2),
+        ];
         let a = run(&m, &d, 10, 2);
         assert_eq!(get(&a, "Ready").status, ConditionStatus::Unknown);
         assert_eq!(get(&a, "Degraded").status, ConditionStatus::True);
         assert!(get(&a, "Degraded").message.contains("b is NotReady"));
         assert_eq!(a.clusters[1].state.as_deref(), Some("Unknown"));
-        assert_eq!(a.observed_generation, Some(1), "observedGeneration must not advance on lost members");
+        assert_eq!(
+            a.observed_generation,
+            Some(1),
+            "observedGeneration must not advance on lost members"
+        );
     }
 
     #[test]
@@ -377,8 +523,16 @@ mod tests {
         let d = PlacementDecision {
             strategy: None,
             placements: vec![
-                ClusterPlacement { cluster: "a".into(), replicas: None, shards: Some("0-4".into()) },
-                ClusterPlacement { cluster: "b".into(), replicas: None, shards: Some("5-9".into()) },
+                ClusterPlacement {
+                    cluster: "a".into(),
+                    replicas: None,
+                    shards: Some("0-4".into()),
+                },
+                ClusterPlacement {
+                    cluster: "b".into(),
+                    replicas: None,
+                    shards: Some("5-9".into()),
+                },
             ],
             unplaced: 0,
             reason: None,

@@ -211,7 +211,14 @@ pub fn pinfed(fed: &Federation, args: &[&str]) -> std::process::Output {
 /// Joins every member of the topology to the hub (idempotent).
 pub fn join_all(fed: &Federation) {
     for m in &fed.topology.members {
-        let mut args = vec!["join", &m.name, "--member-context", &m.name, "--hub-context", &fed.topology.hub.name];
+        let mut args = vec![
+            "join",
+            &m.name,
+            "--member-context",
+            &m.name,
+            "--hub-context",
+            &fed.topology.hub.name,
+        ];
         let region;
         let zone;
         if let Some(r) = &m.region {
@@ -227,7 +234,12 @@ pub fn join_all(fed: &Federation) {
             args.extend(["--label", l]);
         }
         let out = pinfed(fed, &args);
-        assert!(out.status.success(), "pinfed join {} failed: {}", m.name, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pinfed join {} failed: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -242,7 +254,12 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
     use std::os::unix::process::CommandExt;
     let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
     let (tx, rx) = std::sync::mpsc::channel();
-    let (bin, kubeconfig, log2, args) = (pinfed_bin(), fed.kubeconfig.clone(), log.clone(), args.to_vec());
+    let (bin, kubeconfig, log2, args) = (
+        pinfed_bin(),
+        fed.kubeconfig.clone(),
+        log.clone(),
+        args.to_vec(),
+    );
     std::thread::spawn(move || {
         let out = std::fs::File::create(&log2).expect("daemon log");
         let mut cmd = std::process::Command::new(bin);
@@ -282,5 +299,9 @@ impl Daemon {
 
 /// A free loopback port for a daemon's metrics server.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
