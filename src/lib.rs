@@ -7,6 +7,7 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod expand;
 pub mod hub;
 pub mod placement;
 pub mod status;

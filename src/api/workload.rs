@@ -1,7 +1,9 @@
 //! The six Pinterest workload kinds seen uniformly: what they share (owner, placement,
 //! runtime version), their kind-level defaults, and every CRD of the product.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{CustomResourceExt, Resource};
 use schemars::JsonSchema;
@@ -271,7 +273,7 @@ impl_from!(PinterestStatefulSet, StatefulSet);
 
 /// Every CRD of the product, in a stable order (compute group, then federation).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut all = vec![
         PinterestService::crd(),
         PinterestJobSet::crd(),
         PinterestCronJob::crd(),
@@ -281,7 +283,40 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         RuntimeProfile::crd(),
         MemberCluster::crd(),
         FederatedQuota::crd(),
-    ]
+    ];
+    for crd in &mut all {
+        for v in &mut crd.spec.versions {
+            if let Some(schema) = v
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                tidy_descriptions(schema);
+            }
+        }
+    }
+    all
+}
+
+/// Doc comments are wrapped at 90 columns; `kubectl explain` wraps by itself. Joins
+/// single line breaks into spaces (blank lines stay paragraph breaks).
+fn tidy_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(d) = schema.description.as_mut() {
+        *d = d
+            .split("\n\n")
+            .map(|p| p.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    for p in schema.properties.iter_mut().flat_map(|m| m.values_mut()) {
+        tidy_descriptions(p);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = schema.items.as_mut() {
+        tidy_descriptions(items);
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(a)) = schema.additional_properties.as_mut() {
+        tidy_descriptions(a);
+    }
 }
 
 /// File name of a CRD in `crds/`: `<plural>.<group>.yaml`.

@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod crds;
+mod expand;
 mod hub;
 mod join;
 pub mod kube_args;
@@ -21,6 +23,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Print every CRD as YAML (with --write DIR: one file per CRD, as in crds/).
+    Crds(crds::CrdsArgs),
+    /// Offline: print the native objects a member cluster runs for a Pinterest resource
+    /// (multi-document YAML on stdout).
+    Expand(expand::ExpandArgs),
     /// Validate a topology file (clusters/*.yaml) and summarize its clusters and capacity.
     Topology(topology::TopologyArgs),
     /// Register a member cluster with the hub (ServiceAccount, RBAC and CRDs in the member;
@@ -32,6 +39,8 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Crds(args) => crds::run(args),
+        Command::Expand(args) => expand::run(args),
         Command::Topology(args) => topology::run(args),
         Command::Join(args) => join::run(args),
         Command::Hub(args) => hub::run(args),

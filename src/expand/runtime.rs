@@ -1,0 +1,519 @@
+//! Runtime support: choosing a RuntimeProfile and injecting it into a pod template.
+//!
+//! Injection adds, in this order: the profile's init containers (config management); its
+//! sidecars — as native sidecars (init containers with `restartPolicy: Always`) for
+//! run-to-completion kinds, as ordinary containers otherwise; identity / owner / expiry
+//! env vars and the profile's env (before the user's, which win on a name clash, so the
+//! user's `$(VAR)` references can use them); the profile's volumes and their mounts in every
+//! user container; and default requests/limits for resources the user left unset.
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodTemplateSpec, ResourceRequirements,
+};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::{BuildError, Ctx};
+use crate::api::common::ANNOTATION_EXPIRES_AT;
+use crate::api::quantity::Milli;
+use crate::api::runtime_profile::{DefaultResources, RuntimeProfile};
+use crate::api::validate::Invalid;
+
+static BUILTIN: LazyLock<RuntimeProfile> = LazyLock::new(|| {
+    serde_yaml::from_str(include_str!("builtin-runtime-profile.yaml"))
+        .expect("the built-in runtime profile is valid YAML (a unit test checks it)")
+});
+
+/// The profile used when none is published: config init, certificate, traffic
+/// registration (services only), log and metrics sidecars. Its YAML is
+/// `src/expand/builtin-runtime-profile.yaml`.
+pub fn builtin_profile() -> &'static RuntimeProfile {
+    &BUILTIN
+}
+
+/// No profile matches a workload's pinned `spec.runtimeVersion`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("spec.runtimeVersion: no RuntimeProfile has version {version:?} (available: {available})")]
+pub struct ProfileError {
+    pub version: String,
+    pub available: String,
+}
+
+/// Chooses the profile for a workload: the one whose `spec.version` (or name) equals the
+/// pinned version; without a pin, the profile marked default (the greatest name when
+/// several are, so every agent picks the same), else the built-in profile. The built-in
+/// profile can also be pinned by its version.
+pub fn select_profile<'a>(
+    profiles: &'a [RuntimeProfile],
+    pinned: Option<&str>,
+) -> Result<&'a RuntimeProfile, ProfileError> {
+    let builtin = builtin_profile();
+    match pinned {
+        Some(v) => profiles
+            .iter()
+            .find(|p| p.spec.version == v)
+            .or_else(|| {
+                profiles
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(v))
+            })
+            .or_else(|| (builtin.spec.version == v).then_some(builtin))
+            .ok_or_else(|| {
+                let mut available: Vec<&str> = profiles
+                    .iter()
+                    .map(|p| p.spec.version.as_str())
+                    .chain([builtin.spec.version.as_str()])
+                    .collect();
+                available.sort_unstable();
+                available.dedup();
+                ProfileError {
+                    version: v.to_string(),
+                    available: available.join(", "),
+                }
+            }),
+        None => Ok(profiles
+            .iter()
+            .filter(|p| p.spec.default)
+            .max_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+            .unwrap_or(builtin)),
+    }
+}
+
+/// Values for `{{...}}` placeholders in injected containers and env.
+struct Vars<'a> {
+    pairs: [(&'static str, &'a str); 8],
+}
+
+impl Vars<'_> {
+    fn render(&self, s: &str) -> String {
+        if !s.contains("{{") {
+            return s.to_string();
+        }
+        let mut out = s.to_string();
+        for (k, v) in &self.pairs {
+            let key = format!("{{{{{k}}}}}");
+            if out.contains(&key) {
+                out = out.replace(&key, v);
+            }
+        }
+        out
+    }
+
+    fn render_container(&self, c: &mut Container) {
+        if let Some(i) = c.image.as_mut() {
+            *i = self.render(i);
+        }
+        for s in c
+            .command
+            .iter_mut()
+            .flatten()
+            .chain(c.args.iter_mut().flatten())
+        {
+            *s = self.render(s);
+        }
+        if let Some(w) = c.working_dir.as_mut() {
+            *w = self.render(w);
+        }
+        for e in c.env.iter_mut().flatten() {
+            if let Some(v) = e.value.as_mut() {
+                *v = self.render(v);
+            }
+        }
+    }
+}
+
+fn literal(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn field_ref(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: path.to_string(),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// When the workload may be garbage collected: its `pinterest.com/expires-at` annotation,
+/// else creation time plus the profile's `expiryDays`, else empty (unknown).
+fn expiry(ctx: &Ctx<'_>) -> Result<String, Invalid> {
+    let meta = ctx.workload_meta;
+    if let Some(v) = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_EXPIRES_AT))
+    {
+        return v.parse::<Timestamp>().map(|t| t.to_string()).map_err(|e| {
+            Invalid::one(
+                format!("metadata.annotations[{ANNOTATION_EXPIRES_AT}]"),
+                format!("{v:?} is not an RFC 3339 time: {e}"),
+            )
+        });
+    }
+    match (ctx.profile.spec.expiry_days, &meta.creation_timestamp) {
+        (Some(days), Some(created)) => Ok(created
+            .0
+            .checked_add(SignedDuration::from_hours(i64::from(days) * 24))
+            .map(|t| t.to_string())
+            .unwrap_or_default()),
+        _ => Ok(String::new()),
+    }
+}
+
+/// Env vars the platform gives every container: identity, owner and expiry, then the
+/// profile's own.
+fn platform_env(ctx: &Ctx<'_>, vars: &Vars<'_>) -> Result<Vec<EnvVar>, Invalid> {
+    let mut env = vec![
+        literal("PINTEREST_WORKLOAD", ctx.name),
+        match ctx.namespace {
+            Some(ns) => literal("PINTEREST_NAMESPACE", ns),
+            None => field_ref("PINTEREST_NAMESPACE", "metadata.namespace"),
+        },
+        literal("PINTEREST_KIND", ctx.kind.as_str()),
+        literal("PINTEREST_TEAM", ctx.owner.team.as_str()),
+        literal("PINTEREST_OWNER", ctx.owner.team.as_str()),
+        literal("PINTEREST_CONTACT", ctx.owner.contact.as_str()),
+    ];
+    if let Some(c) = ctx.cluster {
+        env.push(literal("PINTEREST_CLUSTER", c));
+    }
+    env.push(literal(
+        "PINTEREST_RUNTIME_VERSION",
+        ctx.profile.spec.version.as_str(),
+    ));
+    env.push(literal("PINTEREST_EXPIRY", expiry(ctx)?));
+    env.push(field_ref("POD_NAME", "metadata.name"));
+    env.push(field_ref("NODE_NAME", "spec.nodeName"));
+    for e in &ctx.profile.spec.env {
+        let mut e = e.clone();
+        if let Some(v) = e.value.as_mut() {
+            *v = vars.render(v);
+        }
+        env.push(e);
+    }
+    Ok(env)
+}
+
+/// Puts `platform` before the container's env, dropping platform vars the container sets
+/// itself (the user's value wins).
+fn prepend_env(c: &mut Container, platform: &[EnvVar]) {
+    let own: BTreeSet<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    let mut env: Vec<EnvVar> = platform
+        .iter()
+        .filter(|e| !own.contains(e.name.as_str()))
+        .cloned()
+        .collect();
+    env.extend(c.env.take().unwrap_or_default());
+    c.env = Some(env);
+}
+
+/// Sets literal env vars that must win over the user's (e.g. `SHARD_INDEX`), placing them
+/// first.
+pub(crate) fn force_env(c: &mut Container, vars: &[EnvVar]) {
+    let names: BTreeSet<&str> = vars.iter().map(|e| e.name.as_str()).collect();
+    let mut env = vars.to_vec();
+    env.extend(
+        c.env
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| !names.contains(e.name.as_str())),
+    );
+    c.env = Some(env);
+}
+
+pub(crate) fn env_literal(name: &str, value: impl Into<String>) -> EnvVar {
+    literal(name, value)
+}
+
+/// Fills requests and limits the user left unset. A default request is skipped when the
+/// user set a limit for that resource (Kubernetes then defaults the request to the
+/// limit), and a default limit is skipped when it would be below the user's request.
+fn default_resources(c: &mut Container, d: &DefaultResources) {
+    let r = c
+        .resources
+        .get_or_insert_with(ResourceRequirements::default);
+    let user_limits: BTreeSet<String> = r.limits.iter().flatten().map(|(k, _)| k.clone()).collect();
+    let user_requests = r.requests.clone().unwrap_or_default();
+    for (k, q) in &d.requests {
+        if user_requests.contains_key(k) || user_limits.contains(k) {
+            continue;
+        }
+        r.requests
+            .get_or_insert_with(Default::default)
+            .insert(k.clone(), q.clone());
+    }
+    for (k, q) in &d.limits {
+        if user_limits.contains(k) {
+            continue;
+        }
+        if let Some(req) = user_requests.get(k) {
+            let below = match (Milli::parse(&req.0), Milli::parse(&q.0)) {
+                (Ok(req), Ok(lim)) => lim < req,
+                _ => true,
+            };
+            if below {
+                continue;
+            }
+        }
+        r.limits
+            .get_or_insert_with(Default::default)
+            .insert(k.clone(), q.clone());
+    }
+}
+
+/// Injects the context's runtime profile into a pod template whose user containers are
+/// complete (kind-specific env and volumes already added). `path` is the template's field
+/// path for error messages; `service_port` fills `{{servicePort}}`.
+pub(crate) fn inject(
+    ctx: &Ctx<'_>,
+    pod: &mut PodTemplateSpec,
+    path: &str,
+    service_port: Option<i32>,
+) -> Result<(), BuildError> {
+    let profile = ctx.profile;
+    let profile_name = profile.metadata.name.as_deref().unwrap_or("(unnamed)");
+    let port = service_port.map(|p| p.to_string()).unwrap_or_default();
+    let vars = Vars {
+        pairs: [
+            ("workload", ctx.name),
+            ("namespace", ctx.namespace.unwrap_or("")),
+            ("kind", ctx.kind.as_str()),
+            ("team", ctx.owner.team.as_str()),
+            ("contact", ctx.owner.contact.as_str()),
+            ("cluster", ctx.cluster.unwrap_or("")),
+            ("runtimeVersion", profile.spec.version.as_str()),
+            ("servicePort", port.as_str()),
+        ],
+    };
+    let env = platform_env(ctx, &vars).map_err(BuildError::Spec)?;
+    let Some(spec) = pod.spec.as_mut() else {
+        return Err(BuildError::Spec(Invalid::one(
+            format!("{path}.spec"),
+            "is required",
+        )));
+    };
+    let mut errors = Vec::new();
+    let conflict = |field: String, what: String| crate::api::validate::FieldError {
+        field,
+        message: format!("{what} is reserved by runtime profile {profile_name:?}"),
+    };
+
+    // Names the profile reserves.
+    let runtime_names: BTreeSet<&str> = profile
+        .spec
+        .init_containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(
+            profile
+                .spec
+                .sidecars
+                .iter()
+                .map(|s| s.container.name.as_str()),
+        )
+        .collect();
+    let runtime_volumes: BTreeSet<&str> = profile
+        .spec
+        .volumes
+        .iter()
+        .map(|v| v.name.as_str())
+        .collect();
+    let runtime_mounts: BTreeSet<&str> = profile
+        .spec
+        .volume_mounts
+        .iter()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+
+    let first_user_container = spec.containers.first().map(|c| c.name.clone());
+    let mut user_init = spec.init_containers.take().unwrap_or_default();
+    for (list, containers) in [
+        ("initContainers", &mut user_init),
+        ("containers", &mut spec.containers),
+    ] {
+        for (i, c) in containers.iter_mut().enumerate() {
+            let f = format!("{path}.spec.{list}[{i}]");
+            if runtime_names.contains(c.name.as_str()) {
+                errors.push(conflict(
+                    format!("{f}.name"),
+                    format!("container name {:?}", c.name),
+                ));
+            }
+            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+                if runtime_mounts.contains(m.mount_path.as_str()) {
+                    errors.push(conflict(
+                        format!("{f}.volumeMounts[{j}].mountPath"),
+                        format!("mount path {:?}", m.mount_path),
+                    ));
+                }
+            }
+            prepend_env(c, &env);
+            if !profile.spec.volume_mounts.is_empty() {
+                c.volume_mounts
+                    .get_or_insert_with(Default::default)
+                    .extend(profile.spec.volume_mounts.iter().cloned());
+            }
+            if let Some(d) = &profile.spec.default_resources {
+                default_resources(c, d);
+            }
+        }
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if runtime_volumes.contains(v.name.as_str()) {
+            errors.push(conflict(
+                format!("{path}.spec.volumes[{i}].name"),
+                format!("volume name {:?}", v.name),
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(BuildError::Runtime(Invalid { errors }));
+    }
+    if !profile.spec.volumes.is_empty() {
+        spec.volumes
+            .get_or_insert_with(Default::default)
+            .extend(profile.spec.volumes.iter().cloned());
+    }
+
+    let runtime_container = |c: &Container| {
+        let mut c = c.clone();
+        vars.render_container(&mut c);
+        prepend_env(&mut c, &env);
+        c
+    };
+    let mut init: Vec<Container> = profile
+        .spec
+        .init_containers
+        .iter()
+        .map(|c| {
+            let mut c = runtime_container(c);
+            c.restart_policy = None;
+            c
+        })
+        .collect();
+    let sidecars = profile
+        .spec
+        .sidecars
+        .iter()
+        .filter(|s| s.applies_to.is_empty() || s.applies_to.contains(&ctx.kind));
+    if ctx.kind.runs_to_completion() {
+        // Native sidecars: started before the user's init containers, stopped by the
+        // kubelet once the user's containers finish, so the Job completes.
+        for s in sidecars {
+            let mut c = runtime_container(&s.container);
+            c.restart_policy = Some("Always".to_string());
+            init.push(c);
+        }
+        init.extend(user_init);
+    } else {
+        init.extend(user_init);
+        for s in sidecars {
+            let mut c = runtime_container(&s.container);
+            c.restart_policy = None;
+            spec.containers.push(c);
+        }
+    }
+    spec.init_containers = if init.is_empty() { None } else { Some(init) };
+
+    if let Some(first) = first_user_container {
+        pod.metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("kubectl.kubernetes.io/default-container".to_string(), first);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::validate;
+
+    #[test]
+    fn builtin_profile_is_valid() {
+        let p = builtin_profile();
+        assert_eq!(p.metadata.name.as_deref(), Some("builtin"));
+        validate::runtime_profile(p).unwrap();
+        assert!(p.spec.sidecars.len() >= 4);
+    }
+
+    fn profile(name: &str, version: &str, default: bool) -> RuntimeProfile {
+        let mut p = builtin_profile().clone();
+        p.metadata.name = Some(name.into());
+        p.spec.version = version.into();
+        p.spec.default = default;
+        p
+    }
+
+    #[test]
+    fn selection() {
+        let ps = vec![
+            profile("a", "2024.1", false),
+            profile("b", "2024.2", true),
+            profile("c", "2024.3", true),
+        ];
+        assert_eq!(
+            select_profile(&ps, Some("2024.1")).unwrap().spec.version,
+            "2024.1"
+        );
+        assert_eq!(
+            select_profile(&ps, Some("a")).unwrap().spec.version,
+            "2024.1"
+        );
+        assert_eq!(select_profile(&ps, None).unwrap().spec.version, "2024.3");
+        assert_eq!(select_profile(&[], None).unwrap().spec.version, "builtin-1");
+        assert_eq!(
+            select_profile(&ps, Some("builtin-1")).unwrap().spec.version,
+            "builtin-1"
+        );
+        let e = select_profile(&ps, Some("1999")).unwrap_err();
+        assert!(e.to_string().contains("2024.2"), "{e}");
+    }
+
+    #[test]
+    fn default_resources_respect_the_user() {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let d = builtin_profile().spec.default_resources.clone().unwrap();
+        let mut c = Container::default();
+        default_resources(&mut c, &d);
+        let r = c.resources.as_ref().unwrap();
+        assert_eq!(r.requests.as_ref().unwrap()["cpu"], Quantity("100m".into()));
+        assert_eq!(
+            r.limits.as_ref().unwrap()["memory"],
+            Quantity("512Mi".into())
+        );
+
+        // A user request above the default limit keeps the limit away; a user limit keeps
+        // the default request away.
+        let mut c = Container {
+            resources: Some(ResourceRequirements {
+                requests: Some([("memory".to_string(), Quantity("2Gi".into()))].into()),
+                limits: Some([("cpu".to_string(), Quantity("2".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        default_resources(&mut c, &d);
+        let r = c.resources.as_ref().unwrap();
+        assert_eq!(r.requests.as_ref().unwrap().get("cpu"), None);
+        assert_eq!(
+            r.requests.as_ref().unwrap()["memory"],
+            Quantity("2Gi".into())
+        );
+        assert_eq!(r.limits.as_ref().unwrap().get("memory"), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! PinterestStatefulSet → headless Service, StatefulSet (with PVC templates),
+//! PodDisruptionBudget.
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::names::{self, MAX_NAME, MAX_STATEFULSET_NAME};
+use super::{BuildError, Ctx, Out, runtime};
+use crate::api::statefulset::PinterestStatefulSet;
+
+pub(crate) fn expand(
+    ctx: &Ctx<'_>,
+    s: &PinterestStatefulSet,
+    out: &mut Out,
+) -> Result<(), BuildError> {
+    let spec = &s.spec;
+    let svc_name = names::child_name(ctx.name, "", MAX_NAME, true);
+    let name = names::child_name(ctx.name, "", MAX_STATEFULSET_NAME, false);
+
+    // Headless Service giving each pod a stable DNS name; ports are informational.
+    let mut ports: Vec<ServicePort> = Vec::new();
+    for c in spec.template.spec.iter().flat_map(|p| &p.containers) {
+        for p in c.ports.iter().flatten() {
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".to_string());
+            if ports
+                .iter()
+                .any(|x| x.port == p.container_port && x.protocol.as_ref() == Some(&protocol))
+            {
+                continue;
+            }
+            ports.push(ServicePort {
+                name: Some(format!("{}-{}", protocol.to_lowercase(), p.container_port)),
+                port: p.container_port,
+                target_port: Some(IntOrString::Int(p.container_port)),
+                protocol: Some(protocol),
+                ..Default::default()
+            });
+        }
+    }
+    out.push(Service {
+        metadata: ctx.meta(svc_name.clone(), &[]),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(ctx.selector.clone()),
+            ports: if ports.is_empty() { None } else { Some(ports) },
+            publish_not_ready_addresses: Some(true),
+            ..Default::default()
+        }),
+        status: None,
+    });
+
+    let mut pod = ctx.pod_template(&spec.template, &[], None);
+    runtime::inject(ctx, &mut pod, "spec.template", None)?;
+    let claims: Vec<PersistentVolumeClaim> = spec
+        .volume_claim_templates
+        .iter()
+        .map(|c| {
+            let mut labels = c.metadata.labels.clone().unwrap_or_default();
+            labels.extend(ctx.labels.clone());
+            PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: c.metadata.name.clone(),
+                    labels: Some(labels),
+                    annotations: c.metadata.annotations.clone(),
+                    ..Default::default()
+                },
+                spec: c.spec.clone(),
+                status: None,
+            }
+        })
+        .collect();
+    out.push(StatefulSet {
+        metadata: ctx.meta(name.clone(), &[]),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(ctx.selector.clone()),
+                match_expressions: None,
+            },
+            service_name: Some(svc_name),
+            template: pod,
+            volume_claim_templates: if claims.is_empty() {
+                None
+            } else {
+                Some(claims)
+            },
+            ..Default::default()
+        }),
+        status: None,
+    });
+
+    let max_unavailable = spec
+        .disruption
+        .as_ref()
+        .and_then(|d| d.max_unavailable.clone())
+        .unwrap_or(IntOrString::Int(1));
+    out.push(PodDisruptionBudget {
+        metadata: ctx.meta(name, &[]),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(max_unavailable),
+            selector: Some(LabelSelector {
+                match_labels: Some(ctx.selector.clone()),
+                match_expressions: None,
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    });
+    Ok(())
+}
