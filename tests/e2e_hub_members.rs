@@ -82,46 +82,16 @@ async fn joined_members_report_ready_version_and_capacity() {
     eventually(Duration::from_secs(20), "the member_ready metric", || {
         let url = url.clone();
         async move {
-            http_get(&url)
+            support::http_get(&url)
                 .await
                 .contains("pinfed_hub_member_ready{member=\"use1a\"} 1")
         }
     })
     .await;
     assert!(
-        http_get(&format!("http://127.0.0.1:{port}/healthz"))
+        support::http_get(&format!("http://127.0.0.1:{port}/healthz"))
             .await
             .ends_with("ok")
     );
     hub.kill();
-}
-
-async fn http_get(url: &str) -> String {
-    // A tiny HTTP/1.0 GET; the server is on loopback.
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let path = format!(
-        "/{}",
-        url.trim_start_matches("http://")
-            .split_once('/')
-            .map(|x| x.1)
-            .unwrap_or("")
-    );
-    for _ in 0..50 {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
-            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            return out;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("nothing listens on {addr}");
 }

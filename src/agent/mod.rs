@@ -1,4 +1,212 @@
 //! The per-cluster agent: watches the Pinterest kinds in its cluster, expands them into
-//! native objects, applies and prunes them, and reports status.
+//! native objects with the expansion engine, applies and prunes them, and reports status.
 
+pub mod kinds;
+pub mod reconcile;
 pub mod status;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Args;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use prometheus_client::registry::Registry;
+
+use self::kinds::AgentKind;
+use self::reconcile::{Context, error_policy, reconcile};
+use crate::api::cronjob::PinterestCronJob;
+use crate::api::daemon::PinterestDaemon;
+use crate::api::jobset::PinterestJobSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::service::PinterestService;
+use crate::api::statefulset::PinterestStatefulSet;
+use crate::api::training::PinterestTrainingJob;
+use crate::api::workload::WorkloadKind;
+use crate::cli::kube_args::{KubeArgs, init_tracing};
+use crate::controller::http::{self, Readiness};
+use crate::controller::leader::{self, LeaderConfig};
+use crate::controller::metrics::ReconcileMetrics;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Name of the member cluster this agent runs in (identity env vars, ingress hosts).
+    #[arg(long, env = "PINFED_CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "PINFED_AGENT_METRICS_ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
+    pub lease_namespace: String,
+    /// Identity in the Lease (default: host name and pid).
+    #[arg(long, env = "PINFED_IDENTITY")]
+    pub identity: Option<String>,
+    /// Run without leader election (a single agent).
+    #[arg(long, env = "PINFED_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+}
+
+fn labels() -> watcher::Config {
+    watcher::Config::default().labels(&format!(
+        "{}={}",
+        crate::api::common::LABEL_MANAGED_BY,
+        crate::api::common::MANAGED_BY
+    ))
+}
+
+/// One controller for one kind, re-run for every object when RuntimeProfiles change.
+async fn run_kind<K: AgentKind>(
+    ctx: Arc<Context>,
+    profile_changes: futures::channel::mpsc::UnboundedReceiver<()>,
+) {
+    let c = ctx.client.clone();
+    let mut controller = Controller::new(
+        Api::<K>::all(c.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    // Generated objects carry an owner reference: a change or deletion brings us back.
+    controller = match K::KIND {
+        WorkloadKind::Service => controller
+            .owns(Api::<Deployment>::all(c.clone()), labels())
+            .owns(Api::<Service>::all(c.clone()), labels())
+            .owns(Api::<ConfigMap>::all(c.clone()), labels())
+            .owns(Api::<Ingress>::all(c.clone()), labels())
+            .owns(Api::<PodDisruptionBudget>::all(c.clone()), labels()),
+        WorkloadKind::JobSet => controller
+            .owns(Api::<Job>::all(c.clone()), labels())
+            .owns(Api::<ConfigMap>::all(c.clone()), labels())
+            .owns(Api::<PersistentVolumeClaim>::all(c.clone()), labels()),
+        WorkloadKind::CronJob => controller.owns(Api::<CronJob>::all(c.clone()), labels()),
+        WorkloadKind::Daemon => controller.owns(Api::<DaemonSet>::all(c.clone()), labels()),
+        WorkloadKind::TrainingJob => controller
+            .owns(Api::<Job>::all(c.clone()), labels())
+            .owns(Api::<Service>::all(c.clone()), labels()),
+        WorkloadKind::StatefulSet => controller
+            .owns(Api::<StatefulSet>::all(c.clone()), labels())
+            .owns(Api::<Service>::all(c.clone()), labels())
+            .owns(Api::<PodDisruptionBudget>::all(c.clone()), labels()),
+    };
+    controller
+        .reconcile_all_on(profile_changes)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+/// Runs all controllers until the watches end.
+pub async fn run_controllers(
+    client: Client,
+    cluster: String,
+    metrics: ReconcileMetrics,
+    ready: Readiness,
+) -> anyhow::Result<()> {
+    let (profiles, writer) = reflector::store::<RuntimeProfile>();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..6 {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let profile_watch = watcher(
+        Api::<RuntimeProfile>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .for_each(move |_| {
+        for tx in &senders {
+            let _ = tx.unbounded_send(());
+        }
+        futures::future::ready(())
+    });
+    let profile_task = tokio::spawn(profile_watch);
+    profiles.wait_until_ready().await?;
+    let reporter = Reporter {
+        controller: "pinfed-agent".into(),
+        instance: Some(cluster.clone()),
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        cluster,
+        profiles,
+        Recorder::new(client, reporter),
+        metrics,
+    ));
+    ready.set(true);
+    let mut rx = receivers.into_iter();
+    let mut next = || rx.next().expect("one receiver per kind");
+    tokio::join!(
+        run_kind::<PinterestService>(ctx.clone(), next()),
+        run_kind::<PinterestJobSet>(ctx.clone(), next()),
+        run_kind::<PinterestCronJob>(ctx.clone(), next()),
+        run_kind::<PinterestDaemon>(ctx.clone(), next()),
+        run_kind::<PinterestTrainingJob>(ctx.clone(), next()),
+        run_kind::<PinterestStatefulSet>(ctx.clone(), next()),
+    );
+    profile_task.abort();
+    Ok(())
+}
+
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    init_tracing();
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let client = args.kube.client().await?;
+        let mut registry = Registry::with_prefix("pinfed_agent");
+        let metrics = ReconcileMetrics::register(&mut registry);
+        let ready = Readiness::default();
+        tokio::spawn(http::serve(
+            args.metrics_addr,
+            Arc::new(registry),
+            ready.clone(),
+        ));
+        let cluster = args.cluster_name.clone();
+        let work = {
+            let client = client.clone();
+            move || {
+                run_controllers(
+                    client.clone(),
+                    cluster.clone(),
+                    metrics.clone(),
+                    ready.clone(),
+                )
+            }
+        };
+        if args.no_leader_election {
+            tokio::select! {
+                r = tokio::spawn(work()) => r??,
+                () = leader::shutdown_signal() => {},
+            }
+            Ok(())
+        } else {
+            crate::hub::ensure_namespace(&client, &args.lease_namespace).await?;
+            let cfg = LeaderConfig {
+                namespace: args.lease_namespace.clone(),
+                lease_name: format!("pinfed-agent-{}", args.cluster_name),
+                identity: args
+                    .identity
+                    .clone()
+                    .unwrap_or_else(leader::default_identity),
+                duration_secs: 10,
+                grace_secs: 2,
+            };
+            leader::run_as_leader(client, cfg, leader::shutdown_signal(), work).await
+        }
+    })
+}

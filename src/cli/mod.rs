@@ -35,6 +35,8 @@ pub enum Command {
     Join(join::JoinArgs),
     /// Run the federation hub controller.
     Hub(hub::HubArgs),
+    /// Run the member-cluster agent (expands and reconciles Pinterest workloads).
+    Agent(crate::agent::AgentArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -44,5 +46,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topology(args) => topology::run(args),
         Command::Join(args) => join::run(args),
         Command::Hub(args) => hub::run(args),
+        Command::Agent(args) => crate::agent::run(args),
     }
 }

@@ -58,17 +58,6 @@ pub fn native_resource(api_version: &str, kind: &str) -> Option<ApiResource> {
         })
 }
 
-/// Every native kind, for pruning.
-pub fn native_resources() -> Vec<ApiResource> {
-    NATIVE_KINDS
-        .iter()
-        .filter(|(_, _, k, _)| *k != "Namespace")
-        .map(|(g, v, k, plural)| {
-            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
-        })
-        .collect()
-}
-
 /// Forced server-side apply of one object (cluster-scoped when it has no namespace).
 pub async fn apply_json(
     client: &Client,
@@ -101,28 +90,35 @@ pub async fn apply_json(
     })
 }
 
-/// Deletes objects in `namespace` that match `selector` but are not in `keep`
-/// (pairs of kind and name). Returns what it deleted, as `Kind/name`.
+/// Deletes objects of the given kinds in `namespace` that match `selector`, are owned by
+/// `owner_uid` (so objects other controllers made from ours, such as a StatefulSet's
+/// PVCs, are left alone) and are not in `keep` (pairs of kind and name). Returns what it
+/// deleted, as `Kind/name`.
 pub async fn prune(
     client: &Client,
     namespace: &str,
+    resources: &[ApiResource],
     selector: &str,
+    owner_uid: &str,
     keep: &BTreeSet<(String, String)>,
-) -> Result<Vec<String>, ApplyError> {
+) -> Result<Vec<String>, kube::Error> {
     let mut deleted = Vec::new();
-    for ar in native_resources() {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-        let list = api
+    for ar in resources {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, ar);
+        for obj in api
             .list_metadata(&ListParams::default().labels(selector))
-            .await
-            .map_err(|source| ApplyError::Kube {
-                kind: ar.kind.clone(),
-                name: "*".into(),
-                source,
-            })?;
-        for obj in list.items {
+            .await?
+            .items
+        {
             let name = obj.metadata.name.clone().unwrap_or_default();
-            if keep.contains(&(ar.kind.clone(), name.clone()))
+            let ours = obj
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == owner_uid);
+            if !ours
+                || keep.contains(&(ar.kind.clone(), name.clone()))
                 || obj.metadata.deletion_timestamp.is_some()
             {
                 continue;
@@ -131,13 +127,7 @@ pub async fn prune(
             match api.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => deleted.push(format!("{}/{name}", ar.kind)),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(source) => {
-                    return Err(ApplyError::Kube {
-                        kind: ar.kind.clone(),
-                        name,
-                        source,
-                    });
-                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -161,6 +151,5 @@ mod tests {
             ("", "v1", "configmaps")
         );
         assert!(native_resource("apps/v1", "ReplicaSet").is_none());
-        assert!(native_resources().iter().all(|r| r.kind != "Namespace"));
     }
 }

@@ -305,3 +305,34 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A tiny HTTP/1.0 GET against a loopback server; retries until it listens.
+pub async fn http_get(url: &str) -> String {
+    // A tiny HTTP/1.0 GET; the server is on loopback.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let path = format!(
+        "/{}",
+        url.trim_start_matches("http://")
+            .split_once('/')
+            .map(|x| x.1)
+            .unwrap_or("")
+    );
+    for _ in 0..50 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("nothing listens on {addr}");
+}

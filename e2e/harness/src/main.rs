@@ -500,6 +500,9 @@ async fn bring_up(
             }
         }
         p.say(format!("created {} kwok nodes in {}", nodes.len(), m.name));
+        create_storage_class(&clients[m.name.as_str()])
+            .await
+            .with_context(|| format!("storage class in {}", m.name))?;
     }
 
     p.say(format!(
@@ -545,6 +548,11 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
         "pod/fast/pod-ready.yaml",
         "pod/fast/pod-complete.yaml",
         "pod/fast/pod-delete.yaml",
+        // PVCs of the `kwok-volume` class (the default) get a PV and bind at once.
+        "volume/fast/pvc-provision.yaml",
+        "volume/fast/pv-bind.yaml",
+        "volume/fast/pv-delete.yaml",
+        "volume/fast/pvc-delete.yaml",
     ];
     let mut docs = Vec::new();
     for s in stages {
@@ -557,6 +565,25 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join("kwok.yaml");
     std::fs::write(&path, docs.join("\n---\n"))?;
     Ok(path)
+}
+
+/// The default StorageClass whose claims kwok's volume stages provision and bind.
+async fn create_storage_class(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let sc: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kwok-volume", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kwok.x-k8s.io/volume",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))?;
+    match Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn node_object(n: &pinfed::topology::NodeSpec) -> serde_json::Value {

@@ -1,0 +1,396 @@
+//! The agent's reconcile loop, in stages: read (profile, observed objects) → record
+//! (job-set completions, before anything can delete a finished Job) → build (the pure
+//! expansion engine) → apply (server-side apply, field manager `pinfed-agent`) → prune
+//! (by label) → status. Invalid resources get an Invalid condition and an Event and wait
+//! for a change; transient errors back off per object.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+
+use super::kinds::{AgentKind, assigned_shards, shard_account};
+use super::status::{self, Observed};
+use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
+use crate::api::jobset::PinterestJobSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::{WorkloadKind, WorkloadRef};
+use crate::controller::apply::AGENT_FIELD_MANAGER;
+use crate::controller::metrics::ReconcileMetrics;
+use crate::expand::{self, ExpandInput};
+
+pub struct Context {
+    pub client: Client,
+    pub cluster: String,
+    pub profiles: Store<RuntimeProfile>,
+    pub recorder: Recorder,
+    pub metrics: ReconcileMetrics,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        cluster: String,
+        profiles: Store<RuntimeProfile>,
+        recorder: Recorder,
+        metrics: ReconcileMetrics,
+    ) -> Context {
+        Context {
+            client,
+            cluster,
+            profiles,
+            recorder,
+            metrics,
+            failures: Mutex::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("object has no namespace")]
+    NoNamespace,
+    #[error("listing generated objects: {0}")]
+    Observe(#[source] kube::Error),
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("pruning: {0}")]
+    Prune(#[source] kube::Error),
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    #[error("serializing: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl AgentError {
+    /// Metric label and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AgentError::NoNamespace => "NoNamespace",
+            AgentError::Observe(_) => "Observe",
+            AgentError::Apply { .. } => "Apply",
+            AgentError::Prune(_) => "Prune",
+            AgentError::Status(_) => "Status",
+            AgentError::Serialize(_) => "Serialize",
+        }
+    }
+}
+
+fn key<K: Resource>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, AgentError> {
+    let timer = ctx.metrics.start(K::KIND.as_str());
+    let result = reconcile_stages(obj.as_ref(), &ctx).await;
+    timer.finish(result.as_ref().err().map(AgentError::reason));
+    if result.is_ok()
+        && let Ok(mut f) = ctx.failures.lock()
+    {
+        f.remove(&key(obj.as_ref()));
+    }
+    result
+}
+
+/// Exponential per-object backoff for transient errors: 1 s, 2 s, 4 s … at most 5 min.
+pub fn error_policy<K: AgentKind>(obj: Arc<K>, err: &AgentError, ctx: Arc<Context>) -> Action {
+    let n = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(key(obj.as_ref())).or_insert(0);
+            *n += 1;
+            *n
+        })
+        .unwrap_or(1);
+    let delay = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
+    tracing::warn!(kind = %K::KIND, object = %key(obj.as_ref()), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn observe(
+    client: &Client,
+    ns: &str,
+    kind: WorkloadKind,
+    name: &str,
+) -> Result<Observed, kube::Error> {
+    let lp = ListParams::default().labels(&expand::workload_selector(kind, name));
+    let c = client.clone();
+    let mut o = Observed::default();
+    match kind {
+        WorkloadKind::Service => {
+            o.deployments = Api::<Deployment>::namespaced(c, ns).list(&lp).await?.items
+        }
+        WorkloadKind::StatefulSet => {
+            o.statefulsets = Api::<StatefulSet>::namespaced(c, ns).list(&lp).await?.items
+        }
+        WorkloadKind::Daemon => {
+            o.daemonsets = Api::<DaemonSet>::namespaced(c, ns).list(&lp).await?.items
+        }
+        WorkloadKind::CronJob => {
+            o.cronjobs = Api::<CronJob>::namespaced(c, ns).list(&lp).await?.items
+        }
+        WorkloadKind::JobSet | WorkloadKind::TrainingJob => {
+            o.jobs = Api::<Job>::namespaced(c, ns).list(&lp).await?.items
+        }
+    }
+    Ok(o)
+}
+
+async fn write_status<K: AgentKind>(
+    client: &Client,
+    obj: &K,
+    status: &K::Status,
+) -> Result<(), AgentError> {
+    let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
+    let api: Api<K> = Api::namespaced(client.clone(), &ns);
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(AgentError::Status)?;
+    Ok(())
+}
+
+async fn publish<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not record an Event");
+    }
+}
+
+async fn reconcile_stages<K: AgentKind>(obj: &K, ctx: &Context) -> Result<Action, AgentError> {
+    let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
+    let name = obj.name_any();
+    if obj.meta().deletion_timestamp.is_some() {
+        // Owner references let the garbage collector remove what we made.
+        return Ok(Action::await_change());
+    }
+    let now = Time(Timestamp::now());
+    let generation = obj.meta().generation;
+    let mut status = obj.status().cloned().unwrap_or_default();
+
+    // Read.
+    let profiles: Vec<RuntimeProfile> =
+        ctx.profiles.state().iter().map(|p| (**p).clone()).collect();
+    let profile = match expand::select_profile(&profiles, obj.runtime_version()) {
+        Ok(p) => p.clone(),
+        Err(e) => {
+            return invalid(
+                ctx,
+                obj,
+                status,
+                "UnknownRuntimeVersion",
+                &format!("spec.runtimeVersion: {e}"),
+                &now,
+            )
+            .await;
+        }
+    };
+    let observed = observe(&ctx.client, &ns, K::KIND, &name)
+        .await
+        .map_err(AgentError::Observe)?;
+
+    // Record: fold finished shards into status before any Job can be pruned or cleaned up.
+    let mut working = obj.clone();
+    let mut admitted = None;
+    if let WorkloadRef::JobSet(j) = obj.as_workload() {
+        let account = shard_account(j, &observed);
+        working.observe(&observed, &mut status);
+        let newly = account.completed.difference(
+            &j.status
+                .as_ref()
+                .and_then(|s| s.completed_shards.as_deref())
+                .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
+                .unwrap_or_default(),
+        );
+        if obj.status() != Some(&status) {
+            write_status(&ctx.client, obj, &status).await?;
+            if !newly.is_empty() {
+                publish(
+                    ctx,
+                    obj,
+                    EventType::Normal,
+                    "ShardsCompleted",
+                    format!("shards {newly} completed"),
+                )
+                .await;
+            }
+        }
+        *working.status_mut() = Some(status.clone());
+        admitted = Some(admit(&working, &account)?);
+    }
+
+    // Build.
+    let input = ExpandInput {
+        workload: working.as_workload(),
+        profile: Some(&profile),
+        cluster: Some(&ctx.cluster),
+        admitted_shards: admitted.as_ref(),
+    };
+    let objects = match expand::expand(&input) {
+        Ok(objects) => objects,
+        Err(e) => {
+            return invalid(ctx, obj, status, e.reason(), &e.invalid().to_string(), &now).await;
+        }
+    };
+
+    // Apply.
+    let mut keep = BTreeSet::new();
+    for o in &objects {
+        let ar = api_resource(o);
+        let oname = o.name_any();
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ar);
+        api.patch(
+            &oname,
+            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            &Patch::Apply(o),
+        )
+        .await
+        .map_err(|source| AgentError::Apply {
+            kind: ar.kind.clone(),
+            name: oname.clone(),
+            source,
+        })?;
+        ctx.metrics
+            .applied_objects
+            .get_or_create(&crate::controller::metrics::KindLabels {
+                kind: ar.kind.clone(),
+            })
+            .inc();
+        keep.insert((ar.kind.clone(), oname));
+    }
+
+    // Prune what this workload no longer wants.
+    let selector = expand::workload_selector(K::KIND, &name);
+    let uid = obj.uid().unwrap_or_default();
+    let pruned = crate::controller::apply::prune(
+        &ctx.client,
+        &ns,
+        &expand::generated_api_resources(),
+        &selector,
+        &uid,
+        &keep,
+    )
+    .await
+    .map_err(AgentError::Prune)?;
+    if !pruned.is_empty() {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Pruned",
+            format!("removed {}", pruned.join(", ")),
+        )
+        .await;
+    }
+
+    // Status.
+    let health = working.observe(&observed, &mut status);
+    K::set_meta(&mut status, generation, &profile.spec.version);
+    status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
+    if obj.status() != Some(&status) {
+        write_status(&ctx.client, obj, &status).await?;
+    }
+    // Owned-object watches bring changes; the timer is a safety net.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+fn admit<K: AgentKind>(
+    working: &K,
+    account: &super::status::ShardAccount,
+) -> Result<crate::api::ranges::RangeSet, AgentError> {
+    let WorkloadRef::JobSet(j) = working.as_workload() else {
+        unreachable!("admit is only called for job sets")
+    };
+    let j: &PinterestJobSet = j;
+    let pending = assigned_shards(j).difference(&account.completed);
+    // Failed shards keep their Job (it records the failure); running ones keep theirs.
+    let occupied = account.running.union(&account.failed);
+    let parallelism = j.spec.parallelism.and_then(|p| u32::try_from(p).ok());
+    Ok(expand::admit_shards(parallelism, &pending, &occupied))
+}
+
+async fn invalid<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    mut status: K::Status,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) -> Result<Action, AgentError> {
+    let generation = obj.meta().generation;
+    let already = obj
+        .status()
+        .cloned()
+        .map(|mut s| {
+            find_condition(K::conditions(&mut s), ct::INVALID).is_some_and(|c| {
+                c.status == ConditionStatus::True
+                    && c.message == message
+                    && c.observed_generation == generation
+            })
+        })
+        .unwrap_or(false);
+    if !already {
+        status::set_invalid_conditions(K::conditions(&mut status), message, generation, now);
+        if let Some(c) = K::conditions(&mut status)
+            .iter_mut()
+            .find(|c| c.type_ == ct::INVALID)
+        {
+            c.reason = reason.to_string();
+        }
+        write_status(&ctx.client, obj, &status).await?;
+        publish(ctx, obj, EventType::Warning, reason, message.to_string()).await;
+        tracing::info!(kind = %K::KIND, object = %key(obj), %message, "invalid; waiting for a change");
+    }
+    // Permanent: nothing to retry until the object (or a RuntimeProfile) changes.
+    Ok(Action::await_change())
+}
+
+fn api_resource(o: &DynamicObject) -> kube::core::ApiResource {
+    let types = o.types.clone().unwrap_or_default();
+    expand::generated_api_resources()
+        .into_iter()
+        .find(|r| r.api_version == types.api_version && r.kind == types.kind)
+        .unwrap_or_else(|| {
+            let (g, v) = types
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", &types.api_version));
+            kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(g, v, &types.kind))
+        })
+}

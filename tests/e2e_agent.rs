@@ -1,0 +1,403 @@
+//! The agent against a real member: expansion applied with server-side apply, drift
+//! repaired, unwanted objects pruned, status and Events written, invalid resources
+//! reported without a hot loop, job-set completions recorded exactly once.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use pinfed::api::common::ConditionStatus;
+use pinfed::api::jobset::PinterestJobSet;
+use pinfed::api::service::PinterestService;
+use support::{Daemon, Federation, TestNamespace, eventually, join_all, spawn_daemon};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn agent_args(cluster: &str, port: u16) -> Vec<String> {
+    [
+        "agent",
+        "--context",
+        cluster,
+        "--cluster-name",
+        cluster,
+        "--no-leader-election",
+        "--metrics-addr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("127.0.0.1:{port}")])
+    .collect()
+}
+
+/// One agent for the first member, shared by the tests of this file.
+fn shared_agent(fed: &Federation) -> &'static (Daemon, u16) {
+    static AGENT: OnceLock<(Daemon, u16)> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        join_all(fed); // installs the CRDs into every member
+        let port = support::free_port();
+        (
+            spawn_daemon(fed, "agent", &agent_args(&fed.member_names()[0], port)),
+            port,
+        )
+    })
+}
+
+fn service(name: &str, replicas: i32, ingress: bool) -> PinterestService {
+    let mut v = serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1",
+        "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "Ads Ranking", "contact": "ads@pinterest.com"},
+            "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
+            "service": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+        }
+    });
+    if ingress {
+        v["spec"]["ingress"] = serde_json::json!({"host": format!("{name}.example"), "path": "/"});
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+async fn wait_service_ready(
+    api: &Api<PinterestService>,
+    name: &str,
+    available: i32,
+    daemon: &Daemon,
+) {
+    let (api, name2) = (api.clone(), name.to_string());
+    eventually(
+        WAIT,
+        &format!(
+            "{name} Ready with {available} available\n{}",
+            daemon.log_tail()
+        ),
+        || {
+            let (api, name) = (api.clone(), name2.clone());
+            async move {
+                let Some(s) = api.get(&name).await.ok().and_then(|s| s.status) else {
+                    return false;
+                };
+                s.available_replicas == available
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
+                    && s.observed_generation.is_some()
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_service_is_expanded_applied_and_reports_ready() {
+    let fed = Federation::connect().await;
+    let (agent, port) = shared_agent(&fed);
+    let client = fed.client(&fed.member_names()[0]);
+    let ns = TestNamespace::create(&client, "agent-svc").await;
+    let api: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("web", 3, true))
+        .await
+        .unwrap();
+    wait_service_ready(&api, "web", 3, agent).await;
+
+    let svc = api.get("web").await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let d = deployments.get("web").await.unwrap();
+    let labels = d.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "pinfed");
+    assert_eq!(
+        labels["pinterest.com/team"], "Ads-Ranking",
+        "sanitized into a valid label value"
+    );
+    assert_eq!(
+        d.metadata.annotations.clone().unwrap()["pinterest.com/contact"],
+        "ads@pinterest.com"
+    );
+    let owner = &d.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(Some(owner.uid.clone()), svc.metadata.uid);
+    let managers: Vec<_> = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.contains(&"pinfed-agent".to_string()),
+        "{managers:?}"
+    );
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    assert!(
+        pod.containers.len() > 1 || pod.init_containers.is_some_and(|i| !i.is_empty()),
+        "runtime support injected"
+    );
+
+    // Drift: a deleted Deployment comes back; an edited replica count is restored.
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deps = deployments.clone();
+    eventually(WAIT, "the deleted Deployment to be recreated", || {
+        let deps = deps.clone();
+        async move {
+            deps.get_opt("web")
+                .await
+                .unwrap()
+                .is_some_and(|d| d.metadata.deletion_timestamp.is_none())
+        }
+    })
+    .await;
+    let scale = serde_json::json!({"spec": {"replicas": 7}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    eventually(WAIT, "the edited replicas to be restored to 3", || {
+        let deps = deps.clone();
+        async move { deps.get("web").await.unwrap().spec.unwrap().replicas == Some(3) }
+    })
+    .await;
+
+    // Prune: dropping the ingress removes the Ingress.
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &ns.name);
+    assert!(ingresses.get_opt("web").await.unwrap().is_some());
+    let patch = serde_json::json!({"spec": {"ingress": null}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "the Ingress to be pruned", || {
+        let ingresses = ingresses.clone();
+        async move { ingresses.get_opt("web").await.unwrap().is_none() }
+    })
+    .await;
+
+    // Metrics count reconciliations.
+    let metrics = support::http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
+    assert!(
+        metrics.contains("pinfed_agent_reconciles_total{kind=\"PinterestService\",outcome=\"ok\"}"),
+        "{metrics}"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn an_invalid_resource_gets_an_invalid_condition_and_an_event_without_a_hot_loop() {
+    let fed = Federation::connect().await;
+    let (agent, port) = shared_agent(&fed);
+    let client = fed.client(&fed.member_names()[0]);
+    let ns = TestNamespace::create(&client, "agent-invalid").await;
+    let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "bad"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 4, "assignedShards": "2-9",
+                 "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &js).await.unwrap();
+    eventually(
+        WAIT,
+        &format!("Invalid condition naming the field\n{}", agent.log_tail()),
+        || {
+            let api = api.clone();
+            async move {
+                api.get("bad")
+                    .await
+                    .ok()
+                    .and_then(|j| j.status)
+                    .is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "Invalid"
+                                && c.status == ConditionStatus::True
+                                && c.message.contains("spec.assignedShards")
+                        })
+                    })
+            }
+        },
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    eventually(WAIT, "a Warning Event for the invalid JobSet", || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.involved_object.name.as_deref() == Some("bad")
+                })
+        }
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no Jobs for an invalid JobSet"
+    );
+    // No hot loop: the error counter for this kind stays flat while nothing changes.
+    let count = || async move {
+        let m = support::http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
+        m.lines()
+            .filter(|l| l.starts_with("pinfed_agent_reconciles_total{kind=\"PinterestJobSet\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    let before = count().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = count().await;
+    assert!(
+        after - before <= 1,
+        "JobSet reconciles went from {before} to {after} in 4s: a hot loop"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
+    let fed = Federation::connect().await;
+    shared_agent(&fed); // CRDs installed
+    let member = fed.member_names()[1].clone();
+    let client = fed.client(&member);
+    let port = support::free_port();
+    let agent = spawn_daemon(&fed, "agent-jobset", &agent_args(&member, port));
+    let ns = TestNamespace::create(&client, "agent-jobset").await;
+    let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "emb"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 6, "parallelism": 2,
+                 "configTemplates": [{"name": "shard", "data": {"range.txt": "{{shard}} of {{shardCount}}"}}],
+                 "template": {"spec": {"containers": [{"name": "w", "image": "w:1",
+                     "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &js).await.unwrap();
+    // Watch Jobs while it runs: never more than `parallelism` unfinished at once, and each
+    // shard's Job is created once.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let mut seen_uids =
+        std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    let start = std::time::Instant::now();
+    loop {
+        for j in jobs.list(&ListParams::default()).await.unwrap().items {
+            let shard = j
+                .metadata
+                .labels
+                .clone()
+                .unwrap_or_default()
+                .get("pinterest.com/shard")
+                .cloned()
+                .unwrap_or_default();
+            seen_uids
+                .entry(shard)
+                .or_default()
+                .insert(j.metadata.uid.clone().unwrap_or_default());
+            let env = j
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            assert!(
+                env.iter()
+                    .any(|e| e.name == "SHARD_COUNT" && e.value.as_deref() == Some("6")),
+                "SHARD_COUNT literal"
+            );
+        }
+        let running = jobs
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|j| {
+                j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) == 0
+                    && j.metadata.deletion_timestamp.is_none()
+            })
+            .count();
+        assert!(
+            running <= 2,
+            "{running} unfinished shard Jobs at once; parallelism is 2"
+        );
+        let s = api.get("emb").await.unwrap().status.unwrap_or_default();
+        if s.completed_shards.as_deref() == Some("0-5")
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == ConditionStatus::True)
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "job set did not complete: {s:?}\n{}",
+            agent.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (shard, uids) in &seen_uids {
+        assert_eq!(uids.len(), 1, "shard {shard} got {} Jobs", uids.len());
+    }
+    assert_eq!(seen_uids.len(), 6);
+    // Restart the agent: the record survives, no shard gets a Job again.
+    agent.kill();
+    let agent2 = spawn_daemon(
+        &fed,
+        "agent-jobset-2",
+        &agent_args(&member, support::free_port()),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = jobs.list(&ListParams::default()).await.unwrap().items;
+    for j in &after {
+        let shard = j
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get("pinterest.com/shard")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            seen_uids
+                .get(&shard)
+                .is_some_and(|u| u.contains(j.metadata.uid.as_deref().unwrap_or_default())),
+            "shard {shard} got a new Job after restart"
+        );
+    }
+    assert_eq!(
+        api.get("emb")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .completed_shards
+            .as_deref(),
+        Some("0-5")
+    );
+    agent2.kill();
+    ns.delete().await;
+}
