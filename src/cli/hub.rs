@@ -6,10 +6,46 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 
 use super::kube_args::{KubeArgs, init_tracing};
+use crate::api::cronjob::PinterestCronJob;
+use crate::api::daemon::PinterestDaemon;
+use crate::api::federation::MemberCluster;
+use crate::api::jobset::PinterestJobSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::service::PinterestService;
+use crate::api::statefulset::PinterestStatefulSet;
+use crate::api::training::PinterestTrainingJob;
 use crate::controller::http::{self, Readiness};
 use crate::controller::leader::{self, LeaderConfig};
+use crate::controller::metrics::ReconcileMetrics;
 use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
+use crate::hub::workloads::{self, HubContext};
+
+/// A cache of every object of a cluster-scoped kind, kept current by a watch.
+async fn mirror<K>(client: &kube::Client) -> anyhow::Result<kube::runtime::reflector::Store<K>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store();
+    let stream = watcher(
+        kube::Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|_| futures::future::ready(()));
+    tokio::spawn(stream);
+    store.wait_until_ready().await?;
+    Ok(store)
+}
 
 #[derive(Debug, Args)]
 pub struct HubArgs {
@@ -31,6 +67,9 @@ pub struct HubArgs {
     /// Member workload status older than this is stale (the hub then says Unknown).
     #[arg(long, env = "PINFED_STALE_AFTER_SECS", default_value = "60")]
     pub stale_after_secs: i64,
+    /// Re-read member slices at least this often (seconds) for status aggregation.
+    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "2")]
+    pub resync_secs: u64,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
@@ -48,6 +87,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let client = args.kube.client().await?;
         let mut registry = Registry::with_prefix("pinfed_hub");
         let health = prometheus_client::metrics::family::Family::default();
+        let metrics = ReconcileMetrics::register(&mut registry);
         registry.register(
             "member_ready",
             "1 when a member cluster is Ready",
@@ -65,6 +105,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let work = {
             let client = client.clone();
             let ready = ready.clone();
+            let metrics = metrics.clone();
             move || {
                 let ctx = MemberLoop {
                     hub: client.clone(),
@@ -73,9 +114,49 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                     interval: Duration::from_secs(args.heartbeat_secs),
                     health: health.clone(),
                 };
-                ready.set(true);
+                let client = client.clone();
+                let members = members.clone();
+                let ready = ready.clone();
+                let metrics = metrics.clone();
                 async move {
-                    member_loop::run(ctx).await;
+                    let member_store = mirror::<MemberCluster>(&client).await?;
+                    let profiles = mirror::<RuntimeProfile>(&client).await?;
+                    let wctx = Arc::new(HubContext {
+                        hub: client.clone(),
+                        registry: members,
+                        members: member_store,
+                        profiles,
+                        ledger: Default::default(),
+                        metrics,
+                        member_grace: Duration::from_secs(args.member_grace_secs),
+                        stale_after_secs: args.stale_after_secs,
+                        resync: Duration::from_secs(args.resync_secs),
+                    });
+                    let member_task = tokio::spawn(member_loop::run(ctx));
+                    member_loop::wait_first_pass(&client, &wctx.registry, Duration::from_secs(10))
+                        .await;
+                    ready.set(true);
+                    let profiles_loop = {
+                        let wctx = wctx.clone();
+                        async move {
+                            loop {
+                                workloads::propagate_profiles(&wctx).await;
+                                tokio::time::sleep(Duration::from_secs(10)).await;
+                            }
+                        }
+                    };
+                    tokio::join!(
+                        async {
+                            let _ = member_task.await;
+                        },
+                        profiles_loop,
+                        workloads::run_kind::<PinterestService>(wctx.clone()),
+                        workloads::run_kind::<PinterestJobSet>(wctx.clone()),
+                        workloads::run_kind::<PinterestCronJob>(wctx.clone()),
+                        workloads::run_kind::<PinterestDaemon>(wctx.clone()),
+                        workloads::run_kind::<PinterestTrainingJob>(wctx.clone()),
+                        workloads::run_kind::<PinterestStatefulSet>(wctx.clone()),
+                    );
                     Ok(())
                 }
             }

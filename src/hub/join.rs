@@ -56,7 +56,7 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
                 "pinterestservices/status", "pinterestjobsets/status", "pinterestcronjobs/status",
                 "pinterestdaemons/status", "pinteresttrainingjobs/status", "pintereststatefulsets/status"],
              "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create", "patch"]},
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
             {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         ]}),

@@ -73,6 +73,34 @@ fn error_policy(_mc: Arc<MemberCluster>, e: &LoopError, ctx: Arc<MemberLoop>) ->
     Action::requeue(ctx.interval)
 }
 
+/// Waits (at most `limit`) until every MemberCluster has been tried once, so the first
+/// placements after a hub start see every member that is up.
+pub async fn wait_first_pass(hub: &Client, registry: &MemberRegistry, limit: Duration) {
+    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        let Ok(list) = api.list(&Default::default()).await else {
+            break;
+        };
+        let now = Timestamp::now();
+        let pending = list.items.iter().filter(|mc| {
+            let fresh_failure = mc.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Ready" && c.status != crate::api::common::ConditionStatus::True
+                })
+            });
+            !fresh_failure
+                && !registry
+                    .get(&mc.name_any())
+                    .is_some_and(|m| m.is_ready(now, Duration::from_secs(3600)))
+        });
+        if pending.count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs until the stream ends (it does not, unless the hub API goes away for good).
 pub async fn run(ctx: MemberLoop) {
     let api: Api<MemberCluster> = Api::all(ctx.hub.clone());

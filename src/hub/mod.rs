@@ -4,6 +4,8 @@ pub mod capacity;
 pub mod join;
 pub mod member_loop;
 pub mod members;
+pub mod slices;
+pub mod workloads;
 
 /// Creates a namespace if it does not exist (server-side apply, idempotent).
 pub async fn ensure_namespace(

@@ -16,6 +16,7 @@
 mod decision;
 mod divide;
 mod engine;
+pub mod from_workload;
 mod ledger;
 pub mod model;
 mod quota;

@@ -1,0 +1,269 @@
+//! From a Pinterest resource to the engine's inputs: its placement policy, and its demand
+//! — the pod shape after runtime injection (so sidecars count), node selector and
+//! tolerations, and what is counted (replicas, shards, a gang, or the whole workload).
+//! Pure: the pod shape comes from the expansion engine.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use kube::api::DynamicObject;
+
+use super::model::{
+    Bounds, Count, Demand, GangRole, PlacementPolicy, PodShape, Requirement, Resources, Selector,
+    SelectorOperator, Spread, Strategy, TaintEffect, Toleration, TolerationOperator,
+};
+use crate::api::common::{self, LABEL_REPLICA_TYPE, PlacementStrategy};
+use crate::api::ranges::RangeSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::WorkloadRef;
+use crate::expand::{self, ExpandError, ExpandInput};
+use crate::hub::capacity::pod_requests;
+
+fn effect(e: common::TaintEffect) -> TaintEffect {
+    match e {
+        common::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
+        common::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
+        common::TaintEffect::NoExecute => TaintEffect::NoExecute,
+    }
+}
+
+fn bound(v: Option<i32>) -> Option<u32> {
+    v.map(|n| u32::try_from(n).unwrap_or(0))
+}
+
+/// The workload's placement policy in the engine's terms (kind defaults applied).
+pub fn policy_for(w: WorkloadRef<'_>) -> PlacementPolicy {
+    let p = w.placement();
+    let selector = p.cluster_selector.clone().unwrap_or_default();
+    PlacementPolicy {
+        strategy: match w.strategy() {
+            PlacementStrategy::Divided => Strategy::Divided,
+            PlacementStrategy::Duplicated => Strategy::Duplicated,
+            PlacementStrategy::Single => Strategy::Single,
+        },
+        cluster_selector: Selector {
+            match_labels: selector.match_labels,
+            match_expressions: selector
+                .match_expressions
+                .into_iter()
+                .map(|r| Requirement {
+                    key: r.key,
+                    operator: match r.operator {
+                        common::SelectorOperator::In => SelectorOperator::In,
+                        common::SelectorOperator::NotIn => SelectorOperator::NotIn,
+                        common::SelectorOperator::Exists => SelectorOperator::Exists,
+                        common::SelectorOperator::DoesNotExist => SelectorOperator::DoesNotExist,
+                    },
+                    values: r.values,
+                })
+                .collect(),
+        },
+        cluster_names: p
+            .cluster_affinity
+            .as_ref()
+            .map(|a| a.cluster_names.clone())
+            .unwrap_or_default(),
+        zones: p
+            .cluster_affinity
+            .as_ref()
+            .map(|a| a.zones.clone())
+            .unwrap_or_default(),
+        tolerations: p
+            .tolerations
+            .iter()
+            .map(|t| Toleration {
+                key: t.key.clone(),
+                operator: match t.operator {
+                    common::TolerationOperator::Equal => TolerationOperator::Equal,
+                    common::TolerationOperator::Exists => TolerationOperator::Exists,
+                },
+                value: t.value.clone(),
+                effect: t.effect.map(effect),
+            })
+            .collect(),
+        weights: p
+            .weights
+            .iter()
+            .map(|(k, v)| (k.clone(), u32::try_from(*v).unwrap_or(0)))
+            .collect(),
+        per_cluster: Bounds {
+            min: bound(p.min_per_cluster),
+            max: bound(p.max_per_cluster),
+        },
+        cluster_limits: p
+            .cluster_limits
+            .iter()
+            .map(|(k, l)| {
+                (
+                    k.clone(),
+                    Bounds {
+                        min: bound(l.min),
+                        max: bound(l.max),
+                    },
+                )
+            })
+            .collect(),
+        spread: Spread {
+            min_clusters: p
+                .spread
+                .as_ref()
+                .and_then(|s| bound(s.min_clusters))
+                .unwrap_or(0),
+            min_zones: p
+                .spread
+                .as_ref()
+                .and_then(|s| bound(s.min_zones))
+                .unwrap_or(0),
+        },
+    }
+}
+
+/// The pod shape of a pod spec: its scheduler requests (sidecars included), node
+/// selector and tolerations.
+pub fn pod_shape(spec: &PodSpec) -> PodShape {
+    let pod = Pod {
+        spec: Some(spec.clone()),
+        ..Default::default()
+    };
+    let r = pod_requests(&pod);
+    PodShape {
+        resources: Resources {
+            cpu: r.cpu,
+            memory: r.memory,
+            gpu: i64::try_from(r.gpus.units()).unwrap_or(i64::MAX),
+            pods: 1,
+        },
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                operator: if t.operator.as_deref() == Some("Exists") {
+                    TolerationOperator::Exists
+                } else {
+                    TolerationOperator::Equal
+                },
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.as_deref().map(TaintEffect::parse),
+            })
+            .collect(),
+    }
+}
+
+/// The pod spec inside a generated workload object, if it has one.
+fn template_of(o: &DynamicObject) -> Option<PodSpec> {
+    let kind = o.types.as_ref()?.kind.as_str();
+    let spec = match kind {
+        "Deployment" | "StatefulSet" | "DaemonSet" | "Job" => {
+            o.data.pointer("/spec/template/spec")?
+        }
+        "CronJob" => o.data.pointer("/spec/jobTemplate/spec/template/spec")?,
+        _ => return None,
+    };
+    serde_json::from_value(spec.clone()).ok()
+}
+
+/// What the workload asks of the federation.
+pub fn demand_for(
+    w: WorkloadRef<'_>,
+    profile: Option<&RuntimeProfile>,
+) -> Result<Demand, ExpandError> {
+    let mut input = ExpandInput::new(w);
+    input.profile = profile;
+    // Size one pod: for a job set, expand a single shard.
+    let one = RangeSet::from_indices([0]);
+    if let WorkloadRef::JobSet(_) = w {
+        input.admitted_shards = Some(&one);
+    }
+    let objects = expand::expand(&input)?;
+    let shape = objects
+        .iter()
+        .find_map(template_of)
+        .map(|s| pod_shape(&s))
+        .unwrap_or_default();
+    let count = match w {
+        WorkloadRef::Service(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
+        WorkloadRef::StatefulSet(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
+        WorkloadRef::JobSet(j) => {
+            let completed = j
+                .status
+                .as_ref()
+                .and_then(|s| s.completed_shards.as_deref())
+                .and_then(|r| RangeSet::parse(r).ok())
+                .unwrap_or_default();
+            Count::Shards {
+                total: u32::try_from(j.spec.shards).unwrap_or(0),
+                completed: completed.iter().collect::<BTreeSet<u32>>(),
+            }
+        }
+        WorkloadRef::TrainingJob(t) => Count::Gang(
+            t.spec
+                .replica_specs
+                .iter()
+                .map(|(role, spec)| GangRole {
+                    role: role.clone(),
+                    replicas: u32::try_from(spec.replicas).unwrap_or(0),
+                    pod: objects
+                        .iter()
+                        .find(|o| {
+                            o.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(LABEL_REPLICA_TYPE))
+                                == Some(&role.to_lowercase())
+                        })
+                        .and_then(template_of)
+                        .map(|s| pod_shape(&s)),
+                })
+                .collect(),
+        ),
+        WorkloadRef::CronJob(_) | WorkloadRef::Daemon(_) => Count::Whole,
+    };
+    Ok(Demand { pod: shape, count })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::service::PinterestService;
+
+    #[test]
+    fn a_service_demand_counts_sidecars_and_its_policy_keeps_the_bounds() {
+        let svc: PinterestService = serde_yaml::from_str(
+            r#"
+apiVersion: compute.pinterest.com/v1alpha1
+kind: PinterestService
+metadata: {name: web, namespace: ads}
+spec:
+  owner: {team: ads, contact: a@b}
+  replicas: 7
+  placement:
+    clusterSelector: {matchLabels: {tier: prod}}
+    maxPerCluster: 4
+    spread: {minClusters: 2}
+    tolerations: [{key: dedicated, operator: Exists}]
+  template:
+    spec:
+      containers: [{name: app, image: a, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#,
+        )
+        .unwrap();
+        let w = WorkloadRef::Service(&svc);
+        let d = demand_for(w, None).unwrap();
+        assert_eq!(d.count, Count::Replicas(7));
+        assert!(
+            d.pod.resources.cpu > crate::api::quantity::Milli(1000),
+            "runtime sidecars add to the app's 1 cpu: {:?}",
+            d.pod.resources
+        );
+        assert_eq!(d.pod.resources.pods, 1);
+        let p = policy_for(w);
+        assert_eq!(p.strategy, Strategy::Divided);
+        assert_eq!(p.per_cluster.max, Some(4));
+        assert_eq!(p.spread.min_clusters, 2);
+        assert_eq!(p.cluster_selector.match_labels["tier"], "prod");
+        assert_eq!(p.tolerations[0].operator, TolerationOperator::Exists);
+    }
+}

@@ -1,0 +1,379 @@
+//! The federation end to end on the local topology: a workload accepted once on the hub
+//! is placed, sliced into members (where agents expand it), aggregated back into one
+//! status, and cleaned up everywhere when deleted.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use pinfed::api::common::ConditionStatus;
+use pinfed::api::jobset::PinterestJobSet;
+use pinfed::api::ranges::RangeSet;
+use pinfed::api::service::PinterestService;
+use pinfed::api::training::PinterestTrainingJob;
+use support::{Daemon, Federation, TestNamespace, eventually, join_all, spawn_daemon};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// One hub and one agent per member, shared by the tests of this file.
+fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
+    static DAEMONS: OnceLock<Vec<Daemon>> = OnceLock::new();
+    DAEMONS.get_or_init(|| {
+        join_all(fed);
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut daemons = vec![spawn_daemon(
+            fed,
+            "hub",
+            &[
+                s(&[
+                    "hub",
+                    "--context",
+                    "hub",
+                    "--no-leader-election",
+                    "--heartbeat-secs",
+                    "1",
+                    "--resync-secs",
+                    "1",
+                ]),
+                vec![
+                    "--metrics-addr".into(),
+                    format!("127.0.0.1:{}", support::free_port()),
+                ],
+            ]
+            .concat(),
+        )];
+        for m in fed.member_names() {
+            daemons.push(spawn_daemon(
+                fed,
+                &format!("agent-{m}"),
+                &[
+                    s(&[
+                        "agent",
+                        "--context",
+                        &m,
+                        "--cluster-name",
+                        &m,
+                        "--no-leader-election",
+                    ]),
+                    vec![
+                        "--metrics-addr".into(),
+                        format!("127.0.0.1:{}", support::free_port()),
+                    ],
+                ]
+                .concat(),
+            ));
+        }
+        daemons
+    })
+}
+
+fn logs(d: &[Daemon]) -> String {
+    d[0].log_tail()
+}
+
+fn condition(status: &serde_json::Value, t: &str) -> Option<String> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+        .and_then(|c| c["status"].as_str())
+        .map(String::from)
+}
+
+fn service(name: &str, replicas: i32) -> PinterestService {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": replicas,
+            "placement": {"spread": {"minClusters": 3}},
+            "template": {"spec": {
+                "containers": [{"name": "app", "image": "registry.example/app:1",
+                    "envFrom": [{"configMapRef": {"name": "app-settings"}}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
+        }
+    }))
+    .unwrap()
+}
+
+async fn hub_status<
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+>(
+    api: &Api<K>,
+    name: &str,
+) -> serde_json::Value {
+    api.get(name)
+        .await
+        .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_service_is_split_over_members_and_reported_as_one_status() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-svc").await;
+    // A ConfigMap the pod template references is propagated with the slices.
+    let cm: ConfigMap = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "app-settings"}, "data": {"MODE": "prod"}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("web", 9))
+        .await
+        .unwrap();
+
+    let ready = |want_available: i64, want_gen: i64| {
+        let api = api.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                let s = hub_status(&api, "web").await;
+                s["availableReplicas"] == want_available
+                    && condition(&s, "Ready").as_deref() == Some("True")
+                    && s["observedGeneration"] == want_gen
+            }
+        }
+    };
+    eventually(
+        WAIT,
+        &format!("9 available and Ready on the hub\n{}", logs(daemons)),
+        ready(9, 1),
+    )
+    .await;
+    let s = hub_status(&api, "web").await;
+    let placements = s["placement"]["placements"].as_array().unwrap().clone();
+    assert_eq!(
+        placements.len(),
+        3,
+        "spread over 3 clusters: {placements:?}"
+    );
+    let total: i64 = placements
+        .iter()
+        .map(|p| p["replicas"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 9);
+    assert_eq!(s["clusters"].as_array().unwrap().len(), 3);
+    assert_eq!(condition(&s, "Scheduled").as_deref(), Some("True"));
+
+    // Each member runs exactly its share, labelled back to the hub resource, and has the
+    // propagated ConfigMap.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    for p in &placements {
+        let member = fed.client(p["cluster"].as_str().unwrap());
+        let slice = Api::<DynamicObject>::namespaced_with(member.clone(), &ns.name, &ar)
+            .get("web")
+            .await
+            .unwrap();
+        assert_eq!(slice.data["spec"]["replicas"], p["replicas"]);
+        let labels = slice.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("federation.pinterest.com/hub-name")
+                .map(String::as_str),
+            Some("web")
+        );
+        let managers: Vec<_> = slice
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(managers.contains(&"pinfed-hub".into()), "{managers:?}");
+        let cm = Api::<ConfigMap>::namespaced(member, &ns.name)
+            .get("app-settings")
+            .await
+            .unwrap();
+        assert_eq!(cm.data.unwrap()["MODE"], "prod");
+    }
+
+    // Scale up: observedGeneration follows once every slice caught up.
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"replicas": 12}})),
+    )
+    .await
+    .unwrap();
+    eventually(
+        WAIT,
+        &format!("12 available at generation 2\n{}", logs(daemons)),
+        ready(12, 2),
+    )
+    .await;
+
+    // Delete: every slice goes, then the hub resource (finalizer).
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    for m in fed.member_names() {
+        let slices = Api::<DynamicObject>::namespaced_with(fed.client(&m), &ns.name, &ar);
+        eventually(WAIT, &format!("slice in {m} removed"), || {
+            let slices = slices.clone();
+            async move { slices.get_opt("web").await.unwrap().is_none() }
+        })
+        .await;
+    }
+    eventually(WAIT, "the hub resource to be gone", || {
+        let api = api.clone();
+        async move { api.get_opt("web").await.unwrap().is_none() }
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_job_set_is_split_by_shard_index_and_completes_once() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-jobset").await;
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "emb"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 20, "parallelism": 6,
+                 "placement": {"spread": {"minClusters": 3}},
+                 "template": {"spec": {"containers": [{"name": "w", "image": "w:1", "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    let api: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &js).await.unwrap();
+    eventually(
+        WAIT,
+        &format!("all 20 shards completed\n{}", logs(daemons)),
+        || {
+            let api = api.clone();
+            async move {
+                let s = hub_status(&api, "emb").await;
+                s["completedShards"] == "0-19"
+                    && condition(&s, "Complete").as_deref() == Some("True")
+            }
+        },
+    )
+    .await;
+    let s = hub_status(&api, "emb").await;
+    assert_eq!(s["shardsSucceeded"], 20);
+    let mut union = RangeSet::new();
+    for p in s["placement"]["placements"].as_array().unwrap() {
+        let shards = RangeSet::parse(p["shards"].as_str().unwrap()).unwrap();
+        assert!(
+            union.intersection(&shards).is_empty(),
+            "shard ranges overlap"
+        );
+        union = union.union(&shards);
+        // Every Job a member ran carries a global SHARD_INDEX from its own range.
+        let member = fed.client(p["cluster"].as_str().unwrap());
+        let slice: PinterestJobSet = Api::namespaced(member.clone(), &ns.name)
+            .get("emb")
+            .await
+            .unwrap();
+        assert_eq!(slice.spec.assigned_shards.as_deref(), p["shards"].as_str());
+        assert_eq!(
+            slice.status.unwrap().completed_shards.as_deref(),
+            p["shards"].as_str(),
+            "each member completed exactly its shards"
+        );
+        for j in Api::<Job>::namespaced(member, &ns.name)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let env = j.spec.unwrap().template.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            let idx: u32 = env
+                .iter()
+                .find(|e| e.name == "SHARD_INDEX")
+                .and_then(|e| e.value.clone())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                shards.contains(idx),
+                "shard {idx} ran outside its range {shards}"
+            );
+        }
+    }
+    assert_eq!(union.to_string(), "0-19");
+    api.delete("emb", &DeleteParams::default()).await.unwrap();
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_training_job_is_gang_placed_or_stays_pending_with_a_reason() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-train").await;
+    let api: Api<PinterestTrainingJob> = Api::namespaced(hub.clone(), &ns.name);
+    let job = |name: &str, workers: i32, tolerate: bool| -> PinterestTrainingJob {
+        let mut spec = serde_json::json!({"containers": [{"name": "t", "image": "t:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]});
+        if tolerate {
+            spec["tolerations"] = serde_json::json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestTrainingJob",
+            "metadata": {"name": name},
+            "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "framework": "pytorch",
+                     "replicaSpecs": {"Master": {"replicas": 1, "template": {"spec": spec.clone()}},
+                                      "Worker": {"replicas": workers, "template": {"spec": spec}}}}
+        }))
+        .unwrap()
+    };
+    api.create(&PostParams::default(), &job("fits", 3, true))
+        .await
+        .unwrap();
+    // 40 GPUs asked, the federation has 16: the gang waits, all or nothing.
+    api.create(&PostParams::default(), &job("too-big", 39, true))
+        .await
+        .unwrap();
+    let gpu_member = fed.gpu_member();
+    eventually(
+        WAIT,
+        &format!(
+            "the fitting gang placed whole on {gpu_member} and complete\n{}",
+            logs(daemons)
+        ),
+        || {
+            let (api, gpu_member) = (api.clone(), gpu_member.clone());
+            async move {
+                let s = hub_status(&api, "fits").await;
+                s["placement"]["placements"]
+                    == serde_json::json!([{"cluster": gpu_member, "replicas": 4}])
+                    && condition(&s, "Complete").as_deref() == Some("True")
+            }
+        },
+    )
+    .await;
+    eventually(WAIT, "the big gang unplaced with a reason", || {
+        let api = api.clone();
+        async move {
+            let s = hub_status(&api, "too-big").await;
+            s["placement"]["unplaced"] == 40
+                && s["placement"]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("InsufficientCapacity"))
+                && condition(&s, "Scheduled").as_deref() == Some("False")
+                && condition(&s, "Ready").as_deref() != Some("True")
+        }
+    })
+    .await;
+    let _ = ConditionStatus::True;
+    ns.delete().await;
+}
