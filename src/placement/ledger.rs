@@ -18,10 +18,14 @@ pub struct Reservation {
     pub bindings: Vec<NodeBinding>,
 }
 
-/// Reservations by workload key (e.g. `namespace/kind/name`).
+/// Reservations by workload key (e.g. `namespace/kind/name`), with running totals per
+/// node so that applying the ledger costs one lookup per node, however many workloads
+/// hold reservations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ledger {
     reservations: BTreeMap<String, Reservation>,
+    /// cluster → node → reserved.
+    per_node: BTreeMap<String, BTreeMap<String, Resources>>,
 }
 
 impl Ledger {
@@ -32,10 +36,11 @@ impl Ledger {
     /// Reserves what `outcome` placed for `workload`, replacing its earlier reservation
     /// (a new decision for a workload supersedes the old one).
     pub fn reserve(&mut self, workload: &str, outcome: &Outcome, at: SystemTime) {
+        self.release(workload);
         if outcome.bindings.is_empty() {
-            self.reservations.remove(workload);
             return;
         }
+        self.count(&outcome.bindings, true);
         self.reservations.insert(
             workload.to_string(),
             Reservation {
@@ -47,24 +52,60 @@ impl Ledger {
 
     /// Drops a workload's reservation (its pods are reported, or it was deleted).
     pub fn release(&mut self, workload: &str) -> bool {
-        self.reservations.remove(workload).is_some()
+        match self.reservations.remove(workload) {
+            Some(r) => {
+                self.count(&r.bindings, false);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Drops a workload's reservation in one cluster (that member reported its pods).
     pub fn release_cluster(&mut self, workload: &str, cluster: &str) {
-        if let Some(r) = self.reservations.get_mut(workload) {
-            r.bindings.retain(|b| b.cluster != cluster);
-            if r.bindings.is_empty() {
-                self.reservations.remove(workload);
-            }
+        let Some(r) = self.reservations.get_mut(workload) else {
+            return;
+        };
+        let (gone, kept): (Vec<NodeBinding>, Vec<NodeBinding>) =
+            r.bindings.drain(..).partition(|b| b.cluster == cluster);
+        r.bindings = kept;
+        if r.bindings.is_empty() {
+            self.reservations.remove(workload);
         }
+        self.count(&gone, false);
     }
 
     /// Drops reservations made before `older_than`; returns how many.
     pub fn expire(&mut self, older_than: SystemTime) -> usize {
-        let before = self.reservations.len();
-        self.reservations.retain(|_, r| r.at >= older_than);
-        before - self.reservations.len()
+        let old: Vec<String> = self
+            .reservations
+            .iter()
+            .filter(|(_, r)| r.at < older_than)
+            .map(|(w, _)| w.clone())
+            .collect();
+        for w in &old {
+            self.release(w);
+        }
+        old.len()
+    }
+
+    /// Adds (or takes back) bindings in the per-node totals.
+    fn count(&mut self, bindings: &[NodeBinding], add: bool) {
+        for b in bindings {
+            let nodes = self.per_node.entry(b.cluster.clone()).or_default();
+            let total = nodes.entry(b.node.clone()).or_default();
+            *total = if add {
+                total.saturating_add(&b.resources)
+            } else {
+                total.saturating_sub(&b.resources)
+            };
+            if *total == Resources::ZERO {
+                nodes.remove(&b.node);
+                if nodes.is_empty() {
+                    self.per_node.remove(&b.cluster);
+                }
+            }
+        }
     }
 
     pub fn get(&self, workload: &str) -> Option<&Reservation> {
@@ -83,23 +124,34 @@ impl Ledger {
     /// the nodes' free room. Reservations on nodes or clusters not in `clusters` are
     /// ignored.
     pub fn apply(&self, clusters: &mut [ClusterView], except: Option<&str>) {
-        let mut per_node: BTreeMap<(&str, &str), Resources> = BTreeMap::new();
-        for (workload, r) in &self.reservations {
-            if Some(workload.as_str()) == except {
-                continue;
-            }
-            for b in &r.bindings {
-                let e = per_node
-                    .entry((b.cluster.as_str(), b.node.as_str()))
-                    .or_default();
-                *e = e.saturating_add(&b.resources);
-            }
+        if self.per_node.is_empty() {
+            return;
         }
-        for c in clusters.iter_mut() {
-            for n in &mut c.nodes {
-                if let Some(r) = per_node.get(&(c.name.as_str(), n.name.as_str())) {
-                    n.free = n.free.saturating_sub(r);
+        // The excepted workload's own reservation is added back after deducting all.
+        let own: BTreeMap<(&str, &str), Resources> = except
+            .and_then(|w| self.reservations.get(w))
+            .map(|r| {
+                let mut m: BTreeMap<(&str, &str), Resources> = BTreeMap::new();
+                for b in &r.bindings {
+                    let e = m.entry((b.cluster.as_str(), b.node.as_str())).or_default();
+                    *e = e.saturating_add(&b.resources);
                 }
+                m
+            })
+            .unwrap_or_default();
+        for c in clusters.iter_mut() {
+            let Some(nodes) = self.per_node.get(&c.name) else {
+                continue;
+            };
+            for n in &mut c.nodes {
+                let Some(total) = nodes.get(&n.name) else {
+                    continue;
+                };
+                let mine = own
+                    .get(&(c.name.as_str(), n.name.as_str()))
+                    .copied()
+                    .unwrap_or_default();
+                n.free = n.free.saturating_sub(&total.saturating_sub(&mine));
             }
         }
     }

@@ -116,19 +116,34 @@ impl Resources {
     /// How many copies of `self` fit into `free` (`self` should be an
     /// [`as_pod_request`](Resources::as_pod_request); zero dimensions impose no limit).
     pub fn copies_in(&self, free: &Resources) -> u64 {
-        fn dim(free: i128, need: i128) -> u64 {
+        // Pods first: usually the smallest bound, and a pod needs one slot, so it is
+        // a division by one. For the others a multiplication shows whether they bound it
+        // further; only then divide (this runs for every node in every decision).
+        let dims = [
+            (i128::from(free.pods), i128::from(self.pods)),
+            (free.cpu.0, self.cpu.0),
+            (free.memory.0, self.memory.0),
+            (i128::from(free.gpu), i128::from(self.gpu)),
+        ];
+        let mut most = u64::MAX;
+        for (free, need) in dims {
             if need <= 0 {
-                u64::MAX
-            } else if free <= 0 {
-                0
-            } else {
-                u64::try_from(free / need).unwrap_or(u64::MAX)
+                continue;
             }
+            if free <= 0 {
+                return 0;
+            }
+            if most != u64::MAX
+                && need
+                    .checked_mul(i128::from(most))
+                    .is_some_and(|all| all <= free)
+            {
+                continue;
+            }
+            let n = if need == 1 { free } else { free / need };
+            most = most.min(u64::try_from(n).unwrap_or(u64::MAX));
         }
-        dim(free.cpu.0, self.cpu.0)
-            .min(dim(free.memory.0, self.memory.0))
-            .min(dim(i128::from(free.gpu), i128::from(self.gpu)))
-            .min(dim(i128::from(free.pods), i128::from(self.pods)))
+        most
     }
 }
 

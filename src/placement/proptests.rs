@@ -269,6 +269,37 @@ proptest! {
     }
 
     #[test]
+    fn copies_in_is_the_smallest_quotient(
+        free in (-5i128..1_000_000, -5i128..1_000_000, -2i64..50, -2i64..200),
+        need in (-5i128..50_000, -5i128..50_000, -2i64..4, -2i64..3),
+    ) {
+        let free = Resources { cpu: Milli(free.0), memory: Milli(free.1), gpu: free.2, pods: free.3 };
+        let need = Resources { cpu: Milli(need.0), memory: Milli(need.1), gpu: need.2, pods: need.3 }
+            .as_pod_request();
+        let naive = [
+            (free.cpu.0, need.cpu.0),
+            (free.memory.0, need.memory.0),
+            (i128::from(free.gpu), i128::from(need.gpu)),
+            (i128::from(free.pods), i128::from(need.pods)),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(f, n)| if *f <= 0 { 0 } else { (f / n) as u64 })
+        .min()
+        .unwrap_or(u64::MAX);
+        prop_assert_eq!(need.copies_in(&free), naive);
+        // n copies fit in every dimension the pod asks for.
+        let n = naive.min(1000);
+        let all = need.checked_mul(n).unwrap();
+        if n > 0 {
+            prop_assert!(need.cpu.0 == 0 || all.cpu <= free.cpu);
+            prop_assert!(need.memory.0 == 0 || all.memory <= free.memory);
+            prop_assert!(need.gpu == 0 || all.gpu <= free.gpu);
+            prop_assert!(all.pods <= free.pods);
+        }
+    }
+
+    #[test]
     fn all_fits_when_room_and_quota_allow(
         clusters in arb_clusters(), pod in arb_pod(), n in 0u32..40,
     ) {
