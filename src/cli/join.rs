@@ -29,6 +29,9 @@ pub struct JoinArgs {
     /// Placement weight.
     #[arg(long)]
     pub weight: Option<i32>,
+    /// Take region, zone, labels and weight of the member from this topology file.
+    #[arg(long, value_name = "FILE")]
+    pub from_topology: Option<std::path::PathBuf>,
     /// The member API server URL as the hub reaches it (default: from the member context).
     #[arg(long)]
     pub server: Option<String>,
@@ -51,6 +54,21 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         is_dns_label(&name),
         "member name {name:?} is not a DNS label (lower-case a-z, 0-9, '-')"
     );
+    let mut args = args;
+    if let Some(path) = &args.from_topology {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let topology = crate::topology::Topology::from_yaml(&path.display().to_string(), &text)?;
+        let m = topology
+            .member(&name)
+            .with_context(|| format!("{} has no member {name:?}", path.display()))?;
+        args.region = args.region.or(m.region.clone());
+        args.zone = args.zone.or(m.zone.clone());
+        args.weight = args.weight.or(i32::try_from(m.weight).ok());
+        let mut labels: Vec<(String, String)> = m.labels.clone().into_iter().collect();
+        labels.extend(args.labels.clone());
+        args.labels = labels;
+    }
     tokio::runtime::Runtime::new()?.block_on(async {
         let hub_ctx = args.hub_context.clone().or(args.kube.context.clone());
         let hub = args.kube.client_for(hub_ctx.as_deref()).await.context("connecting to the hub")?;

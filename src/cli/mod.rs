@@ -8,6 +8,7 @@ mod expand;
 mod hub;
 mod join;
 pub mod kube_args;
+mod overview;
 mod topology;
 
 #[derive(Debug, Parser)]
@@ -35,6 +36,8 @@ pub enum Command {
     Join(join::JoinArgs),
     /// Run the federation hub controller.
     Hub(hub::HubArgs),
+    /// Members and workloads as the hub sees them: health, room, splits, status.
+    Overview(overview::OverviewArgs),
     /// Run the member-cluster agent (expands and reconciles Pinterest workloads).
     Agent(crate::agent::AgentArgs),
 }
@@ -47,5 +50,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Join(args) => join::run(args),
         Command::Hub(args) => hub::run(args),
         Command::Agent(args) => crate::agent::run(args),
+        Command::Overview(args) => overview::run(args),
     }
 }

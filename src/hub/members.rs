@@ -246,7 +246,18 @@ pub async fn ensure_member(
         state: Mutex::new(Heartbeat::default()),
         tasks: vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)],
     };
-    tracing::info!(member = %name, "connected to member");
+    // Placement must not see a member whose node and pod caches are still filling: it
+    // would look empty (all room) or full (no room).
+    let synced = tokio::time::timeout(Duration::from_secs(15), async {
+        let _ = member.nodes.wait_until_ready().await;
+        let _ = member.pods.wait_until_ready().await;
+    })
+    .await
+    .is_ok();
+    if !synced {
+        tracing::warn!(member = %name, "node and pod caches not synced within 15s");
+    }
+    tracing::info!(member = %name, synced, "connected to member");
     Ok(registry.insert(member))
 }
 
