@@ -9,6 +9,7 @@ mod hub;
 mod join;
 pub mod kube_args;
 mod overview;
+mod plan;
 mod topology;
 
 #[derive(Debug, Parser)]
@@ -36,6 +37,8 @@ pub enum Command {
     Join(join::JoinArgs),
     /// Run the federation hub controller.
     Hub(hub::HubArgs),
+    /// Offline: the placement decision for one workload on a topology (JSON on stdout).
+    Plan(plan::PlanArgs),
     /// Members and workloads as the hub sees them: health, room, splits, status.
     Overview(overview::OverviewArgs),
     /// Run the member-cluster agent (expands and reconciles Pinterest workloads).
@@ -51,5 +54,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hub(args) => hub::run(args),
         Command::Agent(args) => crate::agent::run(args),
         Command::Overview(args) => overview::run(args),
+        Command::Plan(args) => plan::run(args),
     }
 }
