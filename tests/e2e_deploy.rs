@@ -46,7 +46,14 @@ fn crds_kustomization_lists_every_crd() {
 async fn deploy_manifests_pass_a_server_side_dry_run() {
     let fed = Federation::connect().await;
     join_all(&fed); // creates pinfed-system in members and the hub
-    for (dir, cluster) in [("deploy/agent", fed.member_names()[0].clone())] {
+    for (dir, cluster, component) in [
+        (
+            "deploy/agent",
+            fed.member_names()[0].clone(),
+            "pinfed-agent",
+        ),
+        ("deploy/hub", fed.topology.hub.name.clone(), "pinfed-hub"),
+    ] {
         let path = format!("{}/{dir}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new(kubectl())
             .args([
@@ -73,12 +80,13 @@ async fn deploy_manifests_pass_a_server_side_dry_run() {
             String::from_utf8_lossy(&out.stderr)
         );
         for want in [
-            "deployment.apps/pinfed-agent",
-            "clusterrole.rbac.authorization.k8s.io/pinfed-agent",
-            "customresourcedefinition.apiextensions.k8s.io/pinterestservices.compute.pinterest.com",
+            format!("deployment.apps/{component}"),
+            format!("clusterrole.rbac.authorization.k8s.io/{component}"),
+            "customresourcedefinition.apiextensions.k8s.io/pinterestservices.compute.pinterest.com"
+                .to_string(),
         ] {
             assert!(
-                stdout.contains(want),
+                stdout.contains(&want),
                 "{dir}: {want} missing from the dry run:\n{stdout}"
             );
         }

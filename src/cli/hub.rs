@@ -88,6 +88,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let mut registry = Registry::with_prefix("pinfed_hub");
         let health = prometheus_client::metrics::family::Family::default();
         let metrics = ReconcileMetrics::register(&mut registry);
+        let hub_metrics = workloads::HubMetrics::register(&mut registry);
         registry.register(
             "member_ready",
             "1 when a member cluster is Ready",
@@ -106,6 +107,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
             let client = client.clone();
             let ready = ready.clone();
             let metrics = metrics.clone();
+            let hub_metrics = hub_metrics.clone();
             move || {
                 let ctx = MemberLoop {
                     hub: client.clone(),
@@ -118,10 +120,12 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                 let members = members.clone();
                 let ready = ready.clone();
                 let metrics = metrics.clone();
+                let hub_metrics = hub_metrics.clone();
                 async move {
                     let member_store = mirror::<MemberCluster>(&client).await?;
                     let profiles = mirror::<RuntimeProfile>(&client).await?;
                     let wctx = Arc::new(HubContext {
+                        hub_metrics: hub_metrics.clone(),
                         hub: client.clone(),
                         registry: members,
                         members: member_store,

@@ -8,7 +8,6 @@ use std::time::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -34,8 +33,6 @@ pub struct ReconcileMetrics {
     pub reconciles: Family<OutcomeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Family<KindLabels, Histogram>,
-    /// Objects waiting to be reconciled (scheduled but not yet started).
-    pub queue_depth: Family<KindLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub applied_objects: Family<KindLabels, Counter<u64, AtomicU64>>,
 }
 
@@ -48,7 +45,6 @@ impl ReconcileMetrics {
             duration: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
-            queue_depth: Family::default(),
             applied_objects: Family::default(),
         };
         registry.register(
@@ -65,11 +61,6 @@ impl ReconcileMetrics {
             "reconcile_duration_seconds",
             "Time spent in one reconciliation",
             m.duration.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Objects waiting for reconciliation",
-            m.queue_depth.clone(),
         );
         registry.register(
             "applied_objects",

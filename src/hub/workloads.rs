@@ -34,7 +34,56 @@ use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffe
 use crate::placement::{self, Decision, Ledger, Placement, PlanInput};
 use crate::status::{self, MemberObservation, Progress};
 
+/// What the hub's workload loops report beyond the reconcile counters.
+#[derive(Clone)]
+pub struct HubMetrics {
+    pub placements: prometheus_client::metrics::family::Family<
+        crate::controller::metrics::KindLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    pub placement_seconds: prometheus_client::metrics::histogram::Histogram,
+    pub slice_writes: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    pub aggregation_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl HubMetrics {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> HubMetrics {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        let m = HubMetrics {
+            placements: Default::default(),
+            placement_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
+            slice_writes: Default::default(),
+            aggregation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+        };
+        registry.register(
+            "placement_decisions",
+            "Placement decisions made, by kind",
+            m.placements.clone(),
+        );
+        registry.register(
+            "placement_duration_seconds",
+            "Time to compute one placement decision",
+            m.placement_seconds.clone(),
+        );
+        registry.register(
+            "slice_writes",
+            "Slices applied into members",
+            m.slice_writes.clone(),
+        );
+        registry.register(
+            "aggregation_duration_seconds",
+            "Time to read a workload's slices and aggregate them into hub status",
+            m.aggregation_seconds.clone(),
+        );
+        m
+    }
+}
+
 pub struct HubContext {
+    pub hub_metrics: HubMetrics,
     pub hub: Client,
     pub registry: MemberRegistry,
     pub members: Store<MemberCluster>,
@@ -352,6 +401,15 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             ledger.reserve(&key, &outcome, SystemTime::now());
             outcome
         };
+        ctx.hub_metrics
+            .placement_seconds
+            .observe(started.elapsed().as_secs_f64());
+        ctx.hub_metrics
+            .placements
+            .get_or_create(&crate::controller::metrics::KindLabels {
+                kind: K::KIND.as_str().into(),
+            })
+            .inc();
         tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
         let patch = serde_json::json!({"metadata": {"annotations": {"federation.pinterest.com/placement-generation": generation.to_string()}}});
         hub_api
@@ -424,9 +482,16 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 cluster: p.cluster.clone(),
                 source,
             })?;
+        ctx.hub_metrics
+            .slice_writes
+            .get_or_create(&crate::hub::member_loop::MemberLabels {
+                member: p.cluster.clone(),
+            })
+            .inc();
     }
 
     // Observe the slices.
+    let aggregation_started = std::time::Instant::now();
     let placed: BTreeSet<&str> = decision
         .placements
         .iter()
@@ -556,6 +621,9 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         _ => {}
     }
     write_hub_status::<K>(&ctx.hub, obj, st).await?;
+    ctx.hub_metrics
+        .aggregation_seconds
+        .observe(aggregation_started.elapsed().as_secs_f64());
     Ok(Action::requeue(ctx.resync))
 }
 
