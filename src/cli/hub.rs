@@ -165,24 +165,16 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                 }
             }
         };
-        if args.no_leader_election {
-            tokio::select! {
-                r = tokio::spawn(work()) => r??,
-                () = leader::shutdown_signal() => {},
-            }
-            Ok(())
-        } else {
-            let cfg = LeaderConfig {
-                namespace: args.lease_namespace.clone(),
-                lease_name: "pinfed-hub".into(),
-                identity: args
-                    .identity
-                    .clone()
-                    .unwrap_or_else(leader::default_identity),
-                duration_secs: 10,
-                grace_secs: 2,
-            };
-            leader::run_as_leader(client, cfg, leader::shutdown_signal(), work).await
-        }
+        let cfg = (!args.no_leader_election).then(|| LeaderConfig {
+            namespace: args.lease_namespace.clone(),
+            lease_name: "pinfed-hub".into(),
+            identity: args
+                .identity
+                .clone()
+                .unwrap_or_else(leader::default_identity),
+            duration_secs: 10,
+            grace_secs: 2,
+        });
+        leader::run_until_shutdown(client, cfg, work).await
     })
 }

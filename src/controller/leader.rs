@@ -104,6 +104,28 @@ where
     outcome
 }
 
+/// Runs `work` until SIGTERM/Ctrl-C: under a Lease when `cfg` is given (HA), else
+/// directly (a single instance).
+pub async fn run_until_shutdown<W, Fut>(
+    client: Client,
+    cfg: Option<LeaderConfig>,
+    mut work: W,
+) -> anyhow::Result<()>
+where
+    W: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    match cfg {
+        Some(cfg) => run_as_leader(client, cfg, shutdown_signal(), work).await,
+        None => {
+            tokio::select! {
+                r = tokio::spawn(work()) => r?,
+                () = shutdown_signal() => Ok(()),
+            }
+        }
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let term = async {
