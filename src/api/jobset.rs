@@ -57,8 +57,8 @@ pub struct PinterestJobSetSpec {
     /// Where the shards run. Default strategy: Divided (shard indices split over clusters).
     #[serde(default)]
     pub placement: Placement,
-    /// Total number of shards N; shard indices are 0..N-1. Immutable.
-    #[schemars(range(min = 1))]
+    /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
+    #[schemars(range(min = 1, max = MAX_SHARDS))]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self == oldSelf",
         "message": "shards is immutable; create a new JobSet instead"
@@ -97,6 +97,9 @@ pub struct PinterestJobSetSpec {
     #[schemars(schema_with = "immutable_pod_template_schema")]
     pub template: PodTemplateSpec,
 }
+
+/// Most shards one JobSet may have (each shard is a Job).
+pub const MAX_SHARDS: i32 = 100_000;
 
 /// A ConfigMap rendered once per shard.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -102,13 +102,16 @@ impl Framework {
     }
 }
 
+/// Most replicas one role may have (each replica is a Job).
+pub const MAX_REPLICAS_PER_ROLE: i32 = 10_000;
+
 /// Replicas of one role.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSpec {
-    /// Number of replicas of this role. Default 1.
+    /// Number of replicas of this role (at most 10000). Default 1.
     #[serde(default = "one")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_REPLICAS_PER_ROLE))]
     pub replicas: i32,
     /// Pod template of this role (the user's containers only).
     #[schemars(schema_with = "pod_template_schema")]

@@ -72,6 +72,17 @@ impl Invalid {
     }
 }
 
+/// `check!(errors, condition, field, message)`: records an error when the condition is
+/// false. A macro so the field path and message are only formatted on failure (validation
+/// runs on every expansion).
+macro_rules! check {
+    ($e:expr, $ok:expr, $field:expr, $msg:expr $(,)?) => {
+        if !$ok {
+            $e.add($field, $msg);
+        }
+    };
+}
+
 /// Collects field errors.
 #[derive(Default)]
 pub(crate) struct Errors(Vec<FieldError>);
@@ -82,12 +93,6 @@ impl Errors {
             field: field.into(),
             message: message.into(),
         });
-    }
-
-    pub(crate) fn check(&mut self, ok: bool, field: impl Into<String>, message: impl Into<String>) {
-        if !ok {
-            self.add(field, message);
-        }
     }
 
     pub(crate) fn finish(self) -> Result<(), Invalid> {
@@ -115,7 +120,8 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
     metadata(e, w.metadata(), true);
     owner(e, w.owner());
     if let Some(v) = w.runtime_version() {
-        e.check(
+        check!(
+            e,
             !v.trim().is_empty(),
             "spec.runtimeVersion",
             "must not be empty when set",
@@ -127,14 +133,18 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
 fn metadata(e: &mut Errors, m: &ObjectMeta, namespaced: bool) {
     match m.name.as_deref() {
         None | Some("") => e.add("metadata.name", "is required"),
-        Some(n) => e.check(
+        Some(n) => check!(
+            e,
             is_dns_subdomain(n),
             "metadata.name",
-            format!("{n:?} is not a valid name (lower-case alphanumerics, '-' and '.', at most 253 characters)"),
+            format!(
+                "{n:?} is not a valid name (lower-case alphanumerics, '-' and '.', at most 253 characters)"
+            ),
         ),
     }
     if let Some(ns) = m.namespace.as_deref() {
-        e.check(
+        check!(
+            e,
             namespaced && is_dns_label(ns),
             "metadata.namespace",
             if namespaced {
@@ -147,12 +157,14 @@ fn metadata(e: &mut Errors, m: &ObjectMeta, namespaced: bool) {
 }
 
 fn owner(e: &mut Errors, o: &Owner) {
-    e.check(
+    check!(
+        e,
         o.team.chars().any(|c| c.is_ascii_alphanumeric()),
         "spec.owner.team",
         "must contain at least one letter or digit (it becomes a label value)",
     );
-    e.check(
+    check!(
+        e,
         !o.contact.trim().is_empty(),
         "spec.owner.contact",
         "is required",
@@ -161,7 +173,8 @@ fn owner(e: &mut Errors, o: &Owner) {
 
 fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
     if let Some(s) = p.strategy {
-        e.check(
+        check!(
+            e,
             kind.allowed_strategies().contains(&s),
             "spec.placement.strategy",
             format!(
@@ -179,14 +192,16 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
     }
     if let Some(a) = &p.cluster_affinity {
         for (i, c) in a.cluster_names.iter().enumerate() {
-            e.check(
+            check!(
+                e,
                 is_dns_label(c),
                 format!("spec.placement.clusterAffinity.clusterNames[{i}]"),
                 format!("{c:?} is not a valid cluster name"),
             );
         }
         for (i, z) in a.zones.iter().enumerate() {
-            e.check(
+            check!(
+                e,
                 is_label_value(z) && !z.is_empty(),
                 format!("spec.placement.clusterAffinity.zones[{i}]"),
                 format!("{z:?} is not a valid zone"),
@@ -198,15 +213,17 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
     }
     for (c, w) in &p.weights {
         let f = format!("spec.placement.weights.{c}");
-        e.check(
+        check!(
+            e,
             is_dns_label(c),
             &f,
             format!("{c:?} is not a valid cluster name"),
         );
-        e.check(*w >= 0, &f, "must be at least 0");
+        check!(e, *w >= 0, &f, "must be at least 0");
     }
     if let (Some(min), Some(max)) = (p.min_per_cluster, p.max_per_cluster) {
-        e.check(
+        check!(
+            e,
             min <= max,
             "spec.placement.minPerCluster",
             format!("{min} is greater than maxPerCluster {max}"),
@@ -217,24 +234,26 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
         ("spec.placement.maxPerCluster", p.max_per_cluster),
     ] {
         if let Some(v) = v {
-            e.check(v >= 0, f, "must be at least 0");
+            check!(e, v >= 0, f, "must be at least 0");
         }
     }
     for (c, l) in &p.cluster_limits {
         let f = format!("spec.placement.clusterLimits.{c}");
-        e.check(
+        check!(
+            e,
             is_dns_label(c),
             &f,
             format!("{c:?} is not a valid cluster name"),
         );
         if let Some(min) = l.min {
-            e.check(min >= 0, format!("{f}.min"), "must be at least 0");
+            check!(e, min >= 0, format!("{f}.min"), "must be at least 0");
         }
         if let Some(max) = l.max {
-            e.check(max >= 0, format!("{f}.max"), "must be at least 0");
+            check!(e, max >= 0, format!("{f}.max"), "must be at least 0");
         }
         if let (Some(min), Some(max)) = (l.min, l.max) {
-            e.check(
+            check!(
+                e,
                 min <= max,
                 format!("{f}.min"),
                 format!("{min} is greater than max {max}"),
@@ -247,14 +266,15 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
             ("spec.placement.spread.minZones", s.min_zones),
         ] {
             if let Some(v) = v {
-                e.check(v >= 1, f, "must be at least 1");
+                check!(e, v >= 1, f, "must be at least 1");
             }
         }
     }
     if let Some(f) = &p.failover
         && let Some(g) = f.grace_period_seconds
     {
-        e.check(
+        check!(
+            e,
             g >= 0,
             "spec.placement.failover.gracePeriodSeconds",
             "must be at least 0",
@@ -264,12 +284,14 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
 
 pub(crate) fn selector(e: &mut Errors, s: &LabelSelector, path: &str) {
     for (k, v) in &s.match_labels {
-        e.check(
+        check!(
+            e,
             is_qualified_name(k),
             format!("{path}.matchLabels"),
             format!("{k:?} is not a valid label key"),
         );
-        e.check(
+        check!(
+            e,
             is_label_value(v),
             format!("{path}.matchLabels.{k}"),
             format!("{v:?} is not a valid label value"),
@@ -277,18 +299,21 @@ pub(crate) fn selector(e: &mut Errors, s: &LabelSelector, path: &str) {
     }
     for (i, r) in s.match_expressions.iter().enumerate() {
         let f = format!("{path}.matchExpressions[{i}]");
-        e.check(
+        check!(
+            e,
             is_qualified_name(&r.key),
             format!("{f}.key"),
             format!("{:?} is not a valid label key", r.key),
         );
         match r.operator {
-            SelectorOperator::In | SelectorOperator::NotIn => e.check(
+            SelectorOperator::In | SelectorOperator::NotIn => check!(
+                e,
                 !r.values.is_empty(),
                 format!("{f}.values"),
                 "must not be empty for In and NotIn",
             ),
-            SelectorOperator::Exists | SelectorOperator::DoesNotExist => e.check(
+            SelectorOperator::Exists | SelectorOperator::DoesNotExist => check!(
+                e,
                 r.values.is_empty(),
                 format!("{f}.values"),
                 "must be empty for Exists and DoesNotExist",
@@ -299,19 +324,22 @@ pub(crate) fn selector(e: &mut Errors, s: &LabelSelector, path: &str) {
 
 fn toleration(e: &mut Errors, t: &ClusterToleration, f: &str) {
     if !t.key.is_empty() {
-        e.check(
+        check!(
+            e,
             is_qualified_name(&t.key),
             format!("{f}.key"),
             format!("{:?} is not a valid taint key", t.key),
         );
     }
     match t.operator {
-        TolerationOperator::Exists => e.check(
+        TolerationOperator::Exists => check!(
+            e,
             t.value.is_empty(),
             format!("{f}.value"),
             "must be empty with operator Exists",
         ),
-        TolerationOperator::Equal => e.check(
+        TolerationOperator::Equal => check!(
+            e,
             !t.key.is_empty(),
             format!("{f}.key"),
             "is required with operator Equal",
@@ -334,7 +362,8 @@ pub(crate) fn pod_template(
         );
         return;
     };
-    e.check(
+    check!(
+        e,
         !spec.containers.is_empty(),
         format!("{path}.spec.containers"),
         "must have at least one container",
@@ -350,7 +379,8 @@ pub(crate) fn pod_template(
         }
     }
     if let Some(p) = spec.restart_policy.as_deref() {
-        e.check(
+        check!(
+            e,
             restart_policies.contains(&p),
             format!("{path}.spec.restartPolicy"),
             format!(
@@ -362,12 +392,14 @@ pub(crate) fn pod_template(
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let f = format!("{path}.spec.volumes[{i}].name");
-        e.check(
+        check!(
+            e,
             is_dns_label(&v.name),
             &f,
             format!("{:?} is not a valid volume name", v.name),
         );
-        e.check(
+        check!(
+            e,
             volumes.insert(v.name.clone()),
             &f,
             format!("duplicate volume {:?}", v.name),
@@ -376,30 +408,35 @@ pub(crate) fn pod_template(
 }
 
 fn container(e: &mut Errors, c: &Container, f: &str, names: &mut BTreeSet<String>) {
-    e.check(
+    check!(
+        e,
         is_dns_label(&c.name),
         format!("{f}.name"),
         format!("{:?} is not a valid container name (a DNS label)", c.name),
     );
-    e.check(
+    check!(
+        e,
         names.insert(c.name.clone()),
         format!("{f}.name"),
         format!("duplicate container name {:?}", c.name),
     );
-    e.check(
+    check!(
+        e,
         c.image.as_deref().is_some_and(|i| !i.trim().is_empty()),
         format!("{f}.image"),
         "is required",
     );
     for (i, p) in c.ports.iter().flatten().enumerate() {
-        e.check(
+        check!(
+            e,
             (1..=65535).contains(&p.container_port),
             format!("{f}.ports[{i}].containerPort"),
             format!("{} is not a port number (1-65535)", p.container_port),
         );
     }
     for (i, v) in c.env.iter().flatten().enumerate() {
-        e.check(
+        check!(
+            e,
             !v.name.is_empty(),
             format!("{f}.env[{i}].name"),
             "is required",
@@ -412,7 +449,8 @@ fn claim_templates(e: &mut Errors, claims: &[PersistentVolumeClaim], path: &str)
     for (i, c) in claims.iter().enumerate() {
         let f = format!("{path}[{i}].metadata.name");
         match c.metadata.name.as_deref() {
-            Some(n) if is_dns_label(n) => e.check(
+            Some(n) if is_dns_label(n) => check!(
+                e,
                 seen.insert(n.to_string()),
                 &f,
                 format!("duplicate claim template {n:?}"),
@@ -425,13 +463,14 @@ fn claim_templates(e: &mut Errors, claims: &[PersistentVolumeClaim], path: &str)
 
 fn int_or_percent(e: &mut Errors, v: &IntOrString, f: &str) {
     match v {
-        IntOrString::Int(i) => e.check(*i >= 0, f, "must be at least 0"),
+        IntOrString::Int(i) => check!(e, *i >= 0, f, "must be at least 0"),
         IntOrString::String(s) => {
             let ok = s
                 .strip_suffix('%')
                 .and_then(|n| n.parse::<u32>().ok())
                 .is_some_and(|n| n <= 100);
-            e.check(
+            check!(
+                e,
                 ok,
                 f,
                 format!("{s:?} is neither a number nor a percentage like \"25%\""),
@@ -464,50 +503,57 @@ pub fn service(s: &PinterestService) -> Result<(), Invalid> {
     let mut e = Errors::default();
     common(&mut e, (s).into());
     let spec = &s.spec;
-    e.check(spec.replicas >= 0, "spec.replicas", "must be at least 0");
+    check!(e, spec.replicas >= 0, "spec.replicas", "must be at least 0");
     pod_template(&mut e, &spec.template, "spec.template", &["Always"]);
     if let Some(svc) = &spec.service {
         let mut names = BTreeSet::new();
         for (i, p) in svc.ports.iter().enumerate() {
             let f = format!("spec.service.ports[{i}]");
-            e.check(
+            check!(
+                e,
                 (1..=65535).contains(&p.port),
                 format!("{f}.port"),
                 format!("{} is not a port number (1-65535)", p.port),
             );
             match &p.name {
                 Some(n) => {
-                    e.check(
+                    check!(
+                        e,
                         is_dns_label(n),
                         format!("{f}.name"),
                         format!("{n:?} is not a valid port name"),
                     );
-                    e.check(
+                    check!(
+                        e,
                         names.insert(n.clone()),
                         format!("{f}.name"),
                         format!("duplicate port name {n:?}"),
                     );
                 }
-                None => e.check(
+                None => check!(
+                    e,
                     svc.ports.len() == 1,
                     format!("{f}.name"),
                     "is required when there is more than one port",
                 ),
             }
             if let Some(proto) = p.protocol.as_deref() {
-                e.check(
+                check!(
+                    e,
                     matches!(proto, "TCP" | "UDP" | "SCTP"),
                     format!("{f}.protocol"),
                     format!("{proto:?} is not TCP, UDP or SCTP"),
                 );
             }
             match &p.target_port {
-                Some(IntOrString::Int(t)) => e.check(
+                Some(IntOrString::Int(t)) => check!(
+                    e,
                     (1..=65535).contains(t),
                     format!("{f}.targetPort"),
                     format!("{t} is not a port number (1-65535)"),
                 ),
-                Some(IntOrString::String(t)) => e.check(
+                Some(IntOrString::String(t)) => check!(
+                    e,
                     is_dns_label(t) && t.len() <= 15,
                     format!("{f}.targetPort"),
                     format!("{t:?} is not a container port name"),
@@ -519,27 +565,31 @@ pub fn service(s: &PinterestService) -> Result<(), Invalid> {
     if let Some(ing) = &spec.ingress {
         if let Some(h) = ing.host.as_deref() {
             let bare = h.strip_prefix("*.").unwrap_or(h);
-            e.check(
+            check!(
+                e,
                 is_dns_subdomain(bare),
                 "spec.ingress.host",
                 format!("{h:?} is not a valid host name"),
             );
         }
         if let Some(p) = ing.path.as_deref() {
-            e.check(
+            check!(
+                e,
                 p.starts_with('/'),
                 "spec.ingress.path",
                 format!("{p:?} must start with '/'"),
             );
         }
-        e.check(
+        check!(
+            e,
             service_has_ports(s),
             "spec.ingress",
             "needs a port: set spec.service.ports or declare a containerPort",
         );
     }
     for k in spec.config.keys() {
-        e.check(
+        check!(
+            e,
             config_key_ok(k),
             format!("spec.config.{k}"),
             "is not a valid file name (alphanumerics, '-', '_' and '.')",
@@ -584,17 +634,28 @@ pub fn jobset(j: &PinterestJobSet) -> Result<(), Invalid> {
     let mut e = Errors::default();
     common(&mut e, j.into());
     let spec = &j.spec;
-    e.check(spec.shards >= 1, "spec.shards", "must be at least 1");
+    check!(e, spec.shards >= 1, "spec.shards", "must be at least 1");
+    check!(
+        e,
+        spec.shards <= super::jobset::MAX_SHARDS,
+        "spec.shards",
+        format!("must be at most {}", super::jobset::MAX_SHARDS),
+    );
     if let Some(p) = spec.parallelism {
-        e.check(p >= 1, "spec.parallelism", "must be at least 1");
+        check!(e, p >= 1, "spec.parallelism", "must be at least 1");
     }
     if let Some(b) = spec.backoff_limit_per_shard {
-        e.check(b >= 0, "spec.backoffLimitPerShard", "must be at least 0");
+        check!(e, b >= 0, "spec.backoffLimitPerShard", "must be at least 0");
     }
     if let Some(t) = spec.ttl_seconds_after_finished {
-        e.check(t >= 0, "spec.ttlSecondsAfterFinished", "must be at least 0");
+        check!(
+            e,
+            t >= 0,
+            "spec.ttlSecondsAfterFinished",
+            "must be at least 0"
+        );
     }
-    if spec.shards >= 1
+    if (1..=super::jobset::MAX_SHARDS).contains(&spec.shards)
         && let Err(inv) = jobset_shards(j)
     {
         e.0.extend(inv.errors);
@@ -608,18 +669,21 @@ pub fn jobset(j: &PinterestJobSet) -> Result<(), Invalid> {
     let mut names = BTreeSet::new();
     for (i, t) in spec.config_templates.iter().enumerate() {
         let f = format!("spec.configTemplates[{i}]");
-        e.check(
+        check!(
+            e,
             is_dns_label(&t.name),
             format!("{f}.name"),
             format!("{:?} is not a valid name (a DNS label)", t.name),
         );
-        e.check(
+        check!(
+            e,
             names.insert(t.name.clone()),
             format!("{f}.name"),
             format!("duplicate config template {:?}", t.name),
         );
         for k in t.data.keys() {
-            e.check(
+            check!(
+                e,
                 config_key_ok(k),
                 format!("{f}.data.{k}"),
                 "is not a valid ConfigMap key",
@@ -648,7 +712,8 @@ pub fn cronjob(c: &PinterestCronJob) -> Result<(), Invalid> {
                     && p.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'+'))
             });
-        e.check(
+        check!(
+            e,
             ok,
             "spec.timeZone",
             format!("{tz:?} is not an IANA time zone name"),
@@ -670,7 +735,7 @@ pub fn cronjob(c: &PinterestCronJob) -> Result<(), Invalid> {
         ("spec.backoffLimit", spec.backoff_limit.map(i64::from)),
     ] {
         if let Some(v) = v {
-            e.check(v >= 0, f, "must be at least 0");
+            check!(e, v >= 0, f, "must be at least 0");
         }
     }
     pod_template(
@@ -725,7 +790,8 @@ pub fn daemon(d: &PinterestDaemon) -> Result<(), Invalid> {
     if let Some(u) = &d.spec.update_strategy
         && let Some(r) = &u.rolling_update
     {
-        e.check(
+        check!(
+            e,
             u.type_ != Some(DaemonUpdateType::OnDelete),
             "spec.updateStrategy.rollingUpdate",
             "may only be set with type RollingUpdate",
@@ -749,7 +815,8 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
     common(&mut e, t.into());
     let spec = &t.spec;
     let roles = spec.framework.roles();
-    e.check(
+    check!(
+        e,
         !spec.replica_specs.is_empty(),
         "spec.replicaSpecs",
         "must name at least one role",
@@ -767,7 +834,8 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
             );
             continue;
         }
-        e.check(
+        check!(
+            e,
             r.replicas >= 0,
             format!("{f}.replicas"),
             "must be at least 0",
@@ -795,7 +863,8 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
         Framework::TensorFlow => {
             for role in ["Chief", "Evaluator"] {
                 if let Some(n) = replicas(role) {
-                    e.check(
+                    check!(
+                        e,
                         n <= 1,
                         format!("spec.replicaSpecs.{role}.replicas"),
                         format!("must be 0 or 1, not {n}"),
@@ -809,7 +878,8 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
         .values()
         .map(|r| i64::from(r.replicas.max(0)))
         .sum();
-    e.check(
+    check!(
+        e,
         total >= 1,
         "spec.replicaSpecs",
         "must have at least one replica in total",
@@ -822,7 +892,7 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
         ),
     ] {
         if let Some(v) = v {
-            e.check(v >= 0, f, "must be at least 0");
+            check!(e, v >= 0, f, "must be at least 0");
         }
     }
     e.finish()
@@ -831,7 +901,12 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
 pub fn statefulset(s: &PinterestStatefulSet) -> Result<(), Invalid> {
     let mut e = Errors::default();
     common(&mut e, s.into());
-    e.check(s.spec.replicas >= 0, "spec.replicas", "must be at least 0");
+    check!(
+        e,
+        s.spec.replicas >= 0,
+        "spec.replicas",
+        "must be at least 0"
+    );
     pod_template(&mut e, &s.spec.template, "spec.template", &["Always"]);
     claim_templates(
         &mut e,
@@ -853,7 +928,8 @@ pub fn runtime_profile(p: &RuntimeProfile) -> Result<(), Invalid> {
     let mut e = Errors::default();
     metadata(&mut e, &p.metadata, false);
     let spec = &p.spec;
-    e.check(
+    check!(
+        e,
         !spec.version.trim().is_empty(),
         "spec.version",
         "is required",
@@ -873,31 +949,36 @@ pub fn runtime_profile(p: &RuntimeProfile) -> Result<(), Invalid> {
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().enumerate() {
         let f = format!("spec.volumes[{i}].name");
-        e.check(
+        check!(
+            e,
             is_dns_label(&v.name),
             &f,
             format!("{:?} is not a valid volume name", v.name),
         );
-        e.check(
+        check!(
+            e,
             volumes.insert(v.name.clone()),
             &f,
             format!("duplicate volume {:?}", v.name),
         );
     }
     for (i, m) in spec.volume_mounts.iter().enumerate() {
-        e.check(
+        check!(
+            e,
             volumes.contains(&m.name),
             format!("spec.volumeMounts[{i}].name"),
             format!("{:?} is not one of spec.volumes", m.name),
         );
-        e.check(
+        check!(
+            e,
             m.mount_path.starts_with('/'),
             format!("spec.volumeMounts[{i}].mountPath"),
             "must be an absolute path",
         );
     }
     for (i, v) in spec.env.iter().enumerate() {
-        e.check(
+        check!(
+            e,
             !v.name.is_empty(),
             format!("spec.env[{i}].name"),
             "is required",
@@ -924,7 +1005,7 @@ fn amounts(e: &mut Errors, a: &ResourceAmounts, path: &str) {
     ] {
         if let Some(q) = q {
             match Milli::parse(&q.0) {
-                Ok(m) => e.check(m.0 >= 0, format!("{path}.{k}"), "must not be negative"),
+                Ok(m) => check!(e, m.0 >= 0, format!("{path}.{k}"), "must not be negative"),
                 Err(err) => e.add(format!("{path}.{k}"), err.to_string()),
             }
         }
@@ -935,7 +1016,8 @@ pub fn member_cluster(m: &MemberCluster) -> Result<(), Invalid> {
     let mut e = Errors::default();
     metadata(&mut e, &m.metadata, false);
     if let Some(n) = m.metadata.name.as_deref() {
-        e.check(
+        check!(
+            e,
             is_dns_label(n),
             "metadata.name",
             format!("{n:?} is not a valid cluster name (a DNS label)"),
@@ -943,38 +1025,43 @@ pub fn member_cluster(m: &MemberCluster) -> Result<(), Invalid> {
     }
     let spec = &m.spec;
     if spec.mode.unwrap_or_default() == super::federation::ClusterMode::Push {
-        e.check(
+        check!(
+            e,
             spec.secret_ref.is_some(),
             "spec.secretRef",
             "is required in Push mode",
         );
     }
     for (k, v) in &spec.labels {
-        e.check(
+        check!(
+            e,
             is_qualified_name(k),
             "spec.labels",
             format!("{k:?} is not a valid label key"),
         );
-        e.check(
+        check!(
+            e,
             is_label_value(v),
             format!("spec.labels.{k}"),
             format!("{v:?} is not a valid label value"),
         );
     }
     for (i, t) in spec.taints.iter().enumerate() {
-        e.check(
+        check!(
+            e,
             is_qualified_name(&t.key),
             format!("spec.taints[{i}].key"),
             format!("{:?} is not a valid taint key", t.key),
         );
-        e.check(
+        check!(
+            e,
             is_label_value(&t.value),
             format!("spec.taints[{i}].value"),
             format!("{:?} is not a valid taint value", t.value),
         );
     }
     if let Some(w) = spec.weight {
-        e.check(w >= 0, "spec.weight", "must be at least 0");
+        check!(e, w >= 0, "spec.weight", "must be at least 0");
     }
     e.finish()
 }
@@ -984,7 +1071,8 @@ pub fn federated_quota(q: &FederatedQuota) -> Result<(), Invalid> {
     metadata(&mut e, &q.metadata, true);
     amounts(&mut e, &q.spec.hard, "spec.hard");
     for (c, a) in &q.spec.per_cluster {
-        e.check(
+        check!(
+            e,
             is_dns_label(c),
             "spec.perCluster",
             format!("{c:?} is not a valid cluster name"),

@@ -337,3 +337,60 @@ pub fn crds_yaml() -> String {
         .map(|c| format!("---\n{}", crd_yaml(c)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    fn schema(kind: &str) -> Value {
+        let crd = crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == kind)
+            .unwrap();
+        let v = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        v["openAPIV3Schema"]["properties"].clone()
+    }
+
+    #[test]
+    fn schema_validation_where_it_is_simple() {
+        let js = schema("PinterestJobSet");
+        let spec = &js["spec"]["properties"];
+        assert_eq!(spec["shards"]["minimum"], 1.0);
+        assert_eq!(
+            spec["shards"]["x-kubernetes-validations"][0]["rule"],
+            "self == oldSelf"
+        );
+        assert_eq!(
+            spec["template"]["x-kubernetes-validations"][0]["rule"],
+            "self == oldSelf"
+        );
+        assert_eq!(
+            spec["template"]["x-kubernetes-preserve-unknown-fields"],
+            true
+        );
+        assert!(
+            spec["assignedShards"]["pattern"]
+                .as_str()
+                .unwrap()
+                .starts_with("^$|")
+        );
+        let svc = schema("PinterestService");
+        assert_eq!(svc["spec"]["properties"]["replicas"]["minimum"], 0.0);
+        let tj = schema("PinterestTrainingJob");
+        assert_eq!(
+            tj["spec"]["properties"]["framework"]["enum"],
+            serde_json::json!(["pytorch", "tensorflow"])
+        );
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for k in WorkloadKind::ALL {
+            assert_eq!(WorkloadKind::from_kind(k.as_str()), Some(k));
+            assert!(k.allowed_strategies().contains(&k.default_strategy()));
+        }
+        assert_eq!(WorkloadKind::from_kind("Deployment"), None);
+    }
+}

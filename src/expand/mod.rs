@@ -114,7 +114,13 @@ pub fn expand(input: &ExpandInput<'_>) -> Result<Vec<DynamicObject>, ExpandError
     };
     validate::workload(w).map_err(invalid)?;
     let profile = input.profile.unwrap_or_else(|| builtin_profile());
-    validate::runtime_profile(profile).map_err(|invalid| ExpandError::Runtime {
+    // The built-in profile is checked by a unit test; published ones on every use.
+    let checked = if std::ptr::eq(profile, builtin_profile()) {
+        Ok(())
+    } else {
+        validate::runtime_profile(profile)
+    };
+    checked.map_err(|invalid| ExpandError::Runtime {
         kind: w.kind(),
         name: w.name().to_string(),
         profile: profile.metadata.name.clone().unwrap_or_default(),
@@ -314,37 +320,55 @@ impl Out {
 
 /// Converts a typed object into a DynamicObject with a `pinterest.com/spec-hash`
 /// annotation over its whole content (computed before the annotation is added).
-fn to_dynamic<K>(obj: K) -> DynamicObject
+fn to_dynamic<K>(mut obj: K) -> DynamicObject
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
+    // Metadata stays typed; only the rest becomes JSON (the expensive part).
+    let mut metadata = std::mem::take(obj.meta_mut());
     // k8s-openapi types always serialize: their maps have string keys.
     let mut value = serde_json::to_value(&obj).unwrap_or_default();
-    let hash = {
-        let bytes = serde_json::to_vec(&value).unwrap_or_default();
-        let d = Sha256::digest(&bytes);
-        d.iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    };
-    let mut metadata = obj.meta().clone();
-    metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(ANNOTATION_SPEC_HASH.to_string(), hash);
     if let Some(map) = value.as_object_mut() {
         map.remove("apiVersion");
         map.remove("kind");
         map.remove("metadata");
     }
+    let (api_version, kind) = (K::api_version(&()), K::kind(&()));
+    let hash = {
+        let mut hasher = HashWriter(Sha256::new());
+        let _ = serde_json::to_writer(&mut hasher, &(&api_version, &kind, &metadata, &value));
+        let d = hasher.0.finalize();
+        let mut hex = String::with_capacity(16);
+        for b in &d[..8] {
+            use std::fmt::Write;
+            let _ = write!(hex, "{b:02x}");
+        }
+        hex
+    };
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_SPEC_HASH.to_string(), hash);
     DynamicObject {
         types: Some(TypeMeta {
-            api_version: K::api_version(&()).to_string(),
-            kind: K::kind(&()).to_string(),
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
         }),
         metadata,
         data: value,
+    }
+}
+
+/// Feeds serialized JSON straight into the hash, without an intermediate buffer.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

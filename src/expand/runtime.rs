@@ -3,9 +3,10 @@
 //! Injection adds, in this order: the profile's init containers (config management); its
 //! sidecars — as native sidecars (init containers with `restartPolicy: Always`) for
 //! run-to-completion kinds, as ordinary containers otherwise; identity / owner / expiry
-//! env vars and the profile's env (before the user's, which win on a name clash, so the
-//! user's `$(VAR)` references can use them); the profile's volumes and their mounts in every
-//! user container; and default requests/limits for resources the user left unset.
+//! env vars (user containers) and the profile's env (every container), placed before the
+//! user's own, which win on a name clash, so the user's `$(VAR)` references can use them;
+//! the profile's volumes and their mounts in every user container; and default
+//! requests/limits for resources the user left unset.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
@@ -81,7 +82,7 @@ pub fn select_profile<'a>(
     }
 }
 
-/// Values for `{{...}}` placeholders in injected containers and env.
+/// Values for `{{...}}` placeholders in injected containers and env (keys with braces).
 struct Vars<'a> {
     pairs: [(&'static str, &'a str); 8],
 }
@@ -92,10 +93,9 @@ impl Vars<'_> {
             return s.to_string();
         }
         let mut out = s.to_string();
-        for (k, v) in &self.pairs {
-            let key = format!("{{{{{k}}}}}");
-            if out.contains(&key) {
-                out = out.replace(&key, v);
+        for (key, v) in &self.pairs {
+            if out.contains(key) {
+                out = out.replace(key, v);
             }
         }
         out
@@ -172,8 +172,9 @@ fn expiry(ctx: &Ctx<'_>) -> Result<String, Invalid> {
     }
 }
 
-/// Env vars the platform gives every container: identity, owner and expiry, then the
-/// profile's own.
+/// Env vars the platform gives the workload's own containers: identity, owner and expiry,
+/// then the profile's own. (Runtime containers get only the profile's; they learn the
+/// identity through `{{...}}` placeholders.)
 fn platform_env(ctx: &Ctx<'_>, vars: &Vars<'_>) -> Result<Vec<EnvVar>, Invalid> {
     let mut env = vec![
         literal("PINTEREST_WORKLOAD", ctx.name),
@@ -288,17 +289,18 @@ pub(crate) fn inject(
     let port = service_port.map(|p| p.to_string()).unwrap_or_default();
     let vars = Vars {
         pairs: [
-            ("workload", ctx.name),
-            ("namespace", ctx.namespace.unwrap_or("")),
-            ("kind", ctx.kind.as_str()),
-            ("team", ctx.owner.team.as_str()),
-            ("contact", ctx.owner.contact.as_str()),
-            ("cluster", ctx.cluster.unwrap_or("")),
-            ("runtimeVersion", profile.spec.version.as_str()),
-            ("servicePort", port.as_str()),
+            ("{{workload}}", ctx.name),
+            ("{{namespace}}", ctx.namespace.unwrap_or("")),
+            ("{{kind}}", ctx.kind.as_str()),
+            ("{{team}}", ctx.owner.team.as_str()),
+            ("{{contact}}", ctx.owner.contact.as_str()),
+            ("{{cluster}}", ctx.cluster.unwrap_or("")),
+            ("{{runtimeVersion}}", profile.spec.version.as_str()),
+            ("{{servicePort}}", port.as_str()),
         ],
     };
     let env = platform_env(ctx, &vars).map_err(BuildError::Spec)?;
+    let profile_env = &env[env.len() - profile.spec.env.len()..];
     let Some(spec) = pod.spec.as_mut() else {
         return Err(BuildError::Spec(Invalid::one(
             format!("{path}.spec"),
@@ -391,7 +393,7 @@ pub(crate) fn inject(
     let runtime_container = |c: &Container| {
         let mut c = c.clone();
         vars.render_container(&mut c);
-        prepend_env(&mut c, &env);
+        prepend_env(&mut c, profile_env);
         c
     };
     let mut init: Vec<Container> = profile

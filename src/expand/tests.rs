@@ -184,11 +184,20 @@ fn every_object_is_labelled_annotated_and_validly_named() {
                         "{what}: duplicate container {}",
                         c.name
                     );
-                    assert_eq!(
-                        env(c, "PINTEREST_WORKLOAD"),
-                        w.as_ref().metadata().name.as_deref()
-                    );
-                    assert_eq!(env(c, "PINTEREST_CLUSTER"), Some("use1a"));
+                    if c.name.starts_with("pinterest-") {
+                        // Runtime containers: the profile's env only.
+                        assert_eq!(
+                            env(c, "PINTEREST_RUNTIME_DIR"),
+                            Some("/etc/pinterest/runtime")
+                        );
+                        assert!(env(c, "PINTEREST_WORKLOAD").is_none(), "{what}");
+                    } else {
+                        assert_eq!(
+                            env(c, "PINTEREST_WORKLOAD"),
+                            w.as_ref().metadata().name.as_deref()
+                        );
+                        assert_eq!(env(c, "PINTEREST_CLUSTER"), Some("use1a"));
+                    }
                 }
                 let vols: Vec<_> = p.volumes.iter().flatten().map(|v| &v.name).collect();
                 let unique: BTreeSet<_> = vols.iter().collect();
