@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::api::common::{Condition, ConditionStatus, condition_types as ct, set_condition};
 use crate::api::federation::{MemberCluster, MemberClusterStatus};
 use crate::controller::apply::HUB_FIELD_MANAGER;
-use crate::hub::capacity::{self, NodeUsage};
+use crate::placement::capacity::{self, NodeUsage};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
 pub const HUB_NAMESPACE: &str = "pinfed-system";

@@ -1,6 +1,5 @@
 //! The hub: member registry and health, placement, slices and status aggregation.
 
-pub mod capacity;
 pub mod join;
 pub mod member_loop;
 pub mod members;

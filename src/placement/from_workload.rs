@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::DynamicObject;
 
+use super::capacity::pod_requests;
 use super::model::{
     Bounds, Count, Demand, GangRole, PlacementPolicy, PodShape, Requirement, Resources, Selector,
     SelectorOperator, Spread, Strategy, TaintEffect, Toleration, TolerationOperator,
@@ -17,7 +18,6 @@ use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::WorkloadRef;
 use crate::expand::{self, ExpandError, ExpandInput};
-use crate::hub::capacity::pod_requests;
 
 fn effect(e: common::TaintEffect) -> TaintEffect {
     match e {

@@ -13,6 +13,7 @@
 //!                                                              └──Ledger::reserve──▶
 //! ```
 
+pub mod capacity;
 mod decision;
 mod divide;
 mod engine;

@@ -1,6 +1,7 @@
 //! Member capacity from its nodes and pods: per node what is allocatable and what the
 //! requests of non-terminated pods take (what placement packs replicas against), and the
-//! totals the MemberCluster status shows. Pure.
+//! totals the MemberCluster status shows; and the scheduler's view of one pod's requests,
+//! which sizes a replica. Pure: the hub feeds it the objects it mirrors.
 
 use std::collections::BTreeMap;
 
