@@ -11,13 +11,33 @@ use kube::core::{ApiResource, GroupVersionKind};
 pub const AGENT_FIELD_MANAGER: &str = "pinfed-agent";
 pub const HUB_FIELD_MANAGER: &str = "pinfed-hub";
 
-/// Native kinds the expansion engine produces, with their plural resource names.
+/// Kinds pinfed writes with [`apply_json`] (what the expansion engine produces, plus what
+/// `pinfed join` creates), with their plural resource names.
 const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[
     ("", "v1", "ConfigMap", "configmaps"),
     ("", "v1", "Secret", "secrets"),
     ("", "v1", "Service", "services"),
     ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
     ("", "v1", "Namespace", "namespaces"),
+    ("", "v1", "ServiceAccount", "serviceaccounts"),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    ),
+    (
+        "federation.pinterest.com",
+        "v1alpha1",
+        "MemberCluster",
+        "memberclusters",
+    ),
     ("apps", "v1", "Deployment", "deployments"),
     ("apps", "v1", "StatefulSet", "statefulsets"),
     ("apps", "v1", "DaemonSet", "daemonsets"),

@@ -146,55 +146,8 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
 
 async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
     for o in objs {
-        if o["kind"] == "MemberCluster"
-            || o["kind"] == "ClusterRole"
-            || o["kind"] == "ClusterRoleBinding"
-            || o["kind"] == "ServiceAccount"
-        {
-            apply_dynamic(client, o).await?;
-        } else {
-            apply_json(client, o, JOIN_FIELD_MANAGER).await?;
-        }
+        apply_json(client, o, JOIN_FIELD_MANAGER).await?;
     }
-    Ok(())
-}
-
-/// Server-side apply of a kind outside the expansion engine's set (RBAC, MemberCluster).
-async fn apply_dynamic(client: &Client, o: &serde_json::Value) -> anyhow::Result<()> {
-    use kube::api::DynamicObject;
-    use kube::core::{ApiResource, GroupVersionKind};
-    let (group, version) = o["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .split_once('/')
-        .unwrap_or(("", "v1"));
-    let kind = o["kind"].as_str().unwrap_or_default();
-    let plural = match kind {
-        "MemberCluster" => "memberclusters",
-        "ClusterRole" => "clusterroles",
-        "ClusterRoleBinding" => "clusterrolebindings",
-        "ServiceAccount" => "serviceaccounts",
-        other => anyhow::bail!("join cannot apply kind {other}"),
-    };
-    let (group, version) = if o["apiVersion"] == "v1" {
-        ("", "v1")
-    } else {
-        (group, version)
-    };
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let name = o["metadata"]["name"].as_str().unwrap_or_default();
-    let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    api.patch(
-        name,
-        &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
-        &Patch::Apply(o),
-    )
-    .await
-    .with_context(|| format!("applying {kind} {name}"))?;
     Ok(())
 }
 
