@@ -157,3 +157,502 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
     .await;
     hub.kill();
 }
+
+// ---------------------------------------------------------------------------------------
+// Failover, failback, deletion while a member is down, and unjoin --force.
+
+mod failover {
+    use super::support::{self, Daemon, Federation, TestNamespace, eventually, spawn_daemon};
+    use futures::StreamExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+    use kube::core::ApiResource;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use pinfed::api::federation::MemberCluster;
+    use pinfed::api::jobset::PinterestJobSet;
+    use pinfed::api::service::PinterestService;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    const FAILBACK_WINDOW: u64 = 20;
+
+    /// When, available on the healthy members, available on all (if every member answered).
+    type Sample = (Instant, i64, Option<i64>);
+
+    /// A hub with short grace periods and an agent per member.
+    pub fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
+        support::join_all(fed);
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut daemons = vec![spawn_daemon(
+            fed,
+            &format!("hub-{tag}"),
+            &[
+                s(&[
+                    "hub",
+                    "--context",
+                    "hub",
+                    "--no-leader-election",
+                    "--heartbeat-secs",
+                    "1",
+                    "--resync-secs",
+                    "1",
+                    "--member-grace-secs",
+                    "5",
+                    "--failback-window-secs",
+                    &FAILBACK_WINDOW.to_string(),
+                ]),
+                vec![
+                    "--metrics-addr".into(),
+                    format!("127.0.0.1:{}", support::free_port()),
+                ],
+            ]
+            .concat(),
+        )];
+        for m in fed.member_names() {
+            daemons.push(spawn_daemon(
+                fed,
+                &format!("agent-{tag}-{m}"),
+                &[
+                    s(&[
+                        "agent",
+                        "--context",
+                        &m,
+                        "--cluster-name",
+                        &m,
+                        "--no-leader-election",
+                    ]),
+                    vec![
+                        "--metrics-addr".into(),
+                        format!("127.0.0.1:{}", support::free_port()),
+                    ],
+                ]
+                .concat(),
+            ));
+        }
+        daemons
+    }
+
+    fn harness(args: &[&str]) {
+        let out = support::run_harness(args);
+        assert!(
+            out.status.success(),
+            "pinfed-e2e {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn status<K>(api: &Api<K>, name: &str) -> serde_json::Value
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        api.get(name)
+            .await
+            .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
+            .unwrap_or_default()
+    }
+
+    fn placed(status: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+        status["placement"]["placements"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| (p["cluster"].as_str().unwrap_or("").to_string(), p.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn condition(status: &serde_json::Value, t: &str) -> (String, String) {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap_or("").to_string(),
+                    c["message"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// Available replicas of the `svc` slice in each of `members` (absent: 0).
+    async fn available_in(
+        fed: &Federation,
+        ns: &str,
+        name: &str,
+        members: &[String],
+    ) -> Option<i64> {
+        let ar = ApiResource::erase::<PinterestService>(&());
+        let mut sum = 0;
+        for m in members {
+            let api: Api<DynamicObject> = Api::namespaced_with(fed.client(m), ns, &ar);
+            match tokio::time::timeout(Duration::from_secs(2), api.get_opt(name)).await {
+                Ok(Ok(Some(o))) => {
+                    sum += o.data["status"]["availableReplicas"].as_i64().unwrap_or(0)
+                }
+                Ok(Ok(None)) => {}
+                _ => return None,
+            }
+        }
+        Some(sum)
+    }
+
+    #[tokio::test]
+    async fn destructive_a_lost_member_fails_over_without_dips_and_fails_back_with_no_shard_run_twice()
+     {
+        let fed = Federation::connect().await;
+        let daemons = federation(&fed, "failover");
+        let hub = fed.hub();
+        let members = fed.member_names();
+        let victim = members[0].clone();
+        let healthy: Vec<String> = members[1..].to_vec();
+        let ns = TestNamespace::create(&hub, "failover").await;
+
+        let svc: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web"},
+            "spec": {
+                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "replicas": 30,
+                "placement": {"spread": {"minClusters": 3}, "failover": {"gracePeriodSeconds": 5}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+            "metadata": {"name": "batch"},
+            "spec": {
+                "owner": {"team": "ml", "contact": "ml@pinterest.com"},
+                "shards": 100,
+                "parallelism": 30,
+                "placement": {"spread": {"minClusters": 3}, "failover": {"gracePeriodSeconds": 5}},
+                "template": {
+                    // Each shard runs 6 s in kwok, so shards are running when the member goes.
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "6s"}},
+                    "spec": {"containers": [{"name": "work", "image": "registry.example/batch:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let svcs: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+        let jobsets: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+        svcs.create(&PostParams::default(), &svc).await.unwrap();
+
+        // Every Job that ever succeeded, per shard, across the federation.
+        let successes: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Default::default();
+        for m in &members {
+            let api: Api<Job> = Api::namespaced(fed.client(m), &ns.name);
+            let (successes, m) = (successes.clone(), m.clone());
+            tokio::spawn(async move {
+                let mut s = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+                    .boxed();
+                while let Some(ev) = s.next().await {
+                    if let Ok(job) = ev
+                        && job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0
+                    {
+                        let shard = job
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("pinterest.com/shard").cloned())
+                            .unwrap_or_default();
+                        let uid = job.metadata.uid.clone().unwrap_or_default();
+                        successes
+                            .lock()
+                            .unwrap()
+                            .entry(shard)
+                            .or_default()
+                            .insert(format!("{m}/{uid}"));
+                    }
+                }
+            });
+        }
+
+        eventually(
+            Duration::from_secs(90),
+            &format!("30 available over 3 members\n{}", daemons[0].log_tail()),
+            || async {
+                let s = status(&svcs, "web").await;
+                s["availableReplicas"] == 30 && placed(&s).len() == 3
+            },
+        )
+        .await;
+        jobsets.create(&PostParams::default(), &js).await.unwrap();
+        eventually(
+            Duration::from_secs(90),
+            &format!("job set running on the victim\n{}", daemons[0].log_tail()),
+            || async {
+                let s = status(&jobsets, "batch").await;
+                placed(&s).contains_key(&victim) && s["shardsRunning"].as_i64().unwrap_or(0) > 0
+            },
+        )
+        .await;
+
+        // Available replicas on the healthy members, sampled until the end.
+        let samples: Arc<Mutex<Vec<Sample>>> = Default::default();
+        let sampler = {
+            let (samples, ns, healthy, members) = (
+                samples.clone(),
+                ns.name.clone(),
+                healthy.clone(),
+                members.clone(),
+            );
+            let fed = Federation::connect().await;
+            tokio::spawn(async move {
+                loop {
+                    if let Some(h) = available_in(&fed, &ns, "web", &healthy).await {
+                        let all = available_in(&fed, &ns, "web", &members).await;
+                        samples.lock().unwrap().push((Instant::now(), h, all));
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            })
+        };
+
+        let stopped = Instant::now();
+        harness(&["stop", &victim]);
+        // Grace periods: member 5 s + failover 5 s; the issue allows 30 s more.
+        eventually(
+            Duration::from_secs(40),
+            &format!("30 available without {victim}\n{}", daemons[0].log_tail()),
+            || async {
+                let s = status(&svcs, "web").await;
+                !placed(&s).contains_key(&victim)
+                    && available_in(&fed, &ns.name, "web", &healthy)
+                        .await
+                        .is_some_and(|a| a >= 30)
+            },
+        )
+        .await;
+        let failed_over_after = stopped.elapsed();
+        let s = status(&svcs, "web").await;
+        let (st, msg) = condition(&s, "FailedOver");
+        assert_eq!(st, "True", "{s}");
+        assert!(msg.contains(&victim), "{msg}");
+        eventually(
+            Duration::from_secs(40),
+            &format!(
+                "job set shards moved off {victim}\n{}",
+                daemons[0].log_tail()
+            ),
+            || async { !placed(&status(&jobsets, "batch").await).contains_key(&victim) },
+        )
+        .await;
+        let failover_done = Instant::now();
+
+        // Back: after the failback window the split rebalances onto the victim again.
+        harness(&["start", &victim]);
+        let started = Instant::now();
+        eventually(
+            Duration::from_secs(FAILBACK_WINDOW + 60),
+            &format!("failback onto {victim}\n{}", daemons[0].log_tail()),
+            || async {
+                let s = status(&svcs, "web").await;
+                let p = placed(&s);
+                p.contains_key(&victim)
+                    && s["availableReplicas"] == 30
+                    && condition(&s, "FailedOver").0 == "False"
+            },
+        )
+        .await;
+        assert!(
+            started.elapsed() >= Duration::from_secs(FAILBACK_WINDOW - 2),
+            "failback must wait for the window, came after {:?}",
+            started.elapsed()
+        );
+        // The victim's slice is resized to its new share.
+        let s = status(&svcs, "web").await;
+        let share = placed(&s)[&victim]["replicas"].as_i64().unwrap();
+        let ar = ApiResource::erase::<PinterestService>(&());
+        eventually(Duration::from_secs(30), "victim slice resized", || async {
+            Api::<DynamicObject>::namespaced_with(fed.client(&victim), &ns.name, &ar)
+                .get_opt("web")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|o| o.data["spec"]["replicas"].as_i64() == Some(share))
+        })
+        .await;
+
+        eventually(
+            Duration::from_secs(150),
+            &format!("all 100 shards complete\n{}", daemons[0].log_tail()),
+            || async { status(&jobsets, "batch").await["completedShards"] == "0-99" },
+        )
+        .await;
+        sampler.abort();
+
+        let samples = samples.lock().unwrap().clone();
+        // While failover ran, the healthy members never lost available replicas.
+        let during: Vec<i64> = samples
+            .iter()
+            .filter(|(t, _, _)| *t >= stopped && *t <= failover_done)
+            .map(|(_, h, _)| *h)
+            .collect();
+        assert!(during.len() > 5, "too few samples: {during:?}");
+        assert!(
+            during.windows(2).all(|w| w[1] >= w[0]),
+            "available on healthy members dipped during failover: {during:?}"
+        );
+        // After the member came back, total available never fell below 30.
+        let after: Vec<i64> = samples
+            .iter()
+            .filter(|(t, _, _)| *t >= started)
+            .filter_map(|(_, _, all)| *all)
+            .collect();
+        assert!(
+            after.iter().all(|a| *a >= 30),
+            "total available fell below 30 after the member returned: {after:?}"
+        );
+        let twice: Vec<_> = successes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, jobs)| jobs.len() > 1)
+            .map(|(s, j)| format!("{s}: {j:?}"))
+            .collect();
+        assert!(twice.is_empty(), "shards that succeeded twice: {twice:?}");
+        eprintln!(
+            "failover: 30 available without {victim} {failed_over_after:?} after stop; {} samples",
+            samples.len()
+        );
+        for d in &daemons {
+            d.kill();
+        }
+        ns.delete().await;
+    }
+
+    #[tokio::test]
+    async fn destructive_deletion_while_a_member_is_down_is_finished_on_return_and_unjoin_force_never_hangs()
+     {
+        let fed = Federation::connect().await;
+        let daemons = federation(&fed, "cleanup");
+        let hub = fed.hub();
+        let members = fed.member_names();
+        let victim = members[2].clone();
+        let ns = TestNamespace::create(&hub, "cleanup").await;
+        let svc: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "gone"},
+            "spec": {
+                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "replicas": 6,
+                "placement": {"spread": {"minClusters": 3}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let svcs: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+        svcs.create(&PostParams::default(), &svc).await.unwrap();
+        let ar = ApiResource::erase::<PinterestService>(&());
+        let slice_in = |m: String| {
+            let (fed_ns, ar) = (ns.name.clone(), ar.clone());
+            let client = fed.client(&m);
+            async move {
+                Api::<DynamicObject>::namespaced_with(client, &fed_ns, &ar)
+                    .get_opt("gone")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some()
+            }
+        };
+        eventually(
+            Duration::from_secs(60),
+            &format!("a slice in {victim}\n{}", daemons[0].log_tail()),
+            || slice_in(victim.clone()),
+        )
+        .await;
+
+        harness(&["stop", &victim]);
+        let mcs: Api<MemberCluster> = Api::all(hub.clone());
+        eventually(Duration::from_secs(30), "victim NotReady", || async {
+            mcs.get(&victim)
+                .await
+                .ok()
+                .and_then(|m| m.status)
+                .is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready" && c.status != pinfed::api::common::ConditionStatus::True
+                    })
+                })
+        })
+        .await;
+        svcs.delete("gone", &DeleteParams::default()).await.unwrap();
+        // The hub resource goes at once (its slice in the victim is recorded, not awaited).
+        eventually(
+            Duration::from_secs(30),
+            &format!("hub resource deleted\n{}", daemons[0].log_tail()),
+            || async { svcs.get_opt("gone").await.unwrap().is_none() },
+        )
+        .await;
+        for m in &members[..2] {
+            assert!(!slice_in(m.clone()).await, "slice left in reachable {m}");
+        }
+        let pending = mcs
+            .get(&victim)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .pending_cleanups;
+        assert!(
+            pending
+                .iter()
+                .any(|p| p.name == "gone" && p.namespace == ns.name),
+            "{pending:?}"
+        );
+
+        harness(&["start", &victim]);
+        eventually(
+            Duration::from_secs(60),
+            &format!(
+                "slice removed from {victim} after its return\n{}",
+                daemons[0].log_tail()
+            ),
+            || async {
+                !slice_in(victim.clone()).await
+                    && mcs
+                        .get(&victim)
+                        .await
+                        .ok()
+                        .and_then(|m| m.status)
+                        .is_some_and(|s| s.pending_cleanups.is_empty())
+            },
+        )
+        .await;
+
+        // A member gone for good: unjoin --force returns promptly and reports what it drops.
+        harness(&["stop", &victim]);
+        let started = Instant::now();
+        let out = support::pinfed(&fed, &["unjoin", &victim, "--force", "--context", "hub"]);
+        assert!(
+            out.status.success(),
+            "unjoin --force: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(mcs.get_opt(&victim).await.unwrap().is_none());
+        // Plain unjoin of an unreachable member refuses and points at --force.
+        harness(&["start", &victim]);
+        support::join_all(&fed);
+        for d in &daemons {
+            d.kill();
+        }
+        ns.delete().await;
+    }
+}

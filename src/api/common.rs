@@ -299,7 +299,8 @@ pub struct Spread {
 #[serde(rename_all = "camelCase")]
 pub struct Failover {
     /// Move the workload (or its share) off a cluster that is NotReady or unreachable.
-    /// Defaults to true for every kind except PinterestStatefulSet.
+    /// Defaults to true for every kind except PinterestStatefulSet and
+    /// PinterestTrainingJob (moving those loses state or restarts the whole gang).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// How long a cluster may be NotReady before its share moves. Default 60.

@@ -203,6 +203,33 @@ pub struct MemberClusterStatus {
     /// Allocatable minus allocated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<ResourceAmounts>,
+    /// When the member last went from Ready to NotReady (kept while it stays NotReady):
+    /// workloads move off it once their failover grace has passed since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub lost_time: Option<Time>,
+    /// When the member last came back after being lost. Until the failback window has
+    /// passed since then, it gets no new shares and its stale slices are left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub returned_time: Option<Time>,
+    /// Slices of hub resources deleted while the member was unreachable; the hub removes
+    /// them when the member is back (`pinfed unjoin --force` drops them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind", "namespace", "name"]))]
+    pub pending_cleanups: Vec<PendingCleanup>,
+}
+
+/// A slice left in a member by a hub resource that was deleted while the member was down.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCleanup {
+    /// Kind of the slice (e.g. PinterestService).
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The deleted hub resource's uid (only slices labelled with it are removed).
+    pub hub_uid: String,
 }
 
 /// Federation-wide quota of a namespace: hard totals across all members and optional

@@ -111,7 +111,7 @@ impl WorkloadKind {
 
     /// Whether failover is on when `spec.placement.failover.enabled` is absent.
     pub fn failover_by_default(self) -> bool {
-        self != WorkloadKind::StatefulSet
+        !matches!(self, WorkloadKind::StatefulSet | WorkloadKind::TrainingJob)
     }
 }
 

@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 use super::kube_args::{KubeArgs, init_tracing};
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
-use crate::api::federation::MemberCluster;
+use crate::api::federation::{FederatedQuota, MemberCluster};
 use crate::api::jobset::PinterestJobSet;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::service::PinterestService;
@@ -70,6 +70,14 @@ pub struct HubArgs {
     /// Re-read member slices at least this often (seconds) for status aggregation.
     #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "2")]
     pub resync_secs: u64,
+    /// How long a member that came back must stay Ready before workloads fail back to
+    /// it and its stale slices are resized or removed (seconds).
+    #[arg(long, env = "PINFED_FAILBACK_WINDOW_SECS", default_value = "120")]
+    pub failback_window_secs: u64,
+    /// Leader-election Lease duration (seconds): a standby takes over this long after the
+    /// leader's last renewal at most.
+    #[arg(long, env = "PINFED_LEASE_DURATION_SECS", default_value = "8")]
+    pub lease_duration_secs: u64,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
@@ -103,6 +111,10 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         ));
         crate::hub::ensure_namespace(&client, &args.lease_namespace).await?;
         let members = MemberRegistry::default();
+        let cleanup_lock = Arc::new(tokio::sync::Mutex::new(()));
+        // Standby or leader, keep a connection and node/pod caches for every member, so a
+        // standby that takes over places at once instead of re-listing every member.
+        tokio::spawn(warm_members(client.clone(), members.clone()));
         let work = {
             let client = client.clone();
             let ready = ready.clone();
@@ -115,7 +127,9 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                     grace: Duration::from_secs(args.member_grace_secs),
                     interval: Duration::from_secs(args.heartbeat_secs),
                     health: health.clone(),
+                    cleanup_lock: cleanup_lock.clone(),
                 };
+                let cleanup_lock = cleanup_lock.clone();
                 let client = client.clone();
                 let members = members.clone();
                 let ready = ready.clone();
@@ -124,15 +138,21 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                 async move {
                     let member_store = mirror::<MemberCluster>(&client).await?;
                     let profiles = mirror::<RuntimeProfile>(&client).await?;
+                    let quotas = mirror::<FederatedQuota>(&client).await?;
                     let wctx = Arc::new(HubContext {
                         hub_metrics: hub_metrics.clone(),
                         hub: client.clone(),
                         registry: members,
                         members: member_store,
                         profiles,
+                        quotas,
                         ledger: Default::default(),
+                        quota_book: Default::default(),
+                        held_back: Default::default(),
+                        cleanup_lock,
                         metrics,
                         member_grace: Duration::from_secs(args.member_grace_secs),
+                        failback_window: Duration::from_secs(args.failback_window_secs),
                         stale_after_secs: args.stale_after_secs,
                         resync: Duration::from_secs(args.resync_secs),
                     });
@@ -149,11 +169,32 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                             }
                         }
                     };
+                    let quota_loop = {
+                        let wctx = wctx.clone();
+                        async move {
+                            loop {
+                                tokio::time::sleep(Duration::from_secs(2)).await;
+                                let held: std::collections::BTreeMap<String, String> = wctx
+                                    .held_back
+                                    .lock()
+                                    .map(|h| h.values().cloned().collect())
+                                    .unwrap_or_default();
+                                crate::hub::quota::write_quota_status(
+                                    &wctx.hub,
+                                    &wctx.quota_book,
+                                    &wctx.quotas.state(),
+                                    &held,
+                                )
+                                .await;
+                            }
+                        }
+                    };
                     tokio::join!(
                         async {
                             let _ = member_task.await;
                         },
                         profiles_loop,
+                        quota_loop,
                         workloads::run_kind::<PinterestService>(wctx.clone()),
                         workloads::run_kind::<PinterestJobSet>(wctx.clone()),
                         workloads::run_kind::<PinterestCronJob>(wctx.clone()),
@@ -172,9 +213,27 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                 .identity
                 .clone()
                 .unwrap_or_else(leader::default_identity),
-            duration_secs: 10,
-            grace_secs: 2,
+            duration_secs: args.lease_duration_secs,
+            grace_secs: 1,
         });
         leader::run_until_shutdown(client, cfg, work).await
     })
+}
+
+/// Connects every MemberCluster (client, node and pod caches) and keeps the set current,
+/// whether this process leads or stands by. Only the leader's member loop heartbeats
+/// and writes status.
+async fn warm_members(client: kube::Client, registry: MemberRegistry) {
+    use kube::ResourceExt;
+    let api: kube::Api<MemberCluster> = kube::Api::all(client.clone());
+    loop {
+        if let Ok(list) = api.list(&Default::default()).await {
+            for mc in &list.items {
+                if let Err(e) = crate::hub::members::ensure_member(&client, &registry, mc).await {
+                    tracing::debug!(member = %mc.name_any(), error = %e, "member not connected yet");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
 }

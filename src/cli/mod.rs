@@ -11,6 +11,7 @@ pub mod kube_args;
 mod overview;
 mod plan;
 mod topology;
+mod unjoin;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,6 +36,9 @@ pub enum Command {
     /// Register a member cluster with the hub (ServiceAccount, RBAC and CRDs in the member;
     /// kubeconfig Secret and MemberCluster on the hub).
     Join(join::JoinArgs),
+    /// Remove a member: move its workloads off first (or, with --force, detach a member
+    /// that is gone for good).
+    Unjoin(unjoin::UnjoinArgs),
     /// Run the federation hub controller.
     Hub(hub::HubArgs),
     /// Offline: the placement decision for one workload on a topology (JSON on stdout).
@@ -51,6 +55,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Expand(args) => expand::run(args),
         Command::Topology(args) => topology::run(args),
         Command::Join(args) => join::run(args),
+        Command::Unjoin(args) => unjoin::run(args),
         Command::Hub(args) => hub::run(args),
         Command::Agent(args) => crate::agent::run(args),
         Command::Overview(args) => overview::run(args),

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::api::federation::{Amounts, FederatedQuota};
+use crate::api::federation::FederatedQuota;
 use crate::api::parse::{Document, parse_one};
 use crate::api::validate;
 use crate::expand::select_profile;
-use crate::placement::model::{ClusterView, Limits, QuotaUse, QuotaView, Resources};
-use crate::placement::{Decision, PlanInput, from_workload, plan};
+use crate::placement::model::{ClusterView, QuotaView};
+use crate::placement::{Decision, PlanInput, from_quota, from_workload, plan};
 use crate::topology::Topology;
 
 #[derive(Debug, Args)]
@@ -36,70 +36,10 @@ fn read(p: &PathBuf) -> anyhow::Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
 
-fn limits(a: &Amounts) -> Limits {
-    Limits {
-        cpu: a.cpu,
-        memory: a.memory,
-        gpu: a.gpus.map(|g| i64::try_from(g.units()).unwrap_or(i64::MAX)),
-        pods: a.pods.map(|p| i64::try_from(p.units()).unwrap_or(i64::MAX)),
-    }
-}
-
-fn used(a: &Amounts) -> Resources {
-    Resources {
-        cpu: a.cpu.unwrap_or_default(),
-        memory: a.memory.unwrap_or_default(),
-        gpu: a
-            .gpus
-            .map(|g| i64::try_from(g.units()).unwrap_or(0))
-            .unwrap_or(0),
-        pods: a
-            .pods
-            .map(|p| i64::try_from(p.units()).unwrap_or(0))
-            .unwrap_or(0),
-    }
-}
-
-/// The engine's view of a FederatedQuota: hard totals and per-cluster caps, minus usage.
+/// The engine's view of a FederatedQuota file: hard totals and per-cluster caps, minus
+/// the usage its status records.
 pub fn quota_view(q: &FederatedQuota) -> anyhow::Result<QuotaView> {
-    let name = q.metadata.name.clone().unwrap_or_default();
-    let hard = q.spec.hard.parse().context("spec.hard")?;
-    let status = q.status.clone().unwrap_or_default();
-    let used_total = status
-        .used
-        .as_ref()
-        .map(|u| u.parse())
-        .transpose()
-        .context("status.used")?
-        .unwrap_or_default();
-    let mut clusters = std::collections::BTreeMap::new();
-    for (c, caps) in &q.spec.per_cluster {
-        let h = caps
-            .parse()
-            .with_context(|| format!("spec.perCluster.{c}"))?;
-        let u = status
-            .used_per_cluster
-            .get(c)
-            .map(|u| u.parse())
-            .transpose()
-            .with_context(|| format!("status.usedPerCluster.{c}"))?
-            .unwrap_or_default();
-        clusters.insert(
-            c.clone(),
-            QuotaUse {
-                hard: limits(&h),
-                used: used(&u),
-            },
-        );
-    }
-    Ok(QuotaView {
-        name,
-        total: QuotaUse {
-            hard: limits(&hard),
-            used: used(&used_total),
-        },
-        clusters,
-    })
+    Ok(from_quota::quota_view(q, None)?)
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {

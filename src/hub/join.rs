@@ -34,7 +34,8 @@ pub struct JoinRequest {
 }
 
 /// What the hub may do in a member: write workload slices and the ConfigMaps, Secrets
-/// and namespaces they need, read capacity (nodes, pods). Nothing else.
+/// and namespaces they need, read capacity (nodes, pods), delete Jobs of moved shards.
+/// Nothing else.
 pub fn member_rbac() -> Vec<serde_json::Value> {
     let rw = [
         "get", "list", "watch", "create", "update", "patch", "delete",
@@ -59,6 +60,9 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create", "patch"]},
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
             {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+            // Fencing: Jobs of shards that moved away while the member was unreachable are
+            // deleted as soon as it is back, before they can finish a second time.
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
         ]}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": HUB_SERVICE_ACCOUNT},

@@ -28,6 +28,8 @@ pub struct MemberLoop {
     pub interval: Duration,
     /// 1 when the member is Ready, else 0.
     pub health: Family<MemberLabels, Gauge>,
+    /// Shared with the workload loops: serializes pending clean-up writes.
+    pub cleanup_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +64,29 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
             member: name.clone(),
         })
         .set(i64::from(ready));
-    if mc.status.as_ref() != Some(&status) {
+    let unchanged = mc.status.as_ref().is_some_and(|old| {
+        let mut old = old.clone();
+        old.pending_cleanups.clear();
+        old == status
+    });
+    if !unchanged {
         members::write_status(&ctx.hub, &name, &status).await?;
+    }
+    // Slices of hub resources deleted while the member was down go now.
+    let pending = mc
+        .status
+        .as_ref()
+        .map(|s| s.pending_cleanups.clone())
+        .unwrap_or_default();
+    if let (true, false, Some(m)) = (ready, pending.is_empty(), member.as_ref()) {
+        match crate::hub::cleanups::process(&ctx.hub, &ctx.cleanup_lock, &name, &m.client, &pending)
+            .await
+        {
+            Ok(n) => {
+                tracing::info!(member = %name, done = n, left = pending.len() - n, "pending clean-ups processed")
+            }
+            Err(e) => tracing::warn!(member = %name, error = %e, "pending clean-ups not done yet"),
+        }
     }
     Ok(Action::requeue(ctx.interval))
 }

@@ -19,7 +19,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 
-use crate::api::common::{Condition, ConditionStatus, condition_types as ct, set_condition};
+use crate::api::common::{
+    Condition, ConditionStatus, LABEL_KIND, LABEL_WORKLOAD, condition_types as ct, set_condition,
+};
 use crate::api::federation::{MemberCluster, MemberClusterStatus};
 use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::placement::capacity::{self, NodeUsage};
@@ -85,9 +87,25 @@ impl Member {
     }
 
     pub fn node_usage(&self) -> Vec<NodeUsage> {
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
-        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
-        capacity::node_usage(&nodes, &pods)
+        self.node_usage_without(None)
+    }
+
+    /// Node usage not counting the pods of `workload` (namespace, kind, name): a re-plan
+    /// moves those pods, so the room they hold is the workload's own.
+    pub fn node_usage_without(&self, workload: Option<(&str, &str, &str)>) -> Vec<NodeUsage> {
+        let nodes = self.nodes.state();
+        let pods = self.pods.state();
+        let own = |p: &Pod| {
+            workload.is_some_and(|(ns, kind, name)| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.labels().get(LABEL_WORKLOAD).map(String::as_str) == Some(name)
+                    && p.labels().get(LABEL_KIND).map(String::as_str) == Some(kind)
+            })
+        };
+        capacity::node_usage(
+            nodes.iter().map(|n| n.as_ref()),
+            pods.iter().map(|p| p.as_ref()).filter(|p| !own(p)),
+        )
     }
 }
 
@@ -171,11 +189,19 @@ async fn read_kubeconfig(
     Ok((text, secret.resource_version().unwrap_or_default()))
 }
 
+/// A client for a member from its kubeconfig Secret on the hub.
+pub async fn member_client(hub: &Client, mc: &MemberCluster) -> Result<Client, MemberError> {
+    let (text, _) = read_kubeconfig(hub, mc).await?;
+    client_from_kubeconfig(&mc.name_any(), &text).await
+}
+
 /// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror.
 fn trim_pod(p: &mut Pod) {
     p.managed_fields_mut().clear();
     p.annotations_mut().clear();
-    p.labels_mut().clear();
+    // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods.
+    p.labels_mut()
+        .retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND);
     p.metadata.owner_references = None;
     if let Some(spec) = p.spec.as_mut() {
         spec.volumes = None;
@@ -339,6 +365,20 @@ pub fn member_status(
             }
         }
     };
+    let was_ready = s
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ct::READY && c.status == ConditionStatus::True);
+    let ready_now = member.is_some_and(|m| m.is_ready(now, grace));
+    if ready_now {
+        if s.lost_time.take().is_some() {
+            s.returned_time = Some(t.clone());
+        }
+    } else if was_ready || s.lost_time.is_some() {
+        s.lost_time.get_or_insert_with(|| t.clone());
+    }
+    // Pending clean-ups have their own writer (field manager); this loop never applies them.
+    s.pending_cleanups.clear();
     set_condition(&mut s.conditions, ready_cond);
     if let Some(m) = member.filter(|m| m.is_ready(now, grace)) {
         let usage = m.node_usage();

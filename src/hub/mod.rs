@@ -1,9 +1,12 @@
 //! The hub: member registry and health, placement, slices and status aggregation.
 
+pub mod cleanups;
 pub mod join;
 pub mod member_loop;
 pub mod members;
+pub mod quota;
 pub mod slices;
+pub mod unjoin;
 pub mod workloads;
 
 /// Creates a namespace if it does not exist (server-side apply, idempotent).

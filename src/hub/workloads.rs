@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
@@ -20,18 +21,36 @@ use kube::{Client, ResourceExt};
 
 use crate::agent::kinds::AgentKind;
 use crate::api::common::{
-    ClusterPlacement, PlacementDecision, PlacementStrategy, condition_types as ct,
+    ClusterPlacement, MemberWorkloadStatus, PlacementDecision, PlacementStrategy,
+    condition_types as ct,
 };
-use crate::api::federation::MemberCluster;
+use crate::api::federation::{FederatedQuota, MemberCluster, PendingCleanup};
 use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::{HUB_FIELD_MANAGER, apply_json};
 use crate::controller::metrics::ReconcileMetrics;
+use crate::hub::cleanups;
 use crate::hub::members::MemberRegistry;
+use crate::hub::quota::{self, QuotaBook};
 use crate::hub::slices::{self, FINALIZER};
+use crate::placement::failover::{
+    self, FailoverPolicy, MemberHealth, Share, SliceSeen, SliceStep, Standing, TransitionInput,
+};
+use crate::placement::from_quota;
 use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffect};
 use crate::placement::{self, Decision, Ledger, Placement, PlanInput};
+
+/// The hub generation the current placement decision was made for.
+pub const ANNOTATION_PLACEMENT_GENERATION: &str = "federation.pinterest.com/placement-generation";
+/// Members the workload moved off after they were lost (comma-separated), for failback.
+pub const ANNOTATION_FAILED_OVER_FROM: &str = "federation.pinterest.com/failed-over-from";
+/// What the last failover moved, shown in the FailedOver condition.
+pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover-message";
+/// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
+pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
+/// Condition: the workload runs off a member it failed over from.
+pub const FAILED_OVER: &str = "FailedOver";
 use crate::status::{self, MemberObservation, Progress};
 
 /// What the hub's workload loops report beyond the reconcile counters.
@@ -88,9 +107,17 @@ pub struct HubContext {
     pub registry: MemberRegistry,
     pub members: Store<MemberCluster>,
     pub profiles: Store<RuntimeProfile>,
+    pub quotas: Store<FederatedQuota>,
     pub ledger: Mutex<Ledger>,
+    pub quota_book: QuotaBook,
+    /// Workload key → (namespace, why) for workloads their quota holds back.
+    pub held_back: Mutex<BTreeMap<String, (String, String)>>,
+    /// Serializes writes of MemberCluster `status.pendingCleanups`.
+    pub cleanup_lock: Arc<tokio::sync::Mutex<()>>,
     pub metrics: ReconcileMetrics,
     pub member_grace: Duration,
+    /// How long a returned member must stay Ready before workloads fail back to it.
+    pub failback_window: Duration,
     pub stale_after_secs: i64,
     pub resync: Duration,
 }
@@ -139,8 +166,14 @@ fn workload_key<K: AgentKind>(obj: &K) -> String {
     )
 }
 
-/// Cluster views for placement: MemberCluster spec plus live node room.
-fn cluster_views(ctx: &HubContext, now: Timestamp) -> Vec<ClusterView> {
+/// Cluster views for placement: MemberCluster spec plus live node room, not counting
+/// the pods of `own` (namespace, kind, name); only members standing Ready are eligible.
+fn cluster_views(
+    ctx: &HubContext,
+    now: Timestamp,
+    own: Option<(&str, &str, &str)>,
+    standings: &BTreeMap<String, Standing>,
+) -> Vec<ClusterView> {
     let mut views: Vec<ClusterView> = ctx
         .members
         .state()
@@ -150,11 +183,12 @@ fn cluster_views(ctx: &HubContext, now: Timestamp) -> Vec<ClusterView> {
             let member = ctx.registry.get(&name);
             let ready = member
                 .as_ref()
-                .is_some_and(|m| m.is_ready(now, ctx.member_grace));
+                .is_some_and(|m| m.is_ready(now, ctx.member_grace))
+                && standings.get(&name) == Some(&Standing::Ready);
             let nodes = member
                 .filter(|_| ready)
                 .map(|m| {
-                    m.node_usage()
+                    m.node_usage_without(own)
                         .into_iter()
                         .filter(|n| n.schedulable)
                         .map(|n| {
@@ -278,28 +312,53 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     let name = obj.name_any();
     let key = workload_key(obj);
     let hub_api: Api<K> = Api::namespaced(ctx.hub.clone(), &ns);
+    let now = Timestamp::now();
 
-    // Deletion: remove every slice, then the finalizer.
+    // Deletion: remove every slice (a member that is down gets a record and loses the
+    // slice when it is back), then the finalizer.
     if obj.meta().deletion_timestamp.is_some() {
-        let mut pending = Vec::new();
-        for m in ctx.registry.all() {
-            match slice_api::<K>(&m.client, &ns)
-                .await
-                .delete(&name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(e) => {
-                    tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
-                    pending.push(m.name.clone());
+        let mut retry = false;
+        for mc in ctx.members.state() {
+            let member_name = mc.name_any();
+            let member = ctx
+                .registry
+                .get(&member_name)
+                .filter(|m| m.is_ready(now, ctx.member_grace));
+            match member {
+                Some(m) => match slice_api::<K>(&m.client, &ns)
+                    .await
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => {
+                        tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
+                        retry = true;
+                    }
+                },
+                None => {
+                    let record = PendingCleanup {
+                        kind: K::KIND.as_str().into(),
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                        hub_uid: obj.uid().unwrap_or_default(),
+                    };
+                    tracing::info!(workload = %key, member = %member_name, "member unreachable; its slice is removed when it is back");
+                    cleanups::record(&ctx.hub, &ctx.cleanup_lock, &member_name, record)
+                        .await
+                        .map_err(HubError::Hub)?;
                 }
             }
         }
-        if !pending.is_empty() {
+        if retry {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         if let Ok(mut l) = ctx.ledger.lock() {
             l.release(&key);
+        }
+        ctx.quota_book.remove(&key);
+        if let Ok(mut h) = ctx.held_back.lock() {
+            h.remove(&key);
         }
         let finalizers: Vec<String> = obj
             .finalizers()
@@ -327,7 +386,6 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             .map_err(HubError::Hub)?;
     }
 
-    let now = Timestamp::now();
     let now_time = Time(now);
     let generation = obj.meta().generation.unwrap_or(0);
     let hub_json = serde_json::to_value(obj)?;
@@ -359,48 +417,129 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     };
     let policy = placement::from_workload::policy_for(w);
 
-    // Place: keep the decision while it was made for this generation and every placed
-    // cluster is still Ready; otherwise plan again, moving as little as possible.
-    let mut views = cluster_views(ctx, now);
+    // Member health as this workload sees it (its failover grace, the failback window).
+    let fpolicy = failover_policy::<K>(w, ctx.failback_window);
+    let standings: BTreeMap<String, Standing> = member_health(ctx, now)
+        .iter()
+        .map(|(n, h)| (n.clone(), failover::standing(h, &fpolicy, now.as_second())))
+        .collect();
+    // A cluster that is no member any more is gone for good.
+    let standing_of = |c: &str| standings.get(c).copied().unwrap_or(Standing::Lost);
+    let reachable: BTreeSet<String> = standings
+        .iter()
+        .filter(|(n, s)| {
+            matches!(s, Standing::Ready | Standing::Settling | Standing::Draining)
+                && ctx.registry.get(n).is_some()
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    let settling: BTreeSet<String> = standings
+        .iter()
+        .filter(|(_, s)| **s == Standing::Settling)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let failed_over_from: BTreeSet<String> = obj
+        .annotations()
+        .get(ANNOTATION_FAILED_OVER_FROM)
+        .map(|s| {
+            s.split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let lost_placed: BTreeSet<String> = previous
+        .iter()
+        .flat_map(|p| p.placements.iter())
+        .filter(|c| matches!(standing_of(&c.cluster), Standing::Lost | Standing::Draining))
+        .map(|c| c.cluster.clone())
+        .collect();
+    let failback: BTreeSet<String> = failed_over_from
+        .iter()
+        .filter(|c| standing_of(c) == Standing::Ready)
+        .cloned()
+        .collect();
+
+    // Place: keep the decision while it was made for this generation and no placed
+    // cluster is lost; otherwise plan again, moving as little as possible — except on
+    // failback, where replicas go back toward the ideal split.
+    let mut views = cluster_views(ctx, now, Some((&ns, K::KIND.as_str(), &name)), &standings);
     let decided_for = obj
         .annotations()
-        .get("federation.pinterest.com/placement-generation")
+        .get(ANNOTATION_PLACEMENT_GENERATION)
         .and_then(|g| g.parse::<i64>().ok());
-    let ready: BTreeSet<String> = views
-        .iter()
-        .filter(|v| v.ready)
-        .map(|v| v.name.clone())
-        .collect();
+    let eligible = views.iter().filter(|v| v.ready).count() as u32;
     // A decision made while fewer clusters were Ready than the spread asks for is redone
     // once more are.
     let spread_short = |p: &PlacementDecision| {
-        (p.placements.len() as u32) < policy.spread.min_clusters.min(ready.len() as u32)
+        (p.placements.len() as u32) < policy.spread.min_clusters.min(eligible)
     };
     let keep = previous.as_ref().is_some_and(|p| {
         decided_for == Some(generation)
             && p.unplaced == 0
             && !spread_short(p)
-            && p.placements.iter().all(|c| ready.contains(&c.cluster))
+            && lost_placed.is_empty()
+            && failback.is_empty()
     });
+    let quota = quota_of(ctx, &ns, &profiles).await?;
+    let mut quota_exceeded = false;
     let decision = if keep {
         from_api_decision(previous.as_ref().expect("checked by keep"))
     } else {
         let started = std::time::Instant::now();
+        let before = previous.as_ref().map(from_api_decision);
+        let ideal = !failback.is_empty()
+            && matches!(
+                demand.count,
+                placement::Count::Replicas(_) | placement::Count::Whole
+            );
         let outcome = {
             let mut ledger = ctx.ledger.lock().expect("ledger lock");
             ledger.expire(SystemTime::now() - Duration::from_secs(30));
             ledger.apply(&mut views, Some(&key));
-            let current = previous.as_ref().map(from_api_decision);
+            // Quota usage is read and charged under the same lock as capacity.
+            let quota_view = match &quota {
+                Some(q) => {
+                    let used = ctx.quota_book.usage(&ns, Some(&key));
+                    match from_quota::quota_view(q, Some(&used)) {
+                        Ok(v) => Some(v),
+                        Err(e) => {
+                            tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
             let outcome = placement::plan(&PlanInput {
                 clusters: &views,
                 policy: &policy,
                 demand: &demand,
-                quota: None,
-                current: current.as_ref(),
+                quota: quota_view.as_ref(),
+                current: if ideal { None } else { before.as_ref() },
             });
             ledger.reserve(&key, &outcome, SystemTime::now());
+            ctx.quota_book
+                .set(&key, &ns, from_quota::usage_of(&outcome.decision, &demand));
             outcome
         };
+        quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
+        if let Ok(mut h) = ctx.held_back.lock() {
+            if quota_exceeded {
+                h.insert(
+                    key.clone(),
+                    (
+                        ns.clone(),
+                        format!(
+                            "{key}: {}",
+                            outcome.decision.reason.clone().unwrap_or_default()
+                        ),
+                    ),
+                );
+            } else {
+                h.remove(&key);
+            }
+        }
         ctx.hub_metrics
             .placement_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -410,16 +549,98 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 kind: K::KIND.as_str().into(),
             })
             .inc();
+        // Fail back later to members that were lost; not to members being unjoined or gone.
+        let mut failed_over = failed_over_from.clone();
+        failed_over.extend(lost_placed.iter().cloned());
+        failed_over.retain(|c| {
+            !failback.contains(c)
+                && standings.contains_key(c)
+                && standing_of(c) != Standing::Draining
+        });
+        let mut annotations = serde_json::json!({
+            ANNOTATION_PLACEMENT_GENERATION: generation.to_string(),
+            ANNOTATION_FAILED_OVER_FROM: if failed_over.is_empty() {
+                serde_json::Value::Null
+            } else {
+                failed_over.iter().cloned().collect::<Vec<_>>().join(",").into()
+            },
+        });
+        if let (Some(b), false) = (&before, lost_placed.is_empty()) {
+            let moved = failover::moved_text(b, &outcome.decision, &lost_placed);
+            tracing::warn!(workload = %key, %moved, "failover");
+            annotations[ANNOTATION_FAILOVER_MESSAGE] = moved.into();
+        }
+        if failed_over.is_empty() {
+            annotations[ANNOTATION_FAILOVER_MESSAGE] = serde_json::Value::Null;
+        }
+        if !failback.is_empty() {
+            tracing::info!(workload = %key, members = ?failback, decision = %outcome.decision.to_json(), "failback");
+        }
         tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
-        let patch = serde_json::json!({"metadata": {"annotations": {"federation.pinterest.com/placement-generation": generation.to_string()}}});
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
         hub_api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(HubError::Hub)?;
         outcome.decision
     };
+    let api_decision = to_api_decision(&decision);
 
-    // Slices.
+    // Read the slices of every reachable member.
+    let mut found: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for m in ctx.registry.all() {
+        if !reachable.contains(&m.name) {
+            continue;
+        }
+        match slice_api::<K>(&m.client, &ns).await.get_opt(&name).await {
+            Ok(Some(s)) => {
+                found.insert(m.name.clone(), serde_json::to_value(s)?);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(HubError::Member {
+                    cluster: m.name.clone(),
+                    source: e,
+                });
+            }
+        }
+    }
+    let observed: BTreeMap<String, MemberWorkloadStatus> = found
+        .iter()
+        .map(|(c, v)| {
+            (
+                c.clone(),
+                slices::member_workload_status(c, K::KIND, v, &now_time),
+            )
+        })
+        .collect();
+    let seen: BTreeMap<String, SliceSeen> = observed
+        .iter()
+        .map(|(c, st)| {
+            let v = &found[c];
+            let spec_replicas = v["spec"]["replicas"].as_u64().unwrap_or(0);
+            (
+                c.clone(),
+                SliceSeen {
+                    replicas: u32::try_from(spec_replicas).unwrap_or(0),
+                    available: u32::try_from(st.available_replicas.unwrap_or(0).max(0))
+                        .unwrap_or(0),
+                    ready: matches!(st.state.as_deref(), Some("Ready" | "Complete")),
+                },
+            )
+        })
+        .collect();
+
+    // Move the slices toward the decision: grow first, shrink and drop once the new
+    // shares are available; job sets, cron and training jobs are fenced at once.
+    let target = Share::of(&decision);
+    let steps = failover::transition(&TransitionInput {
+        target: &target,
+        seen: &seen,
+        reachable: &reachable,
+        settling: &settling,
+        run_to_completion: K::KIND.runs_to_completion(),
+    });
     let shard_counts: Vec<(String, u64)> = decision
         .placements
         .iter()
@@ -444,111 +665,126 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .pointer("/spec/template/spec")
         .cloned()
         .and_then(|s| serde_json::from_value(s).ok());
-    for p in &decision.placements {
-        let Some(member) = ctx.registry.get(&p.cluster) else {
+    for (cluster, step) in &steps {
+        let Some(member) = ctx.registry.get(cluster) else {
             continue;
         };
-        if !ready.contains(&p.cluster) {
-            continue;
+        match step {
+            SliceStep::Keep => {}
+            SliceStep::Delete => {
+                tracing::info!(workload = %key, member = %cluster, "removing the slice of a cluster that left the placement");
+                match slice_api::<K>(&member.client, &ns)
+                    .await
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(source) => {
+                        return Err(HubError::Member {
+                            cluster: cluster.clone(),
+                            source,
+                        });
+                    }
+                }
+                if K::KIND == WorkloadKind::JobSet {
+                    fence_jobs(&member.client, &ns, &name, None).await;
+                }
+            }
+            SliceStep::Apply(share) => {
+                let p = Placement {
+                    cluster: cluster.clone(),
+                    replicas: match share {
+                        Share::Replicas(n) => Some(*n),
+                        _ => None,
+                    },
+                    shards: match share {
+                        Share::Shards(s) => Some(s.clone()),
+                        _ => None,
+                    },
+                };
+                crate::hub::ensure_namespace(&member.client, &ns)
+                    .await
+                    .map_err(|source| HubError::Propagate {
+                        cluster: cluster.clone(),
+                        source,
+                    })?;
+                if let Some(spec) = &pod_spec {
+                    propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
+                }
+                let slice = slices::build_slice(
+                    K::KIND,
+                    &hub_json,
+                    &p,
+                    parallelism.get(cluster).copied().map(Some).unwrap_or(None),
+                );
+                slice_api::<K>(&member.client, &ns)
+                    .await
+                    .patch(
+                        &name,
+                        &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                        &Patch::Apply(&slice),
+                    )
+                    .await
+                    .map_err(|source| HubError::Member {
+                        cluster: cluster.clone(),
+                        source,
+                    })?;
+                // Shards that left this member (it was lost meanwhile): stop their Jobs
+                // now rather than when its agent catches up.
+                if let (Share::Shards(s), Some(old)) = (share, found.get(cluster)) {
+                    let keep = RangeSet::parse(s).unwrap_or_default();
+                    let had = old["spec"]["assignedShards"]
+                        .as_str()
+                        .and_then(|r| RangeSet::parse(r).ok())
+                        .unwrap_or_default();
+                    if had.iter().any(|i| !keep.contains(i)) {
+                        fence_jobs(&member.client, &ns, &name, Some(&keep)).await;
+                    }
+                }
+                ctx.hub_metrics
+                    .slice_writes
+                    .get_or_create(&crate::hub::member_loop::MemberLabels {
+                        member: cluster.clone(),
+                    })
+                    .inc();
+            }
         }
-        crate::hub::ensure_namespace(&member.client, &ns)
-            .await
-            .map_err(|source| HubError::Propagate {
-                cluster: p.cluster.clone(),
-                source,
-            })?;
-        if let Some(spec) = &pod_spec {
-            propagate_config(ctx, &member.client, &p.cluster, &ns, spec).await?;
-        }
-        let slice = slices::build_slice(
-            K::KIND,
-            &hub_json,
-            p,
-            parallelism
-                .get(&p.cluster)
-                .copied()
-                .map(Some)
-                .unwrap_or(None),
-        );
-        slice_api::<K>(&member.client, &ns)
-            .await
-            .patch(
-                &name,
-                &PatchParams::apply(HUB_FIELD_MANAGER).force(),
-                &Patch::Apply(&slice),
-            )
-            .await
-            .map_err(|source| HubError::Member {
-                cluster: p.cluster.clone(),
-                source,
-            })?;
-        ctx.hub_metrics
-            .slice_writes
-            .get_or_create(&crate::hub::member_loop::MemberLabels {
-                member: p.cluster.clone(),
-            })
-            .inc();
     }
 
-    // Observe the slices.
+    // Aggregate what the placed clusters report.
     let aggregation_started = std::time::Instant::now();
-    let placed: BTreeSet<&str> = decision
-        .placements
-        .iter()
-        .map(|p| p.cluster.as_str())
-        .collect();
     let mut observations = Vec::new();
-    let mut stale_slices = Vec::new();
-    for m in ctx.registry.all() {
-        let member_ready = ready.contains(&m.name);
-        let slice = if member_ready {
-            slice_api::<K>(&m.client, &ns)
-                .await
-                .get_opt(&name)
-                .await
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
-        if !placed.contains(m.name.as_str()) {
-            if slice.is_some() {
-                stale_slices.push(m.clone());
-            }
-            continue;
-        }
+    for p in &decision.placements {
+        let member_ready = reachable.contains(&p.cluster);
         let previous_member = status_json["clusters"]
             .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["cluster"] == m.name.as_str()))
+            .and_then(|cs| cs.iter().find(|c| c["cluster"] == p.cluster.as_str()))
             .cloned();
-        let (status, hub_gen, processed) = match &slice {
-            Some(s) => {
-                let v = serde_json::to_value(s)?;
-                let st = slices::member_workload_status(&m.name, K::KIND, &v, &now_time);
+        let (status, hub_gen, processed) = match found.get(&p.cluster) {
+            Some(v) => {
                 let hub_gen = v["metadata"]["annotations"][slices::ANNOTATION_HUB_GENERATION]
                     .as_str()
                     .and_then(|g| g.parse().ok());
                 let processed = v["status"]["observedGeneration"].as_i64()
                     == v["metadata"]["generation"].as_i64();
-                (Some(st), hub_gen, processed)
+                (observed.get(&p.cluster).cloned(), hub_gen, processed)
             }
             // A lost member: keep showing its last known status (aggregation marks it).
-            None => (
+            None if !member_ready => (
                 previous_member.and_then(|p| serde_json::from_value(p).ok()),
                 None,
                 false,
             ),
+            None => (None, None, false),
         };
         observations.push(MemberObservation {
-            cluster: m.name.clone(),
+            cluster: p.cluster.clone(),
             member_ready,
             status,
             slice_hub_generation: hub_gen,
             slice_processed: processed,
         });
     }
-
-    // Remove slices of clusters that left the placement once the new ones are available.
     let progress = match w {
         WorkloadRef::Service(s) => Progress::Replicas {
             desired: s.spec.replicas,
@@ -566,37 +802,42 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .as_str()
         .and_then(|r| RangeSet::parse(r).ok())
         .unwrap_or_default();
-    let api_decision = to_api_decision(&decision);
     let agg = status::aggregate(&status::AggregateInput {
         hub_generation: generation,
         previous_observed_generation: status_json["observedGeneration"].as_i64(),
         previous_completed: &previous_completed,
         progress,
         decision: &api_decision,
-        quota_exceeded: false,
+        quota_exceeded,
         members: &observations,
         now: &now_time,
         stale_after_secs: ctx.stale_after_secs,
     });
-    let replacement_ready = match progress {
-        Progress::Replicas { desired } => agg.available_replicas >= desired,
-        _ => true,
-    };
-    if replacement_ready {
-        for m in stale_slices {
-            tracing::info!(workload = %key, member = %m.name, "removing the slice of a cluster that left the placement");
-            let _ = slice_api::<K>(&m.client, &ns)
-                .await
-                .delete(&name, &DeleteParams::background())
-                .await;
-        }
-    }
 
     // Hub status: placement, per-cluster, totals, conditions, observedGeneration.
+    let mut conditions = agg.conditions;
+    let counts_for_failback =
+        |c: &&String| standings.contains_key(c.as_str()) && standing_of(c) != Standing::Draining;
+    conditions.push(failed_over_condition(
+        obj.annotations(),
+        &failed_over_from
+            .iter()
+            .filter(counts_for_failback)
+            .cloned()
+            .collect(),
+        &lost_placed
+            .iter()
+            .filter(counts_for_failback)
+            .cloned()
+            .collect(),
+        &failback,
+        generation,
+        &now_time,
+    ));
     let mut st = serde_json::json!({
         "placement": api_decision,
         "clusters": agg.clusters,
-        "conditions": merge_conditions(&status_json, agg.conditions),
+        "conditions": merge_conditions(&status_json, conditions),
     });
     if let Some(g) = agg.observed_generation {
         st["observedGeneration"] = g.into();
@@ -625,6 +866,147 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .aggregation_seconds
         .observe(aggregation_started.elapsed().as_secs_f64());
     Ok(Action::requeue(ctx.resync))
+}
+
+/// FailedOver: True while the workload runs off a member it failed over from.
+fn failed_over_condition(
+    annotations: &BTreeMap<String, String>,
+    failed_over_from: &BTreeSet<String>,
+    lost_now: &BTreeSet<String>,
+    failing_back: &BTreeSet<String>,
+    generation: i64,
+    now: &Time,
+) -> crate::api::common::Condition {
+    use crate::api::common::{Condition, ConditionStatus};
+    let mut from: BTreeSet<String> = failed_over_from.clone();
+    from.extend(lost_now.iter().cloned());
+    from.retain(|c| !failing_back.contains(c));
+    if from.is_empty() {
+        return Condition::new(
+            FAILED_OVER,
+            ConditionStatus::False,
+            if failing_back.is_empty() {
+                "NoMemberLost"
+            } else {
+                "FailedBack"
+            },
+            "",
+            Some(generation),
+            now,
+        );
+    }
+    let moved = annotations
+        .get(ANNOTATION_FAILOVER_MESSAGE)
+        .cloned()
+        .unwrap_or_else(|| {
+            format!(
+                "{} lost",
+                from.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        });
+    Condition::new(
+        FAILED_OVER,
+        ConditionStatus::True,
+        "MemberLost",
+        format!("{moved}; fails back once the member is Ready past the failback window"),
+        Some(generation),
+        now,
+    )
+}
+
+/// Deletes a job set's Jobs in a member, except those of `keep` shards (all when `None`):
+/// shards that moved elsewhere while the member was unreachable must not finish here too.
+async fn fence_jobs(member: &Client, ns: &str, name: &str, keep: Option<&RangeSet>) {
+    use crate::api::common::{LABEL_KIND, LABEL_SHARD, LABEL_WORKLOAD};
+    let api: Api<Job> = Api::namespaced(member.clone(), ns);
+    let selector = format!(
+        "{LABEL_WORKLOAD}={},{LABEL_KIND}={}",
+        crate::expand::names::label_value(name),
+        WorkloadKind::JobSet.as_str()
+    );
+    let jobs = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list Jobs to fence");
+            return;
+        }
+    };
+    for j in jobs {
+        let shard = j
+            .labels()
+            .get(LABEL_SHARD)
+            .and_then(|s| s.parse::<u32>().ok());
+        if let (Some(keep), Some(i)) = (keep, shard)
+            && keep.contains(i)
+        {
+            continue;
+        }
+        let _ = api.delete(&j.name_any(), &DeleteParams::background()).await;
+    }
+}
+
+/// Member health from MemberCluster status (loss and return times) and live heartbeats.
+fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHealth> {
+    ctx.members
+        .state()
+        .iter()
+        .map(|mc| {
+            let name = mc.name_any();
+            let ready = ctx
+                .registry
+                .get(&name)
+                .is_some_and(|m| m.is_ready(now, ctx.member_grace));
+            let status = mc.status.clone().unwrap_or_default();
+            let secs = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
+            let lost_since = if ready {
+                None
+            } else {
+                // Not recorded yet (the member loop writes it): the loss starts now.
+                secs(&status.lost_time).or(Some(now.as_second()))
+            };
+            (
+                name,
+                MemberHealth {
+                    ready,
+                    lost_since,
+                    returned_at: secs(&status.returned_time),
+                    draining: mc.annotations().contains_key(ANNOTATION_DRAINING),
+                },
+            )
+        })
+        .collect()
+}
+
+fn failover_policy<K: AgentKind>(w: WorkloadRef<'_>, window: Duration) -> FailoverPolicy {
+    let f = w.placement().failover.unwrap_or_default();
+    FailoverPolicy {
+        enabled: f.enabled.unwrap_or(K::KIND.failover_by_default()),
+        grace_secs: i64::from(f.grace_period_seconds.unwrap_or(60)),
+        window_secs: window.as_secs() as i64,
+    }
+}
+
+/// The FederatedQuota of a namespace (the first by name when there are several), with
+/// the namespace's usage book seeded.
+async fn quota_of(
+    ctx: &HubContext,
+    ns: &str,
+    profiles: &[RuntimeProfile],
+) -> Result<Option<Arc<FederatedQuota>>, HubError> {
+    let mut quotas: Vec<Arc<FederatedQuota>> = ctx
+        .quotas
+        .state()
+        .into_iter()
+        .filter(|q| q.namespace().as_deref() == Some(ns))
+        .collect();
+    quotas.sort_by_key(|q| q.name_any());
+    let Some(q) = quotas.into_iter().next() else {
+        return Ok(None);
+    };
+    quota::seed_namespace(&ctx.hub, &ctx.quota_book, profiles, ns)
+        .await
+        .map_err(HubError::Hub)?;
+    Ok(Some(q))
 }
 
 /// Keeps lastTransitionTime of conditions whose status did not change.

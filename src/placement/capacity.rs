@@ -150,16 +150,19 @@ fn pod_is_active(p: &Pod) -> bool {
 }
 
 /// Per-node usage from the nodes and pods of a member, sorted by node name.
-pub fn node_usage(nodes: &[Node], pods: &[Pod]) -> Vec<NodeUsage> {
+pub fn node_usage<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> Vec<NodeUsage> {
     let mut allocated: BTreeMap<&str, Res> = BTreeMap::new();
-    for p in pods.iter().filter(|p| pod_is_active(p)) {
+    for p in pods.into_iter().filter(|p| pod_is_active(p)) {
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             let e = allocated.entry(node).or_default();
             *e = e.plus(pod_requests(p));
         }
     }
     let mut out: Vec<NodeUsage> = nodes
-        .iter()
+        .into_iter()
         .map(|n| {
             let name = n.metadata.name.clone().unwrap_or_default();
             let status = n.status.as_ref();

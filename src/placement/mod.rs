@@ -17,6 +17,8 @@ pub mod capacity;
 mod decision;
 mod divide;
 mod engine;
+pub mod failover;
+pub mod from_quota;
 pub mod from_workload;
 mod ledger;
 pub mod model;

@@ -546,7 +546,7 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
         "node/fast/node-initialize.yaml",
         "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
         "pod/fast/pod-ready.yaml",
-        "pod/fast/pod-complete.yaml",
+        "pod/general/pod-complete.yaml",
         "pod/fast/pod-delete.yaml",
         // PVCs of the `kwok-volume` class (the default) get a PV and bind at once.
         "volume/fast/pvc-provision.yaml",
@@ -557,14 +557,45 @@ fn write_kwok_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
     let mut docs = Vec::new();
     for s in stages {
         let path = bin.join("kwok-stages").join(s);
-        docs.push(
-            std::fs::read_to_string(&path)
-                .with_context(|| format!("reading kwok stage {}", path.display()))?,
-        );
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading kwok stage {}", path.display()))?;
+        docs.push(if s == "pod/general/pod-complete.yaml" {
+            // Job pods succeed at once unless the pod asks for a run time with the
+            // `pod-complete.stage.kwok.x-k8s.io/delay` annotation (e.g. "20s"): failover
+            // tests need shards that are still running when a member goes away.
+            immediate_unless_delayed(&text)?
+        } else {
+            text
+        });
     }
     let path = dir.join("kwok.yaml");
     std::fs::write(&path, docs.join("\n---\n"))?;
     Ok(path)
+}
+
+/// The general pod-complete stage with no default delay or jitter.
+fn immediate_unless_delayed(stage: &str) -> anyhow::Result<String> {
+    let mut out = String::with_capacity(stage.len());
+    let mut replaced = 0;
+    for line in stage.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        if trimmed.starts_with("durationMilliseconds:") {
+            out.push_str(&format!("{indent}durationMilliseconds: 0\n"));
+            replaced += 1;
+        } else if trimmed.starts_with("jitterDurationMilliseconds:") {
+            out.push_str(&format!("{indent}jitterDurationMilliseconds: 0\n"));
+            replaced += 1;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    anyhow::ensure!(
+        replaced == 2,
+        "kwok's general pod-complete stage changed shape (expected a delay and a jitter)"
+    );
+    Ok(out)
 }
 
 /// The default StorageClass whose claims kwok's volume stages provision and bind.

@@ -1,0 +1,45 @@
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::kube_args::KubeArgs;
+
+#[derive(Debug, Args)]
+pub struct UnjoinArgs {
+    /// The member to remove.
+    pub name: String,
+    /// Detach a member that is gone for good: do not wait for it, drop its pending
+    /// clean-ups (they are listed) and let the hub re-place what ran there.
+    #[arg(long)]
+    pub force: bool,
+    /// How long to wait for workloads to move off the member (seconds).
+    #[arg(long, default_value = "300")]
+    pub timeout_secs: u64,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+pub fn run(args: UnjoinArgs) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let hub = args.kube.client().await.context("connecting to the hub")?;
+        let done = crate::hub::unjoin::unjoin(
+            &hub,
+            &args.name,
+            args.force,
+            Duration::from_secs(args.timeout_secs),
+            &|line| eprintln!("{line}"),
+        )
+        .await?;
+        for d in &done.dropped {
+            println!(
+                "dropped pending clean-up: {} {}/{} (uid {}) may remain in {}",
+                d.kind, d.namespace, d.name, d.hub_uid, args.name
+            );
+        }
+        for w in &done.still_placed {
+            println!("re-placed by the hub: {w} had a share on {}", args.name);
+        }
+        Ok(())
+    })
+}

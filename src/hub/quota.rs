@@ -1,0 +1,239 @@
+//! FederatedQuota at placement: the hub charges each decision's pods against the quota
+//! of the workload's namespace, so what does not fit stays unplaced with QuotaExceeded,
+//! and keeps each quota's `status.used` / `usedPerCluster` current.
+//!
+//! Usage lives in memory ([`QuotaBook`]), updated under the same lock as each decision, so
+//! two workloads placed at once cannot both take the last room. A namespace's book is
+//! seeded from the placements recorded in hub status the first time a quota there is
+//! consulted (a restarted or newly elected hub starts from what is placed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+
+use crate::api::common::{Condition, ConditionStatus, PlacementDecision, set_condition};
+use crate::api::federation::FederatedQuota;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::{AnyWorkload, WorkloadKind};
+use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::placement::from_quota::{self, Usage};
+use crate::placement::model::Resources;
+use crate::placement::{Decision, Placement, Strategy, from_workload};
+
+#[derive(Default)]
+struct Book {
+    /// Workload key → (namespace, usage per cluster).
+    by_workload: BTreeMap<String, (String, BTreeMap<String, Resources>)>,
+    seeded: BTreeSet<String>,
+}
+
+/// Quota usage of every placed workload, by namespace.
+#[derive(Default)]
+pub struct QuotaBook {
+    inner: Mutex<Book>,
+}
+
+impl QuotaBook {
+    pub fn set(&self, key: &str, ns: &str, usage: BTreeMap<String, Resources>) {
+        if let Ok(mut b) = self.inner.lock() {
+            b.by_workload
+                .insert(key.to_string(), (ns.to_string(), usage));
+        }
+    }
+
+    pub fn remove(&self, key: &str) {
+        if let Ok(mut b) = self.inner.lock() {
+            b.by_workload.remove(key);
+        }
+    }
+
+    /// What the workloads of `ns` use, except `except`.
+    pub fn usage(&self, ns: &str, except: Option<&str>) -> Usage {
+        let mut u = Usage::default();
+        if let Ok(b) = self.inner.lock() {
+            for (k, (wns, per_cluster)) in &b.by_workload {
+                if wns == ns && Some(k.as_str()) != except {
+                    u.add(per_cluster);
+                }
+            }
+        }
+        u
+    }
+
+    fn is_seeded(&self, ns: &str) -> bool {
+        self.inner.lock().is_ok_and(|b| b.seeded.contains(ns))
+    }
+
+    fn mark_seeded(&self, ns: &str) {
+        if let Ok(mut b) = self.inner.lock() {
+            b.seeded.insert(ns.to_string());
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.inner
+            .lock()
+            .is_ok_and(|b| b.by_workload.contains_key(key))
+    }
+}
+
+pub fn workload_key(kind: WorkloadKind, ns: &str, name: &str) -> String {
+    format!("{}/{ns}/{name}", kind.as_str())
+}
+
+fn to_decision(p: &PlacementDecision) -> Decision {
+    Decision {
+        strategy: match p.strategy {
+            Some(crate::api::common::PlacementStrategy::Duplicated) => Strategy::Duplicated,
+            Some(crate::api::common::PlacementStrategy::Single) => Strategy::Single,
+            _ => Strategy::Divided,
+        },
+        placements: p
+            .placements
+            .iter()
+            .map(|c| Placement {
+                cluster: c.cluster.clone(),
+                replicas: c.replicas.map(|r| u32::try_from(r).unwrap_or(0)),
+                shards: c.shards.clone(),
+            })
+            .collect(),
+        unplaced: u32::try_from(p.unplaced).unwrap_or(0),
+        reason: p.reason.clone(),
+    }
+}
+
+fn parse_workload(kind: WorkloadKind, v: serde_json::Value) -> Option<AnyWorkload> {
+    Some(match kind {
+        WorkloadKind::Service => AnyWorkload::Service(serde_json::from_value(v).ok()?),
+        WorkloadKind::JobSet => AnyWorkload::JobSet(serde_json::from_value(v).ok()?),
+        WorkloadKind::CronJob => AnyWorkload::CronJob(serde_json::from_value(v).ok()?),
+        WorkloadKind::Daemon => AnyWorkload::Daemon(serde_json::from_value(v).ok()?),
+        WorkloadKind::TrainingJob => AnyWorkload::TrainingJob(serde_json::from_value(v).ok()?),
+        WorkloadKind::StatefulSet => AnyWorkload::StatefulSet(serde_json::from_value(v).ok()?),
+    })
+}
+
+/// Fills the book for `ns` from the placements recorded in hub status (once per
+/// namespace and process).
+pub async fn seed_namespace(
+    hub: &Client,
+    book: &QuotaBook,
+    profiles: &[RuntimeProfile],
+    ns: &str,
+) -> Result<(), kube::Error> {
+    if book.is_seeded(ns) {
+        return Ok(());
+    }
+    for kind in WorkloadKind::ALL {
+        let ar = ApiResource {
+            group: "compute.pinterest.com".into(),
+            version: "v1alpha1".into(),
+            api_version: "compute.pinterest.com/v1alpha1".into(),
+            kind: kind.as_str().into(),
+            plural: format!("{}s", kind.as_str().to_lowercase()),
+        };
+        let list = Api::<DynamicObject>::namespaced_with(hub.clone(), ns, &ar)
+            .list(&ListParams::default())
+            .await?;
+        for o in list.items {
+            let key = workload_key(kind, ns, &o.name_any());
+            if book.has(&key) {
+                continue;
+            }
+            let Some(placement) = o
+                .data
+                .pointer("/status/placement")
+                .and_then(|p| serde_json::from_value::<PlacementDecision>(p.clone()).ok())
+            else {
+                continue;
+            };
+            let mut v = o.data.clone();
+            v["apiVersion"] = ar.api_version.clone().into();
+            v["kind"] = ar.kind.clone().into();
+            v["metadata"] = serde_json::to_value(&o.metadata).unwrap_or_default();
+            let Some(w) = parse_workload(kind, v) else {
+                continue;
+            };
+            let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version())
+                .ok()
+                .cloned();
+            if let Ok(demand) = from_workload::demand_for(w.as_ref(), profile.as_ref()) {
+                book.set(
+                    &key,
+                    ns,
+                    from_quota::usage_of(&to_decision(&placement), &demand),
+                );
+            }
+        }
+    }
+    book.mark_seeded(ns);
+    Ok(())
+}
+
+/// Writes every quota's usage (and QuotaExceeded while a workload of its namespace is
+/// held back by it) into its status.
+pub async fn write_quota_status(
+    hub: &Client,
+    book: &QuotaBook,
+    quotas: &[std::sync::Arc<FederatedQuota>],
+    held_back: &BTreeMap<String, String>,
+) {
+    for q in quotas {
+        let ns = q.namespace().unwrap_or_default();
+        if !book.is_seeded(&ns) {
+            continue;
+        }
+        let u = book.usage(&ns, None);
+        let mut status = q.status.clone().unwrap_or_default();
+        status.observed_generation = q.metadata.generation;
+        status.used = Some(from_quota::amounts(&u.total));
+        status.used_per_cluster = u
+            .per_cluster
+            .iter()
+            .map(|(c, r)| (c.clone(), from_quota::amounts(r)))
+            .collect();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let cond = match held_back.get(&ns) {
+            Some(why) => Condition::new(
+                crate::api::common::condition_types::QUOTA_EXCEEDED,
+                ConditionStatus::True,
+                "WorkloadsHeldBack",
+                why,
+                q.metadata.generation,
+                &now,
+            ),
+            None => Condition::new(
+                crate::api::common::condition_types::QUOTA_EXCEEDED,
+                ConditionStatus::False,
+                "WithinQuota",
+                "",
+                q.metadata.generation,
+                &now,
+            ),
+        };
+        set_condition(&mut status.conditions, cond);
+        if q.status.as_ref() == Some(&status) {
+            continue;
+        }
+        let patch = serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1",
+            "kind": "FederatedQuota",
+            "status": status,
+        });
+        if let Err(e) = Api::<FederatedQuota>::namespaced(hub.clone(), &ns)
+            .patch_status(
+                &q.name_any(),
+                &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(quota = %q.name_any(), error = %e, "quota status not written");
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Failover and failback, pure: how a member's health decides whether a workload's share
+//! stays, moves or comes back, and how slices go from what runs to a new decision without
+//! the workload dropping below its target on the way.
+//!
+//! Times are unix seconds passed in; nothing here reads a clock or a client.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::decision::Decision;
+
+/// What the hub knows of one member's health.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberHealth {
+    /// Heartbeat within the member grace.
+    pub ready: bool,
+    /// When it went NotReady (while it is NotReady).
+    pub lost_since: Option<i64>,
+    /// When it came back after being lost.
+    pub returned_at: Option<i64>,
+    /// Being unjoined: everything moves off it, whatever the failover settings.
+    pub draining: bool,
+}
+
+/// A workload's failover settings, with the hub's failback window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailoverPolicy {
+    pub enabled: bool,
+    /// How long a member may be NotReady before the workload's share moves off it.
+    pub grace_secs: i64,
+    /// How long a returned member must stay Ready before it gets shares again and its
+    /// stale slices are resized or removed.
+    pub window_secs: i64,
+}
+
+/// A member as one workload sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Ready and settled: may take new shares.
+    Ready,
+    /// Back from a loss less than the failback window ago: keeps what runs there, takes
+    /// nothing new, and its stale slices are left alone (a flapping member causes no churn).
+    Settling,
+    /// NotReady, and the share stays: within the failover grace, or failover is off.
+    Waiting,
+    /// NotReady past the failover grace (or gone): the share moves elsewhere.
+    Lost,
+    /// Ready but being unjoined: takes nothing new, its slices go once replaced.
+    Draining,
+}
+
+pub fn standing(h: &MemberHealth, p: &FailoverPolicy, now: i64) -> Standing {
+    if h.draining {
+        return if h.ready {
+            Standing::Draining
+        } else {
+            Standing::Lost
+        };
+    }
+    if h.ready {
+        match h.returned_at {
+            Some(t) if now - t < p.window_secs => Standing::Settling,
+            _ => Standing::Ready,
+        }
+    } else if p.enabled && h.lost_since.is_none_or(|t| now - t >= p.grace_secs) {
+        Standing::Lost
+    } else {
+        Standing::Waiting
+    }
+}
+
+/// One cluster's share of a decision, as a slice carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Share {
+    Replicas(u32),
+    Shards(String),
+    Whole,
+}
+
+impl Share {
+    pub fn of(decision: &Decision) -> BTreeMap<String, Share> {
+        decision
+            .placements
+            .iter()
+            .map(|p| {
+                let share = match (&p.shards, p.replicas) {
+                    (Some(s), _) => Share::Shards(s.clone()),
+                    (None, Some(r)) => Share::Replicas(r),
+                    (None, None) => Share::Whole,
+                };
+                (p.cluster.clone(), share)
+            })
+            .collect()
+    }
+}
+
+/// A slice as read from a reachable member.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SliceSeen {
+    /// `spec.replicas` of the slice (services, stateful sets).
+    pub replicas: u32,
+    /// Available pods the member reports for it.
+    pub available: u32,
+    /// The member reports the slice Ready or Complete.
+    pub ready: bool,
+}
+
+/// What to do with one cluster's slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SliceStep {
+    /// Write the slice with this share.
+    Apply(Share),
+    /// Remove the slice (and, for run-to-completion kinds, what it started).
+    Delete,
+    /// Leave it as it is for now.
+    Keep,
+}
+
+/// Everything [`transition`] decides from.
+#[derive(Clone, Copy, Debug)]
+pub struct TransitionInput<'a> {
+    pub target: &'a BTreeMap<String, Share>,
+    /// Slices found in reachable members (absent: none there, or unreachable).
+    pub seen: &'a BTreeMap<String, SliceSeen>,
+    /// Members that can be written now (Ready, Settling or Draining).
+    pub reachable: &'a BTreeSet<String>,
+    /// Members back from a loss within the failback window.
+    pub settling: &'a BTreeSet<String>,
+    /// Job sets, cron and training jobs: a slice that left the placement is fenced at
+    /// once — running it anywhere else too would run work twice.
+    pub run_to_completion: bool,
+}
+
+/// The steps from the slices that exist to `target`. Services grow before they shrink:
+/// a cluster whose share goes up gets it at once, a cluster whose share goes down keeps
+/// its pods, and a slice that left the placement stays, until every target share is
+/// available — so available replicas never dip below target on the way.
+pub fn transition(input: &TransitionInput<'_>) -> BTreeMap<String, SliceStep> {
+    let target_available = input.target.iter().all(|(c, share)| {
+        let seen = input.seen.get(c);
+        match share {
+            Share::Replicas(t) => seen.is_some_and(|s| s.available >= *t && s.replicas >= *t),
+            Share::Shards(_) => true,
+            Share::Whole => seen.is_some_and(|s| s.ready),
+        }
+    });
+    let mut steps = BTreeMap::new();
+    for (c, share) in input.target {
+        if !input.reachable.contains(c) {
+            continue;
+        }
+        let step = match (share, input.seen.get(c)) {
+            (Share::Replicas(t), Some(s)) if *t < s.replicas && !target_available => {
+                SliceStep::Apply(Share::Replicas(s.replicas))
+            }
+            _ => SliceStep::Apply(share.clone()),
+        };
+        steps.insert(c.clone(), step);
+    }
+    for c in input.seen.keys() {
+        if input.target.contains_key(c) || !input.reachable.contains(c) {
+            continue;
+        }
+        let step = if input.run_to_completion {
+            SliceStep::Delete
+        } else if input.settling.contains(c) || !target_available {
+            SliceStep::Keep
+        } else {
+            SliceStep::Delete
+        };
+        steps.insert(c.clone(), step);
+    }
+    steps
+}
+
+/// A line for status: what moved off `lost` between two decisions.
+pub fn moved_text(before: &Decision, after: &Decision, lost: &BTreeSet<String>) -> String {
+    let share = |d: &Decision, c: &str| -> (u64, Option<String>) {
+        d.placements
+            .iter()
+            .find(|p| p.cluster == c)
+            .map(|p| {
+                let n = match (&p.shards, p.replicas) {
+                    (Some(s), _) => crate::api::ranges::RangeSet::parse(s)
+                        .map(|r| r.len())
+                        .unwrap_or(0),
+                    (None, Some(r)) => u64::from(r),
+                    (None, None) => 1,
+                };
+                (n, p.shards.clone())
+            })
+            .unwrap_or((0, None))
+    };
+    let unit = |d: &Decision| {
+        if d.placements.iter().any(|p| p.shards.is_some()) {
+            "shards"
+        } else if d.placements.iter().any(|p| p.replicas.is_some()) {
+            "replicas"
+        } else {
+            "workload"
+        }
+    };
+    let from: u64 = lost.iter().map(|c| share(before, c).0).sum();
+    let mut gains = Vec::new();
+    for p in &after.placements {
+        let (was, _) = share(before, &p.cluster);
+        let (now, _) = share(after, &p.cluster);
+        if now > was {
+            gains.push(format!("{} +{}", p.cluster, now - was));
+        }
+    }
+    let lost_list = lost.iter().cloned().collect::<Vec<_>>().join(", ");
+    if gains.is_empty() {
+        format!(
+            "{lost_list} lost: its {from} {} found no other room",
+            unit(before)
+        )
+    } else {
+        format!(
+            "{lost_list} lost: its {from} {} moved to {}",
+            unit(before),
+            gains.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::Placement;
+
+    const WINDOW: i64 = 120;
+
+    fn policy(enabled: bool) -> FailoverPolicy {
+        FailoverPolicy {
+            enabled,
+            grace_secs: 60,
+            window_secs: WINDOW,
+        }
+    }
+
+    #[test]
+    fn a_member_is_waited_for_during_the_grace_then_lost_and_settles_after_return() {
+        let p = policy(true);
+        let down = MemberHealth {
+            ready: false,
+            lost_since: Some(1000),
+            ..MemberHealth::default()
+        };
+        assert_eq!(standing(&down, &p, 1030), Standing::Waiting);
+        assert_eq!(standing(&down, &p, 1060), Standing::Lost);
+        // Failover off: never moved.
+        assert_eq!(standing(&down, &policy(false), 5000), Standing::Waiting);
+        let back = MemberHealth {
+            ready: true,
+            returned_at: Some(2000),
+            ..MemberHealth::default()
+        };
+        assert_eq!(standing(&back, &p, 2000 + WINDOW - 1), Standing::Settling);
+        assert_eq!(standing(&back, &p, 2000 + WINDOW), Standing::Ready);
+        assert_eq!(standing(&MemberHealth::default(), &p, 0), Standing::Lost);
+        let draining = MemberHealth {
+            ready: true,
+            draining: true,
+            ..MemberHealth::default()
+        };
+        assert_eq!(standing(&draining, &policy(false), 0), Standing::Draining);
+    }
+
+    fn reps(v: &[(&str, u32)]) -> BTreeMap<String, Share> {
+        v.iter()
+            .map(|(c, n)| (c.to_string(), Share::Replicas(*n)))
+            .collect()
+    }
+
+    fn seen(v: &[(&str, u32, u32)]) -> BTreeMap<String, SliceSeen> {
+        v.iter()
+            .map(|(c, r, a)| {
+                (
+                    c.to_string(),
+                    SliceSeen {
+                        replicas: *r,
+                        available: *a,
+                        ready: r == a,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn set(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn services_grow_first_and_shrink_or_drop_only_when_the_target_is_available() {
+        // Failback: b returns (settled) and should get 10 back from a and c.
+        let target = reps(&[("a", 10), ("b", 10), ("c", 10)]);
+        let now = seen(&[("a", 15, 15), ("b", 0, 0), ("c", 15, 15)]);
+        let reachable = set(&["a", "b", "c"]);
+        let input = TransitionInput {
+            target: &target,
+            seen: &now,
+            reachable: &reachable,
+            settling: &BTreeSet::new(),
+            run_to_completion: false,
+        };
+        let steps = transition(&input);
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Replicas(10)));
+        assert_eq!(
+            steps["a"],
+            SliceStep::Apply(Share::Replicas(15)),
+            "a keeps 15"
+        );
+        assert_eq!(steps["c"], SliceStep::Apply(Share::Replicas(15)));
+        // b's 10 are available: a and c shrink.
+        let now = seen(&[("a", 15, 15), ("b", 10, 10), ("c", 15, 15)]);
+        let steps = transition(&TransitionInput {
+            seen: &now,
+            ..input
+        });
+        assert_eq!(steps["a"], SliceStep::Apply(Share::Replicas(10)));
+        assert_eq!(steps["c"], SliceStep::Apply(Share::Replicas(10)));
+    }
+
+    #[test]
+    fn a_stale_slice_waits_for_the_window_and_the_replacement_but_jobs_are_fenced_at_once() {
+        let target = reps(&[("a", 15), ("c", 15)]);
+        let now = seen(&[("a", 15, 15), ("b", 10, 10), ("c", 15, 15)]);
+        let reachable = set(&["a", "b", "c"]);
+        let settling = set(&["b"]);
+        let input = TransitionInput {
+            target: &target,
+            seen: &now,
+            reachable: &reachable,
+            settling: &settling,
+            run_to_completion: false,
+        };
+        assert_eq!(transition(&input)["b"], SliceStep::Keep);
+        let settled = BTreeSet::new();
+        assert_eq!(
+            transition(&TransitionInput {
+                settling: &settled,
+                ..input
+            })["b"],
+            SliceStep::Delete
+        );
+        let short = seen(&[("a", 15, 12), ("b", 10, 10), ("c", 15, 15)]);
+        assert_eq!(
+            transition(&TransitionInput {
+                settling: &settled,
+                seen: &short,
+                ..input
+            })["b"],
+            SliceStep::Keep,
+            "the replacement is not available yet"
+        );
+        assert_eq!(
+            transition(&TransitionInput {
+                run_to_completion: true,
+                ..input
+            })["b"],
+            SliceStep::Delete
+        );
+        // Unreachable members get no step at all.
+        let reachable = set(&["a", "c"]);
+        let steps = transition(&TransitionInput {
+            reachable: &reachable,
+            ..input
+        });
+        assert!(!steps.contains_key("b"));
+    }
+
+    #[test]
+    fn moved_text_names_the_lost_member_and_the_gains() {
+        let d = |v: &[(&str, u32)]| Decision {
+            placements: v
+                .iter()
+                .map(|(c, n)| Placement {
+                    cluster: c.to_string(),
+                    replicas: Some(*n),
+                    shards: None,
+                })
+                .collect(),
+            strategy: crate::placement::Strategy::Divided,
+            unplaced: 0,
+            reason: None,
+        };
+        let text = moved_text(
+            &d(&[("a", 10), ("b", 10), ("c", 10)]),
+            &d(&[("a", 15), ("c", 15)]),
+            &set(&["b"]),
+        );
+        assert_eq!(text, "b lost: its 10 replicas moved to a +5, c +5");
+    }
+}

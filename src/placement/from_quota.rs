@@ -1,0 +1,212 @@
+//! From a FederatedQuota to the engine's [`QuotaView`], and from decisions to the usage
+//! they charge against it. Pure.
+
+use std::collections::BTreeMap;
+
+use super::decision::Decision;
+use super::model::{Count, Demand, Limits, QuotaUse, QuotaView, Resources};
+use crate::api::federation::{Amounts, FederatedQuota, ResourceAmounts};
+use crate::api::quantity::Milli;
+use crate::api::ranges::RangeSet;
+
+/// A quota field that does not parse, named by its path.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct QuotaError {
+    pub field: String,
+    pub message: String,
+}
+
+pub fn limits(a: &Amounts) -> Limits {
+    Limits {
+        cpu: a.cpu,
+        memory: a.memory,
+        gpu: a.gpus.map(|g| i64::try_from(g.units()).unwrap_or(i64::MAX)),
+        pods: a.pods.map(|p| i64::try_from(p.units()).unwrap_or(i64::MAX)),
+    }
+}
+
+pub fn resources(a: &Amounts) -> Resources {
+    Resources {
+        cpu: a.cpu.unwrap_or_default(),
+        memory: a.memory.unwrap_or_default(),
+        gpu: a
+            .gpus
+            .map(|g| i64::try_from(g.units()).unwrap_or(0))
+            .unwrap_or(0),
+        pods: a
+            .pods
+            .map(|p| i64::try_from(p.units()).unwrap_or(0))
+            .unwrap_or(0),
+    }
+}
+
+/// Usage as the quota's status shows it.
+pub fn amounts(r: &Resources) -> ResourceAmounts {
+    ResourceAmounts::from_amounts(&Amounts {
+        cpu: Some(r.cpu),
+        memory: Some(r.memory),
+        pods: Some(Milli(i128::from(r.pods) * 1000)),
+        gpus: Some(Milli(i128::from(r.gpu) * 1000)),
+    })
+}
+
+fn parse(a: &ResourceAmounts, field: &str) -> Result<Amounts, QuotaError> {
+    a.parse().map_err(|e| QuotaError {
+        field: field.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// What others use of a quota: federation-wide and per cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub total: Resources,
+    pub per_cluster: BTreeMap<String, Resources>,
+}
+
+impl Usage {
+    pub fn add(&mut self, per_cluster: &BTreeMap<String, Resources>) {
+        for (c, r) in per_cluster {
+            self.total = self.total.saturating_add(r);
+            let e = self.per_cluster.entry(c.clone()).or_default();
+            *e = e.saturating_add(r);
+        }
+    }
+}
+
+/// The engine's view of a quota. `used` is what other workloads use; `None` takes the
+/// usage recorded in the quota's status.
+pub fn quota_view(q: &FederatedQuota, used: Option<&Usage>) -> Result<QuotaView, QuotaError> {
+    let name = format!(
+        "{}/{}",
+        q.metadata.namespace.clone().unwrap_or_default(),
+        q.metadata.name.clone().unwrap_or_default()
+    );
+    let hard = parse(&q.spec.hard, "spec.hard")?;
+    let recorded = match used {
+        Some(u) => u.clone(),
+        None => {
+            let status = q.status.clone().unwrap_or_default();
+            let mut u = Usage::default();
+            if let Some(t) = &status.used {
+                u.total = resources(&parse(t, "status.used")?);
+            }
+            for (c, a) in &status.used_per_cluster {
+                u.per_cluster.insert(
+                    c.clone(),
+                    resources(&parse(a, &format!("status.usedPerCluster.{c}"))?),
+                );
+            }
+            u
+        }
+    };
+    let mut clusters = BTreeMap::new();
+    for (c, caps) in &q.spec.per_cluster {
+        let h = parse(caps, &format!("spec.perCluster.{c}"))?;
+        clusters.insert(
+            c.clone(),
+            QuotaUse {
+                hard: limits(&h),
+                used: recorded.per_cluster.get(c).copied().unwrap_or_default(),
+            },
+        );
+    }
+    Ok(QuotaView {
+        name,
+        total: QuotaUse {
+            hard: limits(&hard),
+            used: recorded.total,
+        },
+        clusters,
+    })
+}
+
+/// What a decision charges against quota, per cluster: the requests of the pods it
+/// places (a shard is one pod, a gang all its pods, a whole daemon or cron job one pod).
+pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resources> {
+    let per_pod = demand.pod.resources.as_pod_request();
+    let mut out = BTreeMap::new();
+    for p in &decision.placements {
+        let r = match &demand.count {
+            Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {
+                let pod = role
+                    .pod
+                    .as_ref()
+                    .map(|s| s.resources.as_pod_request())
+                    .unwrap_or(per_pod);
+                acc.saturating_add(
+                    &pod.checked_mul(u64::from(role.replicas))
+                        .unwrap_or(Resources::ZERO),
+                )
+            }),
+            _ => {
+                let pods = match (&p.shards, p.replicas) {
+                    (Some(s), _) => RangeSet::parse(s).map(|r| r.len()).unwrap_or(0),
+                    (None, Some(n)) => u64::from(n),
+                    (None, None) => 1,
+                };
+                per_pod.checked_mul(pods).unwrap_or(Resources::ZERO)
+            }
+        };
+        out.insert(p.cluster.clone(), r);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::model::PodShape;
+    use crate::placement::{Placement, Strategy};
+
+    #[test]
+    fn usage_counts_pods_of_each_share_and_quota_view_takes_given_usage() {
+        let demand = Demand {
+            pod: PodShape {
+                resources: Resources::pod(Milli(500), Milli(1 << 30), 0),
+                ..Default::default()
+            },
+            count: Count::Replicas(5),
+        };
+        let d = Decision {
+            strategy: Strategy::Divided,
+            placements: vec![
+                Placement {
+                    cluster: "a".into(),
+                    replicas: Some(3),
+                    shards: None,
+                },
+                Placement {
+                    cluster: "b".into(),
+                    replicas: Some(2),
+                    shards: None,
+                },
+            ],
+            unplaced: 0,
+            reason: None,
+        };
+        let u = usage_of(&d, &demand);
+        assert_eq!(u["a"].cpu, Milli(1500));
+        assert_eq!(u["b"].pods, 2);
+        let mut usage = Usage::default();
+        usage.add(&u);
+        assert_eq!(usage.total.cpu, Milli(2500));
+        let q: FederatedQuota = serde_yaml::from_str(
+            "apiVersion: federation.pinterest.com/v1alpha1\nkind: FederatedQuota\n\
+             metadata: {name: q, namespace: ads}\nspec:\n  hard: {cpu: '4'}\n  perCluster:\n    a: {cpu: 2x}\n",
+        )
+        .unwrap();
+        let err = quota_view(&q, Some(&usage)).unwrap_err();
+        assert_eq!(err.field, "spec.perCluster.a");
+        let q: FederatedQuota = serde_yaml::from_str(
+            "apiVersion: federation.pinterest.com/v1alpha1\nkind: FederatedQuota\n\
+             metadata: {name: q, namespace: ads}\nspec:\n  hard: {cpu: '4'}\n  perCluster:\n    a: {cpu: '2'}\n",
+        )
+        .unwrap();
+        let v = quota_view(&q, Some(&usage)).unwrap();
+        assert_eq!(v.name, "ads/q");
+        assert_eq!(v.total.used.cpu, Milli(2500));
+        assert_eq!(v.clusters["a"].used.cpu, Milli(1500));
+    }
+}
