@@ -9,6 +9,7 @@ pub mod cli;
 pub mod controller;
 pub mod expand;
 pub mod hub;
+pub mod jss;
 pub mod placement;
 pub mod status;
 pub mod topology;

@@ -47,6 +47,8 @@ pub enum Command {
     Overview(overview::OverviewArgs),
     /// Run the member-cluster agent (expands and reconciles Pinterest workloads).
     Agent(crate::agent::AgentArgs),
+    /// Run the Job Submission Service: the authenticated, quota-checking gateway to the hub.
+    Jss(crate::jss::JssArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -60,5 +62,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent(args) => crate::agent::run(args),
         Command::Overview(args) => overview::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Jss(args) => crate::jss::run(args),
     }
 }

@@ -1,0 +1,167 @@
+//! A small client of the JSS API, used by the CLI, the tests and the benchmark: HTTP/1.1
+//! with keep-alive, TLS through rustls when the server URL is `https://` (trusting the
+//! given CA certificate).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use tokio_rustls::rustls;
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A JSS answer: the status and the JSON body (`Null` when the body is not JSON).
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The error body as people read it: the message, then one line per detail
+    /// (`  spec.replicas: must be at least 0`, quota rows with their numbers).
+    pub fn error_text(&self) -> String {
+        let mut out = format!(
+            "{} ({}): {}",
+            self.status,
+            self.body["reason"].as_str().unwrap_or("error"),
+            self.body["error"].as_str().unwrap_or(self.text.trim())
+        );
+        for d in self.body["details"].as_array().into_iter().flatten() {
+            if let Some(field) = d["field"].as_str() {
+                let at = match (d["line"].as_u64(), d["column"].as_u64()) {
+                    (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
+                    _ => String::new(),
+                };
+                out.push_str(&format!(
+                    "\n  {field}: {}{at}",
+                    d["message"].as_str().unwrap_or("")
+                ));
+            } else if let Some(r) = d["resource"].as_str() {
+                out.push_str(&format!(
+                    "\n  {}: {r}: requested {} + used {} > hard {}",
+                    d["quota"].as_str().unwrap_or(""),
+                    d["requested"].as_str().unwrap_or(""),
+                    d["used"].as_str().unwrap_or(""),
+                    d["hard"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone)]
+pub struct JssClient {
+    base: String,
+    token: Option<String>,
+    http: Client<Https, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl JssClient {
+    /// `server` is `http://host:port` or `https://host:port`; `ca_cert` a PEM file of the
+    /// CA (or the server's own certificate) to trust for https.
+    pub fn new(
+        server: &str,
+        token: Option<String>,
+        ca_cert: Option<&Path>,
+    ) -> anyhow::Result<JssClient> {
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(ca) = ca_cert {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            for cert in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("reading CA certificate {}", ca.display()))?
+            {
+                roots
+                    .add(cert.with_context(|| format!("parsing {}", ca.display()))?)
+                    .with_context(|| format!("adding {} to the trusted roots", ca.display()))?;
+            }
+        } else if server.starts_with("https://") {
+            anyhow::bail!(
+                "{server} is https: give --ca-cert (or PINFED_CA_CERT) to trust its certificate"
+            );
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(https);
+        Ok(JssClient {
+            base: server.trim_end_matches('/').to_string(),
+            token,
+            http,
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<Reply> {
+        let url = format!("{}{path}", self.base);
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("accept", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some((ct, bytes)) => req
+                .header("content-type", ct)
+                .body(Full::new(Bytes::from(bytes)))?,
+            None => req.body(Full::new(Bytes::new()))?,
+        };
+        let resp = tokio::time::timeout(self.timeout, self.http.request(req))
+            .await
+            .with_context(|| format!("{method} {url}: timed out"))?
+            .with_context(|| format!("{method} {url}"))?;
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Reply { status, body, text })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Reply> {
+        self.request("GET", path, None).await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Reply> {
+        self.request("DELETE", path, None).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Reply> {
+        self.request(
+            "POST",
+            path,
+            Some(("application/json", body.to_string().into_bytes())),
+        )
+        .await
+    }
+}

@@ -1,0 +1,277 @@
+//! The JSS's side of the hub: caches of members, profiles and quotas; live reads of
+//! workloads; server-side apply and delete as `pinfed-jss`. The only module of the JSS
+//! that holds a client.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+use super::admission::{Admitted, FIELD_MANAGER};
+use super::error::{Detail, Rejection};
+use super::quota::requested;
+use crate::api::cronjob::PinterestCronJob;
+use crate::api::daemon::PinterestDaemon;
+use crate::api::federation::{FederatedQuota, MemberCluster};
+use crate::api::jobset::PinterestJobSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::service::PinterestService;
+use crate::api::statefulset::PinterestStatefulSet;
+use crate::api::training::PinterestTrainingJob;
+use crate::api::workload::{AnyWorkload, COMPUTE_API_VERSION, WorkloadKind};
+use crate::placement::from_workload::demand_for;
+use crate::placement::model::Resources;
+
+/// The API resource of a workload kind on the hub.
+pub fn resource(kind: WorkloadKind) -> ApiResource {
+    match kind {
+        WorkloadKind::Service => ApiResource::erase::<PinterestService>(&()),
+        WorkloadKind::JobSet => ApiResource::erase::<PinterestJobSet>(&()),
+        WorkloadKind::CronJob => ApiResource::erase::<PinterestCronJob>(&()),
+        WorkloadKind::Daemon => ApiResource::erase::<PinterestDaemon>(&()),
+        WorkloadKind::TrainingJob => ApiResource::erase::<PinterestTrainingJob>(&()),
+        WorkloadKind::StatefulSet => ApiResource::erase::<PinterestStatefulSet>(&()),
+    }
+}
+
+/// A hub object as a typed workload (`None` when it does not deserialize).
+pub fn typed(kind: WorkloadKind, o: &DynamicObject) -> Option<AnyWorkload> {
+    let mut v = o.data.clone();
+    v["apiVersion"] = COMPUTE_API_VERSION.into();
+    v["kind"] = kind.as_str().into();
+    v["metadata"] = serde_json::to_value(&o.metadata).ok()?;
+    Some(match kind {
+        WorkloadKind::Service => AnyWorkload::Service(serde_json::from_value(v).ok()?),
+        WorkloadKind::JobSet => AnyWorkload::JobSet(serde_json::from_value(v).ok()?),
+        WorkloadKind::CronJob => AnyWorkload::CronJob(serde_json::from_value(v).ok()?),
+        WorkloadKind::Daemon => AnyWorkload::Daemon(serde_json::from_value(v).ok()?),
+        WorkloadKind::TrainingJob => AnyWorkload::TrainingJob(serde_json::from_value(v).ok()?),
+        WorkloadKind::StatefulSet => AnyWorkload::StatefulSet(serde_json::from_value(v).ok()?),
+    })
+}
+
+/// A kube error as the JSS's answer: the API server's own validation errors keep their
+/// field paths (422), a missing object or namespace is 404, the rest is a hub error.
+pub fn rejection(e: kube::Error) -> Rejection {
+    match e {
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => Rejection::invalid(
+            format!("the hub refused the resource: {}", s.message),
+            s.details
+                .iter()
+                .flat_map(|d| d.causes.iter())
+                .map(|c| Detail::field(&c.field, &c.message))
+                .collect(),
+        ),
+        kube::Error::Api(s) if s.code == 404 => Rejection::NotFound(s.message.clone()),
+        kube::Error::Api(s) if s.code == 409 => {
+            Rejection::Hub(format!("conflict on the hub: {}", s.message))
+        }
+        e => Rejection::Hub(e.to_string()),
+    }
+}
+
+async fn mirror<K>(client: &Client) -> anyhow::Result<Store<K>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(stream);
+    store.wait_until_ready().await?;
+    Ok(store)
+}
+
+/// The hub as the JSS sees it.
+#[derive(Clone)]
+pub struct Hub {
+    pub client: Client,
+    pub members: Store<MemberCluster>,
+    pub profiles: Store<RuntimeProfile>,
+    pub quotas: Store<FederatedQuota>,
+}
+
+impl Hub {
+    /// Connects and waits until the caches of members, profiles and quotas are loaded.
+    pub async fn connect(client: Client) -> anyhow::Result<Hub> {
+        let (members, profiles, quotas) = tokio::try_join!(
+            mirror::<MemberCluster>(&client),
+            mirror::<RuntimeProfile>(&client),
+            mirror::<FederatedQuota>(&client),
+        )?;
+        Ok(Hub {
+            client,
+            members,
+            profiles,
+            quotas,
+        })
+    }
+
+    pub fn profiles(&self) -> Vec<RuntimeProfile> {
+        self.profiles
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect()
+    }
+
+    pub fn members(&self) -> Vec<Arc<MemberCluster>> {
+        let mut m = self.members.state();
+        m.sort_by_key(|a| a.name_any());
+        m
+    }
+
+    pub fn quotas_in(&self, namespace: &str) -> Vec<FederatedQuota> {
+        let mut q: Vec<FederatedQuota> = self
+            .quotas
+            .state()
+            .iter()
+            .filter(|q| q.namespace().as_deref() == Some(namespace))
+            .map(|q| (**q).clone())
+            .collect();
+        q.sort_by_key(|q| q.name_any());
+        q
+    }
+
+    pub fn all_quotas(&self) -> Vec<FederatedQuota> {
+        let mut q: Vec<FederatedQuota> =
+            self.quotas.state().iter().map(|q| (**q).clone()).collect();
+        q.sort_by_key(|q| (q.namespace(), q.name_any()));
+        q
+    }
+
+    /// Members a daemon could run in (for its quota count): the Ready ones, at least one.
+    pub fn daemon_clusters(&self) -> u32 {
+        let ready = self
+            .members
+            .state()
+            .iter()
+            .filter(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True
+                    })
+                })
+            })
+            .count();
+        u32::try_from(ready).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// Workloads of the given kinds (all when `None`) in a namespace (all when `None`),
+    /// read live from the hub, sorted by kind, namespace and name.
+    pub async fn list_workloads(
+        &self,
+        namespace: Option<&str>,
+        kind: Option<WorkloadKind>,
+    ) -> Result<Vec<(WorkloadKind, DynamicObject)>, Rejection> {
+        let kinds: Vec<WorkloadKind> = match kind {
+            Some(k) => vec![k],
+            None => WorkloadKind::ALL.to_vec(),
+        };
+        let lists = futures::future::join_all(kinds.iter().map(|k| {
+            let ar = resource(*k);
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            async move { api.list(&ListParams::default()).await }
+        }))
+        .await;
+        let mut out = Vec::new();
+        for (k, list) in kinds.iter().zip(lists) {
+            for o in list.map_err(rejection)?.items {
+                out.push((*k, o));
+            }
+        }
+        out.sort_by_key(|(k, o)| (*k, o.namespace(), o.name_any()));
+        Ok(out)
+    }
+
+    pub async fn get_workload(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, Rejection> {
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
+            .get_opt(name)
+            .await
+            .map_err(rejection)
+    }
+
+    /// What the namespace's workloads request, except `(kind, name)` (the one a
+    /// submission replaces) and those being deleted.
+    pub async fn namespace_usage(
+        &self,
+        namespace: &str,
+        except: Option<(WorkloadKind, &str)>,
+    ) -> Result<Resources, Rejection> {
+        let profiles = self.profiles();
+        let daemon_clusters = self.daemon_clusters();
+        let mut used = Resources::ZERO;
+        for (k, o) in self.list_workloads(Some(namespace), None).await? {
+            if except == Some((k, o.name_any().as_str())) || o.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            used = used.saturating_add(&requested_by(&profiles, daemon_clusters, k, &o));
+        }
+        Ok(used)
+    }
+
+    /// Server-side apply of an admitted workload as `pinfed-jss` (forced: the JSS owns
+    /// what users submit through it).
+    pub async fn apply(&self, a: &Admitted) -> Result<DynamicObject, Rejection> {
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), &a.namespace, &resource(a.kind))
+            .patch(
+                &a.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&a.object),
+            )
+            .await
+            .map_err(rejection)
+    }
+
+    pub async fn delete(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), Rejection> {
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
+            .delete(name, &DeleteParams::background())
+            .await
+            .map(|_| ())
+            .map_err(rejection)
+    }
+}
+
+/// What one hub workload requests (zero when it cannot be read or sized: the hub does
+/// not place such a workload either).
+pub fn requested_by(
+    profiles: &[RuntimeProfile],
+    daemon_clusters: u32,
+    kind: WorkloadKind,
+    o: &DynamicObject,
+) -> Resources {
+    let Some(w) = typed(kind, o) else {
+        return Resources::ZERO;
+    };
+    let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version()).ok();
+    match demand_for(w.as_ref(), profile) {
+        Ok(d) => requested(&d, daemon_clusters),
+        Err(_) => Resources::ZERO,
+    }
+}

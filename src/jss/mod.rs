@@ -1,0 +1,146 @@
+//! The Job Submission Service (`pinfed jss`): the gateway in front of the hub. It
+//! authenticates bearer tokens (a token file, optionally the hub's TokenReview),
+//! authorizes team → namespaces, reads reviewed artifacts from a checksummed store (or an
+//! inline resource where the team may), validates, checks FederatedQuota with the
+//! numbers, and server-side applies to the hub as `pinfed-jss`, recording the submitter.
+//! It also answers the CLI's reads: workloads with their per-cluster status, clusters,
+//! quotas and the owners report.
+//!
+//! Pure stages: [`auth`], [`request`], [`admission`], [`quota`], [`artifacts`] (its
+//! verification), [`views`]. The shell: [`hub`] (the only client) and [`server`].
+
+pub mod admission;
+pub mod artifacts;
+pub mod auth;
+pub mod client;
+pub mod error;
+pub mod hub;
+pub mod quota;
+pub mod request;
+pub mod server;
+pub mod views;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use prometheus_client::registry::Registry;
+
+use crate::cli::kube_args::{KubeArgs, init_tracing};
+use crate::controller::http::{self, Readiness};
+
+/// The default limit of a request body (and of an artifact).
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+#[derive(Debug, Args)]
+pub struct JssArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Address to serve the API on. Plain HTTP is allowed only on a loopback address.
+    #[arg(long, env = "PINFED_JSS_LISTEN", default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain for TLS (with --tls-key).
+    #[arg(long, env = "PINFED_JSS_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS (with --tls-cert).
+    #[arg(long, env = "PINFED_JSS_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Token file: `tokens: [{user, token | tokenSha256, teams: [...]}]`, and optionally
+    /// `teams:` (YAML or JSON). See docs/jss.md.
+    #[arg(long, env = "PINFED_JSS_TOKENS")]
+    pub tokens: PathBuf,
+    /// Team file: `teams: {NAME: {namespaces: [...], inline: BOOL, users: [...],
+    /// groups: [...]}}` (when not in the token file).
+    #[arg(long, env = "PINFED_JSS_TEAMS")]
+    pub teams: Option<PathBuf>,
+    /// Also accept tokens the hub's TokenReview API authenticates (their teams come from
+    /// the team file's `users` and `groups`).
+    #[arg(long, env = "PINFED_JSS_TOKEN_REVIEW")]
+    pub token_review: bool,
+    /// The artifact store: ARTIFACTS/<name>/<version>/{workload.yaml,sha256}.
+    #[arg(long, env = "PINFED_JSS_ARTIFACTS")]
+    pub artifacts: PathBuf,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "PINFED_JSS_METRICS_ADDR",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub metrics_addr: SocketAddr,
+    /// Largest request body accepted (bytes); larger ones get 413.
+    #[arg(long, env = "PINFED_JSS_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub body_limit: usize,
+    /// Time limit of one request (seconds); slower ones get 503.
+    #[arg(long, env = "PINFED_JSS_REQUEST_TIMEOUT_SECS", default_value = "30")]
+    pub request_timeout_secs: u64,
+}
+
+fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
+    let mut files = Vec::new();
+    for path in std::iter::once(&args.tokens).chain(args.teams.as_ref()) {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let name = path.display().to_string();
+        files.push((name.clone(), auth::AuthFile::parse(&name, &text)?));
+    }
+    Ok(auth::AuthConfig::merge(&files)?)
+}
+
+pub fn run(args: JssArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(Arc::new(server::tls_config(c, k)?)),
+        _ => None,
+    };
+    server::check_listen(args.listen, tls.is_some())?;
+    let auth = read_auth(&args)?;
+    anyhow::ensure!(
+        auth.token_count() > 0 || args.token_review,
+        "{} lists no tokens and --token-review is off: nobody could authenticate",
+        args.tokens.display()
+    );
+    anyhow::ensure!(
+        args.artifacts.is_dir(),
+        "the artifact store {} is not a directory",
+        args.artifacts.display()
+    );
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let mut registry = Registry::with_prefix("pinfed_jss");
+        let metrics = server::JssMetrics::register(&mut registry);
+        let ready = Readiness::default();
+        let registry = Arc::new(registry);
+        let metrics_server = tokio::spawn(http::serve(args.metrics_addr, registry, ready.clone()));
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let client = args.kube.client().await?;
+        let hub = hub::Hub::connect(client)
+            .await
+            .context("loading members, runtime profiles and quotas from the hub")?;
+        let jss = Arc::new(server::Jss::new(
+            auth,
+            args.token_review,
+            artifacts::ArtifactStore::new(&args.artifacts),
+            hub,
+            metrics,
+            args.body_limit,
+            Duration::from_secs(args.request_timeout_secs),
+        ));
+        ready.set(true);
+        tracing::info!(
+            listen = %args.listen,
+            tls = tls.is_some(),
+            artifacts = %args.artifacts.display(),
+            "job submission service ready"
+        );
+        let app = server::router(jss, ready);
+        tokio::select! {
+            r = server::serve(listener, app, tls) => r,
+            r = metrics_server => r?,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}

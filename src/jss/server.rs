@@ -1,0 +1,792 @@
+//! The HTTP shell of the JSS: routes, authentication, body limits, timeouts, audit lines,
+//! metrics, and serving over TLS (or plain HTTP on loopback). Handlers are thin: they call
+//! the pure stages in [`super::admission`], [`super::auth`], [`super::quota`] and
+//! [`super::request`], and [`super::hub`] for reads and writes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube::ResourceExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls;
+
+use super::admission::admit;
+use super::artifacts::ArtifactStore;
+use super::auth::{
+    self, AuthConfig, AuthError, Principal, authorize_change_of_existing, authorize_namespace,
+    may_submit_inline, may_use_namespace,
+};
+use super::error::Rejection;
+use super::hub::{Hub, requested_by};
+use super::quota::{check_all, requested};
+use super::request::{Source, parse_kind, parse_submission};
+use super::views;
+use crate::controller::http::Readiness;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+/// Submission and request metrics.
+#[derive(Clone)]
+pub struct JssMetrics {
+    submissions: Family<OutcomeLabel, Counter>,
+    submission_seconds: Histogram,
+    requests: Family<RouteLabels, Counter>,
+    request_seconds: Family<RouteLabel, Histogram>,
+}
+
+impl JssMetrics {
+    pub fn register(registry: &mut Registry) -> JssMetrics {
+        let m = JssMetrics {
+            submissions: Family::default(),
+            submission_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+        };
+        registry.register(
+            "submissions",
+            "Submissions by outcome (Accepted or the rejection reason)",
+            m.submissions.clone(),
+        );
+        registry.register(
+            "submission_duration_seconds",
+            "Time from request to decision for POST /v1/submissions",
+            m.submission_seconds.clone(),
+        );
+        registry.register(
+            "requests",
+            "HTTP requests by method, route and status code",
+            m.requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "HTTP request latency by route",
+            m.request_seconds.clone(),
+        );
+        m
+    }
+}
+
+/// Everything a request handler needs.
+pub struct Jss {
+    pub auth: AuthConfig,
+    pub token_review: bool,
+    pub store: ArtifactStore,
+    pub hub: Hub,
+    pub metrics: JssMetrics,
+    pub body_limit: usize,
+    pub timeout: Duration,
+    /// Serializes quota check and apply per namespace (within this process).
+    ns_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// TokenReview answers, by token digest, for a minute.
+    reviewed: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
+}
+
+const REVIEW_TTL: Duration = Duration::from_secs(60);
+
+/// The audit record of one decision; logged once, on target `audit`.
+#[derive(Default)]
+struct Audit {
+    user: String,
+    team: String,
+    action: &'static str,
+    object: String,
+}
+
+impl Audit {
+    fn new(action: &'static str) -> Audit {
+        Audit {
+            user: "-".into(),
+            team: "-".into(),
+            action,
+            object: "-".into(),
+        }
+    }
+    fn log(&self, outcome: &str, reason: &str) {
+        tracing::info!(
+            target: "audit",
+            user = %self.user,
+            team = %self.team,
+            action = self.action,
+            object = %self.object,
+            outcome,
+            reason,
+            "decision"
+        );
+    }
+}
+
+fn reply(result: Result<(StatusCode, Value), Rejection>) -> Response {
+    match result {
+        Ok((code, v)) => (code, axum::Json(v)).into_response(),
+        Err(r) => error_response(&r),
+    }
+}
+
+fn error_response(r: &Rejection) -> Response {
+    let code = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (code, axum::Json(r.body())).into_response();
+    if code == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static"));
+    }
+    resp
+}
+
+impl Jss {
+    pub fn new(
+        auth: AuthConfig,
+        token_review: bool,
+        store: ArtifactStore,
+        hub: Hub,
+        metrics: JssMetrics,
+        body_limit: usize,
+        timeout: Duration,
+    ) -> Jss {
+        Jss {
+            auth,
+            token_review,
+            store,
+            hub,
+            metrics,
+            body_limit,
+            timeout,
+            ns_locks: Mutex::default(),
+            reviewed: Mutex::default(),
+        }
+    }
+
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
+        let token = auth::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))?;
+        match auth::authenticate(&self.auth, token) {
+            Ok(p) => Ok(p),
+            Err(AuthError::Unknown) if self.token_review => self.review(token).await,
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Asks the hub's TokenReview API who the token belongs to.
+    async fn review(&self, token: &str) -> Result<Principal, Rejection> {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        let digest = auth::digest(token);
+        if let Some((p, at)) = self.reviewed.lock().expect("lock").get(&digest)
+            && at.elapsed() < REVIEW_TTL
+        {
+            return Ok(p.clone());
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let out = kube::Api::<TokenReview>::all(self.hub.client.clone())
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| Rejection::Hub(format!("TokenReview: {e}")))?;
+        let status = out.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err(AuthError::Unknown.into());
+        }
+        let user = status.user.unwrap_or_default();
+        let name = user.username.unwrap_or_default();
+        let groups = user.groups.unwrap_or_default();
+        let p = Principal {
+            teams: self.auth.teams_of_reviewed(&name, &groups),
+            user: name,
+        };
+        self.reviewed
+            .lock()
+            .expect("lock")
+            .insert(digest, (p.clone(), Instant::now()));
+        Ok(p)
+    }
+
+    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Rejection> {
+        let too_large = Rejection::TooLarge {
+            limit: self.body_limit,
+        };
+        if let Some(len) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            && len > self.body_limit as u64
+        {
+            return Err(too_large);
+        }
+        match axum::body::to_bytes(body, self.body_limit).await {
+            Ok(b) => Ok(b.to_vec()),
+            Err(e) => {
+                let inner = e.into_inner();
+                if inner.is::<http_body_util::LengthLimitError>()
+                    || inner
+                        .source()
+                        .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                {
+                    Err(too_large)
+                } else {
+                    Err(Rejection::BadRequest(format!("reading the body: {inner}")))
+                }
+            }
+        }
+    }
+
+    fn ns_lock(&self, ns: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.ns_locks
+            .lock()
+            .expect("lock")
+            .entry(ns.to_string())
+            .or_default()
+            .clone()
+    }
+
+    async fn submit(
+        &self,
+        headers: &HeaderMap,
+        q: &SubmitQuery,
+        body: Body,
+        audit: &mut Audit,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        audit.user = who.user.clone();
+        let bytes = self.read_body(headers, body).await?;
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let sub = parse_submission(content_type, &bytes, q.namespace.as_deref())?;
+        let (text, artifact) = match sub.source {
+            Source::Inline(text) => {
+                audit.object = "inline".into();
+                may_submit_inline(&self.auth, &who)?;
+                (text, None)
+            }
+            Source::Artifact(r) => {
+                audit.object = format!("artifact {r}");
+                let store = self.store.clone();
+                let a = tokio::task::spawn_blocking(move || store.read(&r))
+                    .await
+                    .map_err(|e| Rejection::Internal(e.to_string()))??;
+                (a.text.clone(), Some(a))
+            }
+        };
+        let profiles = self.hub.profiles();
+        let admitted = admit(
+            &self.auth,
+            &who,
+            &text,
+            sub.namespace.as_deref(),
+            artifact.as_ref(),
+            &profiles,
+        )?;
+        audit.team = admitted.team.clone();
+        audit.object = format!(
+            "{}/{}/{}{}",
+            admitted.kind.as_str(),
+            admitted.namespace,
+            admitted.name,
+            artifact
+                .as_ref()
+                .map(|a| format!(" (artifact {})", a.reference))
+                .unwrap_or_default()
+        );
+
+        let lock = self.ns_lock(&admitted.namespace);
+        let _held = lock.lock().await;
+        let existing = self
+            .hub
+            .get_workload(admitted.kind, &admitted.namespace, &admitted.name)
+            .await?;
+        if let Some(o) = &existing {
+            let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+            authorize_change_of_existing(&self.auth, &who, team, &admitted.namespace)?;
+        }
+        let want = requested(&admitted.demand, self.hub.daemon_clusters());
+        let quotas = self.hub.quotas_in(&admitted.namespace);
+        if !quotas.is_empty() {
+            let used = self
+                .hub
+                .namespace_usage(&admitted.namespace, Some((admitted.kind, &admitted.name)))
+                .await?;
+            check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
+        }
+        let applied = self.hub.apply(&admitted).await?;
+        let code = if existing.is_some() {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((
+            code,
+            json!({
+                "kind": admitted.kind.as_str(),
+                "namespace": admitted.namespace,
+                "name": admitted.name,
+                "uid": applied.metadata.uid,
+                "generation": applied.metadata.generation,
+                "team": admitted.team,
+                "submittedBy": who.user,
+                "artifact": artifact.as_ref().map(|a| a.reference.to_string()),
+                "sha256": artifact.as_ref().map(|a| a.sha256.clone()),
+                "requested": views::amounts(&want),
+                "created": existing.is_none(),
+            }),
+        ))
+    }
+
+    async fn list(
+        &self,
+        headers: &HeaderMap,
+        namespace: Option<&str>,
+        kind: Option<&str>,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        let kind = kind.map(parse_kind_or_404).transpose()?;
+        if let Some(ns) = namespace {
+            authorize_namespace(&self.auth, &who, ns)?;
+        }
+        let profiles = self.hub.profiles();
+        let dc = self.hub.daemon_clusters();
+        let items: Vec<Value> = self
+            .hub
+            .list_workloads(namespace, kind)
+            .await?
+            .iter()
+            .filter(|(_, o)| {
+                may_use_namespace(&self.auth, &who, &o.namespace().unwrap_or_default())
+            })
+            .map(|(k, o)| views::workload(*k, o, &requested_by(&profiles, dc, *k, o)))
+            .collect();
+        Ok((StatusCode::OK, json!({ "items": items })))
+    }
+
+    async fn get_one(
+        &self,
+        headers: &HeaderMap,
+        ns: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        let kind = parse_kind_or_404(kind)?;
+        authorize_namespace(&self.auth, &who, ns)?;
+        let o = self
+            .hub
+            .get_workload(kind, ns, name)
+            .await?
+            .ok_or_else(|| {
+                Rejection::NotFound(format!("{} {ns}/{name} not found", kind.as_str()))
+            })?;
+        let r = requested_by(&self.hub.profiles(), self.hub.daemon_clusters(), kind, &o);
+        Ok((StatusCode::OK, views::workload(kind, &o, &r)))
+    }
+
+    async fn delete(
+        &self,
+        headers: &HeaderMap,
+        ns: &str,
+        kind: &str,
+        name: &str,
+        audit: &mut Audit,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        audit.user = who.user.clone();
+        audit.object = format!("{kind}/{ns}/{name}");
+        let kind = parse_kind_or_404(kind)?;
+        audit.object = format!("{}/{ns}/{name}", kind.as_str());
+        authorize_namespace(&self.auth, &who, ns)?;
+        let o = self
+            .hub
+            .get_workload(kind, ns, name)
+            .await?
+            .ok_or_else(|| {
+                Rejection::NotFound(format!("{} {ns}/{name} not found", kind.as_str()))
+            })?;
+        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+        audit.team = team.to_string();
+        authorize_change_of_existing(&self.auth, &who, team, ns)?;
+        self.hub.delete(kind, ns, name).await?;
+        Ok((
+            StatusCode::OK,
+            json!({"deleted": {"kind": kind.as_str(), "namespace": ns, "name": name}}),
+        ))
+    }
+
+    async fn clusters(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
+        self.authenticate(headers).await?;
+        let items: Vec<Value> = self
+            .hub
+            .members()
+            .iter()
+            .map(|m| views::cluster(m))
+            .collect();
+        Ok((StatusCode::OK, json!({ "items": items })))
+    }
+
+    async fn quotas(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        let mut items = Vec::new();
+        for q in self.hub.all_quotas() {
+            let ns = q.namespace().unwrap_or_default();
+            if !may_use_namespace(&self.auth, &who, &ns) {
+                continue;
+            }
+            let req = self.hub.namespace_usage(&ns, None).await?;
+            items.push(views::quota(&q, Some(&req)));
+        }
+        Ok((StatusCode::OK, json!({ "items": items })))
+    }
+
+    async fn owners(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
+        self.authenticate(headers).await?;
+        let profiles = self.hub.profiles();
+        let dc = self.hub.daemon_clusters();
+        let rows: Vec<views::OwnedWorkload> = self
+            .hub
+            .list_workloads(None, None)
+            .await?
+            .iter()
+            .map(|(k, o)| views::OwnedWorkload {
+                team: o.data["spec"]["owner"]["team"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+                contact: o.data["spec"]["owner"]["contact"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+                kind: *k,
+                namespace: o.namespace().unwrap_or_default(),
+                name: o.name_any(),
+                clusters: views::placed_clusters(o),
+                requested: requested_by(&profiles, dc, *k, o),
+            })
+            .collect();
+        Ok((StatusCode::OK, views::owners(&rows)))
+    }
+
+    async fn artifacts(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
+        self.authenticate(headers).await?;
+        let store = self.store.clone();
+        let list = tokio::task::spawn_blocking(move || store.list())
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        Ok((StatusCode::OK, json!({ "items": list })))
+    }
+}
+
+fn parse_kind_or_404(kind: &str) -> Result<crate::api::workload::WorkloadKind, Rejection> {
+    parse_kind(kind).ok_or_else(|| {
+        Rejection::NotFound(format!(
+            "unknown kind {kind:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
+        ))
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SubmitQuery {
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    pub namespace: Option<String>,
+    pub kind: Option<String>,
+}
+
+type Shared = State<Arc<Jss>>;
+
+async fn submit_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Query(q): Query<SubmitQuery>,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut audit = Audit::new("submit");
+    let result = s.submit(&headers, &q, body, &mut audit).await;
+    let outcome = match &result {
+        Ok(_) => "Accepted",
+        Err(r) => r.reason(),
+    };
+    audit.log(
+        outcome,
+        &result
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    );
+    s.metrics
+        .submissions
+        .get_or_create(&OutcomeLabel {
+            outcome: outcome.into(),
+        })
+        .inc();
+    s.metrics
+        .submission_seconds
+        .observe(started.elapsed().as_secs_f64());
+    reply(result)
+}
+
+async fn list_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    reply(
+        s.list(&headers, q.namespace.as_deref(), q.kind.as_deref())
+            .await,
+    )
+}
+
+async fn list_ns_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(ns): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    reply(s.list(&headers, Some(&ns), q.kind.as_deref()).await)
+}
+
+async fn list_kind_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind)): Path<(String, String)>,
+) -> Response {
+    reply(s.list(&headers, Some(&ns), Some(&kind)).await)
+}
+
+async fn get_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+) -> Response {
+    reply(s.get_one(&headers, &ns, &kind, &name).await)
+}
+
+async fn delete_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+) -> Response {
+    let mut audit = Audit::new("delete");
+    let result = s.delete(&headers, &ns, &kind, &name, &mut audit).await;
+    match &result {
+        Ok(_) => audit.log("Deleted", ""),
+        Err(r) => audit.log(r.reason(), &r.to_string()),
+    }
+    reply(result)
+}
+
+/// Applies the request timeout and records request metrics.
+async fn observe(State(s): Shared, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let resp = match tokio::time::timeout(s.timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => error_response(&Rejection::Timeout(s.timeout.as_secs())),
+    };
+    s.metrics
+        .requests
+        .get_or_create(&RouteLabels {
+            method,
+            route: route.clone(),
+            code: resp.status().as_u16().to_string(),
+        })
+        .inc();
+    s.metrics
+        .request_seconds
+        .get_or_create(&RouteLabel { route })
+        .observe(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// The JSS's routes.
+pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
+    Router::new()
+        .route("/v1/submissions", post(submit_handler))
+        .route("/v1/workloads", get(list_handler))
+        .route("/v1/workloads/{namespace}", get(list_ns_handler))
+        .route("/v1/workloads/{namespace}/{kind}", get(list_kind_handler))
+        .route(
+            "/v1/workloads/{namespace}/{kind}/{name}",
+            get(get_handler).delete(delete_handler),
+        )
+        .route(
+            "/v1/clusters",
+            get(|State(s): Shared, h: HeaderMap| async move { reply(s.clusters(&h).await) }),
+        )
+        .route(
+            "/v1/quotas",
+            get(|State(s): Shared, h: HeaderMap| async move { reply(s.quotas(&h).await) }),
+        )
+        .route(
+            "/v1/owners",
+            get(|State(s): Shared, h: HeaderMap| async move { reply(s.owners(&h).await) }),
+        )
+        .route(
+            "/v1/artifacts",
+            get(|State(s): Shared, h: HeaderMap| async move { reply(s.artifacts(&h).await) }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready.get() {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        )
+        .fallback(|m: Method, uri: axum::http::Uri| async move {
+            error_response(&Rejection::NoRoute(format!("{m} {}", uri.path())))
+        })
+        .method_not_allowed_fallback(|m: Method| async move {
+            error_response(&Rejection::MethodNotAllowed(m.to_string()))
+        })
+        .layer(middleware::from_fn_with_state(jss.clone(), observe))
+        .with_state(jss)
+}
+
+/// Loads a PEM certificate chain and private key into a rustls server configuration.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<rustls::ServerConfig> {
+    use anyhow::Context;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading certificate {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("parsing certificate {}", cert.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", cert.display());
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading private key {}", key.display()))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .context("the certificate and key do not form a usable pair")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Serves `app` on `listener` until the process ends, over TLS when `tls` is given.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = TowerToHyperService::new(app.clone());
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10));
+            let served = match acceptor {
+                Some(acceptor) => {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => http.serve_connection(TokioIo::new(tls), svc).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+                None => http.serve_connection(TokioIo::new(stream), svc).await,
+            };
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Plain HTTP is only for loopback; anything else needs a certificate and key.
+pub fn check_listen(addr: SocketAddr, tls: bool) -> anyhow::Result<()> {
+    if !tls && !addr.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to serve plain HTTP on {addr}, which is not a loopback address: give \
+             --tls-cert and --tls-key (or listen on 127.0.0.1)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_only_on_loopback() {
+        assert!(check_listen("127.0.0.1:8443".parse().unwrap(), false).is_ok());
+        assert!(check_listen("[::1]:8443".parse().unwrap(), false).is_ok());
+        let e = check_listen("0.0.0.0:8443".parse().unwrap(), false).unwrap_err();
+        assert!(e.to_string().contains("--tls-cert"), "{e}");
+        assert!(check_listen("0.0.0.0:8443".parse().unwrap(), true).is_ok());
+    }
+}

@@ -1,0 +1,222 @@
+//! What the read endpoints answer, built from hub objects. Pure.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
+use super::quota::format_memory;
+use crate::api::federation::{FederatedQuota, MemberCluster};
+use crate::api::workload::WorkloadKind;
+use crate::placement::model::Resources;
+
+/// Amounts as quantities people read (`1500m`, `3Gi`).
+pub fn amounts(r: &Resources) -> Value {
+    json!({
+        "cpu": r.cpu.to_string(),
+        "memory": format_memory(r.memory),
+        "gpus": r.gpu,
+        "pods": r.pods,
+    })
+}
+
+fn annotation(o: &DynamicObject, key: &str) -> Value {
+    o.annotations()
+        .get(key)
+        .map(|v| Value::String(v.clone()))
+        .unwrap_or(Value::Null)
+}
+
+/// One workload with its aggregated per-cluster status.
+pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) -> Value {
+    let spec = &o.data["spec"];
+    let desired = match kind {
+        WorkloadKind::Service | WorkloadKind::StatefulSet => json!({"replicas": spec["replicas"]}),
+        WorkloadKind::JobSet => json!({"shards": spec["shards"]}),
+        WorkloadKind::TrainingJob => {
+            let replicas: i64 = spec["replicaSpecs"]
+                .as_object()
+                .map(|m| m.values().filter_map(|r| r["replicas"].as_i64()).sum())
+                .unwrap_or(0);
+            json!({"replicas": replicas})
+        }
+        WorkloadKind::CronJob => json!({"schedule": spec["schedule"]}),
+        WorkloadKind::Daemon => json!({}),
+    };
+    json!({
+        "kind": kind.as_str(),
+        "namespace": o.namespace(),
+        "name": o.name_any(),
+        "uid": o.metadata.uid,
+        "generation": o.metadata.generation,
+        "deleting": o.metadata.deletion_timestamp.is_some(),
+        "team": spec["owner"]["team"],
+        "contact": spec["owner"]["contact"],
+        "submittedBy": annotation(o, ANNOTATION_SUBMITTED_BY),
+        "artifact": annotation(o, ANNOTATION_ARTIFACT),
+        "desired": desired,
+        "requested": amounts(requested),
+        "status": o.data.get("status").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// One member cluster: where it is, whether it is Ready, and its capacity.
+pub fn cluster(m: &MemberCluster) -> Value {
+    let status = m
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or_default())
+        .unwrap_or_default();
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    json!({
+        "name": m.name_any(),
+        "region": m.spec.region,
+        "zone": m.spec.zone,
+        "labels": m.labels(),
+        "ready": ready["status"].as_str().unwrap_or("Unknown"),
+        "readyReason": ready["reason"],
+        "readyMessage": ready["message"],
+        "kubernetesVersion": status["kubernetesVersion"],
+        "lastHeartbeatTime": status["lastHeartbeatTime"],
+        "nodes": status["nodes"],
+        "capacity": status["capacity"],
+        "allocatable": status["allocatable"],
+        "allocated": status["allocated"],
+        "available": status["available"],
+    })
+}
+
+/// One quota: hard totals and caps, what the hub has placed under it (its status), and
+/// what the namespace's submitted workloads request (computed by the JSS).
+pub fn quota(q: &FederatedQuota, requested: Option<&Resources>) -> Value {
+    let status = q.status.clone().unwrap_or_default();
+    json!({
+        "namespace": q.namespace(),
+        "name": q.name_any(),
+        "hard": q.spec.hard,
+        "perCluster": q.spec.per_cluster,
+        "used": status.used,
+        "usedPerCluster": status.used_per_cluster,
+        "requested": requested.map(amounts),
+        "conditions": status.conditions,
+    })
+}
+
+/// One row of the governance report.
+#[derive(Clone, Debug)]
+pub struct OwnedWorkload {
+    pub team: String,
+    pub contact: String,
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    pub clusters: Vec<String>,
+    pub requested: Resources,
+}
+
+/// What each team runs where, with what it requests: teams sorted by name, each with its
+/// workloads and totals.
+pub fn owners(rows: &[OwnedWorkload]) -> Value {
+    let mut by_team: BTreeMap<&str, Vec<&OwnedWorkload>> = BTreeMap::new();
+    for r in rows {
+        by_team.entry(r.team.as_str()).or_default().push(r);
+    }
+    let teams: Vec<Value> = by_team
+        .into_iter()
+        .map(|(team, ws)| {
+            let total = ws
+                .iter()
+                .fold(Resources::ZERO, |acc, w| acc.saturating_add(&w.requested));
+            let mut clusters: Vec<&str> = ws
+                .iter()
+                .flat_map(|w| w.clusters.iter().map(String::as_str))
+                .collect();
+            clusters.sort_unstable();
+            clusters.dedup();
+            let mut contacts: Vec<&str> = ws.iter().map(|w| w.contact.as_str()).collect();
+            contacts.sort_unstable();
+            contacts.dedup();
+            json!({
+                "team": team,
+                "contacts": contacts,
+                "clusters": clusters,
+                "requested": amounts(&total),
+                "workloads": ws.iter().map(|w| json!({
+                    "kind": w.kind.as_str(),
+                    "namespace": w.namespace,
+                    "name": w.name,
+                    "clusters": w.clusters,
+                    "requested": amounts(&w.requested),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "teams": teams })
+}
+
+/// The clusters a workload was placed on, from its hub status.
+pub fn placed_clusters(o: &DynamicObject) -> Vec<String> {
+    o.data["status"]["placement"]["placements"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| p["cluster"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::quantity::Milli;
+
+    #[test]
+    fn owners_groups_by_team_with_totals() {
+        let row = |team: &str, name: &str, clusters: &[&str], cpu: i128| OwnedWorkload {
+            team: team.into(),
+            contact: format!("{team}@x"),
+            kind: WorkloadKind::Service,
+            namespace: "ns".into(),
+            name: name.into(),
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            requested: Resources::pod(Milli(cpu), Milli(1000 << 30), 1),
+        };
+        let v = owners(&[
+            row("search", "s", &["b"], 1000),
+            row("ads", "a1", &["a", "b"], 500),
+            row("ads", "a2", &["c", "a"], 1500),
+        ]);
+        let teams = v["teams"].as_array().unwrap();
+        assert_eq!(teams[0]["team"], "ads");
+        assert_eq!(teams[0]["requested"]["cpu"], "2");
+        assert_eq!(teams[0]["requested"]["memory"], "2Gi");
+        assert_eq!(teams[0]["requested"]["gpus"], 2);
+        assert_eq!(teams[0]["clusters"], json!(["a", "b", "c"]));
+        assert_eq!(teams[0]["workloads"].as_array().unwrap().len(), 2);
+        assert_eq!(teams[1]["team"], "search");
+    }
+
+    #[test]
+    fn workload_view_carries_status_and_submitter() {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "namespace": "ads",
+                "annotations": {ANNOTATION_SUBMITTED_BY: "alice"}},
+            "spec": {"owner": {"team": "ads", "contact": "c"}, "replicas": 3},
+            "status": {"placement": {"placements": [{"cluster": "a", "replicas": 3}]}}
+        }))
+        .unwrap();
+        let v = workload(WorkloadKind::Service, &o, &Resources::ZERO);
+        assert_eq!(v["submittedBy"], "alice");
+        assert_eq!(v["desired"]["replicas"], 3);
+        assert_eq!(v["team"], "ads");
+        assert_eq!(placed_clusters(&o), vec!["a".to_string()]);
+    }
+}
