@@ -365,7 +365,14 @@ mod failover {
                             .as_ref()
                             .and_then(|l| l.get("pinterest.com/shard").cloned())
                             .unwrap_or_default();
-                        let uid = job.metadata.uid.clone().unwrap_or_default();
+                        let uid = format!(
+                            "{} done {:?}",
+                            job.metadata.uid.clone().unwrap_or_default(),
+                            job.status
+                                .as_ref()
+                                .and_then(|s| s.completion_time.clone())
+                                .map(|t| t.0.to_string())
+                        );
                         successes
                             .lock()
                             .unwrap()
@@ -419,6 +426,10 @@ mod failover {
         };
 
         let stopped = Instant::now();
+        eprintln!(
+            "stopping {victim} at {}",
+            k8s_openapi::jiff::Timestamp::now()
+        );
         harness(&["stop", &victim]);
         // Grace periods: member 5 s + failover 5 s; the issue allows 30 s more.
         eventually(
@@ -451,6 +462,10 @@ mod failover {
 
         // Back: after the failback window the split rebalances onto the victim again.
         harness(&["start", &victim]);
+        eprintln!(
+            "started {victim} at {}",
+            k8s_openapi::jiff::Timestamp::now()
+        );
         let started = Instant::now();
         eventually(
             Duration::from_secs(FAILBACK_WINDOW + 60),

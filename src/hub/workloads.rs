@@ -472,7 +472,9 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     // A decision made while fewer clusters were Ready than the spread asks for is redone
     // once more are.
     let spread_short = |p: &PlacementDecision| {
-        (p.placements.len() as u32) < policy.spread.min_clusters.min(eligible)
+        // Nothing left to place (a finished job set) is never short.
+        !p.placements.is_empty()
+            && (p.placements.len() as u32) < policy.spread.min_clusters.min(eligible)
     };
     let keep = previous.as_ref().is_some_and(|p| {
         decided_for == Some(generation)
@@ -523,6 +525,11 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 .set(&key, &ns, from_quota::usage_of(&outcome.decision, &demand));
             outcome
         };
+        let mut outcome = outcome;
+        if let (Some(b), placement::Count::Shards { completed, .. }) = (&before, &demand.count) {
+            let completed = RangeSet::from_indices(completed.iter().copied());
+            failover::keep_completed_shards(&mut outcome.decision, b, &completed, &lost_placed);
+        }
         quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
         if let Ok(mut h) = ctx.held_back.lock() {
             if quota_exceeded {
@@ -969,7 +976,12 @@ fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHea
                 MemberHealth {
                     ready,
                     lost_since,
-                    returned_at: secs(&status.returned_time),
+                    // Back, but the member loop has not recorded the return yet.
+                    returned_at: if ready && status.lost_time.is_some() {
+                        Some(now.as_second())
+                    } else {
+                        secs(&status.returned_time)
+                    },
                     draining: mc.annotations().contains_key(ANNOTATION_DRAINING),
                 },
             )

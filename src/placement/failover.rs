@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::decision::Decision;
+use crate::api::ranges::RangeSet;
 
 /// What the hub knows of one member's health.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -172,6 +173,53 @@ pub fn transition(input: &TransitionInput<'_>) -> BTreeMap<String, SliceStep> {
     steps
 }
 
+/// Completed shards stay assigned to the cluster that held them (unless it is lost), so
+/// a re-plan — which only places unfinished shards — does not take them out of that
+/// cluster's slice and fence or prune their finished Jobs before their TTL.
+pub fn keep_completed_shards(
+    decision: &mut Decision,
+    previous: &Decision,
+    completed: &RangeSet,
+    lost: &BTreeSet<String>,
+) {
+    for p in &previous.placements {
+        if lost.contains(&p.cluster) {
+            continue;
+        }
+        let Some(held) = p
+            .shards
+            .as_deref()
+            .and_then(|s| RangeSet::parse(s).ok())
+            .map(|s| s.intersection(completed))
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        match decision
+            .placements
+            .iter_mut()
+            .find(|n| n.cluster == p.cluster)
+        {
+            Some(n) => {
+                let now = n
+                    .shards
+                    .as_deref()
+                    .and_then(|s| RangeSet::parse(s).ok())
+                    .unwrap_or_default();
+                n.shards = Some(now.union(&held).to_string());
+            }
+            None => decision.placements.push(super::Placement {
+                cluster: p.cluster.clone(),
+                replicas: None,
+                shards: Some(held.to_string()),
+            }),
+        }
+    }
+    decision
+        .placements
+        .sort_by(|a, b| a.cluster.cmp(&b.cluster));
+}
+
 /// A line for status: what moved off `lost` between two decisions.
 pub fn moved_text(before: &Decision, after: &Decision, lost: &BTreeSet<String>) -> String {
     let share = |d: &Decision, c: &str| -> (u64, Option<String>) {
@@ -180,9 +228,7 @@ pub fn moved_text(before: &Decision, after: &Decision, lost: &BTreeSet<String>) 
             .find(|p| p.cluster == c)
             .map(|p| {
                 let n = match (&p.shards, p.replicas) {
-                    (Some(s), _) => crate::api::ranges::RangeSet::parse(s)
-                        .map(|r| r.len())
-                        .unwrap_or(0),
+                    (Some(s), _) => RangeSet::parse(s).map(|r| r.len()).unwrap_or(0),
                     (None, Some(r)) => u64::from(r),
                     (None, None) => 1,
                 };
@@ -368,6 +414,32 @@ mod tests {
             ..input
         });
         assert!(!steps.contains_key("b"));
+    }
+
+    #[test]
+    fn completed_shards_stay_with_their_cluster_unless_it_is_lost() {
+        let shards = |v: &[(&str, &str)]| Decision {
+            placements: v
+                .iter()
+                .map(|(c, s)| Placement {
+                    cluster: c.to_string(),
+                    replicas: None,
+                    shards: Some(s.to_string()),
+                })
+                .collect(),
+            strategy: crate::placement::Strategy::Divided,
+            unplaced: 0,
+            reason: None,
+        };
+        let previous = shards(&[("a", "0-9"), ("b", "10-19"), ("c", "20-29")]);
+        // 0-4 and 10-19 done; b's unfinished shards none; c lost with 20-29 unfinished.
+        let mut next = shards(&[("a", "5-9,20-24"), ("d", "25-29")]);
+        let completed = RangeSet::parse("0-4,10-19").unwrap();
+        keep_completed_shards(&mut next, &previous, &completed, &set(&["c"]));
+        assert_eq!(
+            next,
+            shards(&[("a", "0-9,20-24"), ("b", "10-19"), ("d", "25-29")])
+        );
     }
 
     #[test]
