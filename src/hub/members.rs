@@ -12,8 +12,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ApiResource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -23,7 +24,9 @@ use crate::api::common::{
     Condition, ConditionStatus, LABEL_KIND, LABEL_WORKLOAD, condition_types as ct, set_condition,
 };
 use crate::api::federation::{MemberCluster, MemberClusterStatus};
+use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::hub::slices::{LABEL_HUB_NAME, LABEL_HUB_NAMESPACE};
 use crate::placement::capacity::{self, NodeUsage};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
@@ -109,13 +112,46 @@ impl Member {
     }
 }
 
-/// Every connected member, by name.
-#[derive(Clone, Default)]
+/// A slice changed in a member (its spec or, mostly, its status as the agent writes it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceEvent {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Every connected member, by name, and the slice changes they report.
+#[derive(Clone)]
 pub struct MemberRegistry {
     members: Arc<Mutex<BTreeMap<String, Arc<Member>>>>,
+    slice_events: tokio::sync::broadcast::Sender<SliceEvent>,
+}
+
+impl Default for MemberRegistry {
+    fn default() -> MemberRegistry {
+        MemberRegistry {
+            members: Default::default(),
+            slice_events: tokio::sync::broadcast::channel(4096).0,
+        }
+    }
 }
 
 impl MemberRegistry {
+    /// Slice changes in every member, as they happen (a slow reader skips ahead: the
+    /// workload loops also resync on a timer).
+    pub fn slice_events(&self) -> impl futures::Stream<Item = SliceEvent> + Send + 'static {
+        let rx = self.slice_events.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => return Some((ev, rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<Member>> {
         self.members.lock().ok()?.get(name).cloned()
     }
@@ -263,6 +299,41 @@ pub async fn ensure_member(
         .modify(trim_pod)
         .reflect(pod_writer)
         .for_each(|_| futures::future::ready(()));
+    let mut tasks = vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)];
+    // Slice changes trigger the hub resource's reconcile at once, so aggregated status
+    // follows the member within a watch round-trip rather than a resync period.
+    for kind in WorkloadKind::ALL {
+        let ar = ApiResource {
+            group: "compute.pinterest.com".into(),
+            version: "v1alpha1".into(),
+            api_version: "compute.pinterest.com/v1alpha1".into(),
+            kind: kind.as_str().into(),
+            plural: format!("{}s", kind.as_str().to_lowercase()),
+        };
+        let events = registry.slice_events.clone();
+        let stream = watcher(
+            Api::<DynamicObject>::all_with(client.clone(), &ar),
+            watcher::Config::default().labels(LABEL_HUB_NAME),
+        )
+        .default_backoff()
+        .touched_objects()
+        .for_each(move |o| {
+            if let Ok(o) = o {
+                let labels = o.labels();
+                if let (Some(name), Some(namespace)) =
+                    (labels.get(LABEL_HUB_NAME), labels.get(LABEL_HUB_NAMESPACE))
+                {
+                    let _ = events.send(SliceEvent {
+                        kind,
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    });
+                }
+            }
+            futures::future::ready(())
+        });
+        tasks.push(tokio::spawn(stream));
+    }
     let member = Member {
         name: name.clone(),
         client,
@@ -270,7 +341,7 @@ pub async fn ensure_member(
         pods,
         secret_version: version,
         state: Mutex::new(Heartbeat::default()),
-        tasks: vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)],
+        tasks,
     };
     // Placement must not see a member whose node and pod caches are still filling: it
     // would look empty (all room) or full (no room).

@@ -1115,10 +1115,17 @@ async fn propagate_config(
 
 /// Runs the loop for one kind.
 pub async fn run_kind<K: AgentKind>(ctx: Arc<HubContext>) {
+    let slice_changes =
+        ctx.registry.slice_events().filter_map(|ev| {
+            futures::future::ready((ev.kind == K::KIND).then(|| {
+                kube::runtime::reflector::ObjectRef::<K>::new(&ev.name).within(&ev.namespace)
+            }))
+        });
     Controller::new(
         Api::<K>::all(ctx.hub.clone()),
         watcher::Config::default().any_semantic(),
     )
+    .reconcile_on(slice_changes)
     .run(reconcile::<K>, error_policy::<K>, ctx)
     .for_each(|_| futures::future::ready(()))
     .await;
