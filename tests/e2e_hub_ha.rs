@@ -1,0 +1,187 @@
+//! Hub HA on the local topology: two hubs share a Lease; the leader is SIGKILLed in the
+//! middle of a rollout of 200 workloads and the standby finishes it — every workload
+//! placed once, every slice where its placement says, none twice, none missing.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
+use pinfed::api::service::PinterestService;
+use support::{Federation, TestNamespace, eventually, join_all, spawn_daemon, unique_name};
+
+const WORKLOADS: usize = 200;
+
+fn hub_args(identity: &str, lease_ns: &str) -> Vec<String> {
+    [
+        "hub",
+        "--context",
+        "hub",
+        "--heartbeat-secs",
+        "1",
+        "--resync-secs",
+        "2",
+        "--lease-duration-secs",
+        "4",
+        "--lease-namespace",
+        lease_ns,
+        "--identity",
+        identity,
+        "--metrics-addr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("127.0.0.1:{}", support::free_port())])
+    .collect()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("pinfed-hub")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+#[tokio::test]
+async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let hub = fed.hub();
+    let lease_ns = unique_name("ha-lease");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), &lease_ns);
+    let leader = spawn_daemon(&fed, "hub-ha-a", &hub_args("hub-a", &lease_ns));
+    eventually(
+        Duration::from_secs(30),
+        &format!("hub-a leads\n{}", leader.log_tail()),
+        || async { holder(&leases).await.as_deref() == Some("hub-a") },
+    )
+    .await;
+    let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease_ns));
+
+    let ns = TestNamespace::create(&hub, "ha").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let make = |i: usize| -> PinterestService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": format!("svc-{i:03}")},
+            "spec": {
+                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "replicas": 3,
+                "placement": {"spread": {"minClusters": 2}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}},
+            }
+        }))
+        .unwrap()
+    };
+    let placed_count = || async {
+        api.list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|s| {
+                        s.status
+                            .as_ref()
+                            .and_then(|s| s.placement.as_ref())
+                            .is_some()
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    // Create all 200; kill the leader once a good part is placed and the rest is not.
+    let creating = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            futures::stream::iter(0..WORKLOADS)
+                .map(|i| {
+                    let (api, svc) = (api.clone(), make(i));
+                    async move { api.create(&PostParams::default(), &svc).await.unwrap() }
+                })
+                .buffer_unordered(16)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    eventually(
+        Duration::from_secs(60),
+        &format!("some workloads placed\n{}", leader.log_tail()),
+        || async { placed_count().await >= 20 },
+    )
+    .await;
+    leader.kill();
+    let killed = Instant::now();
+    let placed_at_kill = placed_count().await;
+    creating.await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        &format!("hub-b takes the lease\n{}", standby.log_tail()),
+        || async { holder(&leases).await.as_deref() == Some("hub-b") },
+    )
+    .await;
+    let takeover = killed.elapsed();
+    eventually(
+        Duration::from_secs(120),
+        &format!("all {WORKLOADS} placed\n{}", standby.log_tail()),
+        || async { placed_count().await == WORKLOADS },
+    )
+    .await;
+
+    // Every slice where its placement says, with its share; none elsewhere.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let want: BTreeMap<String, BTreeMap<String, i64>> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| {
+            let p = s.status.as_ref().unwrap().placement.as_ref().unwrap();
+            assert_eq!(p.unplaced, 0, "{p:?}");
+            let shares: BTreeMap<String, i64> = p
+                .placements
+                .iter()
+                .map(|c| (c.cluster.clone(), i64::from(c.replicas.unwrap_or(0))))
+                .collect();
+            assert_eq!(shares.values().sum::<i64>(), 3, "{p:?}");
+            (s.metadata.name.clone().unwrap(), shares)
+        })
+        .collect();
+    let members = fed.member_names();
+    eventually(
+        Duration::from_secs(60),
+        "every slice in place, none extra",
+        || async {
+            let mut got: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+            for m in &members {
+                let slices = Api::<DynamicObject>::namespaced_with(fed.client(m), &ns.name, &ar)
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                for s in slices {
+                    got.entry(s.metadata.name.clone().unwrap())
+                        .or_default()
+                        .insert(m.clone(), s.data["spec"]["replicas"].as_i64().unwrap_or(-1));
+                }
+            }
+            got == want
+        },
+    )
+    .await;
+    eprintln!(
+        "ha: {placed_at_kill} of {WORKLOADS} placed when the leader was killed; standby led after {takeover:?}"
+    );
+    standby.kill();
+    ns.delete().await;
+    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(hub.clone())
+        .delete(&lease_ns, &Default::default())
+        .await;
+}
