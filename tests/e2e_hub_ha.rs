@@ -63,6 +63,29 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     )
     .await;
     let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease_ns));
+    // Agents make slices available: a slice that left a placement goes only once its
+    // replacement is available.
+    let _agents: Vec<_> = fed
+        .member_names()
+        .iter()
+        .map(|m| {
+            spawn_daemon(
+                &fed,
+                &format!("agent-ha-{m}"),
+                &[
+                    "agent",
+                    "--context",
+                    m,
+                    "--cluster-name",
+                    m,
+                    "--no-leader-election",
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{}", support::free_port()),
+                ]
+                .map(String::from),
+            )
+        })
+        .collect();
 
     let ns = TestNamespace::create(&hub, "ha").await;
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
@@ -155,7 +178,8 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
         })
         .collect();
     let members = fed.member_names();
-    eventually(
+    let last = std::sync::Mutex::new(BTreeMap::new());
+    let check = eventually(
         Duration::from_secs(60),
         "every slice in place, none extra",
         || async {
@@ -172,10 +196,26 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
                         .insert(m.clone(), s.data["spec"]["replicas"].as_i64().unwrap_or(-1));
                 }
             }
-            got == want
+            let same = got == want;
+            *last.lock().unwrap() = got;
+            same
         },
-    )
-    .await;
+    );
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(check)).await;
+    if outcome.is_err() {
+        let got = last.lock().unwrap().clone();
+        let diff: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}: want {v:?} got {:?}", got.get(k)))
+            .collect();
+        panic!(
+            "slices differ from placements for {} workloads: {:?}\n{}",
+            diff.len(),
+            &diff[..diff.len().min(10)],
+            standby.log_tail()
+        );
+    }
     eprintln!(
         "ha: {placed_at_kill} of {WORKLOADS} placed when the leader was killed; standby led after {takeover:?}"
     );
