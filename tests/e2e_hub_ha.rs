@@ -180,7 +180,9 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     let members = fed.member_names();
     let last = std::sync::Mutex::new(BTreeMap::new());
     let check = eventually(
-        Duration::from_secs(60),
+        // Slices that leave a placement go once the replacement is available, so allow
+        // the agents time to make them so.
+        Duration::from_secs(180),
         "every slice in place, none extra",
         || async {
             let mut got: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
