@@ -377,3 +377,92 @@ async fn a_training_job_is_gang_placed_or_stays_pending_with_a_reason() {
     let _ = ConditionStatus::True;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_federated_quota_is_never_exceeded_and_frees_room_when_a_workload_goes() {
+    use pinfed::api::federation::FederatedQuota;
+    use pinfed::api::quantity::Milli;
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-quota").await;
+    let quota: FederatedQuota = serde_json::from_value(serde_json::json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+        "metadata": {"name": "team"},
+        "spec": {"hard": {"cpu": "3"}},
+    }))
+    .unwrap();
+    let quotas: Api<FederatedQuota> = Api::namespaced(hub.clone(), &ns.name);
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let mut big = service("big", 100);
+    big.spec.placement.spread = None;
+    api.create(&PostParams::default(), &big).await.unwrap();
+
+    // Part of it fits; the rest stays unplaced with QuotaExceeded and the numbers.
+    eventually(
+        WAIT,
+        &format!("big held back by quota\n{}", logs(daemons)),
+        || async {
+            let s = hub_status(&api, "big").await;
+            condition(&s, "QuotaExceeded").as_deref() == Some("True")
+                && s["placement"]["unplaced"].as_i64().unwrap_or(0) > 0
+        },
+    )
+    .await;
+    let s = hub_status(&api, "big").await;
+    let reason = s["placement"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(reason.contains("quota"), "{reason}");
+    let placed: i64 = s["placement"]["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["replicas"].as_i64().unwrap())
+        .sum();
+    assert!(placed > 0 && placed < 100, "placed {placed}: {s}");
+    // The quota's status says what is used, never more than hard.
+    let used = |q: &FederatedQuota| {
+        q.status
+            .as_ref()
+            .and_then(|s| s.used.as_ref())
+            .and_then(|u| u.cpu.as_ref())
+            .map(|c| Milli::parse(&c.0).unwrap())
+    };
+    eventually(WAIT, "quota usage recorded", || async {
+        quotas
+            .get("team")
+            .await
+            .ok()
+            .and_then(|q| used(&q))
+            .is_some_and(|u| u > Milli(0))
+    })
+    .await;
+    let q = quotas.get("team").await.unwrap();
+    assert!(used(&q).unwrap() <= Milli::parse("3").unwrap(), "{q:?}");
+
+    // A second workload finds no room while big holds the quota...
+    let mut small = service("small", 1);
+    small.spec.placement.spread = None;
+    api.create(&PostParams::default(), &small).await.unwrap();
+    eventually(WAIT, "small held back", || async {
+        let s = hub_status(&api, "small").await;
+        condition(&s, "QuotaExceeded").as_deref() == Some("True")
+    })
+    .await;
+    // ...and is placed once big is gone.
+    api.delete("big", &DeleteParams::default()).await.unwrap();
+    eventually(
+        WAIT,
+        &format!("small placed after big left\n{}", logs(daemons)),
+        || async {
+            let s = hub_status(&api, "small").await;
+            s["placement"]["unplaced"] == 0
+                && condition(&s, "QuotaExceeded").as_deref() == Some("False")
+        },
+    )
+    .await;
+    ns.delete().await;
+}
