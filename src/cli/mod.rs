@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod artifact;
+pub mod client;
 mod crds;
 mod expand;
 mod hub;
@@ -49,6 +51,22 @@ pub enum Command {
     Agent(crate::agent::AgentArgs),
     /// Run the Job Submission Service: the authenticated, quota-checking gateway to the hub.
     Jss(crate::jss::JssArgs),
+    /// Publish, list or verify reviewed workload artifacts in a JSS artifact store.
+    Artifact(artifact::ArtifactArgs),
+    /// Submit a reviewed artifact (NAME --version V) or a file (-f) through the JSS.
+    Submit(client::SubmitArgs),
+    /// List workloads through the JSS, with the per-cluster breakdown.
+    Get(client::GetArgs),
+    /// One workload in detail: placement, per-cluster status, conditions, submitter.
+    Describe(client::ObjectArgs),
+    /// Delete a workload through the JSS (its slices are removed from every member).
+    Delete(client::ObjectArgs),
+    /// Member clusters: health and capacity.
+    Clusters(client::ListArgs),
+    /// FederatedQuotas of your namespaces: hard, used (placed) and requested, per cluster.
+    Quota(client::ListArgs),
+    /// The governance report: what each team runs where, with requested cpu, memory, GPUs.
+    Owners(client::ListArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -63,5 +81,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Overview(args) => overview::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Jss(args) => crate::jss::run(args),
+        Command::Artifact(args) => artifact::run(args),
+        Command::Submit(args) => client::submit(args),
+        Command::Get(args) => client::get(args),
+        Command::Describe(args) => client::describe(args),
+        Command::Delete(args) => client::delete(args),
+        Command::Clusters(args) => client::clusters(args),
+        Command::Quota(args) => client::quota(args),
+        Command::Owners(args) => client::owners(args),
     }
 }

@@ -113,13 +113,23 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
         let ready = Readiness::default();
         let registry = Arc::new(registry);
         let metrics_server = tokio::spawn(http::serve(args.metrics_addr, registry, ready.clone()));
+        let client = args.kube.client().await?;
+        // The API listens only once the hub's caches are loaded; until then /readyz says
+        // so, and a warning names what is missing.
+        let connect = hub::Hub::connect(client);
+        tokio::pin!(connect);
+        let hub = loop {
+            tokio::select! {
+                h = &mut connect => break h.context("loading members, runtime profiles and quotas from the hub")?,
+                _ = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
+                    "still waiting for the hub's MemberCluster, RuntimeProfile and FederatedQuota \
+                     lists (are the CRDs installed? `pinfed crds | kubectl apply -f -`)"
+                ),
+            }
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
-        let client = args.kube.client().await?;
-        let hub = hub::Hub::connect(client)
-            .await
-            .context("loading members, runtime profiles and quotas from the hub")?;
         let jss = Arc::new(server::Jss::new(
             auth,
             args.token_review,

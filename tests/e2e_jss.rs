@@ -1,0 +1,923 @@
+//! The Job Submission Service on the local topology: every rejection with its status and
+//! JSON body, quota with the numbers, artifacts and their checksums, a good submission
+//! that runs and is aggregated, delete that cleans up the members, TLS, the CLI and the
+//! kubectl plugin. Hub, agents and the JSS run as local processes against real
+//! kube-apiservers.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use pinfed::api::federation::FederatedQuota;
+use pinfed::api::service::PinterestService;
+use pinfed::jss::client::JssClient;
+use serde_json::{Value, json};
+use support::{
+    Daemon, Federation, TestNamespace, eventually, free_port, join_all, pinfed, pinfed_bin,
+    spawn_daemon, unique_name,
+};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// What the tests share: hub, agents, one JSS on loopback HTTP and its files.
+struct Setup {
+    daemons: Vec<Daemon>,
+    server: String,
+    metrics: String,
+    dir: PathBuf,
+    artifacts: PathBuf,
+}
+
+const TOKENS: &str = r#"
+tokens:
+  - {user: alice, token: alice-token, teams: [ads]}
+  - {user: bob, token: bob-token, teams: [search]}
+  - {user: carol, token: carol-token, teams: [reviewed]}
+teams:
+  ads: {namespaces: ["jss-*"], inline: true}
+  search: {namespaces: ["search-*"], inline: false}
+  reviewed: {namespaces: ["jss-*"], inline: false}
+"#;
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn wait_listening(addr: &str, d: &Daemon) {
+    for _ in 0..600 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("nothing listens on {addr}\n{}", d.log_tail());
+}
+
+fn setup(fed: &Federation) -> &'static Setup {
+    static SETUP: OnceLock<Setup> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        join_all(fed);
+        let mut daemons = vec![spawn_daemon(
+            fed,
+            "hub",
+            &[
+                s(&[
+                    "hub",
+                    "--context",
+                    "hub",
+                    "--no-leader-election",
+                    "--heartbeat-secs",
+                    "1",
+                    "--resync-secs",
+                    "1",
+                ]),
+                vec![
+                    "--metrics-addr".into(),
+                    format!("127.0.0.1:{}", free_port()),
+                ],
+            ]
+            .concat(),
+        )];
+        for m in fed.member_names() {
+            daemons.push(spawn_daemon(
+                fed,
+                &format!("agent-{m}"),
+                &[
+                    s(&[
+                        "agent",
+                        "--context",
+                        &m,
+                        "--cluster-name",
+                        &m,
+                        "--no-leader-election",
+                    ]),
+                    vec![
+                        "--metrics-addr".into(),
+                        format!("127.0.0.1:{}", free_port()),
+                    ],
+                ]
+                .concat(),
+            ));
+        }
+        let dir = std::env::temp_dir().join(unique_name("pinfed-jss"));
+        let artifacts = dir.join("artifacts");
+        std::fs::create_dir_all(&artifacts).unwrap();
+        std::fs::write(dir.join("tokens.yaml"), TOKENS).unwrap();
+        let (api, metrics) = (
+            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", free_port()),
+        );
+        let jss = spawn_daemon(
+            fed,
+            "jss",
+            &[
+                s(&["jss", "--context", "hub", "--body-limit", "65536"]),
+                vec![
+                    "--listen".into(),
+                    api.clone(),
+                    "--metrics-addr".into(),
+                    metrics.clone(),
+                    "--tokens".into(),
+                    dir.join("tokens.yaml").display().to_string(),
+                    "--artifacts".into(),
+                    artifacts.display().to_string(),
+                ],
+            ]
+            .concat(),
+        );
+        wait_listening(&api, &jss);
+        daemons.push(jss);
+        Setup {
+            daemons,
+            server: format!("http://{api}"),
+            metrics: format!("http://{metrics}/metrics"),
+            dir,
+            artifacts,
+        }
+    })
+}
+
+impl Setup {
+    fn client(&self, token: Option<&str>) -> JssClient {
+        JssClient::new(&self.server, token.map(String::from), None).unwrap()
+    }
+    fn logs(&self) -> String {
+        format!(
+            "--- hub ---\n{}\n--- jss ---\n{}",
+            self.daemons[0].log_tail(),
+            self.daemons.last().unwrap().log_tail()
+        )
+    }
+    /// Publishes a workload into the store with `pinfed artifact add`.
+    fn publish(&self, fed: &Federation, name: &str, version: &str, yaml: &str) {
+        let file = self.dir.join(format!("{name}-{version}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        let out = pinfed(
+            fed,
+            &[
+                "artifact",
+                "add",
+                "--store",
+                &self.artifacts.display().to_string(),
+                "-f",
+                &file.display().to_string(),
+                "--name",
+                name,
+                "--version",
+                version,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pinfed artifact add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn service(name: &str, team: &str, replicas: i64, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": team, "contact": format!("{team}@pinterest.com")},
+            "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}
+        }
+    })
+}
+
+fn yaml(v: &Value) -> String {
+    serde_yaml::to_string(v).unwrap()
+}
+
+fn assert_error(r: &pinfed::jss::client::Reply, status: u16, reason: &str) {
+    assert_eq!(r.status, status, "{}", r.text);
+    assert_eq!(r.body["reason"], reason, "{}", r.text);
+    assert!(
+        r.body["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{}",
+        r.text
+    );
+    assert!(r.body["details"].is_array(), "{}", r.text);
+}
+
+#[tokio::test]
+async fn jss_answers_401_without_a_valid_token() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let sub = json!({"artifact": {"name": "web", "version": "1"}, "namespace": "jss-x"});
+    let r = st
+        .client(None)
+        .post_json("/v1/submissions", &sub)
+        .await
+        .unwrap();
+    assert_error(&r, 401, "Unauthenticated");
+    let r = st
+        .client(Some("wrong"))
+        .post_json("/v1/submissions", &sub)
+        .await
+        .unwrap();
+    assert_error(&r, 401, "Unauthenticated");
+    for path in ["/v1/workloads", "/v1/clusters", "/v1/quotas", "/v1/owners"] {
+        let r = st.client(None).get(path).await.unwrap();
+        assert_error(&r, 401, "Unauthenticated");
+    }
+    // Unknown routes and methods get JSON too.
+    let r = st
+        .client(Some("alice-token"))
+        .get("/v2/nothing")
+        .await
+        .unwrap();
+    assert_error(&r, 404, "NoRoute");
+    let r = st
+        .client(Some("alice-token"))
+        .delete("/v1/clusters")
+        .await
+        .unwrap();
+    assert_error(&r, 405, "MethodNotAllowed");
+    // The decisions are counted by outcome.
+    let m = support::http_get(&st.metrics).await;
+    assert!(
+        m.contains(r#"pinfed_jss_submissions_total{outcome="Unauthenticated"}"#),
+        "{m}"
+    );
+    assert!(
+        m.contains("pinfed_jss_submission_duration_seconds_bucket"),
+        "{m}"
+    );
+    // And audited.
+    let log = std::fs::read_to_string(&st.daemons.last().unwrap().log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("audit") && l.contains("Unauthenticated") && l.contains("submit")),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn jss_answers_403_for_the_wrong_team_namespace_or_inline_permission() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-authz").await;
+    let ads_svc = service("authz", "ads", 1, "10m");
+    // bob's team may not submit inline at all.
+    let r = st
+        .client(Some("bob-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": ads_svc, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 403, "Forbidden");
+    // An artifact owned by ads, submitted by bob (search): wrong team.
+    st.publish(&fed, "authz-web", "1.0.0", &yaml(&ads_svc));
+    let r = st
+        .client(Some("bob-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"artifact": {"name": "authz-web", "version": "1.0.0"}, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 403, "Forbidden");
+    assert!(
+        r.body["error"].as_str().unwrap().contains("team \"ads\""),
+        "{}",
+        r.text
+    );
+    // alice (ads) into a namespace her team does not have.
+    let r = st
+        .client(Some("alice-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": ads_svc, "namespace": "search-1"}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 403, "Forbidden");
+    assert!(
+        r.body["error"].as_str().unwrap().contains("search-1"),
+        "{}",
+        r.text
+    );
+    // carol's team exists for the namespace but only takes reviewed artifacts.
+    let reviewed = service("authz", "reviewed", 1, "10m");
+    let r = st
+        .client(Some("carol-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": reviewed, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 403, "Forbidden");
+    // Reads of a namespace outside one's teams are forbidden too.
+    let r = st
+        .client(Some("bob-token"))
+        .get(&format!("/v1/workloads/{}", ns.name))
+        .await
+        .unwrap();
+    assert_error(&r, 403, "Forbidden");
+    // Nothing reached the hub.
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    assert!(api.get_opt("authz").await.unwrap().is_none());
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn jss_answers_413_for_a_body_over_the_limit() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    // This JSS runs with --body-limit 65536.
+    let big = "x".repeat(200_000);
+    let r = st
+        .client(Some("alice-token"))
+        .post_json("/v1/submissions", &json!({"resource": big}))
+        .await
+        .unwrap();
+    assert_error(&r, 413, "TooLarge");
+    let r = st
+        .client(Some("alice-token"))
+        .request(
+            "POST",
+            "/v1/submissions",
+            Some(("application/yaml", vec![b'a'; 70_000])),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 413, "TooLarge");
+}
+
+#[tokio::test]
+async fn jss_answers_422_with_every_field_path_for_an_invalid_resource() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-invalid").await;
+    let mut bad = service("Bad_Name", "ads", -2, "10m");
+    bad["spec"]["template"]["spec"]["containers"][0]["name"] = "App!".into();
+    bad["spec"]["placement"] = json!({"strategy": "Single", "spread": {"minClusters": 2}});
+    let r = st
+        .client(Some("alice-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": bad, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 422, "Invalid");
+    let fields: Vec<&str> = r.body["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["field"].as_str())
+        .collect();
+    assert!(fields.contains(&"metadata.name"), "{fields:?}");
+    assert!(fields.contains(&"spec.replicas"), "{fields:?}");
+    assert!(
+        fields
+            .iter()
+            .any(|f| f.starts_with("spec.template.spec.containers[0]")),
+        "{fields:?}"
+    );
+    assert!(
+        r.body["details"].as_array().unwrap().len() >= 3,
+        "{}",
+        r.text
+    );
+    // A typo'd field and broken YAML are named too.
+    let mut typo = service("typo", "ads", 1, "10m");
+    typo["spec"]["replica"] = 3.into();
+    let r = st
+        .client(Some("alice-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": typo, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 422, "Invalid");
+    assert_eq!(r.body["details"][0]["field"], "spec.replica", "{}", r.text);
+    let r = st
+        .client(Some("alice-token"))
+        .request(
+            "POST",
+            &format!("/v1/submissions?namespace={}", ns.name),
+            Some((
+                "application/yaml",
+                b"kind: PinterestService\nspec: [\n".to_vec(),
+            )),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 422, "Invalid");
+    assert!(r.body["details"][0]["line"].is_number(), "{}", r.text);
+    // The CLI prints the same paths and fails.
+    let file = st.dir.join("bad.yaml");
+    std::fs::write(&file, yaml(&bad)).unwrap();
+    let out = std::process::Command::new(pinfed_bin())
+        .args(["submit", "-f", &file.display().to_string(), "-n", &ns.name])
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", "alice-token")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("422"), "{err}");
+    assert!(err.contains("  spec.replicas: "), "{err}");
+    assert!(err.contains("  metadata.name: "), "{err}");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn jss_rejects_a_submission_over_quota_with_requested_used_and_hard() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-quota").await;
+    let q: FederatedQuota = serde_json::from_value(json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+        "metadata": {"name": "team-quota"},
+        "spec": {"hard": {"cpu": "4", "pods": "20"}}
+    }))
+    .unwrap();
+    Api::<FederatedQuota>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &q)
+        .await
+        .unwrap();
+    let alice = st.client(Some("alice-token"));
+    // The JSS sees the quota through its watch.
+    let too_big = service("too-big", "ads", 5, "1");
+    let mut r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": too_big, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        if r.status != 201 {
+            break;
+        }
+        // Raced the quota's arrival in the cache: take it back and try again.
+        alice
+            .delete(&format!("/v1/workloads/{}/service/too-big", ns.name))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        r = alice
+            .post_json(
+                "/v1/submissions",
+                &json!({"resource": too_big, "namespace": ns.name}),
+            )
+            .await
+            .unwrap();
+    }
+    assert_error(&r, 409, "QuotaExceeded");
+    let d = &r.body["details"][0];
+    assert_eq!(d["quota"], format!("{}/team-quota", ns.name), "{}", r.text);
+    assert_eq!(d["resource"], "cpu", "{}", r.text);
+    assert_eq!(d["used"], "0", "{}", r.text);
+    assert_eq!(d["hard"], "4", "{}", r.text);
+    // 5 replicas of 1 cpu plus the runtime sidecars.
+    let requested = pinfed::api::quantity::Milli::parse(d["requested"].as_str().unwrap()).unwrap();
+    assert!(requested.0 > 5000, "{}", r.text);
+
+    // One that fits is accepted; then the next one counts it as used.
+    let small = service("small", "ads", 2, "1");
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": small, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": service("second", "ads", 2, "1"), "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 409, "QuotaExceeded");
+    let used = pinfed::api::quantity::Milli::parse(r.body["details"][0]["used"].as_str().unwrap())
+        .unwrap();
+    assert!(used.0 > 2000, "the first service is counted: {}", r.text);
+    // Resubmitting the same workload does not count it twice.
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": small, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    // `pinfed quota` shows hard and requested.
+    let out = std::process::Command::new(pinfed_bin())
+        .args(["quota"])
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", "alice-token")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&format!("{}/team-quota", ns.name)) && l.contains("cpu")),
+        "{text}"
+    );
+    alice
+        .delete(&format!("/v1/workloads/{}/service/small", ns.name))
+        .await
+        .unwrap();
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn jss_rejects_unknown_artifacts_and_checksum_mismatches() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-art").await;
+    let carol = st.client(Some("carol-token"));
+    let r = carol
+        .post_json(
+            "/v1/submissions",
+            &json!({"artifact": {"name": "never-published", "version": "1.0.0"}, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 404, "ArtifactNotFound");
+    let r = carol
+        .post_json(
+            "/v1/submissions",
+            &json!({"artifact": {"name": "../etc", "version": "1"}, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 422, "Invalid");
+    assert_eq!(r.body["details"][0]["field"], "artifact.name", "{}", r.text);
+
+    st.publish(
+        &fed,
+        "tampered",
+        "1.0.0",
+        &yaml(&service("tampered", "reviewed", 1, "10m")),
+    );
+    // Someone edits the reviewed file in place.
+    let file = st.artifacts.join("tampered/1.0.0/workload.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("replicas: 1", "replicas: 50")).unwrap();
+    let r = carol
+        .post_json(
+            "/v1/submissions",
+            &json!({"artifact": {"name": "tampered", "version": "1.0.0"}, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&r, 422, "ArtifactChecksumMismatch");
+    assert!(
+        r.body["error"].as_str().unwrap().contains("sha256"),
+        "{}",
+        r.text
+    );
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    assert!(api.get_opt("tampered").await.unwrap().is_none());
+    // `pinfed artifact verify` finds it too.
+    let out = pinfed(
+        &fed,
+        &[
+            "artifact",
+            "verify",
+            "--store",
+            &st.artifacts.display().to_string(),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL\ttampered@1.0.0"));
+    std::fs::remove_dir_all(st.artifacts.join("tampered")).unwrap();
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_good_submission_runs_is_aggregated_and_delete_cleans_up_the_members() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-good").await;
+    let mut svc = service("web", "reviewed", 6, "50m");
+    svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
+    st.publish(&fed, "web", "1.0.0", &yaml(&svc));
+    let carol = st.client(Some("carol-token"));
+    let r = carol
+        .post_json(
+            "/v1/submissions",
+            &json!({"artifact": {"name": "web", "version": "1.0.0"}, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.body["submittedBy"], "carol");
+    assert_eq!(r.body["artifact"], "web@1.0.0");
+    assert_eq!(r.body["requested"]["pods"], 6);
+    let log = std::fs::read_to_string(&st.daemons.last().unwrap().log).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("audit")
+            && l.contains("carol")
+            && l.contains("Accepted")
+            && l.contains(&format!("PinterestService/{}/web", ns.name))),
+        "{log}"
+    );
+
+    // The hub object records the submitter and is managed by pinfed-jss.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let hub_obj = Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar)
+        .get("web")
+        .await
+        .unwrap();
+    let ann = hub_obj.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("pinterest.com/submitted-by").map(String::as_str),
+        Some("carol")
+    );
+    assert!(
+        hub_obj
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some("pinfed-jss"))
+    );
+
+    // Running and aggregated: the JSS shows 6 available over 3 clusters.
+    let path = format!("/v1/workloads/{}/service/web", ns.name);
+    eventually(
+        WAIT,
+        &format!("6 available and Ready through the JSS\n{}", st.logs()),
+        || {
+            let carol = carol.clone();
+            let path = path.clone();
+            async move {
+                let r = carol.get(&path).await.unwrap();
+                let s = &r.body["status"];
+                s["availableReplicas"] == 6
+                    && s["clusters"].as_array().is_some_and(|c| c.len() == 3)
+                    && s["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            }
+        },
+    )
+    .await;
+    let placements: Vec<String> =
+        carol.get(&path).await.unwrap().body["status"]["placement"]["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["cluster"].as_str().unwrap().to_string())
+            .collect();
+    assert_eq!(placements.len(), 3);
+
+    // `pinfed get` shows the per-cluster breakdown; `describe` the submitter; `owners` the team.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(pinfed_bin())
+            .args(args)
+            .env("PINFED_SERVER", &st.server)
+            .env("PINFED_TOKEN", "carol-token")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pinfed {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let table = cli(&["get", "service", "-n", &ns.name]);
+    assert!(table.contains(&format!("{}/web", ns.name)), "{table}");
+    assert!(table.contains("6/6 avail"), "{table}");
+    for c in &placements {
+        assert!(table.contains(&format!("└ {c}")), "{table}");
+    }
+    let described = cli(&["describe", "service", "web", "-n", &ns.name]);
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("Submitted by:") && l.ends_with(" carol")),
+        "{described}"
+    );
+    assert!(described.contains("web@1.0.0"), "{described}");
+    let as_json: Value =
+        serde_json::from_str(&cli(&["get", "-n", &ns.name, "-o", "json"])).unwrap();
+    assert_eq!(as_json["items"][0]["name"], "web");
+    let owners = cli(&["owners"]);
+    assert!(
+        owners
+            .lines()
+            .any(|l| l.starts_with("reviewed") && l.contains(&format!("{}/web", ns.name))),
+        "{owners}"
+    );
+
+    // Delete through the JSS: the slices go from every member, then the hub object.
+    let out = std::process::Command::new(pinfed_bin())
+        .args(["delete", "service", "web", "-n", &ns.name])
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", "alice-token")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "alice is not in team reviewed");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403"));
+    cli(&["delete", "service", "web", "-n", &ns.name]);
+    for c in &placements {
+        let member = fed.client(c);
+        let ns_name = ns.name.clone();
+        let ar = ar.clone();
+        eventually(
+            WAIT,
+            &format!("slice in {c} removed\n{}", st.logs()),
+            move || {
+                let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns_name, &ar);
+                async move { matches!(api.get_opt("web").await, Ok(None)) }
+            },
+        )
+        .await;
+    }
+    eventually(WAIT, "the hub resource to be gone", || {
+        let carol = carol.clone();
+        let path = path.clone();
+        async move { carol.get(&path).await.unwrap().status == 404 }
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn clusters_through_the_cli_and_as_a_kubectl_plugin() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let r = st
+        .client(Some("bob-token"))
+        .get("/v1/clusters")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    let names: Vec<&str> = r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for m in fed.member_names() {
+        assert!(names.contains(&m.as_str()), "{names:?}");
+    }
+    // kubectl finds `kubectl-pinfed` on PATH and runs it; the wrapper runs pinfed.
+    let kubectl_dir = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cache/pinfed/bin"))
+        .filter(|d| d.join("kubectl").is_file())
+        .expect("kubectl in ~/.cache/pinfed/bin (the e2e toolchain builds it)");
+    let plugin_dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubectl-plugin"
+    ));
+    let bin_dir = pinfed_bin().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths([
+        plugin_dir,
+        bin_dir,
+        kubectl_dir.clone(),
+        "/usr/bin".into(),
+        "/bin".into(),
+    ])
+    .unwrap();
+    let out = std::process::Command::new(kubectl_dir.join("kubectl"))
+        .args(["pinfed", "clusters"])
+        .env("PATH", path)
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", "bob-token")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl pinfed clusters: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("NAME"), "{stdout}");
+    for m in fed.member_names() {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&m) && l.contains("True")),
+            "{m} Ready in:\n{stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tls_with_a_generated_certificate_and_no_plain_http_off_loopback() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let dir = st.dir.join("tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), cert.key_pair.serialize_pem()).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let jss = spawn_daemon(
+        &fed,
+        "jss-tls",
+        &[
+            s(&["jss", "--context", "hub"]),
+            vec![
+                "--listen".into(),
+                api.clone(),
+                "--metrics-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--tokens".into(),
+                st.dir.join("tokens.yaml").display().to_string(),
+                "--artifacts".into(),
+                st.artifacts.display().to_string(),
+                "--tls-cert".into(),
+                dir.join("tls.crt").display().to_string(),
+                "--tls-key".into(),
+                dir.join("tls.key").display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
+    wait_listening(&api, &jss);
+    let https = JssClient::new(
+        &format!("https://{api}"),
+        Some("bob-token".into()),
+        Some(&dir.join("tls.crt")),
+    )
+    .unwrap();
+    let r = https.get("/v1/clusters").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = JssClient::new(&format!("https://{api}"), None, Some(&dir.join("tls.crt")))
+        .unwrap()
+        .get("/v1/clusters")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    // Plain HTTP to the TLS port gets no answer from the API.
+    let plain = JssClient::new(&format!("http://{api}"), Some("bob-token".into()), None).unwrap();
+    if let Ok(r) = plain.get("/v1/clusters").await {
+        assert_ne!(r.status, 200, "{}", r.text);
+    }
+    // The CLI over TLS.
+    let out = std::process::Command::new(pinfed_bin())
+        .args([
+            "clusters",
+            "-o",
+            "json",
+            "--server",
+            &format!("https://{api}"),
+        ])
+        .arg("--ca-cert")
+        .arg(dir.join("tls.crt"))
+        .env("PINFED_TOKEN", "bob-token")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    jss.kill();
+
+    // Off loopback without a certificate: refused at start, with the reason.
+    let out = pinfed(
+        &fed,
+        &[
+            "jss",
+            "--listen",
+            "0.0.0.0:0",
+            "--tokens",
+            &st.dir.join("tokens.yaml").display().to_string(),
+            "--artifacts",
+            &st.artifacts.display().to_string(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--tls-cert"),
+        "{err}"
+    );
+}
