@@ -2,7 +2,9 @@
 //! workloads; server-side apply and delete as `pinfed-jss`. The only module of the JSS
 //! that holds a client.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -94,6 +96,11 @@ where
     Ok(store)
 }
 
+/// What each hub workload requests, by uid and generation (and the runtime profiles it
+/// was sized with): sizing means expanding the workload, and a quota check sizes every
+/// workload of the namespace.
+type RequestedCache = HashMap<(String, i64, u64), Resources>;
+
 /// The hub as the JSS sees it.
 #[derive(Clone)]
 pub struct Hub {
@@ -101,6 +108,7 @@ pub struct Hub {
     pub members: Store<MemberCluster>,
     pub profiles: Store<RuntimeProfile>,
     pub quotas: Store<FederatedQuota>,
+    requested: Arc<Mutex<RequestedCache>>,
 }
 
 impl Hub {
@@ -116,6 +124,7 @@ impl Hub {
             members,
             profiles,
             quotas,
+            requested: Arc::default(),
         })
     }
 
@@ -211,24 +220,70 @@ impl Hub {
             .map_err(rejection)
     }
 
-    /// What the namespace's workloads request, except `(kind, name)` (the one a
-    /// submission replaces) and those being deleted.
-    pub async fn namespace_usage(
+    /// What the namespace's workloads request (those being deleted no longer count).
+    pub async fn namespace_usage(&self, namespace: &str) -> Result<Resources, Rejection> {
+        Ok(self.namespace_usage_except(namespace, None).await?.0)
+    }
+
+    /// What the namespace's workloads request except `(kind, name)` (the one a submission
+    /// replaces, returned as it is now), from one live read of the namespace.
+    pub async fn namespace_usage_except(
         &self,
         namespace: &str,
         except: Option<(WorkloadKind, &str)>,
-    ) -> Result<Resources, Rejection> {
-        let profiles = self.profiles();
-        let daemon_clusters = self.daemon_clusters();
+    ) -> Result<(Resources, Option<DynamicObject>), Rejection> {
         let mut used = Resources::ZERO;
+        let mut replaced = None;
         for (k, o) in self.list_workloads(Some(namespace), None).await? {
-            if except == Some((k, o.name_any().as_str())) || o.metadata.deletion_timestamp.is_some()
-            {
+            if except == Some((k, o.name_any().as_str())) {
+                replaced = Some(o);
                 continue;
             }
-            used = used.saturating_add(&requested_by(&profiles, daemon_clusters, k, &o));
+            if o.metadata.deletion_timestamp.is_none() {
+                used = used.saturating_add(&self.requested_by(k, &o));
+            }
         }
-        Ok(used)
+        Ok((used, replaced))
+    }
+
+    /// [`requested_by`] with the hub's profiles and Ready members, cached by uid and
+    /// generation (the profiles' versions and the Ready member count are part of the key).
+    pub fn requested_by(&self, kind: WorkloadKind, o: &DynamicObject) -> Resources {
+        let profiles = self.profiles();
+        let daemon_clusters = self.daemon_clusters();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut versions: Vec<(Option<&str>, Option<&str>)> = profiles
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.name.as_deref(),
+                    p.metadata.resource_version.as_deref(),
+                )
+            })
+            .collect();
+        versions.sort_unstable();
+        versions.hash(&mut h);
+        daemon_clusters.hash(&mut h);
+        let key = o
+            .metadata
+            .uid
+            .clone()
+            .zip(o.metadata.generation)
+            .map(|(uid, generation)| (uid, generation, h.finish()));
+        if let Some(key) = &key
+            && let Some(r) = self.requested.lock().expect("lock").get(key)
+        {
+            return *r;
+        }
+        let r = requested_by(&profiles, daemon_clusters, kind, o);
+        if let Some(key) = key {
+            let mut cache = self.requested.lock().expect("lock");
+            if cache.len() > 100_000 {
+                cache.clear();
+            }
+            cache.insert(key, r);
+        }
+        r
     }
 
     /// Server-side apply of an admitted workload as `pinfed-jss` (forced: the JSS owns

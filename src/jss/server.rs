@@ -33,7 +33,7 @@ use super::auth::{
     may_submit_inline, may_use_namespace,
 };
 use super::error::Rejection;
-use super::hub::{Hub, requested_by};
+use super::hub::Hub;
 use super::quota::{check_all, requested};
 use super::request::{Source, parse_kind, parse_submission};
 use super::views;
@@ -325,21 +325,28 @@ impl Jss {
 
         let lock = self.ns_lock(&admitted.namespace);
         let _held = lock.lock().await;
-        let existing = self
-            .hub
-            .get_workload(admitted.kind, &admitted.namespace, &admitted.name)
-            .await?;
+        // With a quota, one read of the namespace gives both the usage and the workload
+        // this submission replaces; without, only the latter is needed.
+        let want = requested(&admitted.demand, self.hub.daemon_clusters());
+        let quotas = self.hub.quotas_in(&admitted.namespace);
+        let (used, existing) = if quotas.is_empty() {
+            let existing = self
+                .hub
+                .get_workload(admitted.kind, &admitted.namespace, &admitted.name)
+                .await?;
+            (None, existing)
+        } else {
+            let (used, existing) = self
+                .hub
+                .namespace_usage_except(&admitted.namespace, Some((admitted.kind, &admitted.name)))
+                .await?;
+            (Some(used), existing)
+        };
         if let Some(o) = &existing {
             let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
             authorize_change_of_existing(&self.auth, &who, team, &admitted.namespace)?;
         }
-        let want = requested(&admitted.demand, self.hub.daemon_clusters());
-        let quotas = self.hub.quotas_in(&admitted.namespace);
-        if !quotas.is_empty() {
-            let used = self
-                .hub
-                .namespace_usage(&admitted.namespace, Some((admitted.kind, &admitted.name)))
-                .await?;
+        if let Some(used) = used {
             check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
         }
         let applied = self.hub.apply(&admitted).await?;
@@ -377,8 +384,6 @@ impl Jss {
         if let Some(ns) = namespace {
             authorize_namespace(&self.auth, &who, ns)?;
         }
-        let profiles = self.hub.profiles();
-        let dc = self.hub.daemon_clusters();
         let items: Vec<Value> = self
             .hub
             .list_workloads(namespace, kind)
@@ -387,7 +392,7 @@ impl Jss {
             .filter(|(_, o)| {
                 may_use_namespace(&self.auth, &who, &o.namespace().unwrap_or_default())
             })
-            .map(|(k, o)| views::workload(*k, o, &requested_by(&profiles, dc, *k, o)))
+            .map(|(k, o)| views::workload(*k, o, &self.hub.requested_by(*k, o)))
             .collect();
         Ok((StatusCode::OK, json!({ "items": items })))
     }
@@ -409,7 +414,7 @@ impl Jss {
             .ok_or_else(|| {
                 Rejection::NotFound(format!("{} {ns}/{name} not found", kind.as_str()))
             })?;
-        let r = requested_by(&self.hub.profiles(), self.hub.daemon_clusters(), kind, &o);
+        let r = self.hub.requested_by(kind, &o);
         Ok((StatusCode::OK, views::workload(kind, &o, &r)))
     }
 
@@ -463,7 +468,7 @@ impl Jss {
             if !may_use_namespace(&self.auth, &who, &ns) {
                 continue;
             }
-            let req = self.hub.namespace_usage(&ns, None).await?;
+            let req = self.hub.namespace_usage(&ns).await?;
             items.push(views::quota(&q, Some(&req)));
         }
         Ok((StatusCode::OK, json!({ "items": items })))
@@ -471,8 +476,6 @@ impl Jss {
 
     async fn owners(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
         self.authenticate(headers).await?;
-        let profiles = self.hub.profiles();
-        let dc = self.hub.daemon_clusters();
         let rows: Vec<views::OwnedWorkload> = self
             .hub
             .list_workloads(None, None)
@@ -491,7 +494,7 @@ impl Jss {
                 namespace: o.namespace().unwrap_or_default(),
                 name: o.name_any(),
                 clusters: views::placed_clusters(o),
-                requested: requested_by(&profiles, dc, *k, o),
+                requested: self.hub.requested_by(*k, o),
             })
             .collect();
         Ok((StatusCode::OK, views::owners(&rows)))

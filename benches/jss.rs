@@ -1,0 +1,348 @@
+//! Submissions per second through the Job Submission Service to the hub, with p50/p99
+//! latency. Needs a running local topology (`e2e/up clusters/local-1.yaml`) and
+//! PINFED_E2E_KUBECONFIG; it starts its own JSS (the `pinfed` binary of this build) on
+//! loopback, installs the CRDs on the hub if needed, and removes what it created.
+//!
+//! `PINFED_E2E_KUBECONFIG=... cargo bench --bench jss`
+//!
+//! Knobs: PINFED_BENCH_SUBMISSIONS (default 400 per phase), PINFED_BENCH_CONCURRENCY
+//! (default 8), PINFED_BENCH_HUB_CONTEXT (default `hub`). Phases:
+//! - `inline-create`: distinct inline services into a namespace without a quota;
+//! - `inline-create-quota`: the same into a namespace with a FederatedQuota (the JSS then
+//!   lists the namespace's workloads for every submission, under a per-namespace lock);
+//! - `artifact-resubmit`: the same reviewed artifact again and again (checksum
+//!   verification and an unchanged server-side apply).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use pinfed::jss::client::JssClient;
+use serde_json::{Value, json};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "bench", "contact": "bench@pinterest.com"},
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+        }
+    })
+}
+
+struct Figures {
+    phase: &'static str,
+    n: usize,
+    concurrency: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    failures: usize,
+}
+
+impl Figures {
+    fn pct(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies[i]
+    }
+    fn print(&self) {
+        println!(
+            "{:<22} {:>6} {:>5} {:>9.2} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+            self.phase,
+            self.n,
+            self.concurrency,
+            self.elapsed.as_secs_f64(),
+            self.n as f64 / self.elapsed.as_secs_f64(),
+            self.pct(0.50).as_secs_f64() * 1e3,
+            self.pct(0.99).as_secs_f64() * 1e3,
+            self.latencies
+                .last()
+                .copied()
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e3,
+            self.failures,
+        );
+    }
+}
+
+async fn run_phase(
+    phase: &'static str,
+    client: &JssClient,
+    n: usize,
+    concurrency: usize,
+    body: Arc<dyn Fn(usize) -> Value + Send + Sync>,
+) -> Figures {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, next, body) = (client.clone(), next.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut failures = 0;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let t = Instant::now();
+                match client.post_json("/v1/submissions", &body(i)).await {
+                    Ok(r) if r.is_success() => lat.push(t.elapsed()),
+                    Ok(r) => {
+                        failures += 1;
+                        if failures <= 3 {
+                            eprintln!("{phase}: submission {i}: {}", r.error_text());
+                        }
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        eprintln!("{phase}: submission {i}: {e:#}");
+                    }
+                }
+            }
+            (lat, failures)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    for t in tasks {
+        let (l, f) = t.await.expect("bench task");
+        latencies.extend(l);
+        failures += f;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Figures {
+        phase,
+        n,
+        concurrency,
+        elapsed,
+        latencies,
+        failures,
+    }
+}
+
+struct KillOnDrop(Child);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing useful either way.
+    let Ok(kubeconfig) = std::env::var("PINFED_E2E_KUBECONFIG") else {
+        eprintln!(
+            "benches/jss: PINFED_E2E_KUBECONFIG is not set. This benchmark submits to a real \
+             hub: run `e2e/up clusters/local-1.yaml` and export \
+             PINFED_E2E_KUBECONFIG=<the printed path>, then `cargo bench --bench jss`."
+        );
+        return ExitCode::FAILURE;
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    match rt.block_on(bench(PathBuf::from(kubeconfig))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("benches/jss: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
+    let n = env_or("PINFED_BENCH_SUBMISSIONS", 400);
+    let concurrency = env_or("PINFED_BENCH_CONCURRENCY", 8).max(1);
+    let context = std::env::var("PINFED_BENCH_HUB_CONTEXT").unwrap_or_else(|_| "hub".into());
+    let kc = Kubeconfig::read_from(&kubeconfig)?;
+    let opts = KubeConfigOptions {
+        context: Some(context.clone()),
+        ..Default::default()
+    };
+    let hub = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &opts).await?)?;
+
+    // CRDs on the hub (`pinfed join` installs them too; the bench needs no members).
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    for crd in pinfed::api::workload::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &PatchParams::apply("pinfed-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    }
+    for crd in pinfed::api::workload::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = crds.get(&name).await?;
+            let established = c
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // Namespaces, one with a quota.
+    let id = format!("{:x}", std::process::id());
+    let (plain_ns, quota_ns) = (format!("jssb-{id}"), format!("jssb-q-{id}"));
+    let nss: Api<Namespace> = Api::all(hub.clone());
+    for ns in [&plain_ns, &quota_ns] {
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await?;
+    }
+    let quota_api: Api<pinfed::api::federation::FederatedQuota> =
+        Api::namespaced(hub.clone(), &quota_ns);
+    quota_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+                "metadata": {"name": "bench"},
+                "spec": {"hard": {"cpu": "100000", "memory": "100000Gi", "pods": "1000000"}}
+            }))?,
+        )
+        .await?;
+
+    // The JSS, with a token file and an artifact store of its own.
+    let dir = std::env::temp_dir().join(format!("pinfed-jss-bench-{id}"));
+    let store = dir.join("artifacts");
+    std::fs::create_dir_all(&store)?;
+    std::fs::write(
+        dir.join("tokens.yaml"),
+        "tokens: [{user: bench, token: bench-token, teams: [bench]}]\n\
+         teams: {bench: {namespaces: [\"jssb-*\"], inline: true}}\n",
+    )?;
+    pinfed::jss::artifacts::ArtifactStore::new(&store).publish(
+        &pinfed::jss::artifacts::ArtifactRef {
+            name: "bench-svc".into(),
+            version: "1.0.0".into(),
+        },
+        &serde_yaml::to_string(&service("bench-artifact"))?,
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = std::fs::File::create(dir.join("jss.log"))?;
+    let _jss = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_pinfed"))
+            .args(["jss", "--context", &context])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .arg("--tokens")
+            .arg(dir.join("tokens.yaml"))
+            .arg("--artifacts")
+            .arg(&store)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the JSS did not start; see {}",
+            dir.join("jss.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let client = JssClient::new(
+        &format!("http://127.0.0.1:{port}"),
+        Some("bench-token".into()),
+        None,
+    )?;
+
+    let mut results = Vec::new();
+    let ns1 = plain_ns.clone();
+    results.push(
+        run_phase(
+            "inline-create",
+            &client,
+            n,
+            concurrency,
+            Arc::new(move |i| json!({"resource": service(&format!("svc-{i}")), "namespace": ns1})),
+        )
+        .await,
+    );
+    let ns2 = quota_ns.clone();
+    results.push(
+        run_phase(
+            "inline-create-quota",
+            &client,
+            n / 4,
+            concurrency,
+            Arc::new(move |i| json!({"resource": service(&format!("svc-{i}")), "namespace": ns2})),
+        )
+        .await,
+    );
+    let ns3 = plain_ns.clone();
+    results.push(
+        run_phase(
+            "artifact-resubmit",
+            &client,
+            n,
+            concurrency,
+            Arc::new(move |_| {
+                json!({"artifact": {"name": "bench-svc", "version": "1.0.0"}, "namespace": ns3})
+            }),
+        )
+        .await,
+    );
+
+    println!(
+        "JSS submissions to the hub ({context} in {})",
+        kubeconfig.display()
+    );
+    println!(
+        "{:<22} {:>6} {:>5} {:>9} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "PHASE", "N", "CONC", "SECONDS", "SUBMIT/S", "P50 MS", "P99 MS", "MAX MS", "FAIL"
+    );
+    for r in &results {
+        r.print();
+    }
+
+    for ns in [&plain_ns, &quota_ns] {
+        let _ = nss.delete(ns, &DeleteParams::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(
+        results.iter().all(|r| r.failures == 0),
+        "some submissions failed (see above)"
+    );
+    Ok(())
+}
