@@ -95,3 +95,68 @@ async fn joined_members_report_ready_version_and_capacity() {
     );
     hub.kill();
 }
+
+#[tokio::test]
+async fn join_install_agent_puts_the_agent_deployment_into_the_member() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let fed = Federation::connect().await;
+    let member = fed.member_names()[0].clone();
+    let topology = std::env::var("PINFED_E2E_TOPOLOGY").expect("PINFED_E2E_TOPOLOGY");
+    let out = support::pinfed(
+        &fed,
+        &[
+            "join",
+            &member,
+            "--member-context",
+            &member,
+            "--hub-context",
+            "hub",
+            // Keep the member's zone and labels as the other tests expect them.
+            "--from-topology",
+            &topology,
+            "--install-agent",
+            "--agent-image",
+            "registry.example/pinfed:e2e",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "join --install-agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployments: Api<Deployment> = Api::namespaced(fed.client(&member), "pinfed-system");
+    let d = deployments.get("pinfed-agent").await.unwrap();
+    let c = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(c.image.as_deref(), Some("registry.example/pinfed:e2e"));
+    assert!(
+        c.env.iter().flatten().any(|e| e.name == "PINFED_CLUSTER_NAME"
+            && e.value.as_deref() == Some(member.as_str())),
+        "{:?}",
+        c.env
+    );
+    // kwok runs the pods: the agent Deployment becomes available with its RBAC in place.
+    eventually(
+        Duration::from_secs(60),
+        "agent Deployment available",
+        || async {
+            deployments
+                .get("pinfed-agent")
+                .await
+                .ok()
+                .and_then(|d| d.status?.available_replicas)
+                == Some(2)
+        },
+    )
+    .await;
+    let _ = deployments
+        .delete("pinfed-agent", &Default::default())
+        .await;
+}

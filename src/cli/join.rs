@@ -35,6 +35,12 @@ pub struct JoinArgs {
     /// The member API server URL as the hub reaches it (default: from the member context).
     #[arg(long)]
     pub server: Option<String>,
+    /// Also install the agent in the member (deploy/agent: namespace, RBAC, Deployment).
+    #[arg(long)]
+    pub install_agent: bool,
+    /// The agent image for --install-agent.
+    #[arg(long, env = "PINFED_AGENT_IMAGE", default_value = "pinfed:0.1.0")]
+    pub agent_image: String,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -85,6 +91,10 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         };
         eprintln!("joining {name} ({}) to the hub", req.server);
         join(&hub, &member, &req).await?;
+        if args.install_agent {
+            crate::hub::join::install_agent(&member, &name, &args.agent_image).await?;
+            eprintln!("agent installed in {name}: Deployment pinfed-system/pinfed-agent ({})", args.agent_image);
+        }
         eprintln!("joined: MemberCluster {name} created; the hub connects with ServiceAccount pinfed-system/pinfed-hub");
         Ok(())
     })

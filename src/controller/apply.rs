@@ -32,6 +32,13 @@ const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[
         "ClusterRoleBinding",
         "clusterrolebindings",
     ),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+    ),
     (
         "federation.pinterest.com",
         "v1alpha1",

@@ -92,8 +92,10 @@ pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value
     let mut spec = serde_json::json!({
         "secretRef": {"name": secret_name, "namespace": HUB_NAMESPACE},
         "mode": "Push",
-        "labels": req.labels,
     });
+    if !req.labels.is_empty() {
+        spec["labels"] = serde_json::to_value(&req.labels).unwrap_or_default();
+    }
     if let Some(r) = &req.region {
         spec["region"] = r.clone().into();
     }
@@ -146,6 +148,58 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
         anyhow::ensure!(established, "CRD {name} was not established within 10s");
     }
     Ok(())
+}
+
+/// The agent's manifests from `deploy/agent` (CRDs aside: join installs them), for one
+/// member: its cluster name and the agent image filled in.
+pub fn agent_manifests(member: &str, image: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    const FILES: [(&str, &str); 3] = [
+        (
+            "deploy/agent/namespace.yaml",
+            include_str!("../../deploy/agent/namespace.yaml"),
+        ),
+        (
+            "deploy/agent/rbac.yaml",
+            include_str!("../../deploy/agent/rbac.yaml"),
+        ),
+        (
+            "deploy/agent/deployment.yaml",
+            include_str!("../../deploy/agent/deployment.yaml"),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (file, text) in FILES {
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc)
+                .with_context(|| format!("{file} does not parse"))?;
+            if v.is_null() {
+                continue;
+            }
+            out.push(v);
+        }
+    }
+    let deployment = out
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .context("deploy/agent has no Deployment")?;
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    container["image"] = image.into();
+    let env = container["env"]
+        .as_array_mut()
+        .context("the agent container has no env")?;
+    let cluster = env
+        .iter_mut()
+        .find(|e| e["name"] == "PINFED_CLUSTER_NAME")
+        .context("the agent container sets no PINFED_CLUSTER_NAME")?;
+    cluster["value"] = member.into();
+    Ok(out)
+}
+
+/// Installs the agent into a member (its namespace, least-privilege RBAC, Deployment).
+pub async fn install_agent(member: &Client, name: &str, image: &str) -> anyhow::Result<()> {
+    apply_all(member, &agent_manifests(name, image)?)
+        .await
+        .context("installing the agent in the member")
 }
 
 async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
@@ -214,6 +268,26 @@ mod tests {
             Some("https://127.0.0.1:6443")
         );
         assert!(text.contains("token: tok123"));
+    }
+
+    #[test]
+    fn agent_manifests_name_the_member_and_the_image() {
+        let objs = agent_manifests("use1b", "registry.example/pinfed:9").unwrap();
+        let kinds: Vec<&str> = objs.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert!(
+            kinds.contains(&"Namespace") && kinds.contains(&"ClusterRole"),
+            "{kinds:?}"
+        );
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "registry.example/pinfed:9");
+        assert!(
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "PINFED_CLUSTER_NAME" && e["value"] == "use1b")
+        );
     }
 
     #[test]
