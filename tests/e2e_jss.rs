@@ -41,6 +41,7 @@ teams:
   ads: {namespaces: ["jss-*"], inline: true}
   search: {namespaces: ["search-*"], inline: false}
   reviewed: {namespaces: ["jss-*"], inline: false}
+  service-accounts: {namespaces: ["jss-sa-*"], groups: ["system:serviceaccounts"]}
 "#;
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -115,7 +116,14 @@ fn setup(fed: &Federation) -> &'static Setup {
             fed,
             "jss",
             &[
-                s(&["jss", "--context", "hub", "--body-limit", "65536"]),
+                s(&[
+                    "jss",
+                    "--context",
+                    "hub",
+                    "--body-limit",
+                    "65536",
+                    "--token-review",
+                ]),
                 vec![
                     "--listen".into(),
                     api.clone(),
@@ -920,4 +928,49 @@ async fn tls_with_a_generated_certificate_and_no_plain_http_off_loopback() {
         err.contains("not a loopback address") && err.contains("--tls-cert"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-sa").await;
+    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "ci"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tr = sas
+        .create_token_request(
+            "ci",
+            &PostParams::default(),
+            &serde_json::from_value::<TokenRequest>(
+                json!({"spec": {"audiences": [], "expirationSeconds": 600}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let token: String = serde_json::to_value(tr.status).unwrap()["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    let sa = st.client(Some(&token));
+    // Authenticated by the hub, in team service-accounts by its group.
+    let r = sa.get(&format!("/v1/workloads/{}", ns.name)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = sa.get("/v1/workloads/jss-other").await.unwrap();
+    assert_error(&r, 403, "Forbidden");
+    let r = st
+        .client(Some(&format!("{token}x")))
+        .get("/v1/clusters")
+        .await
+        .unwrap();
+    assert_error(&r, 401, "Unauthenticated");
+    ns.delete().await;
 }
