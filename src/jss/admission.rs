@@ -308,3 +308,32 @@ spec:
         assert_eq!(a.team, "ads-reviewed");
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::jss::auth::{AuthFile, authenticate};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Whatever text arrives inline, admission answers Ok or a 4xx — never a panic.
+        #[test]
+        fn any_inline_text_is_admitted_or_rejected_without_panicking(
+            text in prop_oneof![
+                ".{0,300}",
+                "(apiVersion: compute.pinterest.com/v1alpha1\nkind: Pinterest(Service|JobSet|Daemon)\n)(metadata: \\{name: [a-z]{1,5}\\}\n)?(spec: .{0,80}\n)?",
+            ],
+            ns in proptest::option::of("[a-z]{1,4}"),
+        ) {
+            let f = AuthFile::parse("t", "tokens: [{user: a, token: a, teams: [ads]}]\nteams: {ads: {namespaces: ['*'], inline: true}}").unwrap();
+            let c = AuthConfig::merge(&[("t".into(), f)]).unwrap();
+            let who = authenticate(&c, "a").unwrap();
+            if let Err(e) = admit(&c, &who, &text, ns.as_deref(), None, &[]) {
+                prop_assert!((400..500).contains(&e.status()), "{e}");
+            }
+        }
+    }
+}
