@@ -401,3 +401,227 @@ async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
     agent2.kill();
     ns.delete().await;
 }
+
+/// Sum of a metric family's samples for one kind in a /metrics scrape, or None when the
+/// sample is absent.
+fn sample(metrics: &str, family: &str, kind: &str) -> Option<i64> {
+    let prefix = format!("{family}{{kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn queue_depth_is_reported_per_kind_and_drains_after_a_burst() {
+    let fed = Federation::connect().await;
+    let (agent, port) = shared_agent(&fed);
+    let client = fed.client(&fed.member_names()[0]);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let family = "pinfed_agent_queue_depth";
+
+    // The family is there for every kind from the start, with its definition.
+    let m = support::http_get(&url).await;
+    assert!(m.contains(&format!("# HELP {family} ")), "{m}");
+    assert!(m.contains(&format!("# TYPE {family} gauge")), "{m}");
+    for kind in [
+        "PinterestService",
+        "PinterestJobSet",
+        "PinterestCronJob",
+        "PinterestDaemon",
+        "PinterestTrainingJob",
+        "PinterestStatefulSet",
+    ] {
+        assert!(sample(&m, family, kind).is_some(), "no {kind} sample\n{m}");
+    }
+
+    // A burst: 25 services at once, then all of them deleted (owned objects' deletions
+    // then trigger owners that are gone — those must not stay counted either).
+    let ns = TestNamespace::create(&client, "agent-queue").await;
+    let api: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
+    let names: Vec<String> = (0..25).map(|i| format!("burst-{i}")).collect();
+    futures::future::join_all(names.iter().map(|n| {
+        let api = api.clone();
+        let s = service(n, 1, false);
+        async move { api.create(&PostParams::default(), &s).await.unwrap() }
+    }))
+    .await;
+    let mut peak = 0;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let start = std::time::Instant::now();
+    loop {
+        let m = support::http_get(&url).await;
+        peak = peak.max(sample(&m, family, "PinterestService").unwrap_or(0));
+        let made = deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        if made == names.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{made}/{} Deployments after {WAIT:?}\n{}",
+            names.len(),
+            agent.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("peak PinterestService queue depth during the burst: {peak}");
+    for n in &names {
+        api.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+    eventually(
+        WAIT,
+        "the PinterestService queue depth to return to 0 after the burst",
+        || {
+            let url = url.clone();
+            async move {
+                sample(&support::http_get(&url).await, family, "PinterestService") == Some(0)
+            }
+        },
+    )
+    .await;
+    // It stays there: no trigger is left counted once the deletions settle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m = support::http_get(&url).await;
+    assert_eq!(sample(&m, family, "PinterestService"), Some(0), "{m}");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn completed_shard_jobs_are_left_to_their_ttl_and_never_recreated() {
+    let fed = Federation::connect().await;
+    shared_agent(&fed); // CRDs installed
+    // Its own member and agent, so its JobSet reconciles do not disturb the hot-loop count
+    // of the invalid-resource test.
+    let member = fed.member_names()[2].clone();
+    let client = fed.client(&member);
+    let agent = spawn_daemon(
+        &fed,
+        "agent-ttl",
+        &agent_args(&member, support::free_port()),
+    );
+    let ns = TestNamespace::create(&client, "agent-ttl").await;
+    let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "ttl"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 3,
+                 "ttlSecondsAfterFinished": 5,
+                 "configTemplates": [{"name": "cfg", "data": {"shard.txt": "{{shard}}"}}],
+                 "template": {"spec": {"containers": [{"name": "w", "image": "w:1",
+                     "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &js).await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &ns.name);
+
+    let shard_of = |j: &Job| {
+        j.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pinterest.com/shard"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    // Every Job uid ever seen per shard; per shard, whether its finished Job (and its
+    // ConfigMap) was seen still in place at least 2 s after it finished — the old
+    // behaviour pruned it as soon as the completion was recorded.
+    let mut uids = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    let mut kept_after_finish = std::collections::BTreeSet::<String>::new();
+    let mut all_gone = false;
+    let start = std::time::Instant::now();
+    while !all_gone {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let listed = jobs.list(&ListParams::default()).await.unwrap().items;
+        let cms: std::collections::BTreeSet<String> = config_maps
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        for j in &listed {
+            let shard = shard_of(j);
+            uids.entry(shard.clone())
+                .or_default()
+                .insert(j.metadata.uid.clone().unwrap_or_default());
+            let finished = j.status.as_ref().and_then(|s| s.completion_time.clone());
+            if let Some(t) = finished
+                && j.metadata.deletion_timestamp.is_none()
+                && now.duration_since(t.0).as_secs_f64() >= 2.0
+                && cms.contains(&format!("ttl-{shard}-cfg"))
+            {
+                kept_after_finish.insert(shard);
+            }
+        }
+        let s = api.get("ttl").await.unwrap().status.unwrap_or_default();
+        all_gone = s.completed_shards.as_deref() == Some("0-2") && listed.is_empty();
+        assert!(
+            start.elapsed() < WAIT * 2,
+            "shard Jobs did not complete and expire: completed {:?}, {} Jobs left, kept after \
+             finish {kept_after_finish:?}\n{}",
+            s.completed_shards,
+            listed.len(),
+            agent.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        kept_after_finish.len(),
+        3,
+        "every finished shard Job (and its ConfigMap) stays until its TTL: {kept_after_finish:?}"
+    );
+    // Gone for good: not recreated, the record stays full, the ConfigMaps follow the Jobs.
+    let cms = config_maps.clone();
+    eventually(
+        WAIT,
+        "the completed shards' ConfigMaps to be pruned",
+        || {
+            let cms = cms.clone();
+            async move {
+                !cms.list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .any(|c| {
+                        c.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("ttl-"))
+                    })
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = jobs.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        after.is_empty(),
+        "shard Jobs recreated after TTL clean-up: {:?}",
+        after
+            .iter()
+            .map(|j| j.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    for (shard, u) in &uids {
+        assert_eq!(u.len(), 1, "shard {shard} got {} Jobs", u.len());
+    }
+    let s = api.get("ttl").await.unwrap().status.unwrap();
+    assert_eq!(s.completed_shards.as_deref(), Some("0-2"));
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == ConditionStatus::True),
+        "{s:?}"
+    );
+    agent.kill();
+    ns.delete().await;
+}

@@ -1,16 +1,18 @@
 //! What differs per kind in the agent: how its status is read from the native objects.
 //! Everything here is pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::status::{self, Health, Observed, ShardAccount};
-use crate::api::common::Condition;
+use crate::api::common::{Condition, LABEL_SHARD};
 use crate::api::cronjob::{PinterestCronJob, PinterestCronJobStatus};
 use crate::api::daemon::{PinterestDaemon, PinterestDaemonStatus};
 use crate::api::jobset::{PinterestJobSet, PinterestJobSetStatus};
@@ -175,6 +177,55 @@ pub fn shard_account(j: &PinterestJobSet, o: &Observed) -> ShardAccount {
     )
 }
 
+/// The shard index a generated object is labelled with.
+fn shard_of(meta: &ObjectMeta) -> Option<u32> {
+    meta.labels.as_ref()?.get(LABEL_SHARD)?.parse().ok()
+}
+
+/// Generated objects of shards this cluster has completed that pruning leaves alone, as
+/// (kind, name) — even when the hub no longer assigns the shard here (it stops assigning
+/// completed shards, and never runs them again anywhere):
+///
+/// - the shard's **Job**, finished: kept (never updated nor recreated) so Kubernetes'
+///   TTL-after-finished controller removes it per `ttlSecondsAfterFinished`, and until
+///   then its pods, logs and status can be read;
+/// - its **ConfigMaps**, while that Job is still there (the finished pods refer to them);
+///   pruned once the Job is gone;
+/// - its **PVCs**, until the JobSet is deleted (owner references): they may hold the
+///   shard's output.
+pub fn completed_shard_objects(
+    j: &PinterestJobSet,
+    completed: &RangeSet,
+    jobs: &[Job],
+    claims: &[ObjectMeta],
+) -> BTreeSet<(String, String)> {
+    let mut keep = BTreeSet::new();
+    let name = j.metadata.name.as_deref().unwrap_or_default();
+    for job in jobs {
+        let Some(shard) = shard_of(&job.metadata).filter(|s| completed.contains(*s)) else {
+            continue;
+        };
+        if job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(n) = &job.metadata.name {
+            keep.insert(("Job".to_string(), n.clone()));
+        }
+        for t in &j.spec.config_templates {
+            keep.insert((
+                "ConfigMap".to_string(),
+                crate::expand::jobset::config_map_name(name, shard, &t.name),
+            ));
+        }
+    }
+    for pvc in claims {
+        if let (Some(n), Some(_)) = (&pvc.name, shard_of(pvc).filter(|s| completed.contains(*s))) {
+            keep.insert(("PersistentVolumeClaim".to_string(), n.clone()));
+        }
+    }
+    keep
+}
+
 impl AgentKind for PinterestTrainingJob {
     common!(PinterestTrainingJobStatus, TrainingJob);
     fn observe(&self, o: &Observed, s: &mut PinterestTrainingJobStatus) -> Health {
@@ -208,5 +259,76 @@ impl AgentKind for PinterestTrainingJob {
             failed,
             message: format!("{succeeded}/{want} replicas succeeded"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jobset() -> PinterestJobSet {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+            "metadata": {"name": "emb", "namespace": "ml"},
+            "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 6,
+                     "configTemplates": [{"name": "cfg", "data": {"a": "{{shard}}"}}],
+                     "volumeClaimTemplates": [{"metadata": {"name": "scratch"},
+                         "spec": {"accessModes": ["ReadWriteOnce"]}}],
+                     "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+        }))
+        .unwrap()
+    }
+
+    fn meta(name: &str, shard: u32, deleting: bool) -> serde_json::Value {
+        let mut m = serde_json::json!({"name": name, "labels": {LABEL_SHARD: shard.to_string()}});
+        if deleting {
+            m["deletionTimestamp"] = "2025-01-01T00:00:00Z".into();
+        }
+        m
+    }
+
+    fn job(name: &str, shard: u32, deleting: bool) -> Job {
+        serde_json::from_value(serde_json::json!({"metadata": meta(name, shard, deleting)}))
+            .unwrap()
+    }
+
+    #[test]
+    fn completed_shards_keep_their_job_and_claims_and_configs_follow_the_job() {
+        let j = jobset();
+        let completed = RangeSet::parse("0-2").unwrap();
+        let jobs = [
+            job("emb-0", 0, false), // completed, Job still there (TTL pending)
+            job("emb-1", 1, true),  // completed, Job being deleted (TTL fired)
+            job("emb-4", 4, false), // running: not this function's business
+        ];
+        let claims: Vec<ObjectMeta> = [
+            (0, "scratch-emb-0"),
+            (2, "scratch-emb-2"),
+            (5, "scratch-emb-5"),
+        ]
+        .iter()
+        .map(|(s, n)| serde_json::from_value(meta(n, *s, false)).unwrap())
+        .collect();
+        let keep = completed_shard_objects(&j, &completed, &jobs, &claims);
+        let want: BTreeSet<(String, String)> = [
+            ("Job", "emb-0"),
+            ("ConfigMap", "emb-0-cfg"),
+            ("PersistentVolumeClaim", "scratch-emb-0"),
+            ("PersistentVolumeClaim", "scratch-emb-2"),
+        ]
+        .iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+        assert_eq!(keep, want);
+        // The names are the ones the engine generates.
+        assert_eq!(
+            crate::expand::jobset::config_map_name("emb", 0, "cfg"),
+            "emb-0-cfg"
+        );
+        assert_eq!(
+            crate::expand::jobset::claim_name("emb", "scratch", 2),
+            "scratch-emb-2"
+        );
+        assert_eq!(crate::expand::jobset::job_name("emb", 0), "emb-0");
     }
 }

@@ -9,17 +9,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Args;
-use futures::StreamExt;
+use std::fmt::Debug;
+
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Client, Resource};
 use prometheus_client::registry::Registry;
+use serde::de::DeserializeOwned;
 
 use self::kinds::AgentKind;
 use self::reconcile::{Context, error_policy, reconcile};
@@ -35,6 +38,7 @@ use crate::cli::kube_args::{KubeArgs, init_tracing};
 use crate::controller::http::{self, Readiness};
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::queue::{QueueDepth, QueueMetrics};
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -69,42 +73,72 @@ fn labels() -> watcher::Config {
     ))
 }
 
-/// One controller for one kind, re-run for every object when RuntimeProfiles change.
+/// An owned-object watch (metadata only, our label) whose events trigger the owning `K`,
+/// counted in `queue` on the way in.
+fn owned<K, Child>(
+    client: &Client,
+    queue: &QueueDepth,
+) -> impl Stream<Item = Result<PartialObjectMeta<Child>, watcher::Error>> + Send + 'static
+where
+    K: AgentKind,
+    Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    queue.track_owners::<K, _, _, _>(
+        watcher(
+            Api::<PartialObjectMeta<Child>>::all(client.clone()),
+            labels(),
+        )
+        .touched_objects(),
+    )
+}
+
+/// One controller for one kind, re-run for every object when RuntimeProfiles change. Its
+/// trigger streams are built here (not by `Controller::new` / `owns`) so every trigger is
+/// counted in the kind's queue-depth tracker before it reaches the scheduler.
 async fn run_kind<K: AgentKind>(
     ctx: Arc<Context>,
     profile_changes: futures::channel::mpsc::UnboundedReceiver<()>,
 ) {
     let c = ctx.client.clone();
-    let mut controller = Controller::new(
+    let queue = ctx.queue(K::KIND).clone();
+    let (reader, writer) = reflector::store::<K>();
+    let main = watcher(
         Api::<K>::all(c.clone()),
         watcher::Config::default().any_semantic(),
-    );
+    )
+    .reflect(writer)
+    .applied_objects();
+    let mut controller = Controller::for_stream(queue.track_objects(main), reader);
     // Generated objects carry an owner reference: a change or deletion brings us back.
     controller = match K::KIND {
         WorkloadKind::Service => controller
-            .owns(Api::<Deployment>::all(c.clone()), labels())
-            .owns(Api::<Service>::all(c.clone()), labels())
-            .owns(Api::<ConfigMap>::all(c.clone()), labels())
-            .owns(Api::<Ingress>::all(c.clone()), labels())
-            .owns(Api::<PodDisruptionBudget>::all(c.clone()), labels()),
+            .owns_stream(owned::<K, Deployment>(&c, &queue))
+            .owns_stream(owned::<K, Service>(&c, &queue))
+            .owns_stream(owned::<K, ConfigMap>(&c, &queue))
+            .owns_stream(owned::<K, Ingress>(&c, &queue))
+            .owns_stream(owned::<K, PodDisruptionBudget>(&c, &queue)),
         WorkloadKind::JobSet => controller
-            .owns(Api::<Job>::all(c.clone()), labels())
-            .owns(Api::<ConfigMap>::all(c.clone()), labels())
-            .owns(Api::<PersistentVolumeClaim>::all(c.clone()), labels()),
-        WorkloadKind::CronJob => controller.owns(Api::<CronJob>::all(c.clone()), labels()),
-        WorkloadKind::Daemon => controller.owns(Api::<DaemonSet>::all(c.clone()), labels()),
+            .owns_stream(owned::<K, Job>(&c, &queue))
+            .owns_stream(owned::<K, ConfigMap>(&c, &queue))
+            .owns_stream(owned::<K, PersistentVolumeClaim>(&c, &queue)),
+        WorkloadKind::CronJob => controller.owns_stream(owned::<K, CronJob>(&c, &queue)),
+        WorkloadKind::Daemon => controller.owns_stream(owned::<K, DaemonSet>(&c, &queue)),
         WorkloadKind::TrainingJob => controller
-            .owns(Api::<Job>::all(c.clone()), labels())
-            .owns(Api::<Service>::all(c.clone()), labels()),
+            .owns_stream(owned::<K, Job>(&c, &queue))
+            .owns_stream(owned::<K, Service>(&c, &queue)),
         WorkloadKind::StatefulSet => controller
-            .owns(Api::<StatefulSet>::all(c.clone()), labels())
-            .owns(Api::<Service>::all(c.clone()), labels())
-            .owns(Api::<PodDisruptionBudget>::all(c.clone()), labels()),
+            .owns_stream(owned::<K, StatefulSet>(&c, &queue))
+            .owns_stream(owned::<K, Service>(&c, &queue))
+            .owns_stream(owned::<K, PodDisruptionBudget>(&c, &queue)),
     };
+    let all = queue.track_all(controller.store(), profile_changes);
     controller
-        .reconcile_all_on(profile_changes)
+        .reconcile_all_on(all)
         .run(reconcile::<K>, error_policy::<K>, ctx)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(|r| {
+            queue.settle(&r);
+            futures::future::ready(())
+        })
         .await;
 }
 
@@ -113,6 +147,7 @@ pub async fn run_controllers(
     client: Client,
     cluster: String,
     metrics: ReconcileMetrics,
+    queues: QueueMetrics,
     ready: Readiness,
 ) -> anyhow::Result<()> {
     let (profiles, writer) = reflector::store::<RuntimeProfile>();
@@ -148,6 +183,7 @@ pub async fn run_controllers(
         profiles,
         Recorder::new(client, reporter),
         metrics,
+        &queues,
     ));
     ready.set(true);
     let mut rx = receivers.into_iter();
@@ -170,6 +206,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let client = args.kube.client().await?;
         let mut registry = Registry::with_prefix("pinfed_agent");
         let metrics = ReconcileMetrics::register(&mut registry);
+        let queues = QueueMetrics::register(&mut registry);
         let ready = Readiness::default();
         tokio::spawn(http::serve(
             args.metrics_addr,
@@ -184,6 +221,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     client.clone(),
                     cluster.clone(),
                     metrics.clone(),
+                    queues.clone(),
                     ready.clone(),
                 )
             }

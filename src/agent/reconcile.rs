@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -18,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 
-use super::kinds::{AgentKind, assigned_shards, shard_account};
+use super::kinds::{AgentKind, assigned_shards, completed_shard_objects, shard_account};
 use super::status::{self, Observed};
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
 use crate::api::jobset::PinterestJobSet;
@@ -26,6 +27,7 @@ use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::AGENT_FIELD_MANAGER;
 use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::queue::{QueueDepth, QueueMetrics};
 use crate::expand::{self, ExpandInput};
 
 pub struct Context {
@@ -34,6 +36,8 @@ pub struct Context {
     pub profiles: Store<RuntimeProfile>,
     pub recorder: Recorder,
     pub metrics: ReconcileMetrics,
+    /// Queue depth per kind: a reconcile removes its object on start.
+    queues: HashMap<WorkloadKind, QueueDepth>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -44,15 +48,27 @@ impl Context {
         profiles: Store<RuntimeProfile>,
         recorder: Recorder,
         metrics: ReconcileMetrics,
+        queues: &QueueMetrics,
     ) -> Context {
+        // Fresh trackers for this run (a new leader term starts from an empty queue).
+        let queues = WorkloadKind::ALL
+            .iter()
+            .map(|k| (*k, queues.tracker(k.as_str())))
+            .collect();
         Context {
             client,
             cluster,
             profiles,
             recorder,
             metrics,
+            queues,
             failures: Mutex::default(),
         }
+    }
+
+    /// The queue-depth tracker of one kind's controller.
+    pub fn queue(&self, kind: WorkloadKind) -> &QueueDepth {
+        &self.queues[&kind]
     }
 }
 
@@ -96,6 +112,7 @@ fn key<K: Resource>(obj: &K) -> String {
 }
 
 pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, AgentError> {
+    ctx.queue(K::KIND).picked(obj.as_ref());
     let timer = ctx.metrics.start(K::KIND.as_str());
     let result = reconcile_stages(obj.as_ref(), &ctx).await;
     timer.finish(result.as_ref().err().map(AgentError::reason));
@@ -228,6 +245,7 @@ async fn reconcile_stages<K: AgentKind>(obj: &K, ctx: &Context) -> Result<Action
     // Record: fold finished shards into status before any Job can be pruned or cleaned up.
     let mut working = obj.clone();
     let mut admitted = None;
+    let mut completed = None;
     if let WorkloadRef::JobSet(j) = obj.as_workload() {
         let account = shard_account(j, &observed);
         working.observe(&observed, &mut status);
@@ -253,6 +271,7 @@ async fn reconcile_stages<K: AgentKind>(obj: &K, ctx: &Context) -> Result<Action
         }
         *working.status_mut() = Some(status.clone());
         admitted = Some(admit(&working, &account)?);
+        completed = Some(account.completed);
     }
 
     // Build.
@@ -295,8 +314,29 @@ async fn reconcile_stages<K: AgentKind>(obj: &K, ctx: &Context) -> Result<Action
         keep.insert((ar.kind.clone(), oname));
     }
 
-    // Prune what this workload no longer wants.
+    // Prune what this workload no longer wants — except what its completed shards leave
+    // behind (finished Jobs wait for their TTL; see `completed_shard_objects`).
     let selector = expand::workload_selector(K::KIND, &name);
+    if let (WorkloadRef::JobSet(j), Some(completed)) = (obj.as_workload(), &completed) {
+        let claims = if j.spec.volume_claim_templates.is_empty() || completed.is_empty() {
+            Vec::new()
+        } else {
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+                .list_metadata(&ListParams::default().labels(&selector))
+                .await
+                .map_err(AgentError::Observe)?
+                .items
+                .into_iter()
+                .map(|p| p.metadata)
+                .collect()
+        };
+        keep.extend(completed_shard_objects(
+            j,
+            completed,
+            &observed.jobs,
+            &claims,
+        ));
+    }
     let uid = obj.uid().unwrap_or_default();
     let pruned = crate::controller::apply::prune(
         &ctx.client,

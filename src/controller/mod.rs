@@ -5,3 +5,4 @@ pub mod apply;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod queue;

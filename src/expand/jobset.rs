@@ -49,6 +49,21 @@ pub fn job_name(jobset: &str, shard: u32) -> String {
     names::child_name(jobset, &shard.to_string(), MAX_NAME, false)
 }
 
+/// Name of shard `shard`'s ConfigMap rendered from config template `template`.
+pub fn config_map_name(jobset: &str, shard: u32, template: &str) -> String {
+    names::child_name(jobset, &format!("{shard}-{template}"), MAX_NAME, false)
+}
+
+/// Name of shard `shard`'s PVC from volume claim template `claim`.
+pub fn claim_name(jobset: &str, claim: &str, shard: u32) -> String {
+    names::child_name(
+        &format!("{claim}-{jobset}"),
+        &shard.to_string(),
+        MAX_NAME,
+        false,
+    )
+}
+
 fn render(s: &str, shard: u32, count: u32) -> String {
     s.replace("{{shard}}", &shard.to_string())
         .replace("{{shardCount}}", &count.to_string())
@@ -74,11 +89,7 @@ pub(crate) fn expand(
         let config_names: BTreeMap<&str, String> = spec
             .config_templates
             .iter()
-            .map(|t| {
-                let n =
-                    names::child_name(ctx.name, &format!("{shard}-{}", t.name), MAX_NAME, false);
-                (t.name.as_str(), n)
-            })
+            .map(|t| (t.name.as_str(), config_map_name(ctx.name, shard, &t.name)))
             .collect();
         for t in &spec.config_templates {
             out.push(ConfigMap {
@@ -95,12 +106,7 @@ pub(crate) fn expand(
         let mut claims = Vec::new();
         for c in &spec.volume_claim_templates {
             let claim = c.metadata.name.clone().unwrap_or_default();
-            let pvc_name = names::child_name(
-                &format!("{claim}-{}", ctx.name),
-                &shard.to_string(),
-                MAX_NAME,
-                false,
-            );
+            let pvc_name = claim_name(ctx.name, &claim, shard);
             let mut meta = ctx.meta(pvc_name.clone(), &shard_label);
             // The template's own labels and annotations survive; ours win on a clash.
             if let Some(l) = &c.metadata.labels {
