@@ -88,6 +88,12 @@ async fn joined_members_report_ready_version_and_capacity() {
         }
     })
     .await;
+    // Queue depth per kind: nothing is waiting on an idle hub.
+    let metrics = support::http_get(&url).await;
+    for kind in pinfed::api::workload::WorkloadKind::ALL {
+        let line = format!("pinfed_hub_queue_depth{{kind=\"{}\"}}", kind.as_str());
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
     assert!(
         support::http_get(&format!("http://127.0.0.1:{port}/healthz"))
             .await

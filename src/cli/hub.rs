@@ -97,6 +97,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let health = prometheus_client::metrics::family::Family::default();
         let metrics = ReconcileMetrics::register(&mut registry);
         let hub_metrics = workloads::HubMetrics::register(&mut registry);
+        let queue_metrics = crate::controller::queue::QueueMetrics::register(&mut registry);
         registry.register(
             "member_ready",
             "1 when a member cluster is Ready",
@@ -120,6 +121,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
             let ready = ready.clone();
             let metrics = metrics.clone();
             let hub_metrics = hub_metrics.clone();
+            let queue_metrics = queue_metrics.clone();
             move || {
                 let ctx = MemberLoop {
                     hub: client.clone(),
@@ -135,6 +137,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                 let ready = ready.clone();
                 let metrics = metrics.clone();
                 let hub_metrics = hub_metrics.clone();
+                let queue_metrics = queue_metrics.clone();
                 async move {
                     let member_store = mirror::<MemberCluster>(&client).await?;
                     let profiles = mirror::<RuntimeProfile>(&client).await?;
@@ -153,6 +156,11 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                         metrics,
                         member_grace: Duration::from_secs(args.member_grace_secs),
                         failback_window: Duration::from_secs(args.failback_window_secs),
+                        // Fresh trackers per leader term: a lost term's leftovers do not count.
+                        queues: crate::api::workload::WorkloadKind::ALL
+                            .into_iter()
+                            .map(|k| (k, queue_metrics.tracker(k.as_str())))
+                            .collect(),
                         stale_after_secs: args.stale_after_secs,
                         resync: Duration::from_secs(args.resync_secs),
                     });

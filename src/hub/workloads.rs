@@ -118,6 +118,8 @@ pub struct HubContext {
     pub member_grace: Duration,
     /// How long a returned member must stay Ready before workloads fail back to it.
     pub failback_window: Duration,
+    /// Objects triggered and not yet picked up, per kind.
+    pub queues: BTreeMap<WorkloadKind, crate::controller::queue::QueueDepth>,
     pub stale_after_secs: i64,
     pub resync: Duration,
 }
@@ -150,6 +152,15 @@ impl HubError {
             HubError::Propagate { .. } => "Propagate",
             HubError::Serialize(_) => "Serialize",
         }
+    }
+}
+
+impl HubContext {
+    fn queue(&self, kind: WorkloadKind) -> crate::controller::queue::QueueDepth {
+        self.queues
+            .get(&kind)
+            .cloned()
+            .unwrap_or_else(crate::controller::queue::QueueDepth::unregistered)
     }
 }
 
@@ -292,6 +303,7 @@ pub async fn reconcile<K: AgentKind>(
     obj: Arc<K>,
     ctx: Arc<HubContext>,
 ) -> Result<Action, HubError> {
+    ctx.queue(K::KIND).picked(obj.as_ref());
     let timer = ctx.metrics.start(K::KIND.as_str());
     let result = reconcile_inner(obj.as_ref(), &ctx).await;
     timer.finish(result.as_ref().err().map(HubError::reason));
@@ -1115,20 +1127,34 @@ async fn propagate_config(
 
 /// Runs the loop for one kind.
 pub async fn run_kind<K: AgentKind>(ctx: Arc<HubContext>) {
-    let slice_changes =
-        ctx.registry.slice_events().filter_map(|ev| {
-            futures::future::ready((ev.kind == K::KIND).then(|| {
-                kube::runtime::reflector::ObjectRef::<K>::new(&ev.name).within(&ev.namespace)
-            }))
-        });
-    Controller::new(
+    use kube::runtime::{WatchStreamExt, reflector};
+    let queue = ctx.queue(K::KIND);
+    let slice_changes = {
+        let queue = queue.clone();
+        ctx.registry.slice_events().filter_map(move |ev| {
+            let r = (ev.kind == K::KIND).then(|| {
+                queue.triggered(Some(&ev.namespace), &ev.name);
+                reflector::ObjectRef::<K>::new(&ev.name).within(&ev.namespace)
+            });
+            futures::future::ready(r)
+        })
+    };
+    let (reader, writer) = reflector::store();
+    let main = watcher(
         Api::<K>::all(ctx.hub.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .reconcile_on(slice_changes)
-    .run(reconcile::<K>, error_policy::<K>, ctx)
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    Controller::for_stream(queue.track_objects(main), reader)
+        .reconcile_on(slice_changes)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|r| {
+            queue.settle(&r);
+            futures::future::ready(())
+        })
+        .await;
 }
 
 /// Applies every hub RuntimeProfile into every Ready member (they are cluster-scoped and
