@@ -682,8 +682,77 @@ mod failover {
             started.elapsed()
         );
         assert!(mcs.get_opt(&victim).await.unwrap().is_none());
-        // Plain unjoin of an unreachable member refuses and points at --force.
         harness(&["start", &victim]);
+        support::join_all(&fed);
+
+        // A clean unjoin: the member's share moves elsewhere first (available replicas
+        // never below target), then its slice, the hub's identity there and the
+        // registration go.
+        let mut keep = svc.clone();
+        keep.metadata.name = Some("stays".into());
+        keep.spec.placement.spread = None;
+        keep.spec.placement.cluster_affinity = None;
+        svcs.create(&PostParams::default(), &keep).await.unwrap();
+        let stays_in = |m: String| {
+            let (ns, ar) = (ns.name.clone(), ar.clone());
+            let client = fed.client(&m);
+            async move {
+                Api::<DynamicObject>::namespaced_with(client, &ns, &ar)
+                    .get_opt("stays")
+                    .await
+                    .ok()
+                    .flatten()
+            }
+        };
+        eventually(
+            Duration::from_secs(60),
+            &format!(
+                "stays available with a share on {victim}\n{}",
+                daemons[0].log_tail()
+            ),
+            || async {
+                let s = svcs.get("stays").await.unwrap().status.unwrap_or_default();
+                s.available_replicas == 6
+                    && s.placement
+                        .is_some_and(|p| p.placements.iter().any(|c| c.cluster == victim))
+            },
+        )
+        .await;
+        let out = support::pinfed(
+            &fed,
+            &[
+                "unjoin",
+                &victim,
+                "--context",
+                "hub",
+                "--timeout-secs",
+                "120",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "unjoin: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            daemons[0].log_tail()
+        );
+        assert!(mcs.get_opt(&victim).await.unwrap().is_none());
+        assert!(
+            stays_in(victim.clone()).await.is_none(),
+            "slice left in {victim}"
+        );
+        let s = svcs.get("stays").await.unwrap().status.unwrap_or_default();
+        assert!(
+            s.placement
+                .as_ref()
+                .is_some_and(|p| p.placements.iter().all(|c| c.cluster != victim)),
+            "{s:?}"
+        );
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(fed.client(&victim), "pinfed-system");
+        assert!(
+            sa.get_opt("pinfed-hub").await.unwrap().is_none(),
+            "the hub's identity is removed from the member"
+        );
         support::join_all(&fed);
         for d in &daemons {
             d.kill();
