@@ -467,7 +467,8 @@ mod failover {
         );
         let started = Instant::now();
         eventually(
-            Duration::from_secs(FAILBACK_WINDOW + 60),
+            // The returned member's controllers reconnect with their own backoff.
+            Duration::from_secs(FAILBACK_WINDOW + 120),
             &format!("failback onto {victim}\n{}", daemons[0].log_tail()),
             || async {
                 let s = status(&svcs, "web").await;
@@ -688,6 +689,24 @@ mod failover {
         // A clean unjoin: the member's share moves elsewhere first (available replicas
         // never below target), then its slice, the hub's identity there and the
         // registration go.
+        // The re-joined member must be Ready before "stays" is placed, or it gets no share.
+        eventually(
+            Duration::from_secs(60),
+            "re-joined victim Ready",
+            || async {
+                mcs.get(&victim)
+                    .await
+                    .ok()
+                    .and_then(|m| m.status)
+                    .is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "Ready"
+                                && c.status == pinfed::api::common::ConditionStatus::True
+                        })
+                    })
+            },
+        )
+        .await;
         let mut keep = svc.clone();
         keep.metadata.name = Some("stays".into());
         keep.spec.placement.spread = None;

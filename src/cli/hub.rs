@@ -157,6 +157,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                         member_grace: Duration::from_secs(args.member_grace_secs),
                         failback_window: Duration::from_secs(args.failback_window_secs),
                         // Fresh trackers per leader term: a lost term's leftovers do not count.
+                        decisions: Default::default(),
                         queues: crate::api::workload::WorkloadKind::ALL
                             .into_iter()
                             .map(|k| (k, queue_metrics.tracker(k.as_str())))

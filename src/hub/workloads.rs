@@ -120,6 +120,10 @@ pub struct HubContext {
     pub failback_window: Duration,
     /// Objects triggered and not yet picked up, per kind.
     pub queues: BTreeMap<WorkloadKind, crate::controller::queue::QueueDepth>,
+    /// The last decision this process made per workload. The watch cache may still hold
+    /// the object from before our own annotation and status writes; deciding again from
+    /// that would flip-flop (notably on failback).
+    pub decisions: Mutex<BTreeMap<String, Decided>>,
     pub stale_after_secs: i64,
     pub resync: Duration,
 }
@@ -153,6 +157,16 @@ impl HubError {
             HubError::Serialize(_) => "Serialize",
         }
     }
+}
+
+/// What the hub recorded with a decision (also in annotations and status, which a new
+/// leader reads).
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub placement_generation: i64,
+    pub failed_over_from: BTreeSet<String>,
+    pub failover_message: Option<String>,
+    pub decision: PlacementDecision,
 }
 
 impl HubContext {
@@ -372,6 +386,9 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         if let Ok(mut h) = ctx.held_back.lock() {
             h.remove(&key);
         }
+        if let Ok(mut d) = ctx.decisions.lock() {
+            d.remove(&key);
+        }
         let finalizers: Vec<String> = obj
             .finalizers()
             .iter()
@@ -402,7 +419,11 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     let generation = obj.meta().generation.unwrap_or(0);
     let hub_json = serde_json::to_value(obj)?;
     let status_json = hub_json.get("status").cloned().unwrap_or_default();
-    let previous = current_decision(&status_json);
+    let remembered = ctx.decisions.lock().ok().and_then(|d| d.get(&key).cloned());
+    let previous = match &remembered {
+        Some(r) => Some(r.decision.clone()),
+        None => current_decision(&status_json),
+    };
 
     // Validate and size the workload (the profile it will run with counts).
     let profiles: Vec<RuntimeProfile> =
@@ -450,16 +471,23 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .filter(|(_, s)| **s == Standing::Settling)
         .map(|(n, _)| n.clone())
         .collect();
-    let failed_over_from: BTreeSet<String> = obj
-        .annotations()
-        .get(ANNOTATION_FAILED_OVER_FROM)
-        .map(|s| {
-            s.split(',')
-                .filter(|c| !c.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let failed_over_from: BTreeSet<String> = match &remembered {
+        Some(r) => r.failed_over_from.clone(),
+        None => obj
+            .annotations()
+            .get(ANNOTATION_FAILED_OVER_FROM)
+            .map(|s| {
+                s.split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let failover_message = match &remembered {
+        Some(r) => r.failover_message.clone(),
+        None => obj.annotations().get(ANNOTATION_FAILOVER_MESSAGE).cloned(),
+    };
     let lost_placed: BTreeSet<String> = previous
         .iter()
         .flat_map(|p| p.placements.iter())
@@ -476,10 +504,13 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     // cluster is lost; otherwise plan again, moving as little as possible — except on
     // failback, where replicas go back toward the ideal split.
     let mut views = cluster_views(ctx, now, Some((&ns, K::KIND.as_str(), &name)), &standings);
-    let decided_for = obj
-        .annotations()
-        .get(ANNOTATION_PLACEMENT_GENERATION)
-        .and_then(|g| g.parse::<i64>().ok());
+    let decided_for = match &remembered {
+        Some(r) => Some(r.placement_generation),
+        None => obj
+            .annotations()
+            .get(ANNOTATION_PLACEMENT_GENERATION)
+            .and_then(|g| g.parse::<i64>().ok()),
+    };
     let eligible = views.iter().filter(|v| v.ready).count() as u32;
     // A decision made while fewer clusters were Ready than the spread asks for is redone
     // once more are.
@@ -591,6 +622,10 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         }
         if failed_over.is_empty() {
             annotations[ANNOTATION_FAILOVER_MESSAGE] = serde_json::Value::Null;
+        } else if annotations.get(ANNOTATION_FAILOVER_MESSAGE).is_none()
+            && let Some(m) = &failover_message
+        {
+            annotations[ANNOTATION_FAILOVER_MESSAGE] = m.clone().into();
         }
         if !failback.is_empty() {
             tracing::info!(workload = %key, members = ?failback, decision = %outcome.decision.to_json(), "failback");
@@ -601,6 +636,19 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(HubError::Hub)?;
+        if let Ok(mut d) = ctx.decisions.lock() {
+            d.insert(
+                key.clone(),
+                Decided {
+                    placement_generation: generation,
+                    failed_over_from: failed_over.clone(),
+                    failover_message: annotations[ANNOTATION_FAILOVER_MESSAGE]
+                        .as_str()
+                        .map(str::to_string),
+                    decision: to_api_decision(&outcome.decision),
+                },
+            );
+        }
         outcome.decision
     };
     let api_decision = to_api_decision(&decision);
@@ -838,7 +886,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     let counts_for_failback =
         |c: &&String| standings.contains_key(c.as_str()) && standing_of(c) != Standing::Draining;
     conditions.push(failed_over_condition(
-        obj.annotations(),
+        failover_message.as_deref(),
         &failed_over_from
             .iter()
             .filter(counts_for_failback)
@@ -889,7 +937,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
 
 /// FailedOver: True while the workload runs off a member it failed over from.
 fn failed_over_condition(
-    annotations: &BTreeMap<String, String>,
+    message: Option<&str>,
     failed_over_from: &BTreeSet<String>,
     lost_now: &BTreeSet<String>,
     failing_back: &BTreeSet<String>,
@@ -914,15 +962,12 @@ fn failed_over_condition(
             now,
         );
     }
-    let moved = annotations
-        .get(ANNOTATION_FAILOVER_MESSAGE)
-        .cloned()
-        .unwrap_or_else(|| {
-            format!(
-                "{} lost",
-                from.iter().cloned().collect::<Vec<_>>().join(", ")
-            )
-        });
+    let moved = message.map(str::to_string).unwrap_or_else(|| {
+        format!(
+            "{} lost",
+            from.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    });
     Condition::new(
         FAILED_OVER,
         ConditionStatus::True,

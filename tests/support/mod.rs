@@ -286,6 +286,14 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
     Daemon { pid, log }
 }
 
+/// A test that panics half-way still stops its daemons, so they do not act on the
+/// clusters during the tests that follow.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 impl Daemon {
     pub fn kill(&self) {
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
