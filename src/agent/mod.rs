@@ -88,6 +88,7 @@ where
             Api::<PartialObjectMeta<Child>>::all(client.clone()),
             labels(),
         )
+        .default_backoff()
         .touched_objects(),
     )
 }
@@ -102,10 +103,13 @@ async fn run_kind<K: AgentKind>(
     let c = ctx.client.clone();
     let queue = ctx.queue(K::KIND).clone();
     let (reader, writer) = reflector::store::<K>();
+    // Back off on watch errors as `Controller::new` does: a member API server that
+    // restarts must not be hammered, and the watch must come back by itself.
     let main = watcher(
         Api::<K>::all(c.clone()),
         watcher::Config::default().any_semantic(),
     )
+    .default_backoff()
     .reflect(writer)
     .applied_objects();
     let mut controller = Controller::for_stream(queue.track_objects(main), reader);
