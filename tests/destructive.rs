@@ -744,6 +744,8 @@ mod failover {
                 &victim,
                 "--context",
                 "hub",
+                "--member-context",
+                &victim,
                 "--timeout-secs",
                 "120",
             ],

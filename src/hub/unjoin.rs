@@ -111,6 +111,7 @@ pub async fn unjoin(
     name: &str,
     force: bool,
     timeout: Duration,
+    member_admin: Option<&Client>,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Unjoined> {
     let api: Api<MemberCluster> = Api::all(hub.clone());
@@ -170,7 +171,17 @@ pub async fn unjoin(
         ));
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    // The hub's identity in the member.
+    // The hub's identity in the member: its own ServiceAccount may not delete RBAC (least
+    // privilege), so this takes the member's admin context.
+    let Some(member) = member_admin else {
+        remove_registration(hub, &mc).await?;
+        progress(&format!(
+            "{name} unjoined: no workload left there; MemberCluster deleted. The hub's \
+             ServiceAccount pinfed-system/{HUB_SERVICE_ACCOUNT} and its ClusterRole(Binding) \
+             remain in the member (pass --member-context to remove them)"
+        ));
+        return Ok(result);
+    };
     let rbac = [
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
         ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
