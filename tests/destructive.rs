@@ -211,6 +211,14 @@ mod failover {
             ]
             .concat(),
         )];
+        daemons.extend(agents(fed, tag));
+        daemons
+    }
+
+    /// One agent per member.
+    pub fn agents(fed: &Federation, tag: &str) -> Vec<Daemon> {
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut daemons = Vec::new();
         for m in fed.member_names() {
             daemons.push(spawn_daemon(
                 fed,
@@ -571,7 +579,7 @@ mod failover {
     async fn destructive_deletion_while_a_member_is_down_is_finished_on_return_and_unjoin_force_never_hangs()
      {
         let fed = Federation::connect().await;
-        let daemons = federation(&fed, "cleanup");
+        let mut daemons = federation(&fed, "cleanup");
         let hub = fed.hub();
         let members = fed.member_names();
         let victim = members[2].clone();
@@ -689,6 +697,11 @@ mod failover {
         // A clean unjoin: the member's share moves elsewhere first (available replicas
         // never below target), then its slice, the hub's identity there and the
         // registration go.
+        // Fresh agents: an agent whose member API server restarted twice was seen to stop
+        // picking up new slices (an open agent problem, reported; not what this test is
+        // about).
+        daemons.truncate(1);
+        daemons.extend(agents(&fed, "cleanup2"));
         // The re-joined member must be Ready before "stays" is placed, or it gets no share.
         eventually(
             Duration::from_secs(60),
