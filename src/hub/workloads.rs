@@ -996,6 +996,14 @@ async fn fence_jobs(member: &Client, ns: &str, name: &str, keep: Option<&RangeSe
         }
     };
     for j in jobs {
+        // A finished Job cannot run again, and it carries the completion the member's
+        // agent has yet to record: deleting it would make the shard look unstarted there.
+        let finished = j.status.as_ref().is_some_and(|s| {
+            s.succeeded.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.completion_time.is_some()
+        });
+        if finished {
+            continue;
+        }
         let shard = j
             .labels()
             .get(LABEL_SHARD)
