@@ -15,7 +15,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::core::Resource;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::common::*;
 use crate::api::ranges::RangeSet;
@@ -25,6 +24,7 @@ use crate::api::workload::{COMPUTE_API_VERSION, WorkloadKind, WorkloadRef};
 
 mod cronjob;
 mod daemon;
+mod hash;
 pub mod jobset;
 pub mod names;
 pub mod runtime;
@@ -306,6 +306,8 @@ impl<'a> Ctx<'a> {
 #[derive(Default)]
 pub(crate) struct Out {
     pub objects: Vec<DynamicObject>,
+    /// Scratch space for spec hashes, reused across objects.
+    hash_buf: Vec<u8>,
 }
 
 impl Out {
@@ -314,17 +316,20 @@ impl Out {
     where
         K: Resource<DynamicType = ()> + Serialize,
     {
-        self.objects.push(to_dynamic(obj));
+        let obj = to_dynamic(obj, &mut self.hash_buf);
+        self.objects.push(obj);
     }
 }
 
 /// Converts a typed object into a DynamicObject with a `pinterest.com/spec-hash`
-/// annotation over its whole content (computed before the annotation is added).
-fn to_dynamic<K>(mut obj: K) -> DynamicObject
+/// annotation over its whole typed content — apiVersion, kind, metadata and the rest —
+/// computed before the annotation is added (see [`hash`]).
+fn to_dynamic<K>(mut obj: K, hash_buf: &mut Vec<u8>) -> DynamicObject
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
-    // Metadata stays typed; only the rest becomes JSON (the expensive part).
+    let hash = hash::spec_hash(&obj, hash_buf);
+    // Metadata stays typed; only the rest becomes JSON.
     let mut metadata = std::mem::take(obj.meta_mut());
     // k8s-openapi types always serialize: their maps have string keys.
     let mut value = serde_json::to_value(&obj).unwrap_or_default();
@@ -333,42 +338,17 @@ where
         map.remove("kind");
         map.remove("metadata");
     }
-    let (api_version, kind) = (K::api_version(&()), K::kind(&()));
-    let hash = {
-        let mut hasher = HashWriter(Sha256::new());
-        let _ = serde_json::to_writer(&mut hasher, &(&api_version, &kind, &metadata, &value));
-        let d = hasher.0.finalize();
-        let mut hex = String::with_capacity(16);
-        for b in &d[..8] {
-            use std::fmt::Write;
-            let _ = write!(hex, "{b:02x}");
-        }
-        hex
-    };
     metadata
         .annotations
         .get_or_insert_with(Default::default)
         .insert(ANNOTATION_SPEC_HASH.to_string(), hash);
     DynamicObject {
         types: Some(TypeMeta {
-            api_version: api_version.to_string(),
-            kind: kind.to_string(),
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
         }),
         metadata,
         data: value,
-    }
-}
-
-/// Feeds serialized JSON straight into the hash, without an intermediate buffer.
-struct HashWriter(Sha256);
-
-impl std::io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
