@@ -8,12 +8,12 @@
 //! the profile's volumes and their mounts in every user container; and default
 //! requests/limits for resources the user left unset.
 
-use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodTemplateSpec, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{BuildError, Ctx};
@@ -88,22 +88,40 @@ struct Vars<'a> {
 }
 
 impl Vars<'_> {
+    /// Replaces every known `{{key}}` in one pass; unknown `{{...}}` stay as they are.
+    /// Inserted values are not rescanned (one `replace` per key would rescan them; the two
+    /// differ only if a team or contact itself contains a placeholder).
     fn render(&self, s: &str) -> String {
-        if !s.contains("{{") {
-            return s.to_string();
-        }
-        let mut out = s.to_string();
-        for (key, v) in &self.pairs {
-            if out.contains(key) {
-                out = out.replace(key, v);
+        let mut out = String::with_capacity(s.len() + 32);
+        let mut rest = s;
+        while let Some(at) = rest.find("{{") {
+            out.push_str(&rest[..at]);
+            let tail = &rest[at..];
+            match self.pairs.iter().find(|(key, _)| tail.starts_with(key)) {
+                Some((key, v)) => {
+                    out.push_str(v);
+                    rest = &tail[key.len()..];
+                }
+                None => {
+                    out.push('{');
+                    rest = &tail[1..];
+                }
             }
         }
+        out.push_str(rest);
         out
+    }
+
+    /// Renders `s` in place; no allocation when it has no placeholder.
+    fn render_in_place(&self, s: &mut String) {
+        if s.contains("{{") {
+            *s = self.render(s);
+        }
     }
 
     fn render_container(&self, c: &mut Container) {
         if let Some(i) = c.image.as_mut() {
-            *i = self.render(i);
+            self.render_in_place(i);
         }
         for s in c
             .command
@@ -111,14 +129,14 @@ impl Vars<'_> {
             .flatten()
             .chain(c.args.iter_mut().flatten())
         {
-            *s = self.render(s);
+            self.render_in_place(s);
         }
         if let Some(w) = c.working_dir.as_mut() {
-            *w = self.render(w);
+            self.render_in_place(w);
         }
         for e in c.env.iter_mut().flatten() {
             if let Some(v) = e.value.as_mut() {
-                *v = self.render(v);
+                self.render_in_place(v);
             }
         }
     }
@@ -200,7 +218,7 @@ fn platform_env(ctx: &Ctx<'_>, vars: &Vars<'_>) -> Result<Vec<EnvVar>, Invalid> 
     for e in &ctx.profile.spec.env {
         let mut e = e.clone();
         if let Some(v) = e.value.as_mut() {
-            *v = vars.render(v);
+            vars.render_in_place(v);
         }
         env.push(e);
     }
@@ -210,27 +228,28 @@ fn platform_env(ctx: &Ctx<'_>, vars: &Vars<'_>) -> Result<Vec<EnvVar>, Invalid> 
 /// Puts `platform` before the container's env, dropping platform vars the container sets
 /// itself (the user's value wins).
 fn prepend_env(c: &mut Container, platform: &[EnvVar]) {
-    let own: BTreeSet<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
-    let mut env: Vec<EnvVar> = platform
-        .iter()
-        .filter(|e| !own.contains(e.name.as_str()))
-        .cloned()
-        .collect();
-    env.extend(c.env.take().unwrap_or_default());
+    let own = c.env.take().unwrap_or_default();
+    let mut env: Vec<EnvVar> = Vec::with_capacity(platform.len() + own.len());
+    // Env lists are short: a linear scan beats building a set.
+    env.extend(
+        platform
+            .iter()
+            .filter(|e| !own.iter().any(|o| o.name == e.name))
+            .cloned(),
+    );
+    env.extend(own);
     c.env = Some(env);
 }
 
 /// Sets literal env vars that must win over the user's (e.g. `SHARD_INDEX`), placing them
 /// first.
 pub(crate) fn force_env(c: &mut Container, vars: &[EnvVar]) {
-    let names: BTreeSet<&str> = vars.iter().map(|e| e.name.as_str()).collect();
-    let mut env = vars.to_vec();
+    let own = c.env.take().unwrap_or_default();
+    let mut env = Vec::with_capacity(vars.len() + own.len());
+    env.extend_from_slice(vars);
     env.extend(
-        c.env
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| !names.contains(e.name.as_str())),
+        own.into_iter()
+            .filter(|e| !vars.iter().any(|v| v.name == e.name)),
     );
     c.env = Some(env);
 }
@@ -246,32 +265,36 @@ fn default_resources(c: &mut Container, d: &DefaultResources) {
     let r = c
         .resources
         .get_or_insert_with(ResourceRequirements::default);
-    let user_limits: BTreeSet<String> = r.limits.iter().flatten().map(|(k, _)| k.clone()).collect();
-    let user_requests = r.requests.clone().unwrap_or_default();
+    let has_limit =
+        |r: &ResourceRequirements, k: &str| r.limits.as_ref().is_some_and(|l| l.contains_key(k));
+    // Decide both against the user's own values before adding anything.
+    let add_limit = |r: &ResourceRequirements, k: &str, q: &Quantity| {
+        if has_limit(r, k) {
+            return false;
+        }
+        match r.requests.as_ref().and_then(|m| m.get(k)) {
+            Some(req) => matches!(
+                (Milli::parse(&req.0), Milli::parse(&q.0)),
+                (Ok(req), Ok(lim)) if lim >= req
+            ),
+            None => true,
+        }
+    };
+    let limits: Vec<bool> = d.limits.iter().map(|(k, q)| add_limit(r, k, q)).collect();
     for (k, q) in &d.requests {
-        if user_requests.contains_key(k) || user_limits.contains(k) {
+        if r.requests.as_ref().is_some_and(|m| m.contains_key(k)) || has_limit(r, k) {
             continue;
         }
         r.requests
             .get_or_insert_with(Default::default)
             .insert(k.clone(), q.clone());
     }
-    for (k, q) in &d.limits {
-        if user_limits.contains(k) {
-            continue;
+    for ((k, q), add) in d.limits.iter().zip(limits) {
+        if add {
+            r.limits
+                .get_or_insert_with(Default::default)
+                .insert(k.clone(), q.clone());
         }
-        if let Some(req) = user_requests.get(k) {
-            let below = match (Milli::parse(&req.0), Milli::parse(&q.0)) {
-                (Ok(req), Ok(lim)) => lim < req,
-                _ => true,
-            };
-            if below {
-                continue;
-            }
-        }
-        r.limits
-            .get_or_insert_with(Default::default)
-            .insert(k.clone(), q.clone());
     }
 }
 
@@ -313,32 +336,13 @@ pub(crate) fn inject(
         message: format!("{what} is reserved by runtime profile {profile_name:?}"),
     };
 
-    // Names the profile reserves.
-    let runtime_names: BTreeSet<&str> = profile
-        .spec
-        .init_containers
-        .iter()
-        .map(|c| c.name.as_str())
-        .chain(
-            profile
-                .spec
-                .sidecars
-                .iter()
-                .map(|s| s.container.name.as_str()),
-        )
-        .collect();
-    let runtime_volumes: BTreeSet<&str> = profile
-        .spec
-        .volumes
-        .iter()
-        .map(|v| v.name.as_str())
-        .collect();
-    let runtime_mounts: BTreeSet<&str> = profile
-        .spec
-        .volume_mounts
-        .iter()
-        .map(|m| m.mount_path.as_str())
-        .collect();
+    // Names the profile reserves (short lists: linear scans).
+    let reserved_name = |n: &str| {
+        profile.spec.init_containers.iter().any(|c| c.name == n)
+            || profile.spec.sidecars.iter().any(|s| s.container.name == n)
+    };
+    let reserved_volume = |n: &str| profile.spec.volumes.iter().any(|v| v.name == n);
+    let reserved_mount = |p: &str| profile.spec.volume_mounts.iter().any(|m| m.mount_path == p);
 
     let first_user_container = spec.containers.first().map(|c| c.name.clone());
     let mut user_init = spec.init_containers.take().unwrap_or_default();
@@ -347,17 +351,17 @@ pub(crate) fn inject(
         ("containers", &mut spec.containers),
     ] {
         for (i, c) in containers.iter_mut().enumerate() {
-            let f = format!("{path}.spec.{list}[{i}]");
-            if runtime_names.contains(c.name.as_str()) {
+            let f = || format!("{path}.spec.{list}[{i}]");
+            if reserved_name(c.name.as_str()) {
                 errors.push(conflict(
-                    format!("{f}.name"),
+                    format!("{}.name", f()),
                     format!("container name {:?}", c.name),
                 ));
             }
             for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-                if runtime_mounts.contains(m.mount_path.as_str()) {
+                if reserved_mount(m.mount_path.as_str()) {
                     errors.push(conflict(
-                        format!("{f}.volumeMounts[{j}].mountPath"),
+                        format!("{}.volumeMounts[{j}].mountPath", f()),
                         format!("mount path {:?}", m.mount_path),
                     ));
                 }
@@ -374,7 +378,7 @@ pub(crate) fn inject(
         }
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        if runtime_volumes.contains(v.name.as_str()) {
+        if reserved_volume(v.name.as_str()) {
             errors.push(conflict(
                 format!("{path}.spec.volumes[{i}].name"),
                 format!("volume name {:?}", v.name),
@@ -396,21 +400,19 @@ pub(crate) fn inject(
         prepend_env(&mut c, profile_env);
         c
     };
-    let mut init: Vec<Container> = profile
-        .spec
-        .init_containers
-        .iter()
-        .map(|c| {
-            let mut c = runtime_container(c);
-            c.restart_policy = None;
-            c
-        })
-        .collect();
     let sidecars = profile
         .spec
         .sidecars
         .iter()
         .filter(|s| s.applies_to.is_empty() || s.applies_to.contains(&ctx.kind));
+    let n_sidecars = sidecars.clone().count();
+    let mut init: Vec<Container> =
+        Vec::with_capacity(profile.spec.init_containers.len() + user_init.len() + n_sidecars);
+    init.extend(profile.spec.init_containers.iter().map(|c| {
+        let mut c = runtime_container(c);
+        c.restart_policy = None;
+        c
+    }));
     if ctx.kind.runs_to_completion() {
         // Native sidecars: started before the user's init containers, stopped by the
         // kubelet once the user's containers finish, so the Job completes.
@@ -422,6 +424,7 @@ pub(crate) fn inject(
         init.extend(user_init);
     } else {
         init.extend(user_init);
+        spec.containers.reserve(n_sidecars);
         for s in sidecars {
             let mut c = runtime_container(&s.container);
             c.restart_policy = None;
