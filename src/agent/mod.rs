@@ -39,6 +39,7 @@ use crate::controller::http::{self, Readiness};
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
+use crate::controller::watch;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -83,14 +84,15 @@ where
     K: AgentKind,
     Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    queue.track_owners::<K, _, _, _>(
+    queue.track_owners::<K, _, _, _>(watch::skip_errors(
+        format!("{} (owned by {})", Child::kind(&()), K::KIND.as_str()),
         watcher(
             Api::<PartialObjectMeta<Child>>::all(client.clone()),
             labels(),
         )
-        .default_backoff()
+        .backoff(watch::backoff())
         .touched_objects(),
-    )
+    ))
 }
 
 /// One controller for one kind, re-run for every object when RuntimeProfiles change. Its
@@ -103,16 +105,21 @@ async fn run_kind<K: AgentKind>(
     let c = ctx.client.clone();
     let queue = ctx.queue(K::KIND).clone();
     let (reader, writer) = reflector::store::<K>();
-    // Back off on watch errors as `Controller::new` does: a member API server that
-    // restarts must not be hammered, and the watch must come back by itself.
+    // Back off on watch errors, briefly: a member API server that restarts must not be
+    // hammered, and the watch must come back by itself and soon (controller::watch).
     let main = watcher(
         Api::<K>::all(c.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .default_backoff()
+    .backoff(watch::backoff())
     .reflect(writer)
     .applied_objects();
-    let mut controller = Controller::for_stream(queue.track_objects(main), reader);
+    let mut controller = Controller::for_stream(
+        queue.track_objects(watch::skip_errors(K::KIND.as_str().into(), main)),
+        reader,
+    )
+    // Trigger errors are dropped above; this only bounds a pause if one slips through.
+    .trigger_backoff(watch::backoff());
     // Generated objects carry an owner reference: a change or deletion brings us back.
     controller = match K::KIND {
         WorkloadKind::Service => controller
@@ -166,7 +173,7 @@ pub async fn run_controllers(
         Api::<RuntimeProfile>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(watch::backoff())
     .reflect(writer)
     .applied_objects()
     .for_each(move |_| {

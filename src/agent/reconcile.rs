@@ -210,9 +210,29 @@ async fn publish<K: AgentKind>(
     }
 }
 
-async fn reconcile_stages<K: AgentKind>(obj: &K, ctx: &Context) -> Result<Action, AgentError> {
-    let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
-    let name = obj.name_any();
+async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Action, AgentError> {
+    let ns = cached.namespace().ok_or(AgentError::NoNamespace)?;
+    let name = cached.name_any();
+    // A job set starts Jobs, which cannot be taken back once they run: act on the object
+    // as the API server has it now, not as the watch cache last saw it. After a member's
+    // API server returns, the cache can still hold a slice the hub has since shrunk or
+    // deleted (and whose Jobs it fenced), or miss a completion this agent recorded.
+    let fresh;
+    let obj = if K::KIND == WorkloadKind::JobSet {
+        match Api::<K>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(AgentError::Observe)?
+        {
+            Some(o) => {
+                fresh = o;
+                &fresh
+            }
+            None => return Ok(Action::await_change()),
+        }
+    } else {
+        cached
+    };
     if obj.meta().deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove what we made.
         return Ok(Action::await_change());

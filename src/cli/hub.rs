@@ -39,7 +39,7 @@ where
         kube::Api::<K>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(crate::controller::watch::backoff())
     .reflect(writer)
     .for_each(|_| futures::future::ready(()));
     tokio::spawn(stream);

@@ -290,12 +290,12 @@ pub async fn ensure_member(
     let (nodes, node_writer) = reflector::store();
     let (pods, pod_writer) = reflector::store();
     let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::controller::watch::backoff())
         .modify(trim_node)
         .reflect(node_writer)
         .for_each(|_| futures::future::ready(()));
     let pod_stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::controller::watch::backoff())
         .modify(trim_pod)
         .reflect(pod_writer)
         .for_each(|_| futures::future::ready(()));
@@ -315,7 +315,7 @@ pub async fn ensure_member(
             Api::<DynamicObject>::all_with(client.clone(), &ar),
             watcher::Config::default().labels(LABEL_HUB_NAME),
         )
-        .default_backoff()
+        .backoff(crate::controller::watch::backoff())
         .touched_objects()
         .for_each(move |o| {
             if let Ok(o) = o {

@@ -1197,10 +1197,14 @@ pub async fn run_kind<K: AgentKind>(ctx: Arc<HubContext>) {
         Api::<K>::all(ctx.hub.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .default_backoff()
+    .backoff(crate::controller::watch::backoff())
     .reflect(writer)
     .applied_objects();
+    // Errors stop at the stream's own backoff (controller::watch), so a hub API server
+    // hiccup never pauses the slice-change triggers too.
+    let main = crate::controller::watch::skip_errors(K::KIND.as_str().into(), main);
     Controller::for_stream(queue.track_objects(main), reader)
+        .trigger_backoff(crate::controller::watch::backoff())
         .reconcile_on(slice_changes)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|r| {

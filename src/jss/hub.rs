@@ -88,7 +88,7 @@ where
 {
     let (store, writer) = reflector::store();
     let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::controller::watch::backoff())
         .reflect(writer)
         .for_each(|_| futures::future::ready(()));
     tokio::spawn(stream);
