@@ -161,6 +161,37 @@ where
     }
 }
 
+/// `eventually`, but a timeout also shows the last lines of `daemons`' logs as they are
+/// then (a message built before the wait would show them as they were when it began).
+pub async fn eventually_logged<F, Fut>(
+    timeout: Duration,
+    what: &str,
+    daemons: &[&Daemon],
+    mut check: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        if start.elapsed() > timeout {
+            let logs: Vec<String> = daemons
+                .iter()
+                .map(|d| format!("--- {} ---\n{}", d.log.display(), d.log_tail()))
+                .collect();
+            panic!(
+                "timed out after {:?} waiting for {what}\n{}",
+                timeout,
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Path of the harness binary that manages the running topology.
 pub fn harness() -> PathBuf {
     std::env::var_os("PINFED_E2E_HARNESS")
