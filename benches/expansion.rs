@@ -22,6 +22,10 @@ use pinfed::api::parse::{Document, parse_one};
 use pinfed::api::workload::AnyWorkload;
 use pinfed::expand::{ExpandInput, expand};
 
+// The allocator of the `pinfed` binary (src/main.rs), so the figures are the agent's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn workload(text: &str) -> AnyWorkload {
     match parse_one(text).expect("a valid example") {
         Document::Workload(w) => w,
