@@ -6,7 +6,10 @@
 //! - `aggregation`  — slice status written in a member → the hub's `status.clusters[]`;
 //! - `takeover`     — SIGKILL of the leading `pinfed hub` → the standby holds the Lease, and
 //!   a workload created right after the kill gets its slices;
-//! - `scale10k`     — hub first sync and memory with 10,000 workloads (`clusters/bench.yaml`).
+//! - `scale10k`     — hub first sync and memory with 10,000 workloads (`clusters/bench.yaml`);
+//! - `agent1k`      — one `pinfed agent` alone on the first member: memory with 1,000
+//!   PinterestServices created in that member, and the time until all are Ready
+//!   (`clusters/bench.yaml`).
 //!
 //! The topology comes from `PINFED_E2E_KUBECONFIG` (required) and `PINFED_E2E_TOPOLOGY`;
 //! `e2e/bench` brings one up, runs the scenarios and takes it down. Hub and agents are
@@ -32,7 +35,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use pinfed::topology::Topology;
 
-const SCENARIOS: [&str; 4] = ["distribution", "aggregation", "takeover", "scale10k"];
+const SCENARIOS: [&str; 5] = [
+    "distribution",
+    "aggregation",
+    "takeover",
+    "scale10k",
+    "agent1k",
+];
 const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
 const LEASE_NAME: &str = "pinfed-hub";
 
@@ -253,21 +262,26 @@ impl Fed {
     }
 
     fn spawn_agents(&self) -> anyhow::Result<Vec<Daemon>> {
-        let mut out = Vec::new();
-        for m in self.s.members() {
-            let args: Vec<String> = vec![
-                "agent".into(),
-                "--context".into(),
-                m.clone(),
-                "--cluster-name".into(),
-                m.clone(),
-                "--no-leader-election".into(),
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", free_port()?),
-            ];
-            out.push(self.spawn(&format!("agent-{m}"), &args)?);
-        }
-        Ok(out)
+        self.s
+            .members()
+            .iter()
+            .map(|m| self.spawn_agent(m))
+            .collect()
+    }
+
+    /// An agent for `member` without leader election, on a free loopback port.
+    fn spawn_agent(&self, member: &str) -> anyhow::Result<Daemon> {
+        let args: Vec<String> = vec![
+            "agent".into(),
+            "--context".into(),
+            member.into(),
+            "--cluster-name".into(),
+            member.into(),
+            "--no-leader-election".into(),
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{}", free_port()?),
+        ];
+        self.spawn(&format!("agent-{member}"), &args)
     }
 
     /// Waits until every member's MemberCluster says Ready.
@@ -294,14 +308,18 @@ impl Fed {
     }
 
     async fn create_namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        self.create_namespace_in(self.s.hub_name(), prefix).await
+    }
+
+    async fn create_namespace_in(&self, cluster: &str, prefix: &str) -> anyhow::Result<String> {
         let name = unique_name(prefix);
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {"pinfed.dev/bench": "true"}}
         }))?;
-        Api::<Namespace>::all(self.hub())
+        Api::<Namespace>::all(self.client(cluster))
             .create(&PostParams::default(), &ns)
             .await
-            .with_context(|| format!("creating namespace {name} on the hub"))?;
+            .with_context(|| format!("creating namespace {name} in {cluster}"))?;
         Ok(name)
     }
 
@@ -1613,6 +1631,277 @@ async fn scale10k(fed: &Fed) -> anyhow::Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Scenario: agent1k
+
+/// What the watch on the member saw of the PinterestServices.
+#[derive(Default)]
+struct AgentObs {
+    /// First received with a Ready condition True (for the current generation).
+    ready: HashMap<String, Instant>,
+    /// When the last of them became Ready.
+    all_ready: Option<Instant>,
+}
+
+async fn agent1k(fed: &Fed) -> anyhow::Result<()> {
+    let n: usize = env_or("PINFED_BENCH_AGENT_SERVICES", 1000)?;
+    let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
+    let settle = Duration::from_secs(env_or("PINFED_BENCH_SETTLE_SECS", 30)?);
+    let timeout = Duration::from_secs(env_or("PINFED_BENCH_AGENT_TIMEOUT_SECS", 900)?);
+    let member = fed
+        .s
+        .members()
+        .into_iter()
+        .next()
+        .context("the topology has no member")?;
+    progress(&format!(
+        "agent1k: installing the CRDs in {member} (no hub is used)"
+    ));
+    pinfed::hub::join::install_crds(&fed.client(&member))
+        .await
+        .with_context(|| format!("installing the CRDs in {member}"))?;
+    let ns = fed.create_namespace_in(&member, "bench-agent").await?;
+    progress(&format!(
+        "agent1k: starting `pinfed agent --cluster-name {member}` (no leader election)"
+    ));
+    let agent = fed.spawn_agent(&member)?;
+    let result = agent1k_run(fed, &member, &ns, &agent, n, concurrency, settle, timeout).await;
+    if let Err(e) = &result {
+        eprintln!(
+            "agent1k failed: {e:#}\nlast lines of the agent log ({}):\n{}",
+            agent.log.display(),
+            agent.log_tail(40)
+        );
+    }
+    progress(&format!(
+        "agent1k: stopping the agent, deleting namespace {ns} in {member}"
+    ));
+    drop(agent);
+    if let Err(e) = Api::<Namespace>::all(fed.client(&member))
+        .delete(&ns, &DeleteParams::background())
+        .await
+    {
+        progress(&format!("agent1k: deleting namespace {ns}: {e}"));
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn agent1k_run(
+    fed: &Fed,
+    member: &str,
+    ns: &str,
+    agent: &Daemon,
+    n: usize,
+    concurrency: usize,
+    settle: Duration,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    agent.wait_http("/readyz", fed.s.timeout).await?;
+    // The agent watches every namespace: anything already in the member is its load too.
+    let others = Api::<DynamicObject>::all_with(fed.client(member), &service_resource())
+        .list_metadata(&ListParams::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0);
+    if others > 0 {
+        progress(&format!(
+            "agent1k: WARNING: {member} already holds {others} PinterestServices; the agent \
+             reconciles them too"
+        ));
+    }
+    // Watch first, so every Ready is received as it is written.
+    let obs: Arc<Mutex<AgentObs>> = Default::default();
+    let mut tasks = AbortOnDrop(Vec::new());
+    {
+        let obs = obs.clone();
+        tasks
+            .0
+            .push(watch_services(fed, member, ns, None, move |o, at| {
+                let st = &o.data["status"];
+                if condition(st, "Ready") != Some("True")
+                    || st["observedGeneration"].as_i64() != o.metadata.generation
+                {
+                    return;
+                }
+                let mut obs = obs.lock().unwrap();
+                if let std::collections::hash_map::Entry::Vacant(e) = obs.ready.entry(o.name_any())
+                {
+                    e.insert(at);
+                    if obs.ready.len() == n {
+                        obs.all_ready = Some(at);
+                    }
+                }
+            }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = agent.memory_kib();
+
+    let names: Vec<String> = (0..n).map(|i| format!("svc-{i:05}")).collect();
+    let objs: Vec<serde_json::Value> = names.iter().map(|nm| service(nm, 1, None)).collect();
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    let create_result: Arc<Mutex<Option<anyhow::Result<Duration>>>> = Default::default();
+    progress(&format!(
+        "agent1k: creating {n} PinterestServices in {member}/{ns}, {concurrency} at a time"
+    ));
+    let load_before = load_line();
+    let cpu_before = agent.cpu_secs();
+    let started = Instant::now();
+    {
+        let api = fed.services(member, ns);
+        let created = created.clone();
+        let slot = create_result.clone();
+        tasks.0.push(tokio::spawn(async move {
+            let r = create_all(&api, objs, None, concurrency, created).await;
+            *slot.lock().unwrap() = Some(r);
+        }));
+    }
+
+    let mut peak_rss = idle.map(|m| m.1).unwrap_or(0);
+    let mut last_sample: Option<Instant> = None;
+    let mut last_progress = Instant::now();
+    let mut created_in: Option<Duration> = None;
+    let all_ready = loop {
+        if last_sample.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            last_sample = Some(Instant::now());
+            if let Some((_, rss)) = agent.memory_kib() {
+                peak_rss = peak_rss.max(rss);
+            }
+        }
+        let done = create_result.lock().unwrap().take();
+        if let Some(r) = done {
+            let took = r?;
+            progress(&format!(
+                "agent1k: all {n} created in {took:.1?} ({:.0}/s)",
+                n as f64 / took.as_secs_f64()
+            ));
+            created_in = Some(took);
+        }
+        let (ready, all) = {
+            let o = obs.lock().unwrap();
+            (o.ready.len(), o.all_ready)
+        };
+        if let Some(at) = all {
+            break at;
+        }
+        if !agent.alive() {
+            bail!("the agent exited ({ready} of {n} Ready)");
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "only {ready} of {n} PinterestServices Ready after {timeout:?} ({} created); \
+                 raise PINFED_BENCH_AGENT_TIMEOUT_SECS if the machine is just slow",
+                created.lock().unwrap().len()
+            );
+        }
+        if last_progress.elapsed() > Duration::from_secs(10) {
+            last_progress = Instant::now();
+            progress(&format!(
+                "agent1k: {:.0?} after the first create: {} created, {ready} Ready, agent RSS \
+                 {} MiB",
+                started.elapsed(),
+                created.lock().unwrap().len(),
+                agent.memory_kib().map(|m| m.1 / 1024).unwrap_or(0)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let at_ready = agent.memory_kib();
+    let cpu_at_ready = agent.cpu_secs();
+    if let Some((_, rss)) = at_ready {
+        peak_rss = peak_rss.max(rss);
+    }
+    // Every Ready implies every create returned, but the task may not have said so yet.
+    let created_in = match created_in {
+        Some(d) => d,
+        None => loop {
+            let done = create_result.lock().unwrap().take();
+            if let Some(r) = done {
+                break r?;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        },
+    };
+    progress(&format!(
+        "agent1k: all {n} Ready after {:.1?}; settling for {settle:?}",
+        all_ready - started
+    ));
+    let settle_start = Instant::now();
+    while settle_start.elapsed() < settle {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some((_, rss)) = agent.memory_kib() {
+            peak_rss = peak_rss.max(rss);
+        }
+        if !agent.alive() {
+            bail!("the agent exited while settling");
+        }
+    }
+    let at_end = agent.memory_kib();
+    let cpu_end = agent.cpu_secs();
+    drop(tasks);
+
+    let latencies: Vec<Duration> = {
+        let created = created.lock().unwrap();
+        let o = obs.lock().unwrap();
+        names
+            .iter()
+            .filter_map(|nm| {
+                Some(
+                    o.ready
+                        .get(nm)?
+                        .saturating_duration_since(*created.get(nm)?),
+                )
+            })
+            .collect()
+    };
+    let mib = |k: Option<u64>| {
+        k.map(|k| format!("{:.0} MiB", k as f64 / 1024.0))
+            .unwrap_or_else(|| "?".into())
+    };
+    println!("\n== agent1k ==");
+    println!(
+        "config: {n} PinterestServices × 1 replica (10m cpu, 16Mi + runtime sidecars) created \
+         directly in member {member} (namespace {ns}), {concurrency} at a time, with one \
+         `pinfed agent --no-leader-election` already running; no hub; {} other \
+         PinterestServices in the member; {}",
+        others,
+        fed.s.describe()
+    );
+    println!("load: before {load_before}; after {}", load_line());
+    println!(
+        "  first create → all {n} created: {:.1} s ({:.0}/s)",
+        created_in.as_secs_f64(),
+        n as f64 / created_in.as_secs_f64()
+    );
+    println!(
+        "  first create → all {n} Ready (Ready=True received by a watch on {member}): {:.1} s",
+        (all_ready - started).as_secs_f64()
+    );
+    println!(
+        "  {}",
+        Dist::new(latencies).line("create returned → Ready, per PinterestService")
+    );
+    println!(
+        "  agent RSS: {} idle before the creates, {} when all were Ready, final {} after \
+         {settle:?} more; peak sampled VmRSS (every 1 s) {}, VmHWM {}",
+        mib(idle.map(|m| m.1)),
+        mib(at_ready.map(|m| m.1)),
+        mib(at_end.map(|m| m.1)),
+        mib(Some(peak_rss)),
+        mib(at_end.map(|m| m.0)),
+    );
+    if let (Some(a), Some(b), Some(c)) = (cpu_before, cpu_at_ready, cpu_end) {
+        println!(
+            "  agent CPU: {:.1} s from the first create to all Ready; {:.2} cores on average \
+             while settling for {settle:?}",
+            b - a,
+            (c - b) / settle.as_secs_f64().max(f64::EPSILON)
+        );
+    }
+    report_logs(&[agent]);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
 
 fn usage() -> String {
     format!(
@@ -1653,7 +1942,7 @@ fn main() -> ExitCode {
         eprintln!(
             "PINFED_E2E_KUBECONFIG is not set: the federation benchmarks need a running local \
              topology. Run `e2e/bench [{}]`, which brings one up and takes it down, or \
-             `e2e/up clusters/local-3.yaml` (clusters/bench.yaml for scale10k) and export \
+             `e2e/up clusters/local-3.yaml` (clusters/bench.yaml for scale10k and agent1k) and export \
              PINFED_E2E_KUBECONFIG=<the printed path> PINFED_E2E_TOPOLOGY=<that file>.",
             SCENARIOS.join("|")
         );
@@ -1680,6 +1969,7 @@ fn main() -> ExitCode {
                 "aggregation" => aggregation(&fed).await,
                 "takeover" => takeover(&fed).await,
                 "scale10k" => scale10k(&fed).await,
+                "agent1k" => agent1k(&fed).await,
                 _ => unreachable!("checked above"),
             }
             .with_context(|| format!("scenario {s}"))?;
