@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -39,7 +39,18 @@ pub struct Context {
     /// Queue depth per kind: a reconcile removes its object on start.
     queues: HashMap<WorkloadKind, QueueDepth>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Per object uid: the set of objects kept at its last complete prune, and when. A
+    /// prune lists every generated kind (ten LISTs); with the same set kept since, nothing
+    /// this agent made can have become unwanted, so the LISTs are skipped — they were
+    /// most of a member API server's load during a burst of slices.
+    pruned: Mutex<HashMap<String, (Kept, Instant)>>,
 }
+
+/// (kind, name) of the generated objects a reconcile keeps.
+type Kept = BTreeSet<(String, String)>;
+
+/// A full prune runs at least this often per object even when its kept set is unchanged.
+const PRUNE_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
 
 impl Context {
     pub fn new(
@@ -63,6 +74,31 @@ impl Context {
             metrics,
             queues,
             failures: Mutex::default(),
+            pruned: Mutex::default(),
+        }
+    }
+
+    /// Whether `uid`'s last complete prune kept exactly `keep`, recently enough.
+    fn pruned_recently(&self, uid: &str, keep: &Kept) -> bool {
+        self.pruned.lock().is_ok_and(|m| {
+            m.get(uid)
+                .is_some_and(|(k, at)| k == keep && at.elapsed() < PRUNE_AT_LEAST_EVERY)
+        })
+    }
+
+    fn record_prune(&self, uid: &str, keep: Kept) {
+        if let Ok(mut m) = self.pruned.lock() {
+            // Entries of deleted objects expire: drop the stale ones now and then.
+            if m.len() % 1024 == 1023 {
+                m.retain(|_, (_, at)| at.elapsed() < PRUNE_AT_LEAST_EVERY);
+            }
+            m.insert(uid.to_string(), (keep, Instant::now()));
+        }
+    }
+
+    fn forget_prune(&self, uid: &str) {
+        if let Ok(mut m) = self.pruned.lock() {
+            m.remove(uid);
         }
     }
 
@@ -235,6 +271,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
     if obj.meta().deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove what we made.
+        ctx.forget_prune(&obj.uid().unwrap_or_default());
         return Ok(Action::await_change());
     }
     let now = Time(Timestamp::now());
@@ -358,16 +395,22 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         ));
     }
     let uid = obj.uid().unwrap_or_default();
-    let pruned = crate::controller::apply::prune(
-        &ctx.client,
-        &ns,
-        &expand::generated_api_resources(),
-        &selector,
-        &uid,
-        &keep,
-    )
-    .await
-    .map_err(AgentError::Prune)?;
+    let pruned = if ctx.pruned_recently(&uid, &keep) {
+        Vec::new()
+    } else {
+        let pruned = crate::controller::apply::prune(
+            &ctx.client,
+            &ns,
+            &expand::generated_api_resources(),
+            &selector,
+            &uid,
+            &keep,
+        )
+        .await
+        .map_err(AgentError::Prune)?;
+        ctx.record_prune(&uid, keep);
+        pruned
+    };
     if !pruned.is_empty() {
         publish(
             ctx,

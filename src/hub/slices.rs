@@ -246,8 +246,53 @@ pub fn ready_status(status: ConditionStatus) -> &'static str {
     }
 }
 
+/// Whether `found` (a slice as read from a member) already is `slice` as the hub would
+/// write it: the same spec, and every label and annotation of `slice` with the same value.
+/// Fields others own (status, the agent's annotations) do not matter.
+pub fn slice_is_current(found: &serde_json::Value, slice: &serde_json::Value) -> bool {
+    let subset = |field: &str| {
+        slice["metadata"][field].as_object().is_none_or(|want| {
+            want.iter()
+                .all(|(k, v)| found["metadata"][field].get(k) == Some(v))
+        })
+    };
+    found.get("spec") == slice.get("spec") && subset("labels") && subset("annotations")
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_slice_is_current_only_with_the_same_spec_labels_and_annotations() {
+        let slice = serde_json::json!({
+            "metadata": {"name": "web", "labels": {"a": "1"}, "annotations": {"g": "2"}},
+            "spec": {"replicas": 3}
+        });
+        let mut found = serde_json::json!({
+            "metadata": {"name": "web", "labels": {"a": "1", "other": "x"},
+                "annotations": {"g": "2", "agent": "y"}, "resourceVersion": "7"},
+            "spec": {"replicas": 3},
+            "status": {"readyReplicas": 1}
+        });
+        assert!(slice_is_current(&found, &slice));
+        found["spec"]["replicas"] = 2.into();
+        assert!(!slice_is_current(&found, &slice), "spec differs");
+        found["spec"]["replicas"] = 3.into();
+        found["metadata"]["annotations"]["g"] = "1".into();
+        assert!(
+            !slice_is_current(&found, &slice),
+            "an annotation of ours differs"
+        );
+        found["metadata"]["annotations"]["g"] = "2".into();
+        found["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("a");
+        assert!(
+            !slice_is_current(&found, &slice),
+            "a label of ours is missing"
+        );
+    }
     use super::*;
 
     #[test]

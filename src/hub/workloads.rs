@@ -769,12 +769,6 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         _ => None,
                     },
                 };
-                crate::hub::ensure_namespace(&member.client, &ns)
-                    .await
-                    .map_err(|source| HubError::Propagate {
-                        cluster: cluster.clone(),
-                        source,
-                    })?;
                 if let Some(spec) = &pod_spec {
                     propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
                 }
@@ -784,18 +778,38 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                     &p,
                     parallelism.get(cluster).copied().map(Some).unwrap_or(None),
                 );
-                slice_api::<K>(&member.client, &ns)
-                    .await
-                    .patch(
-                        &name,
-                        &PatchParams::apply(HUB_FIELD_MANAGER).force(),
-                        &Patch::Apply(&slice),
-                    )
-                    .await
-                    .map_err(|source| HubError::Member {
-                        cluster: cluster.clone(),
-                        source,
-                    })?;
+                // Most reconciles find the slice as they would write it: skip the namespace
+                // and slice writes then (each reconcile used to cost every member two
+                // server-side applies). A slice edited in the member differs and is written.
+                if !found
+                    .get(cluster)
+                    .is_some_and(|f| slices::slice_is_current(f, &slice))
+                {
+                    crate::hub::ensure_namespace(&member.client, &ns)
+                        .await
+                        .map_err(|source| HubError::Propagate {
+                            cluster: cluster.clone(),
+                            source,
+                        })?;
+                    slice_api::<K>(&member.client, &ns)
+                        .await
+                        .patch(
+                            &name,
+                            &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                            &Patch::Apply(&slice),
+                        )
+                        .await
+                        .map_err(|source| HubError::Member {
+                            cluster: cluster.clone(),
+                            source,
+                        })?;
+                    ctx.hub_metrics
+                        .slice_writes
+                        .get_or_create(&crate::hub::member_loop::MemberLabels {
+                            member: cluster.clone(),
+                        })
+                        .inc();
+                }
                 // Shards that left this member (it was lost meanwhile): stop their Jobs
                 // now rather than when its agent catches up.
                 if let (Share::Shards(s), Some(old)) = (share, found.get(cluster)) {
@@ -808,12 +822,6 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         fence_jobs(&member.client, &ns, &name, Some(&keep)).await;
                     }
                 }
-                ctx.hub_metrics
-                    .slice_writes
-                    .get_or_create(&crate::hub::member_loop::MemberLabels {
-                        member: cluster.clone(),
-                    })
-                    .inc();
             }
         }
     }
