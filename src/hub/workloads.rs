@@ -769,9 +769,6 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         _ => None,
                     },
                 };
-                if let Some(spec) = &pod_spec {
-                    propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
-                }
                 let slice = slices::build_slice(
                     K::KIND,
                     &hub_json,
@@ -781,16 +778,22 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 // Most reconciles find the slice as they would write it: skip the namespace
                 // and slice writes then (each reconcile used to cost every member two
                 // server-side applies). A slice edited in the member differs and is written.
-                if !found
+                // (A slice found means its namespace is there for the config below.)
+                let current = found
                     .get(cluster)
-                    .is_some_and(|f| slices::slice_is_current(f, &slice))
-                {
+                    .is_some_and(|f| slices::slice_is_current(f, &slice));
+                if !current {
                     crate::hub::ensure_namespace(&member.client, &ns)
                         .await
                         .map_err(|source| HubError::Propagate {
                             cluster: cluster.clone(),
                             source,
                         })?;
+                }
+                if let Some(spec) = &pod_spec {
+                    propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
+                }
+                if !current {
                     slice_api::<K>(&member.client, &ns)
                         .await
                         .patch(
