@@ -519,18 +519,26 @@ mod failover {
 
         // Available replicas on the healthy members, sampled until the end.
         let samples: Arc<Mutex<Vec<Sample>>> = Default::default();
+        // The victim is asked only while it is up: a request to a stopped API server can
+        // take its whole timeout, and in CI that left too few samples of the healthy ones.
+        let victim_up = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sampler = {
-            let (samples, ns, healthy, members) = (
+            let (samples, ns, healthy, members, victim_up) = (
                 samples.clone(),
                 ns.name.clone(),
                 healthy.clone(),
                 members.clone(),
+                victim_up.clone(),
             );
             let fed = Federation::connect().await;
             tokio::spawn(async move {
                 loop {
                     if let Some(h) = available_in(&fed, &ns, "web", &healthy).await {
-                        let all = available_in(&fed, &ns, "web", &members).await;
+                        let all = if victim_up.load(std::sync::atomic::Ordering::SeqCst) {
+                            available_in(&fed, &ns, "web", &members).await
+                        } else {
+                            None
+                        };
                         samples.lock().unwrap().push((Instant::now(), h, all));
                     }
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -541,6 +549,7 @@ mod failover {
         let stopped = Instant::now();
         let stopped_at = k8s_openapi::jiff::Timestamp::now();
         eprintln!("stopping {victim} at {stopped_at}");
+        victim_up.store(false, std::sync::atomic::Ordering::SeqCst);
         harness(&["stop", &victim]);
         // Grace periods: member 5 s + failover 5 s; the issue allows 30 s more.
         eventually(
@@ -573,6 +582,7 @@ mod failover {
 
         // Back: after the failback window the split rebalances onto the victim again.
         harness(&["start", &victim]);
+        victim_up.store(true, std::sync::atomic::Ordering::SeqCst);
         let returned_at = k8s_openapi::jiff::Timestamp::now();
         eprintln!("started {victim} at {returned_at}");
         let started = Instant::now();
