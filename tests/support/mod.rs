@@ -144,21 +144,12 @@ impl TestNamespace {
 }
 
 /// Polls `check` until it holds; panics naming `what` after `timeout`.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return;
-        }
-        if start.elapsed() > timeout {
-            panic!("timed out after {:?} waiting for {what}", timeout);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_logged(timeout, what, &[], check).await
 }
 
 /// `eventually`, but a timeout also shows the last lines of `daemons`' logs as they are
@@ -178,15 +169,11 @@ pub async fn eventually_logged<F, Fut>(
             return;
         }
         if start.elapsed() > timeout {
-            let logs: Vec<String> = daemons
+            let logs: String = daemons
                 .iter()
-                .map(|d| format!("--- {} ---\n{}", d.log.display(), d.log_tail()))
+                .map(|d| format!("\n--- {} ---\n{}", d.log.display(), d.log_tail()))
                 .collect();
-            panic!(
-                "timed out after {:?} waiting for {what}\n{}",
-                timeout,
-                logs.join("\n")
-            );
+            panic!("timed out after {timeout:?} waiting for {what}{logs}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
