@@ -342,7 +342,15 @@ mod failover {
     }
 
     fn harness(args: &[&str]) {
-        let out = support::run_harness(args);
+        // On a multi-threaded runtime, let the other tasks (samplers, watchers) move off
+        // this thread while the harness blocks it.
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let out = if multi {
+            tokio::task::block_in_place(|| support::run_harness(args))
+        } else {
+            support::run_harness(args)
+        };
         assert!(
             out.status.success(),
             "pinfed-e2e {args:?}: {}",
@@ -410,7 +418,9 @@ mod failover {
         Some(sum)
     }
 
-    #[tokio::test]
+    // Multi-threaded: `harness(stop|start)` blocks its thread for seconds, and the sampler
+    // must keep sampling the healthy members meanwhile (on one thread CI got 4 samples).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn destructive_a_lost_member_fails_over_without_dips_and_fails_back_with_no_shard_run_twice()
      {
         let fed = Federation::connect().await;
@@ -541,7 +551,7 @@ mod failover {
                         };
                         samples.lock().unwrap().push((Instant::now(), h, all));
                     }
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             })
         };
