@@ -845,6 +845,9 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
     let spread = fed.s.members().len() as i64;
     let rate: f64 = env_or("PINFED_BENCH_RATE", 20.0)?;
     let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
+    // 0: no agents — the members only store slices, so the figures are the hub's own
+    // (no Deployments, pods or kwok competing for the same cores).
+    let with_agents = env_or::<u8>("PINFED_BENCH_AGENTS", 1)? != 0;
     let pacings: Vec<String> = std::env::var("PINFED_BENCH_PACING")
         .unwrap_or_else(|_| "burst,steady".into())
         .split(',')
@@ -852,10 +855,18 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .collect();
 
-    progress("distribution: joining members, starting the hub and one agent per member");
+    progress(if with_agents {
+        "distribution: joining members, starting the hub and one agent per member"
+    } else {
+        "distribution: joining members, starting the hub (no agents: PINFED_BENCH_AGENTS=0)"
+    });
     fed.join_all()?;
     let hub = fed.spawn_hub("bench-hub")?;
-    let agents = fed.spawn_agents()?;
+    let agents = if with_agents {
+        fed.spawn_agents()?
+    } else {
+        Vec::new()
+    };
     hub.wait_http("/readyz", fed.s.timeout).await?;
     for a in &agents {
         a.wait_http("/readyz", fed.s.timeout).await?;
@@ -948,6 +959,7 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
             "distribution ({pacing}): creating {n} PinterestServices in {ns}"
         ));
         let load_before = load_line();
+        let hub_cpu_before = hub.cpu_secs();
         let took = create_all(&warm, objs, rate, concurrency, created.clone()).await?;
         obs.lock().unwrap().created = created.lock().unwrap().clone();
 
@@ -981,15 +993,19 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let _ = wait_for(fed.s.timeout, "every workload Ready on the hub", || {
-            let done = {
-                let o = obs.lock().unwrap();
-                names.iter().all(|nm| o.hub_ready.contains_key(nm))
-            };
-            async move { done }
-        })
-        .await
-        .map_err(|e| progress(&format!("distribution: {e:#}")));
+        let sliced_at = Instant::now();
+        let hub_cpu_sliced = hub.cpu_secs();
+        if with_agents {
+            let _ = wait_for(fed.s.timeout, "every workload Ready on the hub", || {
+                let done = {
+                    let o = obs.lock().unwrap();
+                    names.iter().all(|nm| o.hub_ready.contains_key(nm))
+                };
+                async move { done }
+            })
+            .await
+            .map_err(|e| progress(&format!("distribution: {e:#}")));
+        }
         let load_after = load_line();
         drop(watches);
 
@@ -1051,6 +1067,13 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
             fed.s.describe()
         );
         println!("load: before {load_before}; after {load_after}");
+        if let (Some(a), Some(b)) = (hub_cpu_before, hub_cpu_sliced) {
+            println!(
+                "  hub CPU from the first create to every slice present: {:.1} s over {:.1?}",
+                b - a,
+                sliced_at.saturating_duration_since(start) + took
+            );
+        }
         println!(
             "  {}",
             Dist::new(slice_lat).line("create returned → slice present in member, per slice")
@@ -1067,6 +1090,9 @@ async fn distribution(fed: &Fed) -> anyhow::Result<()> {
             "  {}",
             Dist::new(ready).line("create returned → hub Ready (agents expanded, kwok pods)")
         );
+        if !with_agents {
+            println!("  (no agents: nothing becomes Ready, and nothing was waited for)");
+        }
         println!(
             "  {}",
             Dist::new(agg).line(

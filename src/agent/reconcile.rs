@@ -172,7 +172,7 @@ pub fn error_policy<K: AgentKind>(obj: Arc<K>, err: &AgentError, ctx: Arc<Contex
         })
         .unwrap_or(1);
     let delay = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
-    tracing::warn!(kind = %K::KIND, object = %key(obj.as_ref()), error = %err, retry_in = ?delay, "reconcile failed");
+    tracing::warn!(kind = %K::KIND, object = %key(obj.as_ref()), error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -217,14 +217,19 @@ async fn write_status<K: AgentKind>(
         "kind": K::kind(&()),
         "status": status,
     });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(AgentError::Status)?;
-    Ok(())
+    match api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        // Deleted meanwhile (the hub removed a slice, a user deleted it): nothing to
+        // report, and its deletion reconciles it anyway.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        r => r.map(|_| ()).map_err(AgentError::Status),
+    }
 }
 
 async fn publish<K: AgentKind>(

@@ -67,9 +67,15 @@ pub struct HubArgs {
     /// Member workload status older than this is stale (the hub then says Unknown).
     #[arg(long, env = "PINFED_STALE_AFTER_SECS", default_value = "60")]
     pub stale_after_secs: i64,
-    /// Re-read member slices at least this often (seconds) for status aggregation.
-    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "2")]
+    /// Reconcile every workload at least this often (seconds). A safety net: slice
+    /// changes in members, member health changes and the end of a failover grace or
+    /// failback window each trigger the workloads concerned at once.
+    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "20")]
     pub resync_secs: u64,
+    /// Reconciles in flight per workload kind. Each holds a connection to every member
+    /// it reads or writes; more in flight than the API servers serve only queues there.
+    #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "32", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
     /// How long a member that came back must stay Ready before workloads fail back to
     /// it and its stale slices are resized or removed (seconds).
     #[arg(long, env = "PINFED_FAILBACK_WINDOW_SECS", default_value = "120")]
@@ -164,6 +170,9 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                             .collect(),
                         stale_after_secs: args.stale_after_secs,
                         resync: Duration::from_secs(args.resync_secs),
+                        namespaces: Default::default(),
+                        member_health: tokio::sync::watch::channel(0).0,
+                        concurrency: args.concurrency,
                     });
                     let member_task = tokio::spawn(member_loop::run(ctx));
                     member_loop::wait_first_pass(&client, &wctx.registry, Duration::from_secs(10))
@@ -204,6 +213,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
                         },
                         profiles_loop,
                         quota_loop,
+                        workloads::watch_member_health(wctx.clone()),
                         workloads::run_kind::<PinterestService>(wctx.clone()),
                         workloads::run_kind::<PinterestJobSet>(wctx.clone()),
                         workloads::run_kind::<PinterestCronJob>(wctx.clone()),

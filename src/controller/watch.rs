@@ -53,7 +53,7 @@ where
             Err(watcher::Error::WatchError(s)) if s.code == 410 => {
                 tracing::debug!(%watch, "watch expired (410 Gone), relisting")
             }
-            Err(e) => tracing::warn!(%watch, error = %e, "watch failed; retrying after backoff"),
+            Err(e) => tracing::warn!(%watch, error = %super::Chain(e), "watch failed; retrying after backoff"),
             Ok(_) => {}
         }
         futures::future::ready(r.is_ok())

@@ -185,8 +185,9 @@ pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, 
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    // A lost member must fail fast, not hang the loops that talk to it.
-    cfg.connect_timeout = Some(Duration::from_secs(3));
+    // A lost member must fail fast, not hang the loops that talk to it; but a loaded
+    // member takes seconds to accept a TLS connection (3 s failed bursts of requests).
+    cfg.connect_timeout = Some(Duration::from_secs(10));
     cfg.read_timeout = Some(Duration::from_secs(20));
     Client::try_from(cfg).map_err(|e| bad(e.to_string()))
 }

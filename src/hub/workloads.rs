@@ -125,7 +125,15 @@ pub struct HubContext {
     /// that would flip-flop (notably on failback).
     pub decisions: Mutex<BTreeMap<String, Decided>>,
     pub stale_after_secs: i64,
+    /// The longest a workload goes without a reconcile (its slices re-read).
     pub resync: Duration,
+    /// (member, namespace) pairs known to exist, so slices skip the namespace apply.
+    pub namespaces: Mutex<BTreeSet<(String, String)>>,
+    /// Bumped when any member's readiness, loss or return changes: every workload is
+    /// reconciled then (`watch_member_health`).
+    pub member_health: tokio::sync::watch::Sender<u64>,
+    /// Reconciles in flight per kind (each holds a connection to every member it writes).
+    pub concurrency: u16,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -325,7 +333,7 @@ pub async fn reconcile<K: AgentKind>(
 }
 
 pub fn error_policy<K: AgentKind>(obj: Arc<K>, err: &HubError, _ctx: Arc<HubContext>) -> Action {
-    tracing::warn!(workload = %workload_key(obj.as_ref()), error = %err, "hub reconcile failed");
+    tracing::warn!(workload = %workload_key(obj.as_ref()), error = %crate::controller::Chain(err), "hub reconcile failed");
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -405,15 +413,13 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         }
         return Ok(Action::await_change());
     }
-    if !obj.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut finalizers = obj.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
-        hub_api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(HubError::Hub)?;
-    }
+    // The finalizer goes on with the placement annotations (one write, one watch event,
+    // before any slice exists); a workload kept as placed gets it on its own.
+    let finalizers = (!obj.finalizers().iter().any(|f| f == FINALIZER)).then(|| {
+        let mut f = obj.finalizers().to_vec();
+        f.push(FINALIZER.to_string());
+        f
+    });
 
     let now_time = Time(now);
     let generation = obj.meta().generation.unwrap_or(0);
@@ -452,10 +458,19 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
 
     // Member health as this workload sees it (its failover grace, the failback window).
     let fpolicy = failover_policy::<K>(w, ctx.failback_window);
-    let standings: BTreeMap<String, Standing> = member_health(ctx, now)
+    let health = member_health(ctx, now);
+    let standings: BTreeMap<String, Standing> = health
         .iter()
         .map(|(n, h)| (n.clone(), failover::standing(h, &fpolicy, now.as_second())))
         .collect();
+    // Look again when a member's standing changes by the clock (end of a failover grace
+    // or of the failback window); heartbeat changes trigger every workload anyway.
+    let requeue = health
+        .values()
+        .filter_map(|h| failover::secs_until_standing_changes(h, &fpolicy, now.as_second()))
+        .min()
+        .map(|s| Duration::from_secs(s.unsigned_abs() + 1).min(ctx.resync))
+        .unwrap_or(ctx.resync);
     // A cluster that is no member any more is gone for good.
     let standing_of = |c: &str| standings.get(c).copied().unwrap_or(Standing::Lost);
     let reachable: BTreeSet<String> = standings
@@ -529,6 +544,13 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     let quota = quota_of(ctx, &ns, &profiles).await?;
     let mut quota_exceeded = false;
     let decision = if keep {
+        if let Some(f) = &finalizers {
+            let patch = serde_json::json!({"metadata": {"finalizers": f}});
+            hub_api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(HubError::Hub)?;
+        }
         from_api_decision(previous.as_ref().expect("checked by keep"))
     } else {
         let started = std::time::Instant::now();
@@ -631,7 +653,10 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             tracing::info!(workload = %key, members = ?failback, decision = %outcome.decision.to_json(), "failback");
         }
         tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
-        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        let mut patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        if let Some(f) = &finalizers {
+            patch["metadata"]["finalizers"] = serde_json::json!(f);
+        }
         hub_api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -652,24 +677,36 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         outcome.decision
     };
     let api_decision = to_api_decision(&decision);
+    // Something found no room or quota: try again soon (room frees up without an event
+    // this workload hears).
+    let requeue = if decision.unplaced > 0 {
+        requeue.min(Duration::from_secs(5))
+    } else {
+        requeue
+    };
 
-    // Read the slices of every reachable member.
+    // Read the slices of every reachable member, all at once: a reconcile waits for the
+    // slowest member, not for their sum.
+    let reads = ctx
+        .registry
+        .all()
+        .into_iter()
+        .filter(|m| reachable.contains(&m.name))
+        .map(|m| {
+            let (ns, name) = (&ns, &name);
+            async move {
+                let got = slice_api::<K>(&m.client, ns).await.get_opt(name).await;
+                (m.name.clone(), got)
+            }
+        });
     let mut found: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    for m in ctx.registry.all() {
-        if !reachable.contains(&m.name) {
-            continue;
-        }
-        match slice_api::<K>(&m.client, &ns).await.get_opt(&name).await {
+    for (cluster, got) in futures::future::join_all(reads).await {
+        match got {
             Ok(Some(s)) => {
-                found.insert(m.name.clone(), serde_json::to_value(s)?);
+                found.insert(cluster, serde_json::to_value(s)?);
             }
             Ok(None) => {}
-            Err(e) => {
-                return Err(HubError::Member {
-                    cluster: m.name.clone(),
-                    source: e,
-                });
-            }
+            Err(source) => return Err(HubError::Member { cluster, source }),
         }
     }
     let observed: BTreeMap<String, MemberWorkloadStatus> = found
@@ -732,101 +769,124 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .pointer("/spec/template/spec")
         .cloned()
         .and_then(|s| serde_json::from_value(s).ok());
-    for (cluster, step) in &steps {
-        let Some(member) = ctx.registry.get(cluster) else {
-            continue;
-        };
-        match step {
-            SliceStep::Keep => {}
-            SliceStep::Delete => {
-                tracing::info!(workload = %key, member = %cluster, "removing the slice of a cluster that left the placement");
-                match slice_api::<K>(&member.client, &ns)
-                    .await
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                {
-                    Ok(_) | Err(kube::Error::Api(_)) => {}
-                    Err(source) => {
-                        return Err(HubError::Member {
-                            cluster: cluster.clone(),
-                            source,
-                        });
+    // Every member at once (each step touches only its own member).
+    let writes = steps.iter().map(|(cluster, step)| {
+        let (ns, name, key, found, parallelism, pod_spec, hub_json) =
+            (&ns, &name, &key, &found, &parallelism, &pod_spec, &hub_json);
+        async move {
+            let Some(member) = ctx.registry.get(cluster) else {
+                return Ok(());
+            };
+            match step {
+                SliceStep::Keep => {}
+                SliceStep::Delete => {
+                    tracing::info!(workload = %key, member = %cluster, "removing the slice of a cluster that left the placement");
+                    match slice_api::<K>(&member.client, &ns)
+                        .await
+                        .delete(&name, &DeleteParams::background())
+                        .await
+                    {
+                        Ok(_) | Err(kube::Error::Api(_)) => {}
+                        Err(source) => {
+                            return Err(HubError::Member {
+                                cluster: cluster.clone(),
+                                source,
+                            });
+                        }
+                    }
+                    if K::KIND == WorkloadKind::JobSet {
+                        fence_jobs(&member.client, &ns, &name, None).await;
                     }
                 }
-                if K::KIND == WorkloadKind::JobSet {
-                    fence_jobs(&member.client, &ns, &name, None).await;
-                }
-            }
-            SliceStep::Apply(share) => {
-                let p = Placement {
-                    cluster: cluster.clone(),
-                    replicas: match share {
-                        Share::Replicas(n) => Some(*n),
-                        _ => None,
-                    },
-                    shards: match share {
-                        Share::Shards(s) => Some(s.clone()),
-                        _ => None,
-                    },
-                };
-                let slice = slices::build_slice(
-                    K::KIND,
-                    &hub_json,
-                    &p,
-                    parallelism.get(cluster).copied().map(Some).unwrap_or(None),
-                );
-                // Most reconciles find the slice as they would write it: skip the namespace
-                // and slice writes then (each reconcile used to cost every member two
-                // server-side applies). A slice edited in the member differs and is written.
-                // (A slice found means its namespace is there for the config below.)
-                let current = found
-                    .get(cluster)
-                    .is_some_and(|f| slices::slice_is_current(f, &slice));
-                if !current {
-                    crate::hub::ensure_namespace(&member.client, &ns)
-                        .await
-                        .map_err(|source| HubError::Propagate {
-                            cluster: cluster.clone(),
-                            source,
-                        })?;
-                }
-                if let Some(spec) = &pod_spec {
-                    propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
-                }
-                if !current {
-                    slice_api::<K>(&member.client, &ns)
-                        .await
-                        .patch(
-                            &name,
-                            &PatchParams::apply(HUB_FIELD_MANAGER).force(),
-                            &Patch::Apply(&slice),
-                        )
-                        .await
-                        .map_err(|source| HubError::Member {
-                            cluster: cluster.clone(),
-                            source,
-                        })?;
-                    ctx.hub_metrics
-                        .slice_writes
-                        .get_or_create(&crate::hub::member_loop::MemberLabels {
-                            member: cluster.clone(),
-                        })
-                        .inc();
-                }
-                // Shards that left this member (it was lost meanwhile): stop their Jobs
-                // now rather than when its agent catches up.
-                if let (Share::Shards(s), Some(old)) = (share, found.get(cluster)) {
-                    let keep = RangeSet::parse(s).unwrap_or_default();
-                    let had = old["spec"]["assignedShards"]
-                        .as_str()
-                        .and_then(|r| RangeSet::parse(r).ok())
-                        .unwrap_or_default();
-                    if had.iter().any(|i| !keep.contains(i)) {
-                        fence_jobs(&member.client, &ns, &name, Some(&keep)).await;
+                SliceStep::Apply(share) => {
+                    let p = Placement {
+                        cluster: cluster.clone(),
+                        replicas: match share {
+                            Share::Replicas(n) => Some(*n),
+                            _ => None,
+                        },
+                        shards: match share {
+                            Share::Shards(s) => Some(s.clone()),
+                            _ => None,
+                        },
+                    };
+                    let slice = slices::build_slice(
+                        K::KIND,
+                        &hub_json,
+                        &p,
+                        parallelism.get(cluster).copied().map(Some).unwrap_or(None),
+                    );
+                    // Most reconciles find the slice as they would write it: skip the namespace
+                    // and slice writes then (each reconcile used to cost every member two
+                    // server-side applies). A slice edited in the member differs and is written.
+                    // (A slice found means its namespace is there for the config below.)
+                    let current = found
+                        .get(cluster)
+                        .is_some_and(|f| slices::slice_is_current(f, &slice));
+                    // A namespace this process made (or found) in the member is not
+                    // applied again; a slice write that finds it gone forgets it.
+                    let ns_key = (cluster.clone(), ns.clone());
+                    let ns_known = ctx.namespaces.lock().is_ok_and(|n| n.contains(&ns_key));
+                    if !current && !ns_known {
+                        crate::hub::ensure_namespace(&member.client, &ns)
+                            .await
+                            .map_err(|source| HubError::Propagate {
+                                cluster: cluster.clone(),
+                                source,
+                            })?;
+                        if let Ok(mut n) = ctx.namespaces.lock() {
+                            n.insert(ns_key.clone());
+                        }
+                    }
+                    if let Some(spec) = &pod_spec {
+                        propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
+                    }
+                    if !current {
+                        slice_api::<K>(&member.client, &ns)
+                            .await
+                            .patch(
+                                &name,
+                                &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                                &Patch::Apply(&slice),
+                            )
+                            .await
+                            .map_err(|source| {
+                                if matches!(&source, kube::Error::Api(s) if s.code == 404) {
+                                    if let Ok(mut n) = ctx.namespaces.lock() {
+                                        n.remove(&ns_key);
+                                    }
+                                }
+                                HubError::Member {
+                                    cluster: cluster.clone(),
+                                    source,
+                                }
+                            })?;
+                        ctx.hub_metrics
+                            .slice_writes
+                            .get_or_create(&crate::hub::member_loop::MemberLabels {
+                                member: cluster.clone(),
+                            })
+                            .inc();
+                    }
+                    // Shards that left this member (it was lost meanwhile): stop their Jobs
+                    // now rather than when its agent catches up.
+                    if let (Share::Shards(s), Some(old)) = (share, found.get(cluster)) {
+                        let keep = RangeSet::parse(s).unwrap_or_default();
+                        let had = old["spec"]["assignedShards"]
+                            .as_str()
+                            .and_then(|r| RangeSet::parse(r).ok())
+                            .unwrap_or_default();
+                        if had.iter().any(|i| !keep.contains(i)) {
+                            fence_jobs(&member.client, &ns, &name, Some(&keep)).await;
+                        }
                     }
                 }
             }
+            Ok::<(), HubError>(())
         }
+    });
+    for r in futures::future::join_all(writes).await {
+        r?;
     }
 
     // Aggregate what the placed clusters report.
@@ -939,11 +999,15 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         }
         _ => {}
     }
-    write_hub_status::<K>(&ctx.hub, obj, st).await?;
+    // Refresh observed times well before they count as stale.
+    let refresh = (ctx.stale_after_secs / 2).max(1);
+    if !slices::settle_status(&status_json, &mut st, now.as_second(), refresh) {
+        write_hub_status::<K>(&ctx.hub, obj, st).await?;
+    }
     ctx.hub_metrics
         .aggregation_seconds
         .observe(aggregation_started.elapsed().as_secs_f64());
-    Ok(Action::requeue(ctx.resync))
+    Ok(Action::requeue(requeue))
 }
 
 /// FailedOver: True while the workload runs off a member it failed over from.
@@ -1189,6 +1253,50 @@ async fn propagate_config(
     Ok(())
 }
 
+/// What of the members' health makes workloads re-plan: readiness, drain, and the
+/// recorded loss and return times (these change once per transition, not per heartbeat).
+fn health_fingerprint(ctx: &HubContext) -> Vec<(String, bool, bool, Option<i64>, Option<i64>)> {
+    let now = Timestamp::now();
+    ctx.members
+        .state()
+        .iter()
+        .map(|mc| {
+            let name = mc.name_any();
+            let ready = ctx
+                .registry
+                .get(&name)
+                .is_some_and(|m| m.is_ready(now, ctx.member_grace));
+            let status = mc.status.clone().unwrap_or_default();
+            let secs = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
+            (
+                name,
+                ready,
+                mc.annotations().contains_key(ANNOTATION_DRAINING),
+                secs(&status.lost_time),
+                secs(&status.returned_time),
+            )
+        })
+        .collect()
+}
+
+/// Watches the members' health once a second and, when it changes, has every workload of
+/// every kind reconciled — so failover starts within a second of a member turning
+/// NotReady, without every workload polling on a short timer.
+pub async fn watch_member_health(ctx: Arc<HubContext>) {
+    let mut last = health_fingerprint(&ctx);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = health_fingerprint(&ctx);
+        if now != last {
+            tracing::debug!(members = ?now, "member health changed; reconciling every workload");
+            ctx.member_health.send_modify(|g| *g += 1);
+            last = now;
+        }
+    }
+}
+
 /// Runs the loop for one kind.
 pub async fn run_kind<K: AgentKind>(ctx: Arc<HubContext>) {
     use kube::runtime::{WatchStreamExt, reflector};
@@ -1214,9 +1322,16 @@ pub async fn run_kind<K: AgentKind>(ctx: Arc<HubContext>) {
     // Errors stop at the stream's own backoff (controller::watch), so a hub API server
     // hiccup never pauses the slice-change triggers too.
     let main = crate::controller::watch::skip_errors(K::KIND.as_str().into(), main);
+    let health_changes =
+        futures::stream::unfold(ctx.member_health.subscribe(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        });
     Controller::for_stream(queue.track_objects(main), reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
         .trigger_backoff(crate::controller::watch::backoff())
         .reconcile_on(slice_changes)
+        .reconcile_all_on(health_changes)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|r| {
             queue.settle(&r);

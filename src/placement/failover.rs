@@ -69,6 +69,19 @@ pub fn standing(h: &MemberHealth, p: &FailoverPolicy, now: i64) -> Standing {
     }
 }
 
+/// Seconds until `standing` changes by the clock alone (Waiting → Lost at the end of
+/// the failover grace, Settling → Ready at the end of the failback window), or `None`
+/// when only a heartbeat can change it. The hub requeues a workload for that moment
+/// instead of polling.
+pub fn secs_until_standing_changes(h: &MemberHealth, p: &FailoverPolicy, now: i64) -> Option<i64> {
+    match standing(h, p, now) {
+        Standing::Settling => h.returned_at.map(|t| t + p.window_secs - now),
+        Standing::Waiting if p.enabled => h.lost_since.map(|t| t + p.grace_secs - now),
+        _ => None,
+    }
+    .map(|s| s.max(0))
+}
+
 /// One cluster's share of a decision, as a slice carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Share {
@@ -271,6 +284,38 @@ pub fn moved_text(before: &Decision, after: &Decision, lost: &BTreeSet<String>) 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn standing_changes_by_the_clock_only_while_waiting_or_settling() {
+        let p = FailoverPolicy {
+            enabled: true,
+            grace_secs: 60,
+            window_secs: 120,
+        };
+        let lost = MemberHealth {
+            ready: false,
+            lost_since: Some(1_000),
+            ..Default::default()
+        };
+        assert_eq!(secs_until_standing_changes(&lost, &p, 1_010), Some(50));
+        // Past the grace it is Lost: only a heartbeat changes that.
+        assert_eq!(secs_until_standing_changes(&lost, &p, 1_060), None);
+        let off = FailoverPolicy { enabled: false, ..p };
+        assert_eq!(secs_until_standing_changes(&lost, &off, 1_010), None);
+        let back = MemberHealth {
+            ready: true,
+            returned_at: Some(2_000),
+            ..Default::default()
+        };
+        assert_eq!(secs_until_standing_changes(&back, &p, 2_100), Some(20));
+        assert_eq!(secs_until_standing_changes(&back, &p, 2_120), None);
+        let ready = MemberHealth {
+            ready: true,
+            ..Default::default()
+        };
+        assert_eq!(secs_until_standing_changes(&ready, &p, 5), None);
+    }
+
     use super::*;
     use crate::placement::Placement;
 
