@@ -295,8 +295,6 @@ mod failover {
                     "--no-leader-election",
                     "--heartbeat-secs",
                     "1",
-                    "--resync-secs",
-                    "1",
                     "--member-grace-secs",
                     "5",
                     "--failback-window-secs",

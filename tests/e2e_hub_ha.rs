@@ -23,8 +23,6 @@ fn hub_args(identity: &str, lease_ns: &str) -> Vec<String> {
         "hub",
         "--heartbeat-secs",
         "1",
-        "--resync-secs",
-        "2",
         "--lease-namespace",
         lease_ns,
         "--identity",

@@ -37,8 +37,6 @@ fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
                     "--no-leader-election",
                     "--heartbeat-secs",
                     "1",
-                    "--resync-secs",
-                    "1",
                 ]),
                 vec![
                     "--metrics-addr".into(),

@@ -73,8 +73,6 @@ fn setup(fed: &Federation) -> &'static Setup {
                     "--no-leader-election",
                     "--heartbeat-secs",
                     "1",
-                    "--resync-secs",
-                    "1",
                 ]),
                 vec![
                     "--metrics-addr".into(),

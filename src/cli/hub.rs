@@ -74,7 +74,7 @@ pub struct HubArgs {
     pub resync_secs: u64,
     /// Reconciles in flight per workload kind. Each holds a connection to every member
     /// it reads or writes; more in flight than the API servers serve only queues there.
-    #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "32", value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// How long a member that came back must stay Ready before workloads fail back to
     /// it and its stale slices are resized or removed (seconds).

@@ -44,7 +44,10 @@ mod tests {
 
     #[test]
     fn chain_shows_every_cause_once() {
-        let e = Outer(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"));
+        let e = Outer(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        ));
         assert_eq!(Chain(&e).to_string(), "outer: timed out");
         let e = Wrapped(std::io::Error::other("reset"));
         assert_eq!(Chain(&e).to_string(), "wrapped: reset");

@@ -57,6 +57,10 @@ pub struct Member {
     pub client: Client,
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
+    /// The member's slices per kind (every object labelled with a hub name), from the
+    /// same watches that report slice changes: reconciles read slices here instead of
+    /// asking the member each time.
+    slices: BTreeMap<WorkloadKind, (ApiResource, Store<DynamicObject>)>,
     /// Resource version of the Secret the client was built from (rebuild on change).
     secret_version: String,
     state: Mutex<Heartbeat>,
@@ -79,6 +83,25 @@ impl Drop for Member {
 }
 
 impl Member {
+    /// The slice `namespace/name` of `kind` as this member's watch last saw it: `Ok(None)`
+    /// when there is none, `Err(())` while the watch has not listed yet (ask the member).
+    #[allow(clippy::result_unit_err)]
+    pub fn cached_slice(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<DynamicObject>>, ()> {
+        use futures::FutureExt;
+        let (ar, store) = self.slices.get(&kind).ok_or(())?;
+        match store.wait_until_ready().now_or_never() {
+            Some(Ok(())) => {
+                Ok(store.get(&reflector::ObjectRef::new_with(name, ar.clone()).within(namespace)))
+            }
+            _ => Err(()),
+        }
+    }
+
     pub fn last_heartbeat(&self) -> Option<Timestamp> {
         self.state.lock().map(|s| s.last_ok).unwrap_or(None)
     }
@@ -301,6 +324,7 @@ pub async fn ensure_member(
         .reflect(pod_writer)
         .for_each(|_| futures::future::ready(()));
     let mut tasks = vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)];
+    let mut slices = BTreeMap::new();
     // Slice changes trigger the hub resource's reconcile at once, so aggregated status
     // follows the member within a watch round-trip rather than a resync period.
     for kind in WorkloadKind::ALL {
@@ -312,11 +336,15 @@ pub async fn ensure_member(
             plural: format!("{}s", kind.as_str().to_lowercase()),
         };
         let events = registry.slice_events.clone();
+        let writer = reflector::store::Writer::new(ar.clone());
+        slices.insert(kind, (ar.clone(), writer.as_reader()));
         let stream = watcher(
             Api::<DynamicObject>::all_with(client.clone(), &ar),
             watcher::Config::default().labels(LABEL_HUB_NAME),
         )
         .backoff(crate::controller::watch::backoff())
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
         .touched_objects()
         .for_each(move |o| {
             if let Ok(o) = o {
@@ -340,6 +368,7 @@ pub async fn ensure_member(
         client,
         nodes,
         pods,
+        slices,
         secret_version: version,
         state: Mutex::new(Heartbeat::default()),
         tasks,

@@ -342,7 +342,6 @@ mod tests {
         assert!(!settle_status(&old, &mut new, t0 + 10, 30));
     }
 
-
     #[test]
     fn a_slice_is_current_only_with_the_same_spec_labels_and_annotations() {
         let slice = serde_json::json!({

@@ -685,8 +685,9 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         requeue
     };
 
-    // Read the slices of every reachable member, all at once: a reconcile waits for the
-    // slowest member, not for their sum.
+    // The slices of every reachable member, from the hub's watch of them (a write of ours
+    // not seen there yet is written again, which changes nothing); asked directly, all
+    // at once, while a watch has not listed yet.
     let reads = ctx
         .registry
         .all()
@@ -695,7 +696,10 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         .map(|m| {
             let (ns, name) = (&ns, &name);
             async move {
-                let got = slice_api::<K>(&m.client, ns).await.get_opt(name).await;
+                let got = match m.cached_slice(K::KIND, ns, name) {
+                    Ok(cached) => Ok(cached.map(|o| (*o).clone())),
+                    Err(()) => slice_api::<K>(&m.client, ns).await.get_opt(name).await,
+                };
                 (m.name.clone(), got)
             }
         });

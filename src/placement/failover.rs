@@ -300,7 +300,10 @@ mod tests {
         assert_eq!(secs_until_standing_changes(&lost, &p, 1_010), Some(50));
         // Past the grace it is Lost: only a heartbeat changes that.
         assert_eq!(secs_until_standing_changes(&lost, &p, 1_060), None);
-        let off = FailoverPolicy { enabled: false, ..p };
+        let off = FailoverPolicy {
+            enabled: false,
+            ..p
+        };
         assert_eq!(secs_until_standing_changes(&lost, &off, 1_010), None);
         let back = MemberHealth {
             ready: true,
