@@ -785,9 +785,9 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 SliceStep::Keep => {}
                 SliceStep::Delete => {
                     tracing::info!(workload = %key, member = %cluster, "removing the slice of a cluster that left the placement");
-                    match slice_api::<K>(&member.client, &ns)
+                    match slice_api::<K>(&member.client, ns)
                         .await
-                        .delete(&name, &DeleteParams::background())
+                        .delete(name, &DeleteParams::background())
                         .await
                     {
                         Ok(_) | Err(kube::Error::Api(_)) => {}
@@ -799,7 +799,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         }
                     }
                     if K::KIND == WorkloadKind::JobSet {
-                        fence_jobs(&member.client, &ns, &name, None).await;
+                        fence_jobs(&member.client, ns, name, None).await;
                     }
                 }
                 SliceStep::Apply(share) => {
@@ -816,7 +816,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                     };
                     let slice = slices::build_slice(
                         K::KIND,
-                        &hub_json,
+                        hub_json,
                         &p,
                         parallelism.get(cluster).copied().map(Some).unwrap_or(None),
                     );
@@ -832,7 +832,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                     let ns_key = (cluster.clone(), ns.clone());
                     let ns_known = ctx.namespaces.lock().is_ok_and(|n| n.contains(&ns_key));
                     if !current && !ns_known {
-                        crate::hub::ensure_namespace(&member.client, &ns)
+                        crate::hub::ensure_namespace(&member.client, ns)
                             .await
                             .map_err(|source| HubError::Propagate {
                                 cluster: cluster.clone(),
@@ -843,23 +843,22 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         }
                     }
                     if let Some(spec) = &pod_spec {
-                        propagate_config(ctx, &member.client, cluster, &ns, spec).await?;
+                        propagate_config(ctx, &member.client, cluster, ns, spec).await?;
                     }
                     if !current {
-                        slice_api::<K>(&member.client, &ns)
+                        slice_api::<K>(&member.client, ns)
                             .await
                             .patch(
-                                &name,
+                                name,
                                 &PatchParams::apply(HUB_FIELD_MANAGER).force(),
                                 &Patch::Apply(&slice),
                             )
                             .await
                             .map_err(|source| {
-                                if matches!(&source, kube::Error::Api(s) if s.code == 404) {
-                                    if let Ok(mut n) = ctx.namespaces.lock() {
+                                if matches!(&source, kube::Error::Api(s) if s.code == 404)
+                                    && let Ok(mut n) = ctx.namespaces.lock() {
                                         n.remove(&ns_key);
                                     }
-                                }
                                 HubError::Member {
                                     cluster: cluster.clone(),
                                     source,
@@ -881,7 +880,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                             .and_then(|r| RangeSet::parse(r).ok())
                             .unwrap_or_default();
                         if had.iter().any(|i| !keep.contains(i)) {
-                            fence_jobs(&member.client, &ns, &name, Some(&keep)).await;
+                            fence_jobs(&member.client, ns, name, Some(&keep)).await;
                         }
                     }
                 }
