@@ -1258,7 +1258,10 @@ async fn propagate_config(
 
 /// What of the members' health makes workloads re-plan: readiness, drain, and the
 /// recorded loss and return times (these change once per transition, not per heartbeat).
-fn health_fingerprint(ctx: &HubContext) -> Vec<(String, bool, bool, Option<i64>, Option<i64>)> {
+/// Per member: name, ready, draining, lost time, returned time.
+type HealthFingerprint = Vec<(String, bool, bool, Option<i64>, Option<i64>)>;
+
+fn health_fingerprint(ctx: &HubContext) -> HealthFingerprint {
     let now = Timestamp::now();
     ctx.members
         .state()
