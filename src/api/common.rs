@@ -440,7 +440,8 @@ pub struct ClusterPlacement {
 pub struct MemberWorkloadStatus {
     /// Member cluster name.
     pub cluster: String,
-    /// When the hub read this status from the member; old data is reported as stale.
+    /// When the hub first read this status from the member as it is (an unchanged entry
+    /// keeps its time, so the hub does not rewrite its status for nothing).
     #[schemars(schema_with = "date_time_schema")]
     pub observed_time: Time,
     /// The member resource's generation that the member agent has processed.

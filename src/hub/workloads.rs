@@ -201,11 +201,15 @@ fn workload_key<K: AgentKind>(obj: &K) -> String {
 
 /// Cluster views for placement: MemberCluster spec plus live node room, not counting
 /// the pods of `own` (namespace, kind, name); only members standing Ready are eligible.
+///
+/// Node room costs a pass over every pod the member runs, so it is computed only with
+/// `with_nodes` (when a workload is placed again), not on every reconcile.
 fn cluster_views(
     ctx: &HubContext,
     now: Timestamp,
     own: Option<(&str, &str, &str)>,
     standings: &BTreeMap<String, Standing>,
+    with_nodes: bool,
 ) -> Vec<ClusterView> {
     let mut views: Vec<ClusterView> = ctx
         .members
@@ -219,7 +223,7 @@ fn cluster_views(
                 .is_some_and(|m| m.is_ready(now, ctx.member_grace))
                 && standings.get(&name) == Some(&Standing::Ready);
             let nodes = member
-                .filter(|_| ready)
+                .filter(|_| ready && with_nodes)
                 .map(|m| {
                     m.node_usage_without(own)
                         .into_iter()
@@ -518,7 +522,11 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     // Place: keep the decision while it was made for this generation and no placed
     // cluster is lost; otherwise plan again, moving as little as possible — except on
     // failback, where replicas go back toward the ideal split.
-    let mut views = cluster_views(ctx, now, Some((&ns, K::KIND.as_str(), &name)), &standings);
+    let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
+    let eligible = cluster_views(ctx, now, own, &standings, false)
+        .iter()
+        .filter(|v| v.ready)
+        .count() as u32;
     let decided_for = match &remembered {
         Some(r) => Some(r.placement_generation),
         None => obj
@@ -526,7 +534,6 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             .get(ANNOTATION_PLACEMENT_GENERATION)
             .and_then(|g| g.parse::<i64>().ok()),
     };
-    let eligible = views.iter().filter(|v| v.ready).count() as u32;
     // A decision made while fewer clusters were Ready than the spread asks for is redone
     // once more are.
     let spread_short = |p: &PlacementDecision| {
@@ -560,6 +567,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                 demand.count,
                 placement::Count::Replicas(_) | placement::Count::Whole
             );
+        let mut views = cluster_views(ctx, now, own, &standings, true);
         let outcome = {
             let mut ledger = ctx.ledger.lock().expect("ledger lock");
             ledger.expire(SystemTime::now() - Duration::from_secs(30));
@@ -1002,9 +1010,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         }
         _ => {}
     }
-    // Refresh observed times well before they count as stale.
-    let refresh = (ctx.stale_after_secs / 2).max(1);
-    if !slices::settle_status(&status_json, &mut st, now.as_second(), refresh) {
+    if !slices::settle_status(&status_json, &mut st) {
         write_hub_status::<K>(&ctx.hub, obj, st).await?;
     }
     ctx.hub_metrics
