@@ -721,7 +721,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
             Err(source) => return Err(HubError::Member { cluster, source }),
         }
     }
-    let observed: BTreeMap<String, MemberWorkloadStatus> = found
+    let mut observed: BTreeMap<String, MemberWorkloadStatus> = found
         .iter()
         .map(|(c, v)| {
             (
@@ -786,8 +786,10 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
         let (ns, name, key, found, parallelism, pod_spec, hub_json) =
             (&ns, &name, &key, &found, &parallelism, &pod_spec, &hub_json);
         async move {
+            // The slice as the member stored it, for the aggregation below.
+            let mut written = None;
             let Some(member) = ctx.registry.get(cluster) else {
-                return Ok(());
+                return Ok(None);
             };
             match step {
                 SliceStep::Keep => {}
@@ -854,7 +856,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                         propagate_config(ctx, &member.client, cluster, ns, spec).await?;
                     }
                     if !current {
-                        slice_api::<K>(&member.client, ns)
+                        let stored = slice_api::<K>(&member.client, ns)
                             .await
                             .patch(
                                 name,
@@ -872,6 +874,7 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                                     source,
                                 }
                             })?;
+                        written = Some((cluster.clone(), serde_json::to_value(stored)?));
                         ctx.hub_metrics
                             .slice_writes
                             .get_or_create(&crate::hub::member_loop::MemberLabels {
@@ -893,11 +896,21 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
                     }
                 }
             }
-            Ok::<(), HubError>(())
+            Ok::<_, HubError>(written)
         }
     });
-    for r in futures::future::join_all(writes).await {
-        r?;
+    // Aggregate from the slices just written, not from the watch caches that have not
+    // seen them yet: else the status written now says "slice not observed yet" and is
+    // rewritten a moment later.
+    let results = futures::future::join_all(writes).await;
+    for r in results {
+        if let Some((cluster, v)) = r? {
+            observed.insert(
+                cluster.clone(),
+                slices::member_workload_status(&cluster, K::KIND, &v, &now_time),
+            );
+            found.insert(cluster, v);
+        }
     }
 
     // Aggregate what the placed clusters report.
