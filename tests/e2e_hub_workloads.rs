@@ -142,9 +142,12 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
             let api = api.clone();
             async move {
                 let s = hub_status(&api, "web").await;
+                // A member still connecting when the hub started gets its share once it
+                // is Ready (a re-plan); wait for the spread too, not only for Ready.
                 s["availableReplicas"] == want_available
                     && condition(&s, "Ready").as_deref() == Some("True")
                     && s["observedGeneration"] == want_gen
+                    && s["placement"]["placements"].as_array().map(Vec::len) == Some(3)
             }
         }
     };

@@ -63,6 +63,8 @@ pub struct Member {
     slices: BTreeMap<WorkloadKind, (ApiResource, Store<DynamicObject>)>,
     /// Resource version of the Secret the client was built from (rebuild on change).
     secret_version: String,
+    /// When this connection was made (a member is not "lost" before it was ever asked).
+    connected_at: Timestamp,
     state: Mutex<Heartbeat>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -100,6 +102,13 @@ impl Member {
             }
             _ => Err(()),
         }
+    }
+
+    /// How long ago this connection was made.
+    pub fn connected_for(&self, now: Timestamp) -> Duration {
+        Duration::from_secs(
+            u64::try_from(now.as_second() - self.connected_at.as_second()).unwrap_or(0),
+        )
     }
 
     pub fn last_heartbeat(&self) -> Option<Timestamp> {
@@ -370,7 +379,15 @@ pub async fn ensure_member(
         pods,
         slices,
         secret_version: version,
-        state: Mutex::new(Heartbeat::default()),
+        // A new connection to a member already known (its Secret changed) keeps what the
+        // old one learned: the member did not go anywhere.
+        connected_at: Timestamp::now(),
+        state: Mutex::new(
+            registry
+                .get(&name)
+                .and_then(|old| old.state.lock().ok().map(|h| h.clone()))
+                .unwrap_or_default(),
+        ),
         tasks,
     };
     // Placement must not see a member whose node and pod caches are still filling: it
@@ -418,6 +435,14 @@ pub fn member_status(
 ) -> MemberClusterStatus {
     let mut s = previous.cloned().unwrap_or_default();
     s.observed_generation = generation;
+    // Connected moments ago (this hub just started, or the member's Secret changed) and
+    // not asked yet: say nothing new. Recording it as lost here would make its first
+    // answer a "return", and a returned member takes no new work for the failback window.
+    if connect_error.is_none()
+        && member.is_some_and(|m| m.last_heartbeat().is_none() && m.connected_for(now) < grace)
+    {
+        return s;
+    }
     let t = Time(now);
     let ready_cond = match (member, connect_error) {
         (_, Some(e)) => Condition::new(

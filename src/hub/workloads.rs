@@ -687,8 +687,17 @@ async fn reconcile_inner<K: AgentKind>(obj: &K, ctx: &HubContext) -> Result<Acti
     let api_decision = to_api_decision(&decision);
     // Something found no room or quota: try again soon (room frees up without an event
     // this workload hears).
+    // Spread over fewer clusters than asked while more members exist (one still
+    // connecting or settling): look again soon, whatever triggers arrive.
+    let spread_wanted = policy
+        .spread
+        .min_clusters
+        .min(u32::try_from(ctx.members.state().len()).unwrap_or(u32::MAX));
     let requeue = if decision.unplaced > 0 {
         requeue.min(Duration::from_secs(5))
+    } else if !decision.placements.is_empty() && (decision.placements.len() as u32) < spread_wanted
+    {
+        requeue.min(Duration::from_secs(2))
     } else {
         requeue
     };
