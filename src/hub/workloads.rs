@@ -1123,8 +1123,18 @@ async fn fence_jobs(member: &Client, ns: &str, name: &str, keep: Option<&RangeSe
     }
 }
 
-/// Member health from MemberCluster status (loss and return times) and live heartbeats.
-fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHealth> {
+/// A member's health as recorded: live readiness (heartbeat within the grace), drain,
+/// and the loss and return times the member loop wrote into its MemberCluster status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RecordedHealth {
+    name: String,
+    ready: bool,
+    draining: bool,
+    lost_time: Option<i64>,
+    returned_time: Option<i64>,
+}
+
+fn recorded_health(ctx: &HubContext, now: Timestamp) -> Vec<RecordedHealth> {
     ctx.members
         .state()
         .iter()
@@ -1134,28 +1144,37 @@ fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHea
                 .registry
                 .get(&name)
                 .is_some_and(|m| m.is_ready(now, ctx.member_grace));
-            let status = mc.status.clone().unwrap_or_default();
-            let secs = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
-            let lost_since = if ready {
-                None
-            } else {
-                // Not recorded yet (the member loop writes it): the loss starts now.
-                secs(&status.lost_time).or(Some(now.as_second()))
-            };
-            (
+            let status = mc.status.as_ref();
+            let secs = |t: Option<&Time>| t.map(|t| t.0.as_second());
+            RecordedHealth {
+                ready,
+                draining: mc.annotations().contains_key(ANNOTATION_DRAINING),
+                lost_time: secs(status.and_then(|s| s.lost_time.as_ref())),
+                returned_time: secs(status.and_then(|s| s.returned_time.as_ref())),
                 name,
-                MemberHealth {
-                    ready,
-                    lost_since,
-                    // Back, but the member loop has not recorded the return yet.
-                    returned_at: if ready && status.lost_time.is_some() {
-                        Some(now.as_second())
-                    } else {
-                        secs(&status.returned_time)
-                    },
-                    draining: mc.annotations().contains_key(ANNOTATION_DRAINING),
+            }
+        })
+        .collect()
+}
+
+/// Member health from MemberCluster status (loss and return times) and live heartbeats.
+fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHealth> {
+    recorded_health(ctx, now)
+        .into_iter()
+        .map(|r| {
+            let health = MemberHealth {
+                ready: r.ready,
+                // Not recorded yet (the member loop writes it): the loss starts now.
+                lost_since: (!r.ready).then(|| r.lost_time.unwrap_or(now.as_second())),
+                // Back, but the member loop has not recorded the return yet.
+                returned_at: if r.ready && r.lost_time.is_some() {
+                    Some(now.as_second())
+                } else {
+                    r.returned_time
                 },
-            )
+                draining: r.draining,
+            };
+            (r.name, health)
         })
         .collect()
 }
@@ -1284,49 +1303,22 @@ async fn propagate_config(
     Ok(())
 }
 
-/// What of the members' health makes workloads re-plan: readiness, drain, and the
-/// recorded loss and return times (these change once per transition, not per heartbeat).
-/// Per member: name, ready, draining, lost time, returned time.
-type HealthFingerprint = Vec<(String, bool, bool, Option<i64>, Option<i64>)>;
-
-fn health_fingerprint(ctx: &HubContext) -> HealthFingerprint {
-    let now = Timestamp::now();
-    ctx.members
-        .state()
-        .iter()
-        .map(|mc| {
-            let name = mc.name_any();
-            let ready = ctx
-                .registry
-                .get(&name)
-                .is_some_and(|m| m.is_ready(now, ctx.member_grace));
-            let status = mc.status.clone().unwrap_or_default();
-            let secs = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_second());
-            (
-                name,
-                ready,
-                mc.annotations().contains_key(ANNOTATION_DRAINING),
-                secs(&status.lost_time),
-                secs(&status.returned_time),
-            )
-        })
-        .collect()
-}
-
 /// Watches the members' health once a second and, when it changes, has every workload of
 /// every kind reconciled — so failover starts within a second of a member turning
 /// NotReady, without every workload polling on a short timer.
 pub async fn watch_member_health(ctx: Arc<HubContext>) {
-    let mut last = health_fingerprint(&ctx);
+    // What makes workloads re-plan: readiness, drain, and the recorded loss and return
+    // times (these change once per transition, not per heartbeat).
+    let mut last = recorded_health(&ctx, Timestamp::now());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = health_fingerprint(&ctx);
-        if now != last {
-            tracing::debug!(members = ?now, "member health changed; reconciling every workload");
+        let current = recorded_health(&ctx, Timestamp::now());
+        if current != last {
+            tracing::debug!(members = ?current, "member health changed; reconciling every workload");
             ctx.member_health.send_modify(|g| *g += 1);
-            last = now;
+            last = current;
         }
     }
 }
