@@ -1,73 +1,31 @@
-//! What differs per kind in the agent: how its status is read from the native objects.
+//! What differs per kind in the agent: how its status is read from the native objects
+//! (the status vocabulary itself is the kind's, in [`crate::api::kind`]).
 //! Everything here is pure.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Debug;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::status::{self, Health, Observed, ShardAccount};
-use crate::api::common::{Condition, LABEL_SHARD};
+use crate::api::common::LABEL_SHARD;
 use crate::api::cronjob::{PinterestCronJob, PinterestCronJobStatus};
 use crate::api::daemon::{PinterestDaemon, PinterestDaemonStatus};
 use crate::api::jobset::{PinterestJobSet, PinterestJobSetStatus};
+use crate::api::kind::PinterestKind;
 use crate::api::ranges::RangeSet;
 use crate::api::service::{PinterestService, PinterestServiceStatus};
 use crate::api::statefulset::{PinterestStatefulSet, PinterestStatefulSetStatus};
 use crate::api::training::{PinterestTrainingJob, PinterestTrainingJobStatus, ReplicaStatus};
-use crate::api::workload::{Workload, WorkloadRef};
 
-/// A Pinterest kind the agent reconciles.
-pub trait AgentKind:
-    Workload
-    + Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-    type Status: Serialize + Default + Clone + PartialEq + Debug + Send + Sync;
-    fn status(&self) -> Option<&Self::Status>;
-    fn status_mut(&mut self) -> &mut Option<Self::Status>;
-    fn as_workload(&self) -> WorkloadRef<'_>;
-    fn conditions(s: &mut Self::Status) -> &mut Vec<Condition>;
-    fn set_meta(s: &mut Self::Status, generation: Option<i64>, runtime_version: &str);
+/// A Pinterest kind the agent reconciles: its status vocabulary ([`PinterestKind`]) and
+/// how that status is read from the native objects.
+pub trait AgentKind: PinterestKind {
     /// Counts and health from the observed objects, written into `s`.
     fn observe(&self, observed: &Observed, s: &mut Self::Status) -> Health;
 }
 
-macro_rules! common {
-    ($status:ty, $variant:ident) => {
-        type Status = $status;
-        fn status(&self) -> Option<&$status> {
-            self.status.as_ref()
-        }
-        fn status_mut(&mut self) -> &mut Option<$status> {
-            &mut self.status
-        }
-        fn as_workload(&self) -> WorkloadRef<'_> {
-            WorkloadRef::$variant(self)
-        }
-        fn conditions(s: &mut $status) -> &mut Vec<Condition> {
-            &mut s.conditions
-        }
-        fn set_meta(s: &mut $status, generation: Option<i64>, runtime_version: &str) {
-            s.observed_generation = generation;
-            s.runtime_version = Some(runtime_version.to_string());
-        }
-    };
-}
-
 impl AgentKind for PinterestService {
-    common!(PinterestServiceStatus, Service);
     fn observe(&self, o: &Observed, s: &mut PinterestServiceStatus) -> Health {
         let (c, problem) = status::deployment_counts(&o.deployments);
         s.replicas = c.replicas;
@@ -79,7 +37,6 @@ impl AgentKind for PinterestService {
 }
 
 impl AgentKind for PinterestStatefulSet {
-    common!(PinterestStatefulSetStatus, StatefulSet);
     fn observe(&self, o: &Observed, s: &mut PinterestStatefulSetStatus) -> Health {
         let c = status::statefulset_counts(&o.statefulsets);
         s.replicas = c.replicas;
@@ -91,7 +48,6 @@ impl AgentKind for PinterestStatefulSet {
 }
 
 impl AgentKind for PinterestDaemon {
-    common!(PinterestDaemonStatus, Daemon);
     fn observe(&self, o: &Observed, s: &mut PinterestDaemonStatus) -> Health {
         let c = status::daemonset_counts(&o.daemonsets);
         s.desired = c.replicas;
@@ -105,7 +61,6 @@ impl AgentKind for PinterestDaemon {
 }
 
 impl AgentKind for PinterestCronJob {
-    common!(PinterestCronJobStatus, CronJob);
     fn observe(&self, o: &Observed, s: &mut PinterestCronJobStatus) -> Health {
         let cj = o
             .cronjobs
@@ -134,7 +89,6 @@ impl AgentKind for PinterestCronJob {
 }
 
 impl AgentKind for PinterestJobSet {
-    common!(PinterestJobSetStatus, JobSet);
     fn observe(&self, o: &Observed, s: &mut PinterestJobSetStatus) -> Health {
         let account = shard_account(self, o);
         let assigned = assigned_shards(self);
@@ -227,7 +181,6 @@ pub fn completed_shard_objects(
 }
 
 impl AgentKind for PinterestTrainingJob {
-    common!(PinterestTrainingJobStatus, TrainingJob);
     fn observe(&self, o: &Observed, s: &mut PinterestTrainingJobStatus) -> Health {
         let roles = status::training_roles(&o.jobs);
         let mut statuses = BTreeMap::new();

@@ -34,8 +34,8 @@ use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
 use crate::api::workload::WorkloadKind;
-use crate::cli::kube_args::{KubeArgs, init_tracing};
 use crate::controller::http::{self, Readiness};
+use crate::controller::kube_args::{KubeArgs, init_tracing};
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
@@ -248,7 +248,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             grace_secs: 2,
         });
         if cfg.is_some() {
-            crate::hub::ensure_namespace(&client, &args.lease_namespace).await?;
+            crate::controller::apply::ensure_namespace(
+                &client,
+                &args.lease_namespace,
+                crate::controller::apply::AGENT_FIELD_MANAGER,
+            )
+            .await?;
         }
         leader::run_until_shutdown(client, cfg, work).await
     })

@@ -28,6 +28,7 @@ use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::AGENT_FIELD_MANAGER;
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
+use crate::controller::retry::RetryPolicy;
 use crate::expand::{self, ExpandInput};
 
 pub struct Context {
@@ -38,7 +39,8 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// Queue depth per kind: a reconcile removes its object on start.
     queues: HashMap<WorkloadKind, QueueDepth>,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Per-object backoff of failed reconciles.
+    retries: RetryPolicy,
     /// Per object uid: the set of objects kept at its last complete prune, and when. A
     /// prune lists every generated kind (ten LISTs); with the same set kept since, nothing
     /// this agent made can have become unwanted, so the LISTs are skipped — they were
@@ -73,7 +75,7 @@ impl Context {
             recorder,
             metrics,
             queues,
-            failures: Mutex::default(),
+            retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             pruned: Mutex::default(),
         }
     }
@@ -152,28 +154,22 @@ pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     let timer = ctx.metrics.start(K::KIND.as_str());
     let result = reconcile_stages(obj.as_ref(), &ctx).await;
     timer.finish(result.as_ref().err().map(AgentError::reason));
-    if result.is_ok()
-        && let Ok(mut f) = ctx.failures.lock()
-    {
-        f.remove(&key(obj.as_ref()));
+    if result.is_ok() {
+        ctx.retries.succeeded(&retry_key(obj.as_ref()));
     }
     result
 }
 
-/// Exponential per-object backoff for transient errors: 1 s, 2 s, 4 s … at most 5 min.
+/// Per-object exponential backoff with jitter for transient errors: about 1 s, 2 s,
+/// 4 s … at most 5 min.
 pub fn error_policy<K: AgentKind>(obj: Arc<K>, err: &AgentError, ctx: Arc<Context>) -> Action {
-    let n = ctx
-        .failures
-        .lock()
-        .map(|mut f| {
-            let n = f.entry(key(obj.as_ref())).or_insert(0);
-            *n += 1;
-            *n
-        })
-        .unwrap_or(1);
-    let delay = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
+    let delay = ctx.retries.failed(&retry_key(obj.as_ref()));
     tracing::warn!(kind = %K::KIND, object = %key(obj.as_ref()), error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
+}
+
+fn retry_key<K: AgentKind>(obj: &K) -> String {
+    format!("{}/{}", K::KIND, key(obj))
 }
 
 async fn observe(
@@ -474,7 +470,12 @@ async fn invalid<K: AgentKind>(
         })
         .unwrap_or(false);
     if !already {
-        status::set_invalid_conditions(K::conditions(&mut status), message, generation, now);
+        crate::api::common::set_invalid_conditions(
+            K::conditions(&mut status),
+            message,
+            generation,
+            now,
+        );
         if let Some(c) = K::conditions(&mut status)
             .iter_mut()
             .find(|c| c.type_ == ct::INVALID)

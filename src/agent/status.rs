@@ -97,48 +97,6 @@ pub fn set_health_conditions(
     }
 }
 
-/// Marks a workload Invalid (and not Ready) with the validation message.
-pub fn set_invalid_conditions(
-    conditions: &mut Vec<Condition>,
-    message: &str,
-    generation: Option<i64>,
-    now: &Time,
-) {
-    set_condition(
-        conditions,
-        Condition::new(
-            ct::INVALID,
-            ConditionStatus::True,
-            "InvalidSpec",
-            message,
-            generation,
-            now,
-        ),
-    );
-    set_condition(
-        conditions,
-        Condition::new(
-            ct::READY,
-            ConditionStatus::False,
-            "InvalidSpec",
-            message,
-            generation,
-            now,
-        ),
-    );
-    set_condition(
-        conditions,
-        Condition::new(
-            ct::PROGRESSING,
-            ConditionStatus::False,
-            "InvalidSpec",
-            "",
-            generation,
-            now,
-        ),
-    );
-}
-
 /// Replica counts of a long-running workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReplicaCounts {
@@ -320,6 +278,7 @@ pub fn training_roles(jobs: &[Job]) -> BTreeMap<String, (i32, i32, i32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::set_invalid_conditions;
 
     fn job(shard: u32, cond: Option<&str>) -> Job {
         let conditions = cond

@@ -557,6 +557,48 @@ pub fn quantity_map_schema(_: &mut SchemaGenerator) -> Schema {
 pub const RANGE_LIST_PATTERN: &str =
     r"^$|^(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?(,(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?)*$";
 
+/// Marks a workload Invalid (and not Ready) with the validation message.
+pub fn set_invalid_conditions(
+    conditions: &mut Vec<Condition>,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set_condition(
+        conditions,
+        Condition::new(
+            condition_types::INVALID,
+            ConditionStatus::True,
+            "InvalidSpec",
+            message,
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        conditions,
+        Condition::new(
+            condition_types::READY,
+            ConditionStatus::False,
+            "InvalidSpec",
+            message,
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        conditions,
+        Condition::new(
+            condition_types::PROGRESSING,
+            ConditionStatus::False,
+            "InvalidSpec",
+            "",
+            generation,
+            now,
+        ),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

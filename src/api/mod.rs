@@ -9,6 +9,7 @@ pub mod cronjob;
 pub mod daemon;
 pub mod federation;
 pub mod jobset;
+pub mod kind;
 pub mod parse;
 pub mod quantity;
 pub mod ranges;

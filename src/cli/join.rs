@@ -3,8 +3,8 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use clap::Args;
 
-use super::kube_args::KubeArgs;
 use crate::api::validation::is_dns_label;
+use crate::controller::kube_args::KubeArgs;
 use crate::hub::join::{JoinRequest, join};
 
 #[derive(Debug, Args)]

@@ -7,9 +7,7 @@ mod artifact;
 pub mod client;
 mod crds;
 mod expand;
-mod hub;
 mod join;
-pub mod kube_args;
 mod overview;
 mod plan;
 mod topology;
@@ -42,7 +40,7 @@ pub enum Command {
     /// that is gone for good).
     Unjoin(unjoin::UnjoinArgs),
     /// Run the federation hub controller.
-    Hub(hub::HubArgs),
+    Hub(crate::hub::HubArgs),
     /// Offline: the placement decision for one workload on a topology (JSON on stdout).
     Plan(plan::PlanArgs),
     /// Members and workloads as the hub sees them: health, room, splits, status.
@@ -76,7 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topology(args) => topology::run(args),
         Command::Join(args) => join::run(args),
         Command::Unjoin(args) => unjoin::run(args),
-        Command::Hub(args) => hub::run(args),
+        Command::Hub(args) => crate::hub::run(args),
         Command::Agent(args) => crate::agent::run(args),
         Command::Overview(args) => overview::run(args),
         Command::Plan(args) => plan::run(args),

@@ -9,7 +9,6 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 
-use super::kube_args::KubeArgs;
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
 use crate::api::federation::MemberCluster;
@@ -18,6 +17,7 @@ use crate::api::quantity::Milli;
 use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
+use crate::controller::kube_args::KubeArgs;
 
 #[derive(Debug, Args)]
 pub struct OverviewArgs {

@@ -3,7 +3,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::kube_args::KubeArgs;
+use crate::controller::kube_args::KubeArgs;
 
 #[derive(Debug, Args)]
 pub struct UnjoinArgs {

@@ -11,6 +11,19 @@ use kube::core::{ApiResource, GroupVersionKind};
 pub const AGENT_FIELD_MANAGER: &str = "pinfed-agent";
 pub const HUB_FIELD_MANAGER: &str = "pinfed-hub";
 
+/// Creates a namespace if it does not exist (server-side apply with the caller's field
+/// manager, idempotent).
+pub async fn ensure_namespace(
+    client: &Client,
+    name: &str,
+    field_manager: &str,
+) -> Result<(), ApplyError> {
+    let ns =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    apply_json(client, &ns, field_manager).await?;
+    Ok(())
+}
+
 /// Kinds pinfed writes with [`apply_json`] (what the expansion engine produces, plus what
 /// `pinfed join` creates), with their plural resource names.
 const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[

@@ -3,9 +3,12 @@
 
 pub mod apply;
 pub mod http;
+pub mod kube_args;
 pub mod leader;
 pub mod metrics;
+pub mod mirror;
 pub mod queue;
+pub mod retry;
 pub mod watch;
 
 /// Displays an error with its whole `source()` chain ("a: b: c"), skipping a source whose

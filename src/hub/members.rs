@@ -4,7 +4,7 @@
 //! Ready with a reason, last heartbeat, Kubernetes version, capacity / allocatable /
 //! allocated / available. Other hub loops read members through [`MemberRegistry`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use crate::api::common::{
 use crate::api::federation::{MemberCluster, MemberClusterStatus};
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
-use crate::hub::slices::{LABEL_HUB_NAME, LABEL_HUB_NAMESPACE};
+use crate::hub::slices::{self, LABEL_HUB_NAME, LABEL_HUB_NAMESPACE, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
@@ -51,16 +51,72 @@ pub enum MemberError {
     Kubeconfig { member: String, message: String },
 }
 
+/// A member's slice watch has not listed yet: ask the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotListed;
+
+/// The summaries of a member's slices of one kind, by (namespace, name), as a watch
+/// reports them.
+#[derive(Debug, Default)]
+pub struct SliceCache {
+    listed: bool,
+    slices: HashMap<(String, String), Arc<SliceSummary>>,
+    /// A relist in progress: it replaces `slices` when done.
+    relisting: Option<HashMap<(String, String), Arc<SliceSummary>>>,
+}
+
+impl SliceCache {
+    /// Takes in one watch event.
+    pub fn ingest(&mut self, kind: WorkloadKind, event: &watcher::Event<DynamicObject>) {
+        let key = |o: &DynamicObject| {
+            (
+                o.metadata.namespace.clone().unwrap_or_default(),
+                o.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            watcher::Event::Init => self.relisting = Some(HashMap::new()),
+            watcher::Event::InitApply(o) => {
+                let summary = Arc::new(slices::summarize_dynamic(kind, o));
+                self.relisting
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key(o), summary);
+            }
+            watcher::Event::InitDone => {
+                if let Some(fresh) = self.relisting.take() {
+                    self.slices = fresh;
+                }
+                self.listed = true;
+            }
+            watcher::Event::Apply(o) => {
+                self.slices
+                    .insert(key(o), Arc::new(slices::summarize_dynamic(kind, o)));
+            }
+            watcher::Event::Delete(o) => {
+                self.slices.remove(&key(o));
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slices.is_empty()
+    }
+}
+
 /// A live connection to one member.
 pub struct Member {
     pub name: String,
     pub client: Client,
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
-    /// The member's slices per kind (every object labelled with a hub name), from the
-    /// same watches that report slice changes: reconciles read slices here instead of
-    /// asking the member each time.
-    slices: BTreeMap<WorkloadKind, (ApiResource, Store<DynamicObject>)>,
+    /// The member's slices per kind (every object labelled with a hub name), summarized,
+    /// from the same watches that report slice changes: reconciles read slices here
+    /// instead of asking the member each time.
+    slices: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>>,
     /// Resource version of the Secret the client was built from (rebuild on change).
     secret_version: String,
     /// When this connection was made (a member is not "lost" before it was ever asked).
@@ -86,22 +142,23 @@ impl Drop for Member {
 
 impl Member {
     /// The slice `namespace/name` of `kind` as this member's watch last saw it: `Ok(None)`
-    /// when there is none, `Err(())` while the watch has not listed yet (ask the member).
-    #[allow(clippy::result_unit_err)]
+    /// when there is none, `Err(NotListed)` while the watch has not listed yet (ask the
+    /// member).
     pub fn cached_slice(
         &self,
         kind: WorkloadKind,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Arc<DynamicObject>>, ()> {
-        use futures::FutureExt;
-        let (ar, store) = self.slices.get(&kind).ok_or(())?;
-        match store.wait_until_ready().now_or_never() {
-            Some(Ok(())) => {
-                Ok(store.get(&reflector::ObjectRef::new_with(name, ar.clone()).within(namespace)))
-            }
-            _ => Err(()),
+    ) -> Result<Option<Arc<SliceSummary>>, NotListed> {
+        let cache = self.slices.get(&kind).ok_or(NotListed)?;
+        let cache = cache.lock().map_err(|_| NotListed)?;
+        if !cache.listed {
+            return Err(NotListed);
         }
+        Ok(cache
+            .slices
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
     }
 
     /// How long ago this connection was made.
@@ -345,27 +402,32 @@ pub async fn ensure_member(
             plural: format!("{}s", kind.as_str().to_lowercase()),
         };
         let events = registry.slice_events.clone();
-        let writer = reflector::store::Writer::new(ar.clone());
-        slices.insert(kind, (ar.clone(), writer.as_reader()));
+        let cache = Arc::new(Mutex::new(SliceCache::default()));
+        slices.insert(kind, cache.clone());
         let stream = watcher(
             Api::<DynamicObject>::all_with(client.clone(), &ar),
             watcher::Config::default().labels(LABEL_HUB_NAME),
         )
         .backoff(crate::controller::watch::backoff())
-        .modify(|o| o.managed_fields_mut().clear())
-        .reflect(writer)
-        .touched_objects()
-        .for_each(move |o| {
-            if let Ok(o) = o {
-                let labels = o.labels();
-                if let (Some(name), Some(namespace)) =
-                    (labels.get(LABEL_HUB_NAME), labels.get(LABEL_HUB_NAMESPACE))
+        .for_each(move |ev| {
+            if let Ok(ev) = ev {
+                if let Ok(mut c) = cache.lock() {
+                    c.ingest(kind, &ev);
+                }
+                if let watcher::Event::Apply(o)
+                | watcher::Event::InitApply(o)
+                | watcher::Event::Delete(o) = &ev
                 {
-                    let _ = events.send(SliceEvent {
-                        kind,
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                    });
+                    let labels = o.labels();
+                    if let (Some(name), Some(namespace)) =
+                        (labels.get(LABEL_HUB_NAME), labels.get(LABEL_HUB_NAMESPACE))
+                    {
+                        let _ = events.send(SliceEvent {
+                            kind,
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                        });
+                    }
                 }
             }
             futures::future::ready(())

@@ -2,15 +2,14 @@
 //! its share, which ConfigMaps and Secrets the pod template references, and the
 //! member-side status a slice reports, in the hub's terms.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::api::common::{ConditionStatus, MemberWorkloadStatus, condition_types as ct};
-use crate::api::ranges::RangeSet;
+use crate::api::common::{Condition, ConditionStatus, MemberWorkloadStatus, condition_types as ct};
+use crate::api::kind::{PinterestKind, SliceCounts, SliceShare};
 use crate::api::workload::WorkloadKind;
-use crate::placement::Placement;
 use crate::status::member_state;
 
 /// Labels and annotations that tie a slice to its hub resource (owner references cannot
@@ -51,52 +50,170 @@ pub fn divide_parallelism(
         .collect()
 }
 
-/// The slice of `hub` (the hub resource as JSON) for one placement.
-pub fn build_slice(
-    kind: WorkloadKind,
-    hub: &serde_json::Value,
-    placement: &Placement,
-    parallelism: Option<Option<i32>>,
-) -> serde_json::Value {
-    let meta = &hub["metadata"];
-    let name = meta["name"].as_str().unwrap_or_default();
-    let mut labels = meta["labels"].as_object().cloned().unwrap_or_default();
-    labels.insert(LABEL_HUB_NAME.into(), name.into());
-    labels.insert(LABEL_HUB_NAMESPACE.into(), meta["namespace"].clone());
-    labels.insert(LABEL_HUB_UID.into(), meta["uid"].clone());
-    labels.insert(LABEL_SLICE_OF.into(), kind.as_str().into());
-    let mut annotations = meta["annotations"].as_object().cloned().unwrap_or_default();
+/// The slice of the hub resource `hub` for one member's share: the hub's spec with the
+/// share written in, the hub's labels and annotations plus those tying it to the hub
+/// resource, no status.
+pub fn build_slice<K: PinterestKind>(hub: &K, share: &SliceShare) -> K {
+    let mut slice = hub.clone();
+    let meta = hub.meta();
+    let mut labels = meta.labels.clone().unwrap_or_default();
+    labels.insert(LABEL_HUB_NAME.into(), meta.name.clone().unwrap_or_default());
+    labels.insert(
+        LABEL_HUB_NAMESPACE.into(),
+        meta.namespace.clone().unwrap_or_default(),
+    );
+    labels.insert(LABEL_HUB_UID.into(), meta.uid.clone().unwrap_or_default());
+    labels.insert(LABEL_SLICE_OF.into(), K::KIND.as_str().into());
+    let mut annotations = meta.annotations.clone().unwrap_or_default();
     annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     annotations.insert(
         ANNOTATION_HUB_GENERATION.into(),
-        meta["generation"].as_i64().unwrap_or(0).to_string().into(),
+        meta.generation.unwrap_or(0).to_string(),
     );
-    let mut spec = hub["spec"].clone();
-    match kind {
-        WorkloadKind::Service | WorkloadKind::StatefulSet => {
-            spec["replicas"] = placement.replicas.unwrap_or(0).into();
-        }
-        WorkloadKind::JobSet => {
-            spec["assignedShards"] = placement.shards.clone().unwrap_or_default().into();
-            if let Some(p) = parallelism {
-                spec["parallelism"] = p
-                    .map(serde_json::Value::from)
-                    .unwrap_or(serde_json::Value::Null);
+    *slice.meta_mut() = ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
+    *slice.status_mut() = None;
+    slice.assign_share(share);
+    slice
+}
+
+/// What the hub keeps of a slice it watches in a member: enough to tell whether a write
+/// is due and to aggregate, never the pod template (with 10,000 workloads on three
+/// members, whole slices were most of the hub's memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceSummary {
+    /// The hub resource's uid the slice was written for.
+    pub hub_uid: Option<String>,
+    pub generation: Option<i64>,
+    /// The hub generation the slice was written from.
+    pub hub_generation: Option<i64>,
+    /// A digest of the spec as stored (see [`spec_digest`]).
+    pub spec_digest: u64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub share: SliceShare,
+    pub report: SliceReport,
+}
+
+/// What a slice's status says, in the hub's terms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceReport {
+    /// The slice generation the agent last processed.
+    pub observed_generation: Option<i64>,
+    /// One word: Ready, Progressing, Degraded, Complete, Failed.
+    pub state: &'static str,
+    /// The Ready condition's message.
+    pub message: Option<String>,
+    pub counts: SliceCounts,
+}
+
+impl SliceSummary {
+    /// Whether the agent has processed the slice's current generation.
+    pub fn processed(&self) -> bool {
+        self.report.observed_generation == self.generation
+    }
+}
+
+/// A digest of a spec (its JSON, keys sorted), to compare a stored slice with the one the
+/// hub would write without keeping either.
+pub fn spec_digest(spec: Option<&serde_json::Value>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    spec.map(|s| s.to_string()).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+/// The summary of a slice as a member stores it.
+pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
+    let spec = serde_json::to_value(slice).ok();
+    let meta = slice.meta();
+    let labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let generation = meta.generation;
+    let report = match slice.status() {
+        Some(st) => {
+            let processed = K::observed_generation(st);
+            SliceReport {
+                observed_generation: processed,
+                state: slice_state(K::conditions_of(st), processed == generation),
+                message: K::conditions_of(st)
+                    .iter()
+                    .find(|c| c.type_ == ct::READY)
+                    .map(|c| c.message.clone())
+                    .filter(|m| !m.is_empty()),
+                counts: K::slice_counts(st),
             }
         }
-        _ => {}
-    }
-    serde_json::json!({
-        "apiVersion": hub["apiVersion"],
-        "kind": hub["kind"],
-        "metadata": {
-            "name": name,
-            "namespace": meta["namespace"],
-            "labels": labels,
-            "annotations": annotations,
+        None => SliceReport {
+            state: member_state::PROGRESSING,
+            ..Default::default()
         },
-        "spec": spec,
+    };
+    SliceSummary {
+        hub_uid: labels.get(LABEL_HUB_UID).cloned(),
+        hub_generation: annotations
+            .get(ANNOTATION_HUB_GENERATION)
+            .and_then(|g| g.parse().ok()),
+        spec_digest: spec_digest(spec.as_ref().and_then(|s| s.get("spec"))),
+        generation,
+        share: slice.share_of(),
+        labels,
+        annotations,
+        report,
+    }
+}
+
+/// The summary of a slice read as a dynamic object (a member's watch tolerates slices
+/// that do not parse: such a one has no digest and is written again).
+pub fn summarize_dynamic(kind: WorkloadKind, o: &kube::api::DynamicObject) -> SliceSummary {
+    let parsed = serde_json::to_value(o).ok();
+    crate::api::kind::with_kind!(kind, K => {
+        match parsed.and_then(|v| serde_json::from_value::<K>(v).ok()) {
+            Some(k) => summarize(&k),
+            None => {
+                let labels = o.metadata.labels.clone().unwrap_or_default();
+                SliceSummary {
+                    hub_uid: labels.get(LABEL_HUB_UID).cloned(),
+                    generation: o.metadata.generation,
+                    hub_generation: None,
+                    spec_digest: 0,
+                    labels,
+                    annotations: o.metadata.annotations.clone().unwrap_or_default(),
+                    share: SliceShare::default(),
+                    report: SliceReport {
+                        state: member_state::PROGRESSING,
+                        ..Default::default()
+                    },
+                }
+            }
+        }
     })
+}
+
+/// A slice's one-word state from its conditions; Ready counts only once the agent has
+/// processed the current generation.
+fn slice_state(conditions: &[Condition], processed: bool) -> &'static str {
+    let is = |t: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == t && c.status == ConditionStatus::True)
+    };
+    if is(ct::INVALID) || is(ct::FAILED) {
+        member_state::FAILED
+    } else if is(ct::COMPLETE) {
+        member_state::COMPLETE
+    } else if is(ct::DEGRADED) {
+        member_state::DEGRADED
+    } else if is(ct::READY) && processed {
+        member_state::READY
+    } else {
+        member_state::PROGRESSING
+    }
 }
 
 /// ConfigMaps and Secrets a pod spec references in its own namespace.
@@ -155,210 +272,92 @@ pub fn referenced_config(spec: &PodSpec) -> (BTreeSet<String>, BTreeSet<String>)
     (cms, secrets)
 }
 
-/// A slice's member status (the slice object as JSON) in the hub's terms.
+/// A slice's `clusters[]` entry: its report, read at `observed`.
 pub fn member_workload_status(
     cluster: &str,
-    kind: WorkloadKind,
-    slice: &serde_json::Value,
+    slice: &SliceSummary,
     observed: &Time,
 ) -> MemberWorkloadStatus {
-    let s = &slice["status"];
-    let int = |k: &str| s[k].as_i64().and_then(|v| i32::try_from(v).ok());
-    let cond = |t: &str| {
-        s["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
-            .and_then(|c| c["status"].as_str())
-            .map(|v| v == "True")
-    };
-    let generation = slice["metadata"]["generation"].as_i64();
-    let processed = s["observedGeneration"].as_i64();
-    let state = if cond(ct::INVALID) == Some(true) || cond(ct::FAILED) == Some(true) {
-        member_state::FAILED
-    } else if cond(ct::COMPLETE) == Some(true) {
-        member_state::COMPLETE
-    } else if cond(ct::DEGRADED) == Some(true) {
-        member_state::DEGRADED
-    } else if cond(ct::READY) == Some(true) && processed == generation {
-        member_state::READY
-    } else {
-        member_state::PROGRESSING
-    };
-    let message = s["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == ct::READY))
-        .and_then(|c| c["message"].as_str())
-        .filter(|m| !m.is_empty())
-        .map(String::from);
-    let mut out = MemberWorkloadStatus {
+    let r = &slice.report;
+    let c = r.counts.clone();
+    MemberWorkloadStatus {
         cluster: cluster.to_string(),
         observed_time: observed.clone(),
-        observed_generation: processed,
-        state: Some(state.to_string()),
-        replicas: None,
-        ready_replicas: None,
-        available_replicas: None,
-        shards_running: None,
-        shards_succeeded: None,
-        shards_failed: None,
-        completed_shards: None,
-        message,
-    };
-    match kind {
-        WorkloadKind::Service | WorkloadKind::StatefulSet => {
-            out.replicas = int("replicas");
-            out.ready_replicas = int("readyReplicas");
-            out.available_replicas = int("availableReplicas");
-        }
-        WorkloadKind::Daemon => {
-            out.replicas = int("desired");
-            out.ready_replicas = int("ready");
-            out.available_replicas = int("available");
-        }
-        WorkloadKind::JobSet => {
-            out.shards_running = int("shardsRunning");
-            out.shards_succeeded = int("shardsSucceeded");
-            out.shards_failed = int("shardsFailed");
-            out.completed_shards = s["completedShards"].as_str().map(|r| {
-                RangeSet::parse(r)
-                    .map(|r| r.to_string())
-                    .unwrap_or_default()
-            });
-        }
-        WorkloadKind::CronJob | WorkloadKind::TrainingJob => {}
-    }
-    out
-}
-
-/// Whether a slice reports the given condition True.
-pub fn condition_true(slice: &serde_json::Value, type_: &str) -> bool {
-    slice["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == type_ && c["status"] == "True")
-    })
-}
-
-pub fn ready_status(status: ConditionStatus) -> &'static str {
-    match status {
-        ConditionStatus::True => "True",
-        ConditionStatus::False => "False",
-        ConditionStatus::Unknown => "Unknown",
+        observed_generation: r.observed_generation,
+        state: Some(r.state.to_string()),
+        replicas: c.replicas,
+        ready_replicas: c.ready_replicas,
+        available_replicas: c.available_replicas,
+        shards_running: c.shards_running,
+        shards_succeeded: c.shards_succeeded,
+        shards_failed: c.shards_failed,
+        completed_shards: c.completed_shards,
+        message: r.message.clone(),
     }
 }
 
-/// Whether `found` (a slice as read from a member) already is `slice` as the hub would
+/// Whether `found` (a slice as a member stores it) already is `slice` as the hub would
 /// write it: the same spec, and every label and annotation of `slice` with the same value.
 /// Fields others own (status, the agent's annotations) do not matter.
-pub fn slice_is_current(found: &serde_json::Value, slice: &serde_json::Value) -> bool {
-    let subset = |field: &str| {
-        slice["metadata"][field].as_object().is_none_or(|want| {
-            want.iter()
-                .all(|(k, v)| found["metadata"][field].get(k) == Some(v))
-        })
+pub fn slice_is_current<K: PinterestKind>(found: &SliceSummary, slice: &K) -> bool {
+    let want = summarize(slice);
+    let subset = |want: &BTreeMap<String, String>, found: &BTreeMap<String, String>| {
+        want.iter().all(|(k, v)| found.get(k) == Some(v))
     };
-    found.get("spec") == slice.get("spec") && subset("labels") && subset("annotations")
-}
-
-/// Readies a hub status for writing: each `clusters[]` entry that is unchanged since the
-/// `old` status keeps its `observedTime`. Then says whether `new` matches `old` in every
-/// field it sets, so the write can be skipped: rewriting an unchanged status costs an
-/// API write and wakes every watcher of the hub resource (the hub itself included) for
-/// nothing — with 10,000 workloads, refreshing the times alone kept the hub's API server
-/// busy. `observedTime` thus means "seen as it is since"; a reachable member's entry is
-/// read afresh on every reconcile, and a NotReady member's is marked as such whatever its age.
-pub fn settle_status(old: &serde_json::Value, new: &mut serde_json::Value) -> bool {
-    let without_time = |v: &serde_json::Value| {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("observedTime");
-        }
-        v
-    };
-    if let Some(entries) = new.get_mut("clusters").and_then(|c| c.as_array_mut()) {
-        for entry in entries {
-            let Some(prev) = old["clusters"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["cluster"] == entry["cluster"]))
-            else {
-                continue;
-            };
-            if prev.get("observedTime").is_some() && without_time(prev) == without_time(entry) {
-                entry["observedTime"] = prev["observedTime"].clone();
-            }
-        }
-    }
-    new.as_object()
-        .is_some_and(|o| o.iter().all(|(k, v)| old.get(k) == Some(v)))
+    found.spec_digest == want.spec_digest
+        && subset(&want.labels, &found.labels)
+        && subset(&want.annotations, &found.annotations)
 }
 
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn an_unchanged_status_is_not_rewritten() {
-        let old = serde_json::json!({
-            "availableReplicas": 3,
-            "clusters": [{"cluster": "a", "observedTime": "2026-01-01T00:00:00Z", "availableReplicas": 3}],
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "setByOthers": 1,
-        });
-        let fresh = |avail: i64| {
-            serde_json::json!({
-                "availableReplicas": avail,
-                "clusters": [{"cluster": "a", "observedTime": "2026-01-01T00:10:00Z", "availableReplicas": avail}],
-                "conditions": [{"type": "Ready", "status": "True"}],
-            })
-        };
-        // Same content later: keeps the old time and is skipped.
-        let mut new = fresh(3);
-        assert!(settle_status(&old, &mut new));
-        assert_eq!(new["clusters"][0]["observedTime"], "2026-01-01T00:00:00Z");
-        // Changed content is written with the new time.
-        let mut new = fresh(2);
-        assert!(!settle_status(&old, &mut new));
-        assert_eq!(new["clusters"][0]["observedTime"], "2026-01-01T00:10:00Z");
-        // A new field is a change; a cluster entry missing before is a change.
-        let mut new = fresh(3);
-        new["observedGeneration"] = 2.into();
-        assert!(!settle_status(&old, &mut new));
-        let mut new = fresh(3);
-        new["clusters"][0]["cluster"] = "b".into();
-        assert!(!settle_status(&old, &mut new));
-        assert_eq!(new["clusters"][0]["observedTime"], "2026-01-01T00:10:00Z");
+    fn service(replicas: i32) -> crate::api::service::PinterestService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "namespace": "ads", "uid": "u-9", "generation": 4,
+                         "labels": {"a": "1"}, "annotations": {"g": "2"}},
+            "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "replicas": replicas,
+                     "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+        }))
+        .unwrap()
     }
 
     #[test]
     fn a_slice_is_current_only_with_the_same_spec_labels_and_annotations() {
-        let slice = serde_json::json!({
-            "metadata": {"name": "web", "labels": {"a": "1"}, "annotations": {"g": "2"}},
-            "spec": {"replicas": 3}
-        });
-        let mut found = serde_json::json!({
-            "metadata": {"name": "web", "labels": {"a": "1", "other": "x"},
-                "annotations": {"g": "2", "agent": "y"}, "resourceVersion": "7"},
-            "spec": {"replicas": 3},
-            "status": {"readyReplicas": 1}
-        });
-        assert!(slice_is_current(&found, &slice));
-        found["spec"]["replicas"] = 2.into();
-        assert!(!slice_is_current(&found, &slice), "spec differs");
-        found["spec"]["replicas"] = 3.into();
-        found["metadata"]["annotations"]["g"] = "1".into();
+        let share = SliceShare {
+            replicas: Some(3),
+            ..Default::default()
+        };
+        let slice = build_slice(&service(10), &share);
+        // As stored: the agent's annotation and status added, a resourceVersion.
+        let mut stored = slice.clone();
+        stored.metadata.resource_version = Some("7".into());
+        stored.annotations_mut().insert("agent".into(), "y".into());
+        stored.status = Some(Default::default());
+        assert!(slice_is_current(&summarize(&stored), &slice));
+        let mut other = stored.clone();
+        other.spec.replicas = 2;
         assert!(
-            !slice_is_current(&found, &slice),
+            !slice_is_current(&summarize(&other), &slice),
+            "spec differs"
+        );
+        let mut other = stored.clone();
+        other.annotations_mut().insert("g".into(), "1".into());
+        assert!(
+            !slice_is_current(&summarize(&other), &slice),
             "an annotation of ours differs"
         );
-        found["metadata"]["annotations"]["g"] = "2".into();
-        found["metadata"]["labels"]
-            .as_object_mut()
-            .unwrap()
-            .remove("a");
+        let mut other = stored.clone();
+        other.labels_mut().remove("a");
         assert!(
-            !slice_is_current(&found, &slice),
+            !slice_is_current(&summarize(&other), &slice),
             "a label of ours is missing"
         );
     }
+
     use super::*;
+    use kube::ResourceExt;
 
     #[test]
     fn parallelism_is_split_in_proportion_with_at_least_one() {
@@ -386,31 +385,36 @@ mod tests {
 
     #[test]
     fn a_slice_carries_its_share_and_its_hub_identity() {
-        let hub = serde_json::json!({
-            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
-            "metadata": {"name": "emb", "namespace": "ml", "uid": "u-1", "generation": 3, "labels": {"app": "emb"},
-                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}, "resourceVersion": "9"},
-            "spec": {"shards": 10, "parallelism": 4, "template": {}},
-            "status": {"completedShards": "0-1"}
-        });
-        let p = Placement {
-            cluster: "use1a".into(),
-            replicas: None,
-            shards: Some("2-5".into()),
-        };
-        let s = build_slice(WorkloadKind::JobSet, &hub, &p, Some(Some(2)));
-        assert_eq!(s["spec"]["assignedShards"], "2-5");
-        assert_eq!(s["spec"]["parallelism"], 2);
-        assert_eq!(s["spec"]["shards"], 10, "SHARD_COUNT stays global");
-        assert_eq!(s["metadata"]["labels"][LABEL_HUB_UID], "u-1");
-        assert_eq!(s["metadata"]["labels"]["app"], "emb");
-        assert_eq!(s["metadata"]["annotations"][ANNOTATION_HUB_GENERATION], "3");
-        assert!(
-            s["metadata"]["annotations"]
-                .get("kubectl.kubernetes.io/last-applied-configuration")
-                .is_none()
+        let mut hub = service(10);
+        hub.annotations_mut().insert(
+            "kubectl.kubernetes.io/last-applied-configuration".into(),
+            "{}".into(),
         );
-        assert!(s.get("status").is_none() && s["metadata"].get("resourceVersion").is_none());
+        hub.metadata.resource_version = Some("9".into());
+        hub.status = Some(Default::default());
+        let share = SliceShare {
+            replicas: Some(4),
+            ..Default::default()
+        };
+        let s = build_slice(&hub, &share);
+        assert_eq!(s.spec.replicas, 4);
+        assert_eq!(s.labels()[LABEL_HUB_UID], "u-9");
+        assert_eq!(s.labels()[LABEL_SLICE_OF], "PinterestService");
+        assert_eq!(s.labels()["a"], "1");
+        assert_eq!(s.annotations()[ANNOTATION_HUB_GENERATION], "4");
+        assert!(
+            !s.annotations()
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
+        assert!(s.status.is_none() && s.metadata.resource_version.is_none());
+        assert!(
+            s.metadata.uid.is_none(),
+            "a slice has its own uid in the member"
+        );
+        let summary = summarize(&s);
+        assert_eq!(summary.hub_uid.as_deref(), Some("u-9"));
+        assert_eq!(summary.hub_generation, Some(4));
+        assert_eq!(summary.share, share);
     }
 
     #[test]
@@ -436,20 +440,39 @@ mod tests {
 
     #[test]
     fn member_status_summarizes_a_slice() {
+        use crate::api::common::Condition;
         let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
-        let slice = serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "availableReplicas": 3,
-            "readyReplicas": 3, "replicas": 3, "conditions": [{"type": "Ready", "status": "True", "message": "3/3 available"}]}});
-        let m = member_workload_status("a", WorkloadKind::Service, &slice, &t);
+        let mut slice = service(3);
+        slice.metadata.generation = Some(2);
+        slice.status = Some(crate::api::service::PinterestServiceStatus {
+            observed_generation: Some(2),
+            available_replicas: 3,
+            ready_replicas: 3,
+            replicas: 3,
+            conditions: vec![Condition::new(
+                ct::READY,
+                ConditionStatus::True,
+                "Available",
+                "3/3 available",
+                Some(2),
+                &t,
+            )],
+            ..Default::default()
+        });
+        let m = member_workload_status("a", &summarize(&slice), &t);
         assert_eq!(
-            (m.state.as_deref(), m.available_replicas),
-            (Some("Ready"), Some(3))
+            (
+                m.state.as_deref(),
+                m.available_replicas,
+                m.message.as_deref()
+            ),
+            (Some("Ready"), Some(3), Some("3/3 available"))
         );
-        let behind =
-            serde_json::json!({"metadata": {"generation": 3}, "status": slice["status"].clone()});
+        slice.metadata.generation = Some(3);
+        let behind = summarize(&slice);
+        assert!(!behind.processed());
         assert_eq!(
-            member_workload_status("a", WorkloadKind::Service, &behind, &t)
-                .state
-                .as_deref(),
+            member_workload_status("a", &behind, &t).state.as_deref(),
             Some("Progressing")
         );
     }

@@ -6,11 +6,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::admission::{Admitted, FIELD_MANAGER};
@@ -76,26 +74,6 @@ pub fn rejection(e: kube::Error) -> Rejection {
     }
 }
 
-async fn mirror<K>(client: &Client) -> anyhow::Result<Store<K>>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .backoff(crate::controller::watch::backoff())
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    tokio::spawn(stream);
-    store.wait_until_ready().await?;
-    Ok(store)
-}
-
 /// What each hub workload requests, by uid and generation (and the runtime profiles it
 /// was sized with): sizing means expanding the workload, and a quota check sizes every
 /// workload of the namespace.
@@ -109,12 +87,15 @@ pub struct Hub {
     pub profiles: Store<RuntimeProfile>,
     pub quotas: Store<FederatedQuota>,
     requested: Arc<Mutex<RequestedCache>>,
+    /// The caches' watches, stopped when the last clone goes.
+    _watches: Arc<[crate::controller::mirror::Watching; 3]>,
 }
 
 impl Hub {
     /// Connects and waits until the caches of members, profiles and quotas are loaded.
     pub async fn connect(client: Client) -> anyhow::Result<Hub> {
-        let (members, profiles, quotas) = tokio::try_join!(
+        use crate::controller::mirror::mirror;
+        let ((members, w1), (profiles, w2), (quotas, w3)) = tokio::try_join!(
             mirror::<MemberCluster>(&client),
             mirror::<RuntimeProfile>(&client),
             mirror::<FederatedQuota>(&client),
@@ -125,6 +106,7 @@ impl Hub {
             profiles,
             quotas,
             requested: Arc::default(),
+            _watches: Arc::new([w1, w2, w3]),
         })
     }
 

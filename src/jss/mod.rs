@@ -29,8 +29,8 @@ use anyhow::Context;
 use clap::Args;
 use prometheus_client::registry::Registry;
 
-use crate::cli::kube_args::{KubeArgs, init_tracing};
 use crate::controller::http::{self, Readiness};
+use crate::controller::kube_args::{KubeArgs, init_tracing};
 
 /// The default limit of a request body (and of an artifact).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;

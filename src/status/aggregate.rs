@@ -10,17 +10,7 @@ use crate::api::common::{
 };
 use crate::api::ranges::RangeSet;
 
-/// How the workload's progress is counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Long-running replicas (services, stateful sets, daemons): Ready when `available`
-    /// reaches `desired` everywhere.
-    Replicas { desired: i32 },
-    /// Job sets: Complete when every shard index is in `completedShards`.
-    Shards { total: u32 },
-    /// Cron and training jobs: Complete/Failed as the members report.
-    RunToCompletion,
-}
+pub use crate::api::kind::Progress;
 
 /// What the hub knows of one placed cluster.
 #[derive(Debug, Clone)]

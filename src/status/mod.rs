@@ -2,5 +2,6 @@
 //! Pure: the hub reads members and MemberClusters, calls [`aggregate`], writes the result.
 
 mod aggregate;
+pub mod hub_status;
 
 pub use aggregate::*;

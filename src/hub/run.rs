@@ -1,0 +1,262 @@
+//! The hub process: metrics and health endpoints, member connections (leader or
+//! standby), and, under the Lease, the member loop, the workload loops per kind and the
+//! profile and quota loops. Every loop of a term lives in the term's future and stops
+//! with it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use prometheus_client::registry::Registry;
+
+use crate::api::cronjob::PinterestCronJob;
+use crate::api::daemon::PinterestDaemon;
+use crate::api::federation::{FederatedQuota, MemberCluster};
+use crate::api::jobset::PinterestJobSet;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::service::PinterestService;
+use crate::api::statefulset::PinterestStatefulSet;
+use crate::api::training::PinterestTrainingJob;
+use crate::controller::http::{self, Readiness};
+use crate::controller::kube_args::{KubeArgs, init_tracing};
+use crate::controller::leader::{self, LeaderConfig};
+use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::mirror::{Watching, mirror};
+use crate::hub::member_loop::{self, MemberLoop};
+use crate::hub::members::MemberRegistry;
+use crate::hub::workloads::{self, HubContext};
+
+#[derive(Debug, Args)]
+pub struct HubArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "PINFED_HUB_METRICS_ADDR",
+        default_value = "127.0.0.1:9090"
+    )]
+    pub metrics_addr: SocketAddr,
+    /// A member without a successful heartbeat for this long is NotReady.
+    #[arg(long, env = "PINFED_MEMBER_GRACE_SECS", default_value = "40")]
+    pub member_grace_secs: u64,
+    /// How often each member is probed and its status written.
+    #[arg(long, env = "PINFED_HEARTBEAT_SECS", default_value = "5")]
+    pub heartbeat_secs: u64,
+    /// Member workload status older than this is stale (the hub then says Unknown).
+    #[arg(long, env = "PINFED_STALE_AFTER_SECS", default_value = "60")]
+    pub stale_after_secs: i64,
+    /// Reconcile every workload at least this often (seconds). A safety net: slice
+    /// changes in members, member health changes and the end of a failover grace or
+    /// failback window each trigger the workloads concerned at once.
+    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "20")]
+    pub resync_secs: u64,
+    /// Reconciles in flight per workload kind. Each holds a connection to every member
+    /// it reads or writes; more in flight than the API servers serve only queues there.
+    #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// How long a member that came back must stay Ready before workloads fail back to
+    /// it and its stale slices are resized or removed (seconds).
+    #[arg(long, env = "PINFED_FAILBACK_WINDOW_SECS", default_value = "120")]
+    pub failback_window_secs: u64,
+    /// Leader-election Lease duration (seconds): a standby takes over this long after the
+    /// leader's last renewal at most.
+    #[arg(long, env = "PINFED_LEASE_DURATION_SECS", default_value = "8")]
+    pub lease_duration_secs: u64,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
+    pub lease_namespace: String,
+    /// Identity in the Lease (default: host name and pid).
+    #[arg(long, env = "PINFED_IDENTITY")]
+    pub identity: Option<String>,
+    /// Run without leader election (a single hub).
+    #[arg(long, env = "PINFED_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+}
+
+/// What a hub process keeps across leadership terms.
+#[derive(Clone)]
+struct Process {
+    client: kube::Client,
+    identity: String,
+    members: MemberRegistry,
+    cleanup_lock: Arc<tokio::sync::Mutex<()>>,
+    ready: Readiness,
+    health: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    metrics: ReconcileMetrics,
+    hub_metrics: workloads::HubMetrics,
+    queue_metrics: crate::controller::queue::QueueMetrics,
+}
+
+pub fn run(args: HubArgs) -> anyhow::Result<()> {
+    init_tracing();
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let client = args.kube.client().await?;
+        let mut registry = Registry::with_prefix("pinfed_hub");
+        let health = prometheus_client::metrics::family::Family::default();
+        registry.register(
+            "member_ready",
+            "1 when a member cluster is Ready",
+            health.clone(),
+        );
+        let process = Process {
+            identity: args
+                .identity
+                .clone()
+                .unwrap_or_else(leader::default_identity),
+            members: MemberRegistry::default(),
+            cleanup_lock: Arc::new(tokio::sync::Mutex::new(())),
+            ready: Readiness::default(),
+            health,
+            metrics: ReconcileMetrics::register(&mut registry),
+            hub_metrics: workloads::HubMetrics::register(&mut registry),
+            queue_metrics: crate::controller::queue::QueueMetrics::register(&mut registry),
+            client: client.clone(),
+        };
+        let serve = http::serve(args.metrics_addr, Arc::new(registry), process.ready.clone());
+        let _http = Watching::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "metrics and health endpoints stopped");
+            }
+        });
+        crate::controller::apply::ensure_namespace(
+            &client,
+            &args.lease_namespace,
+            crate::controller::apply::HUB_FIELD_MANAGER,
+        )
+        .await?;
+        // Standby or leader, keep a connection and node/pod caches for every member, so a
+        // standby that takes over places at once instead of re-listing every member.
+        let _warm = Watching::spawn(warm_members(client.clone(), process.members.clone()));
+        let cfg = (!args.no_leader_election).then(|| LeaderConfig {
+            namespace: args.lease_namespace.clone(),
+            lease_name: "pinfed-hub".into(),
+            identity: process.identity.clone(),
+            duration_secs: args.lease_duration_secs,
+            grace_secs: 1,
+        });
+        let args = Arc::new(args);
+        leader::run_until_shutdown(client, cfg, move || lead(process.clone(), args.clone())).await
+    })
+}
+
+/// One leadership term. Nothing is spawned: the caches' watches, the member loop and the
+/// workload loops live in this future and stop when the term ends.
+async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
+    let client = &p.client;
+    let (member_store, _w1) = mirror::<MemberCluster>(client).await?;
+    let (profiles, _w2) = mirror::<RuntimeProfile>(client).await?;
+    let (quotas, _w3) = mirror::<FederatedQuota>(client).await?;
+    let wctx = Arc::new(HubContext {
+        hub_metrics: p.hub_metrics.clone(),
+        hub: client.clone(),
+        registry: p.members.clone(),
+        members: member_store,
+        profiles,
+        quotas,
+        ledger: Default::default(),
+        quota_book: Default::default(),
+        held_back: Default::default(),
+        cleanup_lock: p.cleanup_lock.clone(),
+        metrics: p.metrics.clone(),
+        member_grace: Duration::from_secs(args.member_grace_secs),
+        failback_window: Duration::from_secs(args.failback_window_secs),
+        // Fresh trackers per leader term: a lost term's leftovers do not count.
+        decisions: Default::default(),
+        queues: crate::api::workload::WorkloadKind::ALL
+            .into_iter()
+            .map(|k| (k, p.queue_metrics.tracker(k.as_str())))
+            .collect(),
+        stale_after_secs: args.stale_after_secs,
+        resync: Duration::from_secs(args.resync_secs),
+        namespaces: Default::default(),
+        member_health: tokio::sync::watch::channel(0).0,
+        concurrency: args.concurrency,
+        recorder: kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "pinfed-hub".into(),
+                instance: Some(p.identity.clone()),
+            },
+        ),
+        retries: crate::controller::retry::RetryPolicy::new(
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        ),
+    });
+    let member_loop = member_loop::run(MemberLoop {
+        hub: client.clone(),
+        registry: p.members.clone(),
+        grace: Duration::from_secs(args.member_grace_secs),
+        interval: Duration::from_secs(args.heartbeat_secs),
+        health: p.health.clone(),
+        cleanup_lock: p.cleanup_lock.clone(),
+    });
+    // The workload loops start after the member loop's first pass (member health known).
+    let workload_loops = async {
+        member_loop::wait_first_pass(client, &wctx.registry, Duration::from_secs(10)).await;
+        p.ready.set(true);
+        tokio::join!(
+            profiles_loop(&wctx),
+            quota_status_loop(&wctx),
+            workloads::watch_member_health(wctx.clone()),
+            workloads::run_kind::<PinterestService>(wctx.clone()),
+            workloads::run_kind::<PinterestJobSet>(wctx.clone()),
+            workloads::run_kind::<PinterestCronJob>(wctx.clone()),
+            workloads::run_kind::<PinterestDaemon>(wctx.clone()),
+            workloads::run_kind::<PinterestTrainingJob>(wctx.clone()),
+            workloads::run_kind::<PinterestStatefulSet>(wctx.clone()),
+        );
+    };
+    tokio::join!(member_loop, workload_loops);
+    Ok(())
+}
+
+/// Every hub RuntimeProfile into every Ready member, every 10 s.
+async fn profiles_loop(ctx: &HubContext) {
+    loop {
+        workloads::propagate_profiles(ctx).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// FederatedQuota status (used, per cluster, held-back workloads), every 2 s.
+async fn quota_status_loop(ctx: &HubContext) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let held: std::collections::BTreeMap<String, String> = ctx
+            .held_back
+            .lock()
+            .map(|h| h.values().cloned().collect())
+            .unwrap_or_default();
+        crate::hub::quota::write_quota_status(
+            &ctx.hub,
+            &ctx.quota_book,
+            &ctx.quotas.state(),
+            &held,
+        )
+        .await;
+    }
+}
+
+/// Connects every MemberCluster (client, node and pod caches) and keeps the set current,
+/// whether this process leads or stands by. Only the leader's member loop heartbeats
+/// and writes status.
+async fn warm_members(client: kube::Client, registry: MemberRegistry) {
+    use kube::ResourceExt;
+    let api: kube::Api<MemberCluster> = kube::Api::all(client.clone());
+    loop {
+        if let Ok(list) = api.list(&Default::default()).await {
+            for mc in &list.items {
+                if let Err(e) = crate::hub::members::ensure_member(&client, &registry, mc).await {
+                    tracing::debug!(member = %mc.name_any(), error = %e, "member not connected yet");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}

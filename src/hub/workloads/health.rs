@@ -1,0 +1,247 @@
+//! Read stage: the members as one workload sees them — each member's standing under the
+//! workload's failover policy (Ready, Settling after a return, Lost, Draining), which are
+//! reachable, and the capacity views placement needs. Also the watcher that reconciles
+//! every workload when any member's health changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::{ANNOTATION_DRAINING, HubContext};
+use crate::api::kind::PinterestKind;
+use crate::api::workload::WorkloadRef;
+use crate::placement::failover::{self, FailoverPolicy, MemberHealth, Standing};
+use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffect};
+
+/// The members' standings for one workload at one moment.
+pub struct Standings {
+    pub standings: BTreeMap<String, Standing>,
+    /// Members this reconcile reads and writes slices in.
+    pub reachable: BTreeSet<String>,
+    /// Members back from a loss, within the failback window.
+    pub settling: BTreeSet<String>,
+    /// When a standing changes by the clock (end of a failover grace or of the failback
+    /// window), capped at the resync period.
+    pub requeue: Duration,
+}
+
+impl Standings {
+    pub fn read<K: PinterestKind>(ctx: &HubContext, obj: &K, now: Timestamp) -> Standings {
+        let fpolicy = failover_policy::<K>(obj.as_workload(), ctx.failback_window);
+        let health = member_health(ctx, now);
+        let standings: BTreeMap<String, Standing> = health
+            .iter()
+            .map(|(n, h)| (n.clone(), failover::standing(h, &fpolicy, now.as_second())))
+            .collect();
+        // Heartbeat changes trigger every workload anyway; the clock does not.
+        let requeue = health
+            .values()
+            .filter_map(|h| failover::secs_until_standing_changes(h, &fpolicy, now.as_second()))
+            .min()
+            .map(|s| Duration::from_secs(s.unsigned_abs() + 1).min(ctx.resync))
+            .unwrap_or(ctx.resync);
+        let reachable = standings
+            .iter()
+            .filter(|(n, s)| {
+                matches!(s, Standing::Ready | Standing::Settling | Standing::Draining)
+                    && ctx.registry.get(n).is_some()
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        let settling = standings
+            .iter()
+            .filter(|(_, s)| **s == Standing::Settling)
+            .map(|(n, _)| n.clone())
+            .collect();
+        Standings {
+            standings,
+            reachable,
+            settling,
+            requeue,
+        }
+    }
+
+    /// A cluster that is no member any more is gone for good.
+    pub fn of(&self, cluster: &str) -> Standing {
+        self.standings
+            .get(cluster)
+            .copied()
+            .unwrap_or(Standing::Lost)
+    }
+
+    /// Whether a member the workload left counts for failback (it is still a member and
+    /// is not being unjoined).
+    pub fn counts_for_failback(&self, cluster: &str) -> bool {
+        self.standings.contains_key(cluster) && self.of(cluster) != Standing::Draining
+    }
+}
+
+/// Cluster views for placement: MemberCluster spec plus live node room, not counting
+/// the pods of `own` (namespace, kind, name); only members standing Ready are eligible.
+///
+/// Node room costs a pass over every pod the member runs, so it is computed only with
+/// `with_nodes` (when a workload is placed again), not on every reconcile.
+pub fn cluster_views(
+    ctx: &HubContext,
+    now: Timestamp,
+    own: Option<(&str, &str, &str)>,
+    standings: &Standings,
+    with_nodes: bool,
+) -> Vec<ClusterView> {
+    let mut views: Vec<ClusterView> = ctx
+        .members
+        .state()
+        .iter()
+        .map(|mc| {
+            let name = mc.name_any();
+            let member = ctx.registry.get(&name);
+            let ready = member
+                .as_ref()
+                .is_some_and(|m| m.is_ready(now, ctx.member_grace))
+                && standings.standings.get(&name) == Some(&Standing::Ready);
+            let nodes = member
+                .filter(|_| ready && with_nodes)
+                .map(|m| node_rooms(m.node_usage_without(own)))
+                .unwrap_or_default();
+            ClusterView {
+                name,
+                zone: mc.spec.zone.clone(),
+                region: mc.spec.region.clone(),
+                labels: mc.spec.labels.clone(),
+                taints: mc
+                    .spec
+                    .taints
+                    .iter()
+                    .map(|t| Taint {
+                        key: t.key.clone(),
+                        value: t.value.clone(),
+                        effect: TaintEffect::parse(&format!("{:?}", t.effect)),
+                    })
+                    .collect(),
+                weight: u32::try_from(mc.spec.weight_or_default()).unwrap_or(0),
+                ready,
+                nodes,
+            }
+        })
+        .collect();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    views
+}
+
+fn node_rooms(usage: Vec<crate::placement::capacity::NodeUsage>) -> Vec<NodeRoom> {
+    usage
+        .into_iter()
+        .filter(|n| n.schedulable)
+        .map(|n| {
+            let free = n.free();
+            NodeRoom {
+                name: n.name,
+                labels: n.labels,
+                taints: n
+                    .taints
+                    .into_iter()
+                    .map(|t| Taint {
+                        key: t.key,
+                        value: t.value.unwrap_or_default(),
+                        effect: TaintEffect::parse(&t.effect),
+                    })
+                    .collect(),
+                free: Resources {
+                    cpu: free.cpu,
+                    memory: free.memory,
+                    gpu: i64::try_from(free.gpus.units()).unwrap_or(0),
+                    pods: i64::try_from(free.pods.units()).unwrap_or(0),
+                },
+            }
+        })
+        .collect()
+}
+
+/// A member's health as recorded: live readiness (heartbeat within the grace), drain,
+/// and the loss and return times the member loop wrote into its MemberCluster status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RecordedHealth {
+    name: String,
+    ready: bool,
+    draining: bool,
+    lost_time: Option<i64>,
+    returned_time: Option<i64>,
+}
+
+fn recorded_health(ctx: &HubContext, now: Timestamp) -> Vec<RecordedHealth> {
+    ctx.members
+        .state()
+        .iter()
+        .map(|mc| {
+            let name = mc.name_any();
+            let ready = ctx
+                .registry
+                .get(&name)
+                .is_some_and(|m| m.is_ready(now, ctx.member_grace));
+            let status = mc.status.as_ref();
+            let secs = |t: Option<&Time>| t.map(|t| t.0.as_second());
+            RecordedHealth {
+                ready,
+                draining: mc.annotations().contains_key(ANNOTATION_DRAINING),
+                lost_time: secs(status.and_then(|s| s.lost_time.as_ref())),
+                returned_time: secs(status.and_then(|s| s.returned_time.as_ref())),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// Member health from MemberCluster status (loss and return times) and live heartbeats.
+fn member_health(ctx: &HubContext, now: Timestamp) -> BTreeMap<String, MemberHealth> {
+    recorded_health(ctx, now)
+        .into_iter()
+        .map(|r| {
+            let health = MemberHealth {
+                ready: r.ready,
+                // Not recorded yet (the member loop writes it): the loss starts now.
+                lost_since: (!r.ready).then(|| r.lost_time.unwrap_or(now.as_second())),
+                // Back, but the member loop has not recorded the return yet.
+                returned_at: if r.ready && r.lost_time.is_some() {
+                    Some(now.as_second())
+                } else {
+                    r.returned_time
+                },
+                draining: r.draining,
+            };
+            (r.name, health)
+        })
+        .collect()
+}
+
+fn failover_policy<K: PinterestKind>(w: WorkloadRef<'_>, window: Duration) -> FailoverPolicy {
+    let f = w.placement().failover.unwrap_or_default();
+    FailoverPolicy {
+        enabled: f.enabled.unwrap_or(K::KIND.failover_by_default()),
+        grace_secs: i64::from(f.grace_period_seconds.unwrap_or(60)),
+        window_secs: window.as_secs() as i64,
+    }
+}
+
+/// Watches the members' health once a second and, when it changes, has every workload of
+/// every kind reconciled — so failover starts within a second of a member turning
+/// NotReady, without every workload polling on a short timer.
+pub async fn watch_member_health(ctx: Arc<HubContext>) {
+    // What makes workloads re-plan: readiness, drain, and the recorded loss and return
+    // times (these change once per transition, not per heartbeat).
+    let mut last = recorded_health(&ctx, Timestamp::now());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let current = recorded_health(&ctx, Timestamp::now());
+        if current != last {
+            tracing::debug!(members = ?current, "member health changed; reconciling every workload");
+            ctx.member_health.send_modify(|g| *g += 1);
+            last = current;
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! The hub's workload loop, per kind, as stages:
+//!
+//! 1. [`deletion`]: a deleted workload's slices are removed (or recorded for a member
+//!    that is down), then its finalizer;
+//! 2. **read** ([`health`], [`decide::Remembered`], [`rollout::read_slices`]): member
+//!    standings, the decision recorded before, the slices in every reachable member (from
+//!    the member watches' summaries);
+//! 3. **decide** ([`decide`]): keep the decision or plan again (pure placement, charged
+//!    to the capacity ledger and the quota book), recorded in annotations;
+//! 4. **roll out** ([`rollout`]): slices grown, shrunk, removed and fenced toward the
+//!    decision; referenced config propagated;
+//! 5. **aggregate** ([`crate::status::hub_status`], pure) and **write** the hub status
+//!    when it changed.
+//!
+//! Each stage fails with its own [`HubError`] variant (a metric label); a failing
+//! workload backs off on its own ([`crate::controller::retry`]). Events on the hub
+//! resource record placement, failover, failback, quota holds and fencing.
+
+mod decide;
+mod deletion;
+mod health;
+mod profiles;
+mod rollout;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::api::common::PlacementDecision;
+use crate::api::federation::{FederatedQuota, MemberCluster};
+use crate::api::kind::PinterestKind;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::WorkloadKind;
+use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::retry::RetryPolicy;
+use crate::hub::members::MemberRegistry;
+use crate::hub::quota::QuotaBook;
+use crate::placement::Ledger;
+use crate::status::AggregateInput;
+use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
+
+pub use health::watch_member_health;
+pub use profiles::propagate_profiles;
+
+/// The hub generation the current placement decision was made for.
+pub const ANNOTATION_PLACEMENT_GENERATION: &str = "federation.pinterest.com/placement-generation";
+/// Members the workload moved off after they were lost (comma-separated), for failback.
+pub const ANNOTATION_FAILED_OVER_FROM: &str = "federation.pinterest.com/failed-over-from";
+/// What the last failover moved, shown in the FailedOver condition.
+pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover-message";
+/// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
+pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
+pub use crate::status::hub_status::FAILED_OVER;
+
+/// What the hub's workload loops report beyond the reconcile counters.
+#[derive(Clone)]
+pub struct HubMetrics {
+    pub placements: prometheus_client::metrics::family::Family<
+        crate::controller::metrics::KindLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    pub placement_seconds: prometheus_client::metrics::histogram::Histogram,
+    pub slice_writes: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    pub aggregation_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl HubMetrics {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> HubMetrics {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        let m = HubMetrics {
+            placements: Default::default(),
+            placement_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
+            slice_writes: Default::default(),
+            aggregation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+        };
+        registry.register(
+            "placement_decisions",
+            "Placement decisions made, by kind",
+            m.placements.clone(),
+        );
+        registry.register(
+            "placement_duration_seconds",
+            "Time to compute one placement decision",
+            m.placement_seconds.clone(),
+        );
+        registry.register(
+            "slice_writes",
+            "Slices applied into members",
+            m.slice_writes.clone(),
+        );
+        registry.register(
+            "aggregation_duration_seconds",
+            "Time to read a workload's slices and aggregate them into hub status",
+            m.aggregation_seconds.clone(),
+        );
+        m
+    }
+}
+
+pub struct HubContext {
+    pub hub_metrics: HubMetrics,
+    pub hub: Client,
+    pub registry: MemberRegistry,
+    pub members: Store<MemberCluster>,
+    pub profiles: Store<RuntimeProfile>,
+    pub quotas: Store<FederatedQuota>,
+    pub ledger: Mutex<Ledger>,
+    pub quota_book: QuotaBook,
+    /// Workload key → (namespace, why) for workloads their quota holds back.
+    pub held_back: Mutex<BTreeMap<String, (String, String)>>,
+    /// Serializes writes of MemberCluster `status.pendingCleanups`.
+    pub cleanup_lock: Arc<tokio::sync::Mutex<()>>,
+    pub metrics: ReconcileMetrics,
+    pub member_grace: Duration,
+    /// How long a returned member must stay Ready before workloads fail back to it.
+    pub failback_window: Duration,
+    /// Objects triggered and not yet picked up, per kind.
+    pub queues: BTreeMap<WorkloadKind, crate::controller::queue::QueueDepth>,
+    /// The last decision this process made per workload. The watch cache may still hold
+    /// the object from before our own annotation and status writes; deciding again from
+    /// that would flip-flop (notably on failback).
+    pub decisions: Mutex<BTreeMap<String, Decided>>,
+    pub stale_after_secs: i64,
+    /// The longest a workload goes without a reconcile (its slices re-read).
+    pub resync: Duration,
+    /// (member, namespace) pairs known to exist, so slices skip the namespace apply.
+    pub namespaces: Mutex<BTreeSet<(String, String)>>,
+    /// Bumped when any member's readiness, loss or return changes: every workload is
+    /// reconciled then (`watch_member_health`).
+    pub member_health: tokio::sync::watch::Sender<u64>,
+    /// Reconciles in flight per kind (each holds a connection to every member it writes).
+    pub concurrency: u16,
+    /// Events on hub resources (placement, failover, failback, quota holds, fencing).
+    pub recorder: Recorder,
+    /// Per-workload backoff of failed reconciles.
+    pub retries: RetryPolicy,
+}
+
+/// A failed reconcile, by the stage that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("removing the slice from {cluster}: {source}")]
+    RemoveSlice {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("recording a pending clean-up: {0}")]
+    RecordCleanup(#[source] kube::Error),
+    #[error("updating the finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
+    #[error("reading the namespace's quota usage: {0}")]
+    QuotaUsage(#[source] kube::Error),
+    #[error("recording the placement decision: {0}")]
+    RecordDecision(#[source] kube::Error),
+    #[error("reading the slice in {cluster}: {source}")]
+    ReadSlice {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the slice into {cluster}: {source}")]
+    WriteSlice {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("propagating to {cluster}: {source}")]
+    Propagate {
+        cluster: String,
+        #[source]
+        source: crate::controller::apply::ApplyError,
+    },
+    #[error("reading referenced config on the hub: {0}")]
+    ReadConfig(#[source] kube::Error),
+    #[error("writing the hub status: {0}")]
+    WriteStatus(#[source] kube::Error),
+    #[error("serializing: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl HubError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HubError::RemoveSlice { .. } => "RemoveSlice",
+            HubError::RecordCleanup(_) => "RecordCleanup",
+            HubError::Finalizer(_) => "Finalizer",
+            HubError::QuotaUsage(_) => "QuotaUsage",
+            HubError::RecordDecision(_) => "RecordDecision",
+            HubError::ReadSlice { .. } => "ReadSlice",
+            HubError::WriteSlice { .. } => "WriteSlice",
+            HubError::Propagate { .. } => "Propagate",
+            HubError::ReadConfig(_) => "ReadConfig",
+            HubError::WriteStatus(_) => "WriteStatus",
+            HubError::Serialize(_) => "Serialize",
+        }
+    }
+}
+
+/// What the hub recorded with a decision (also in annotations and status, which a new
+/// leader reads).
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub placement_generation: i64,
+    pub failed_over_from: BTreeSet<String>,
+    pub failover_message: Option<String>,
+    pub decision: PlacementDecision,
+}
+
+impl HubContext {
+    fn queue(&self, kind: WorkloadKind) -> crate::controller::queue::QueueDepth {
+        self.queues
+            .get(&kind)
+            .cloned()
+            .unwrap_or_else(crate::controller::queue::QueueDepth::unregistered)
+    }
+
+    /// Records an Event on a hub resource; an Event that cannot be written is logged,
+    /// never fails the reconcile.
+    async fn event<K: PinterestKind>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::debug!(workload = %workload_key(obj), error = %e, "event not recorded");
+        }
+    }
+}
+
+fn workload_key<K: PinterestKind>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::KIND,
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+pub async fn reconcile<K: PinterestKind>(
+    obj: Arc<K>,
+    ctx: Arc<HubContext>,
+) -> Result<Action, HubError> {
+    ctx.queue(K::KIND).picked(obj.as_ref());
+    let timer = ctx.metrics.start(K::KIND.as_str());
+    let result = reconcile_stages(obj.as_ref(), &ctx).await;
+    timer.finish(result.as_ref().err().map(HubError::reason));
+    if result.is_ok() {
+        ctx.retries.succeeded(&workload_key(obj.as_ref()));
+    }
+    result
+}
+
+/// Per-workload exponential backoff with jitter: about 1 s, 2 s, 4 s … at most 60 s.
+/// Member and health triggers still reconcile a backing-off workload at once.
+pub fn error_policy<K: PinterestKind>(obj: Arc<K>, err: &HubError, ctx: Arc<HubContext>) -> Action {
+    let key = workload_key(obj.as_ref());
+    let delay = ctx.retries.failed(&key);
+    tracing::warn!(workload = %key, error = %crate::controller::Chain(err), retry_in = ?delay, "hub reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result<Action, HubError> {
+    if obj.meta().deletion_timestamp.is_some() {
+        return deletion::remove_slices(obj, ctx).await;
+    }
+    let now = Timestamp::now();
+    let now_time = Time(now);
+    let stored_status = serde_json::to_value(obj)?
+        .get("status")
+        .cloned()
+        .unwrap_or_default();
+
+    // Read: standings of the members as this workload sees them, and what was decided.
+    let standings = health::Standings::read(ctx, obj, now);
+    let remembered = decide::Remembered::read(ctx, obj, &stored_status);
+
+    // Decide: keep or plan again, recorded before any slice moves.
+    let decided = match decide::decide(ctx, obj, &standings, &remembered, now).await? {
+        decide::Outcome::Invalid(message) => {
+            write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
+            return Ok(Action::await_change());
+        }
+        decide::Outcome::Decided(d) => d,
+    };
+
+    // Roll out: read the slices, move them toward the decision.
+    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
+    rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+
+    // Aggregate and write.
+    let started = std::time::Instant::now();
+    let observations = rollout::observations(
+        &decided.decision,
+        &standings,
+        &slices,
+        &stored_status,
+        &now_time,
+    );
+    let api_decision = decide::to_api_decision(&decided.decision);
+    let previous_completed = stored_status["completedShards"]
+        .as_str()
+        .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
+        .unwrap_or_default();
+    let generation = obj.meta().generation.unwrap_or(0);
+    let counts = |c: &BTreeSet<String>| -> BTreeSet<String> {
+        c.iter()
+            .filter(|c| standings.counts_for_failback(c))
+            .cloned()
+            .collect()
+    };
+    let input = HubStatusInput {
+        stored: &stored_status,
+        aggregate: AggregateInput {
+            hub_generation: generation,
+            previous_observed_generation: stored_status["observedGeneration"].as_i64(),
+            previous_completed: &previous_completed,
+            progress: obj.progress(),
+            decision: &api_decision,
+            quota_exceeded: decided.quota_exceeded,
+            members: &observations,
+            now: &now_time,
+            stale_after_secs: ctx.stale_after_secs,
+        },
+        failover: FailoverView {
+            message: decided.failover_message.as_deref(),
+            failed_over_from: counts(&decided.failed_over_from),
+            lost_now: counts(&decided.lost_placed),
+            failing_back: decided.failback.clone(),
+        },
+        totals_fields: K::totals_fields,
+    };
+    if let Some(st) = hub_status(&input) {
+        write_hub_status(&ctx.hub, obj, st).await?;
+    }
+    ctx.hub_metrics
+        .aggregation_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(Action::requeue(decided.requeue))
+}
+
+/// An invalid workload: Invalid and not Ready, no placement; it waits for a change.
+async fn write_invalid<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    stored_status: &serde_json::Value,
+    message: &str,
+    now: &Time,
+) -> Result<(), HubError> {
+    let mut conds: Vec<crate::api::common::Condition> =
+        serde_json::from_value(stored_status.get("conditions").cloned().unwrap_or_default())
+            .unwrap_or_default();
+    crate::api::common::set_invalid_conditions(&mut conds, message, obj.meta().generation, now);
+    write_hub_status(&ctx.hub, obj, serde_json::json!({"conditions": conds})).await
+}
+
+async fn write_hub_status<K: PinterestKind>(
+    hub: &Client,
+    obj: &K,
+    status: serde_json::Value,
+) -> Result<(), HubError> {
+    let api: Api<K> = Api::namespaced(hub.clone(), &obj.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(HubError::WriteStatus)?;
+    Ok(())
+}
+
+/// Runs the loop for one kind.
+pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
+    use kube::runtime::{WatchStreamExt, reflector};
+    let queue = ctx.queue(K::KIND);
+    let slice_changes = {
+        let queue = queue.clone();
+        ctx.registry.slice_events().filter_map(move |ev| {
+            let r = (ev.kind == K::KIND).then(|| {
+                queue.triggered(Some(&ev.namespace), &ev.name);
+                reflector::ObjectRef::<K>::new(&ev.name).within(&ev.namespace)
+            });
+            futures::future::ready(r)
+        })
+    };
+    let (reader, writer) = reflector::store();
+    let main = watcher(
+        Api::<K>::all(ctx.hub.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .backoff(crate::controller::watch::backoff())
+    // Nothing reads managed fields; 10,000 workloads' worth is a lot of memory.
+    .modify(|o| o.meta_mut().managed_fields = None)
+    .reflect(writer)
+    .applied_objects();
+    // Errors stop at the stream's own backoff (controller::watch), so a hub API server
+    // hiccup never pauses the slice-change triggers too.
+    let main = crate::controller::watch::skip_errors(K::KIND.as_str().into(), main);
+    let health_changes =
+        futures::stream::unfold(ctx.member_health.subscribe(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        });
+    Controller::for_stream(queue.track_objects(main), reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
+        .trigger_backoff(crate::controller::watch::backoff())
+        .reconcile_on(slice_changes)
+        .reconcile_all_on(health_changes)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|r| {
+            queue.settle(&r);
+            futures::future::ready(())
+        })
+        .await;
+}
+
+/// The hub resource's API in its namespace.
+fn hub_api<K: PinterestKind>(ctx: &HubContext, obj: &K) -> Api<K> {
+    Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default())
+}

@@ -1,0 +1,46 @@
+//! RuntimeProfiles are cluster-scoped and small: every hub profile is applied into every
+//! Ready member, where the agent injects the same runtime support from it.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+
+use super::HubContext;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::controller::apply::HUB_FIELD_MANAGER;
+
+/// Applies every hub RuntimeProfile into every Ready member (they are cluster-scoped and
+/// small; the agent in each member needs them to inject the same runtime support).
+pub async fn propagate_profiles(ctx: &HubContext) {
+    let now = Timestamp::now();
+    let ar = ApiResource::erase::<RuntimeProfile>(&());
+    for m in ctx
+        .registry
+        .all()
+        .into_iter()
+        .filter(|m| m.is_ready(now, ctx.member_grace))
+    {
+        for p in ctx.profiles.state() {
+            let mut v = match serde_json::to_value(p.as_ref()) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if let Some(meta) = v["metadata"].as_object_mut() {
+                meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
+            }
+            v.as_object_mut().map(|o| o.remove("status"));
+            let api: Api<DynamicObject> = Api::all_with(m.client.clone(), &ar);
+            if let Err(e) = api
+                .patch(
+                    &p.name_any(),
+                    &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                    &Patch::Apply(&v),
+                )
+                .await
+            {
+                tracing::debug!(member = %m.name, error = %e, "runtime profile not propagated yet");
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The layers' dependencies point one way: `cli` → {`hub`, `agent`, `jss`} → `controller`
+//! (the shared shell) → the pure core (`api`, `expand`, `placement`, `status`,
+//! `topology`). This test reads every `crate::` path in `src/` and fails on any that
+//! points the other way or sideways, naming the file and line.
+
+use std::path::{Path, PathBuf};
+
+const PURE: &[&str] = &["api", "expand", "placement", "status", "topology"];
+const SERVICES: &[&str] = &["hub", "agent", "jss"];
+/// Macros exported at the crate root by a pure layer (`api::kind::with_kind!`).
+const CORE_MACROS: &[&str] = &["with_kind"];
+
+/// The folders a file in `layer` may reach with `crate::`.
+fn allowed(layer: &str) -> Vec<&'static str> {
+    match layer {
+        "cli" => [SERVICES, &["controller"], PURE].concat(),
+        "hub" | "agent" | "jss" => [&["controller"], PURE].concat(),
+        "controller" => PURE.to_vec(),
+        _ => PURE.to_vec(),
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every `crate::NAME` in a line (in `use` lines and in paths written inline).
+fn crate_paths(line: &str) -> Vec<&str> {
+    line.match_indices("crate::")
+        .filter(|(i, _)| {
+            // `$crate::` in macros and `pinfed_crate::` are not ours.
+            !line[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$')
+        })
+        .map(|(i, m)| {
+            let rest = &line[i + m.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect()
+}
+
+#[test]
+fn the_shell_depends_one_way_and_the_core_on_nothing_but_itself() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(
+        files.len() > 50,
+        "expected the crate's sources under {src:?}"
+    );
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let rel = file.strip_prefix(&src).expect("under src/");
+        let mut parts = rel.components();
+        let first = parts.next().expect("a path").as_os_str().to_string_lossy();
+        // Top-level files (lib.rs, main.rs) wire everything together.
+        if parts.next().is_none() {
+            continue;
+        }
+        let layer = first.to_string();
+        let ok = allowed(&layer);
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for target in crate_paths(code) {
+                checked += 1;
+                if target != layer && !ok.contains(&target) && !CORE_MACROS.contains(&target) {
+                    wrong.push(format!(
+                        "src/{}:{}: {layer} reaches crate::{target}",
+                        rel.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "too few crate:: paths found ({checked})");
+    assert!(
+        wrong.is_empty(),
+        "dependencies against the layering:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_pure_core_never_touches_a_client_or_the_runtime() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for layer in PURE {
+        let mut files = Vec::new();
+        let dir = src.join(layer);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                for banned in [
+                    // Types such as kube::api::DynamicObject are plain data; clients are not.
+                    "kube::Client",
+                    "Client::",
+                    "kube::Api",
+                    "Api<",
+                    "Api::",
+                    "tokio::",
+                    "std::net::",
+                ] {
+                    if code.contains(banned) {
+                        wrong.push(format!("{}:{}: {banned}", file.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the pure core reaches I/O:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn crate_paths_are_found_in_use_lines_and_inline() {
+    assert_eq!(
+        crate_paths("use crate::hub::x; let y = crate::agent::z();"),
+        ["hub", "agent"]
+    );
+    assert!(crate_paths("$crate::api::x").is_empty());
+}
