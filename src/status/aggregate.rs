@@ -73,17 +73,62 @@ fn age_secs(observed: &Time, now: &Time) -> i64 {
 }
 
 pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
+    let (mut out, findings) = tally(input);
+    let hub_gen = Some(input.hub_generation);
+    out.conditions.extend(placement_conditions(
+        input.decision,
+        input.quota_exceeded,
+        hub_gen,
+        input.now,
+    ));
+    let target_met = match input.progress {
+        Progress::Replicas { desired } => {
+            out.available_replicas >= desired && input.decision.unplaced == 0
+        }
+        Progress::Shards { total } => out.completed_shards.len() >= u64::from(total),
+        Progress::RunToCompletion => findings.all_complete,
+    };
+    let conditions = health_conditions(input, &out, &findings, target_met);
+    out.conditions.extend(conditions);
+    out.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    out.observed_generation = if findings.caught_up() && findings.lost.is_empty() {
+        hub_gen
+    } else {
+        input.previous_observed_generation
+    };
+    out
+}
+
+/// What the members' observations say beyond their counts.
+#[derive(Debug, Default)]
+struct Findings {
+    /// NotReady or stale members, with why.
+    lost: Vec<String>,
+    /// Placed but no status yet.
+    missing: Vec<String>,
+    failing: Vec<String>,
+    /// Slices not yet at this hub generation.
+    behind: Vec<String>,
+    all_complete: bool,
+}
+
+impl Findings {
+    fn caught_up(&self) -> bool {
+        self.behind.is_empty() && self.missing.is_empty()
+    }
+}
+
+/// Counts summed over the members, each member's `clusters[]` entry, and the findings.
+fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
     let mut out = Aggregate {
         completed_shards: input.previous_completed.clone(),
         ..Default::default()
     };
     let hub_gen = Some(input.hub_generation);
-    let mut lost = Vec::new(); // NotReady or stale members, with why
-    let mut missing = Vec::new(); // placed but no status yet
-    let mut failing = Vec::new();
-    let mut behind = Vec::new(); // slice not yet at this hub generation
-    let mut all_complete = !input.members.is_empty();
-
+    let mut f = Findings {
+        all_complete: !input.members.is_empty(),
+        ..Default::default()
+    };
     for m in input.members {
         let fresh = m
             .status
@@ -107,11 +152,11 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             },
         };
         if !m.member_ready {
-            lost.push(format!("{} is NotReady", m.cluster));
+            f.lost.push(format!("{} is NotReady", m.cluster));
             shown.state = Some(member_state::UNKNOWN.into());
             shown.message = Some("member cluster is NotReady; last known status shown".into());
         } else if m.status.is_none() {
-            missing.push(m.cluster.clone());
+            f.missing.push(m.cluster.clone());
             shown.state = Some(member_state::PROGRESSING.into());
             shown.message = Some("slice not observed yet".into());
         } else if !fresh {
@@ -120,7 +165,7 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
                 .as_ref()
                 .map(|s| age_secs(&s.observed_time, input.now))
                 .unwrap_or_default();
-            lost.push(format!("{} status is {age}s old", m.cluster));
+            f.lost.push(format!("{} status is {age}s old", m.cluster));
             shown.state = Some(member_state::UNKNOWN.into());
             shown.message = Some(format!(
                 "status is {age}s old (bound {}s)",
@@ -128,7 +173,7 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             ));
         }
         if m.slice_hub_generation != hub_gen || !m.slice_processed {
-            behind.push(m.cluster.clone());
+            f.behind.push(m.cluster.clone());
         }
         if let Some(s) = &m.status {
             // Counts come from the last observation even when stale; conditions say how far
@@ -147,15 +192,17 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
                 out.completed_shards = out.completed_shards.union(&done);
             }
             match s.state.as_deref() {
-                Some(member_state::FAILED) => failing.push(format!("{} failed", m.cluster)),
-                Some(member_state::DEGRADED) => failing.push(format!("{} is degraded", m.cluster)),
+                Some(member_state::FAILED) => f.failing.push(format!("{} failed", m.cluster)),
+                Some(member_state::DEGRADED) => {
+                    f.failing.push(format!("{} is degraded", m.cluster))
+                }
                 _ => {}
             }
             if s.state.as_deref() != Some(member_state::COMPLETE) {
-                all_complete = false;
+                f.all_complete = false;
             }
         } else {
-            all_complete = false;
+            f.all_complete = false;
         }
         out.clusters.push(shown);
     }
@@ -165,16 +212,23 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     if let Progress::Shards { .. } = input.progress {
         out.shards_succeeded = i32::try_from(out.completed_shards.len()).unwrap_or(i32::MAX);
     }
+    (out, f)
+}
 
-    let now = input.now;
+/// Scheduled and QuotaExceeded, from the placement decision.
+fn placement_conditions(
+    d: &PlacementDecision,
+    quota_exceeded: bool,
+    hub_gen: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
     let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| {
         Condition::new(t, s, reason, msg, hub_gen, now)
     };
-    let d = input.decision;
-
+    let mut conds = Vec::new();
     // Scheduled
     let placed_any = !d.placements.is_empty();
-    out.conditions.push(if d.unplaced == 0 && placed_any {
+    conds.push(if d.unplaced == 0 && placed_any {
         cond(
             ct::SCHEDULED,
             ConditionStatus::True,
@@ -200,7 +254,7 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             d.reason.clone().unwrap_or_else(|| "no placement".into()),
         )
     });
-    out.conditions.push(if input.quota_exceeded {
+    conds.push(if quota_exceeded {
         cond(
             ct::QUOTA_EXCEEDED,
             ConditionStatus::True,
@@ -216,17 +270,29 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
         )
     });
 
-    let target_met = match input.progress {
-        Progress::Replicas { desired } => out.available_replicas >= desired && d.unplaced == 0,
-        Progress::Shards { total } => out.completed_shards.len() >= u64::from(total),
-        Progress::RunToCompletion => all_complete,
-    };
-    let caught_up = behind.is_empty() && missing.is_empty();
+    conds
+}
 
+/// Degraded, Ready, Progressing (and Complete, Failed for run-to-completion kinds).
+fn health_conditions(
+    input: &AggregateInput<'_>,
+    totals: &Aggregate,
+    f: &Findings,
+    target_met: bool,
+) -> Vec<Condition> {
+    let hub_gen = Some(input.hub_generation);
+    let now = input.now;
+    let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| {
+        Condition::new(t, s, reason, msg, hub_gen, now)
+    };
+    let (lost, missing, failing, behind) = (&f.lost, &f.missing, &f.failing, &f.behind);
+    let placed_any = !input.decision.placements.is_empty();
+    let caught_up = f.caught_up();
+    let mut conds = Vec::new();
     // Degraded: something is lost, stale or failing.
     let mut degraded = lost.clone();
     degraded.extend(failing.iter().cloned());
-    out.conditions.push(if degraded.is_empty() {
+    conds.push(if degraded.is_empty() {
         cond(
             ct::DEGRADED,
             ConditionStatus::False,
@@ -284,22 +350,22 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
                 ct::READY,
                 ConditionStatus::True,
                 "Available",
-                format!("{}/{desired} available", out.available_replicas),
+                format!("{}/{desired} available", totals.available_replicas),
             )
         } else {
             cond(
                 ct::READY,
                 ConditionStatus::False,
                 "Unavailable",
-                format!("{}/{desired} available", out.available_replicas),
+                format!("{}/{desired} available", totals.available_replicas),
             )
         }
     } else {
         cond(ct::READY, ConditionStatus::True, "Running", String::new())
     };
-    out.conditions.push(ready);
+    conds.push(ready);
 
-    out.conditions.push(if caught_up && target_met {
+    conds.push(if caught_up && target_met {
         cond(
             ct::PROGRESSING,
             ConditionStatus::False,
@@ -317,13 +383,13 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
 
     if !matches!(input.progress, Progress::Replicas { .. }) {
         let failed = !failing.is_empty() && failing.iter().any(|f| f.ends_with("failed"));
-        out.conditions.push(cond(
+        conds.push(cond(
             ct::COMPLETE,
             target_met.into(),
             if target_met { "Completed" } else { "Running" },
             String::new(),
         ));
-        out.conditions.push(if failed {
+        conds.push(if failed {
             cond(
                 ct::FAILED,
                 ConditionStatus::True,
@@ -339,14 +405,7 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
             )
         });
     }
-    out.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-
-    out.observed_generation = if caught_up && lost.is_empty() {
-        hub_gen
-    } else {
-        input.previous_observed_generation
-    };
-    out
+    conds
 }
 
 fn cluster_list(d: &PlacementDecision) -> String {

@@ -333,8 +333,7 @@ async fn plan_again<K: PinterestKind>(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(HubError::RecordDecision)?;
-    let decision_json = outcome.decision.to_json();
-    tracing::info!(workload = %key, decision = %decision_json, took = ?started.elapsed(), "placed");
+    tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
     if let Ok(mut d) = ctx.decisions.lock() {
         d.insert(
             key.clone(),
@@ -346,36 +345,46 @@ async fn plan_again<K: PinterestKind>(
             },
         );
     }
-    // Events: what changed where the workload runs, and why.
-    if let Some(moved) = moved {
+    let change = Change {
+        moved,
+        failback: r.failback,
+        first_or_new: before.as_ref() != Some(&outcome.decision),
+        newly_held: quota_exceeded && !held_before,
+    };
+    record_events(ctx, obj, &change, &outcome.decision).await;
+    Ok((outcome.decision, quota_exceeded))
+}
+
+/// What a new decision changed, for Events.
+struct Change<'a> {
+    /// The failover text when placed clusters were lost.
+    moved: Option<String>,
+    failback: &'a BTreeSet<String>,
+    first_or_new: bool,
+    newly_held: bool,
+}
+
+/// Events: what changed where the workload runs, and why.
+async fn record_events<K: PinterestKind>(ctx: &HubContext, obj: &K, c: &Change<'_>, d: &Decision) {
+    let key = workload_key(obj);
+    if let Some(moved) = &c.moved {
         tracing::warn!(workload = %key, %moved, "failover");
-        ctx.event(obj, EventType::Warning, "FailedOver", moved)
+        ctx.event(obj, EventType::Warning, "FailedOver", moved.clone())
             .await;
-    } else if !r.failback.is_empty() {
-        let to = r.failback.iter().cloned().collect::<Vec<_>>().join(", ");
-        tracing::info!(workload = %key, members = %to, decision = %decision_json, "failback");
-        ctx.event(
-            obj,
-            EventType::Normal,
-            "FailedBack",
-            format!("back to {to}: {}", placed_text(&outcome.decision)),
-        )
-        .await;
-    } else if before.as_ref() != Some(&outcome.decision) {
-        ctx.event(
-            obj,
-            EventType::Normal,
-            "Placed",
-            placed_text(&outcome.decision),
-        )
-        .await;
+    } else if !c.failback.is_empty() {
+        let to = c.failback.iter().cloned().collect::<Vec<_>>().join(", ");
+        tracing::info!(workload = %key, members = %to, decision = %d.to_json(), "failback");
+        let note = format!("back to {to}: {}", placed_text(d));
+        ctx.event(obj, EventType::Normal, "FailedBack", note).await;
+    } else if c.first_or_new {
+        ctx.event(obj, EventType::Normal, "Placed", placed_text(d))
+            .await;
     }
-    if quota_exceeded && !held_before {
-        let why = outcome.decision.reason.clone().unwrap_or_default();
+    if c.newly_held {
+        let why = d.reason.clone().unwrap_or_default();
         ctx.event(obj, EventType::Warning, "QuotaExceeded", why)
             .await;
     }
-    Ok((outcome.decision, quota_exceeded))
 }
 
 /// Records whether the workload's quota holds part of it back; says whether it was held
