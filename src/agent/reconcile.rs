@@ -346,12 +346,32 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
 
-    // Apply.
+    // Apply, then prune what this workload no longer wants.
+    let keep = apply_objects(ctx, &ns, &objects).await?;
+    prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
+
+    // Status.
+    let health = working.observe(&observed, &mut status);
+    K::set_meta(&mut status, generation, &profile.spec.version);
+    status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
+    if obj.status() != Some(&status) {
+        write_status(&ctx.client, obj, &status).await?;
+    }
+    // Owned-object watches bring changes; the timer is a safety net.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Server-side applies every generated object; returns (kind, name) of each.
+async fn apply_objects(
+    ctx: &Context,
+    ns: &str,
+    objects: &[DynamicObject],
+) -> Result<Kept, AgentError> {
     let mut keep = BTreeSet::new();
-    for o in &objects {
+    for o in objects {
         let ar = api_resource(o);
         let oname = o.name_any();
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ar);
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
         api.patch(
             &oname,
             &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
@@ -371,11 +391,21 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             .inc();
         keep.insert((ar.kind.clone(), oname));
     }
+    Ok(keep)
+}
 
-    // Prune what this workload no longer wants — except what its completed shards leave
-    // behind (finished Jobs wait for their TTL; see `completed_shard_objects`).
-    let selector = expand::workload_selector(K::KIND, &name);
-    if let (WorkloadRef::JobSet(j), Some(completed)) = (obj.as_workload(), &completed) {
+/// Prunes what the workload no longer wants — except what its completed shards leave
+/// behind (finished Jobs wait for their TTL; see `completed_shard_objects`).
+async fn prune<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    observed: &Observed,
+    completed: Option<&crate::api::ranges::RangeSet>,
+    mut keep: Kept,
+) -> Result<(), AgentError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let selector = expand::workload_selector(K::KIND, &obj.name_any());
+    if let (WorkloadRef::JobSet(j), Some(completed)) = (obj.as_workload(), completed) {
         let claims = if j.spec.volume_claim_templates.is_empty() || completed.is_empty() {
             Vec::new()
         } else {
@@ -396,22 +426,20 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         ));
     }
     let uid = obj.uid().unwrap_or_default();
-    let pruned = if ctx.pruned_recently(&uid, &keep) {
-        Vec::new()
-    } else {
-        let pruned = crate::controller::apply::prune(
-            &ctx.client,
-            &ns,
-            &expand::generated_api_resources(),
-            &selector,
-            &uid,
-            &keep,
-        )
-        .await
-        .map_err(AgentError::Prune)?;
-        ctx.record_prune(&uid, keep);
-        pruned
-    };
+    if ctx.pruned_recently(&uid, &keep) {
+        return Ok(());
+    }
+    let pruned = crate::controller::apply::prune(
+        &ctx.client,
+        &ns,
+        &expand::generated_api_resources(),
+        &selector,
+        &uid,
+        &keep,
+    )
+    .await
+    .map_err(AgentError::Prune)?;
+    ctx.record_prune(&uid, keep);
     if !pruned.is_empty() {
         publish(
             ctx,
@@ -422,16 +450,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         )
         .await;
     }
-
-    // Status.
-    let health = working.observe(&observed, &mut status);
-    K::set_meta(&mut status, generation, &profile.spec.version);
-    status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
-    if obj.status() != Some(&status) {
-        write_status(&ctx.client, obj, &status).await?;
-    }
-    // Owned-object watches bring changes; the timer is a safety net.
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(())
 }
 
 fn admit<K: AgentKind>(

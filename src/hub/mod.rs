@@ -5,7 +5,7 @@ pub mod cleanups;
 pub mod join;
 pub mod member_loop;
 pub mod members;
-pub mod quota;
+pub mod quota_book;
 mod run;
 pub mod slices;
 pub mod unjoin;

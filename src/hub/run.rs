@@ -233,7 +233,7 @@ async fn quota_status_loop(ctx: &HubContext) {
             .lock()
             .map(|h| h.values().cloned().collect())
             .unwrap_or_default();
-        crate::hub::quota::write_quota_status(
+        crate::hub::quota_book::write_quota_status(
             &ctx.hub,
             &ctx.quota_book,
             &ctx.quotas.state(),

@@ -22,7 +22,7 @@ pub mod from_quota;
 pub mod from_workload;
 mod ledger;
 pub mod model;
-mod quota;
+mod quota_admit;
 mod shards;
 mod text;
 

@@ -24,7 +24,7 @@ use crate::api::federation::FederatedQuota;
 use crate::api::kind::PinterestKind;
 use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
-use crate::hub::quota;
+use crate::hub::quota_book as quota;
 use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};
 use crate::placement::from_quota;

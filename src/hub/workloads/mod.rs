@@ -45,7 +45,7 @@ use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::retry::RetryPolicy;
 use crate::hub::members::MemberRegistry;
-use crate::hub::quota::QuotaBook;
+use crate::hub::quota_book::QuotaBook;
 use crate::placement::Ledger;
 use crate::status::AggregateInput;
 use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
