@@ -182,7 +182,8 @@ pub async fn run_controllers(
         }
         futures::future::ready(())
     });
-    let profile_task = tokio::spawn(profile_watch);
+    // Owned by this term: dropped (and stopped) with it, even when the term is aborted.
+    let _profile_watch = crate::controller::mirror::Watching::spawn(profile_watch);
     profiles.wait_until_ready().await?;
     let reporter = Reporter {
         controller: "pinfed-agent".into(),
@@ -207,7 +208,6 @@ pub async fn run_controllers(
         run_kind::<PinterestTrainingJob>(ctx.clone(), next()),
         run_kind::<PinterestStatefulSet>(ctx.clone(), next()),
     );
-    profile_task.abort();
     Ok(())
 }
 

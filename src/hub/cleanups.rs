@@ -87,7 +87,9 @@ pub async fn process(
         match api.get_opt(&p.name).await? {
             Some(slice) if slice.labels().get(LABEL_HUB_UID) == Some(&p.hub_uid) => {
                 match api.delete(&p.name, &DeleteParams::background()).await {
-                    Ok(_) | Err(kube::Error::Api(_)) => done.push(p.clone()),
+                    // Only "not found" means gone; any other error keeps the record.
+                    Ok(_) => done.push(p.clone()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => done.push(p.clone()),
                     Err(e) => return Err(e),
                 }
                 tracing::info!(member = %member_name, kind = %p.kind, namespace = %p.namespace, name = %p.name, "removed the slice of a hub resource deleted while the member was down");

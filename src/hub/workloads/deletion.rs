@@ -35,7 +35,10 @@ pub async fn remove_slices<K: PinterestKind>(
                 .delete(&name, &DeleteParams::background())
                 .await
             {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
+                // Only "not found" means gone: a refusal or an overloaded member keeps
+                // the finalizer until the slice is really removed.
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
                     tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
                     retry = true;
@@ -70,7 +73,10 @@ pub async fn remove_slices<K: PinterestKind>(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        // Changed meanwhile: the change brings another reconcile.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(HubError::Finalizer(e)),
     }
     Ok(Action::await_change())

@@ -212,7 +212,8 @@ impl Target<'_> {
             .delete(&name, &DeleteParams::background())
             .await
         {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(source) => {
                 return Err(HubError::RemoveSlice {
                     cluster: self.cluster.to_string(),
