@@ -179,6 +179,12 @@ pub enum HubError {
         #[source]
         source: kube::Error,
     },
+    #[error("fencing moved shards in {cluster}: {source}")]
+    Fence {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("propagating to {cluster}: {source}")]
     Propagate {
         cluster: String,
@@ -203,6 +209,7 @@ impl HubError {
             HubError::RecordDecision(_) => "RecordDecision",
             HubError::ReadSlice { .. } => "ReadSlice",
             HubError::WriteSlice { .. } => "WriteSlice",
+            HubError::Fence { .. } => "Fence",
             HubError::Propagate { .. } => "Propagate",
             HubError::ReadConfig(_) => "ReadConfig",
             HubError::WriteStatus(_) => "WriteStatus",

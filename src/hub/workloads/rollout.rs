@@ -222,7 +222,7 @@ impl Target<'_> {
             }
         }
         if K::KIND == WorkloadKind::JobSet {
-            self.fence(obj, None).await;
+            self.fence(obj, None).await?;
         }
         Ok(())
     }
@@ -305,7 +305,7 @@ impl Target<'_> {
                 .and_then(|r| RangeSet::parse(r).ok())
                 .unwrap_or_default();
             if had.iter().any(|i| !keep.contains(i)) {
-                self.fence(obj, Some(&keep)).await;
+                self.fence(obj, Some(&keep)).await?;
             }
         }
         Ok(written)
@@ -313,8 +313,13 @@ impl Target<'_> {
 
     /// Deletes a job set's Jobs in the member, except those of `keep` shards (all when
     /// `None`): shards that moved elsewhere while the member was unreachable must not
-    /// finish here too.
-    async fn fence<K: PinterestKind>(&self, obj: &K, keep: Option<&RangeSet>) {
+    /// finish here too. Any error but "not found" fails the step, so the reconcile retries
+    /// until the member confirms every fenced Job is gone.
+    async fn fence<K: PinterestKind>(
+        &self,
+        obj: &K,
+        keep: Option<&RangeSet>,
+    ) -> Result<(), HubError> {
         use crate::api::common::{LABEL_KIND, LABEL_SHARD, LABEL_WORKLOAD};
         let ns = obj.namespace().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
@@ -323,23 +328,20 @@ impl Target<'_> {
             crate::expand::names::label_value(&obj.name_any()),
             WorkloadKind::JobSet.as_str()
         );
-        let jobs = match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(l) => l.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list Jobs to fence");
-                return;
-            }
+        let fence_error = |source| HubError::Fence {
+            cluster: self.cluster.to_string(),
+            source,
         };
+        let jobs = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(fence_error)?
+            .items;
         let mut fenced = BTreeSet::new();
         for j in jobs {
             // A finished Job cannot run again, and it carries the completion the member's
             // agent has yet to record: deleting it would make the shard look unstarted.
-            let finished = j.status.as_ref().is_some_and(|s| {
-                s.succeeded.unwrap_or(0) > 0
-                    || s.failed.unwrap_or(0) > 0
-                    || s.completion_time.is_some()
-            });
-            if finished {
+            if job_finished(&j) {
                 continue;
             }
             let shard = j
@@ -351,29 +353,24 @@ impl Target<'_> {
             {
                 continue;
             }
-            if api
-                .delete(&j.name_any(), &DeleteParams::background())
-                .await
-                .is_ok()
-                && let Some(i) = shard
-            {
+            match api.delete(&j.name_any(), &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(fence_error(e)),
+            }
+            if let Some(i) = shard {
                 fenced.insert(i);
             }
         }
         if !fenced.is_empty() {
             let shards = RangeSet::from_indices(fenced);
-            self.ctx
-                .event(
-                    obj,
-                    EventType::Normal,
-                    "Fenced",
-                    format!(
-                        "stopped shards {shards} in {}: they run elsewhere now",
-                        self.cluster
-                    ),
-                )
-                .await;
+            let note = format!(
+                "stopped shards {shards} in {}: they run elsewhere now",
+                self.cluster
+            );
+            self.ctx.event(obj, EventType::Normal, "Fenced", note).await;
         }
+        Ok(())
     }
 
     /// Copies the ConfigMaps and Secrets the pod template references (same namespace
@@ -422,6 +419,18 @@ impl Target<'_> {
     }
 }
 
+/// Finished means the Job's Complete or Failed condition, as the agent decides: a Job
+/// with failed pods that is still retrying is not finished, and is fenced.
+fn job_finished(j: &Job) -> bool {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
 /// What the hub knows of each placed cluster for aggregation: the slice's report, or for
 /// a lost member the last status the hub showed (aggregation marks it).
 pub fn observations(
@@ -461,4 +470,28 @@ pub fn observations(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(status: serde_json::Value) -> Job {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "status": status}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_retrying_job_is_not_finished_and_a_complete_or_failed_one_is() {
+        assert!(!job_finished(&job(
+            serde_json::json!({"failed": 1, "active": 1})
+        )));
+        assert!(!job_finished(&job(serde_json::json!({"succeeded": 1}))));
+        assert!(job_finished(&job(serde_json::json!({"conditions": [
+            {"type": "Complete", "status": "True"}]}))));
+        assert!(job_finished(&job(serde_json::json!({"conditions": [
+            {"type": "Failed", "status": "True"}]}))));
+        assert!(!job_finished(&job(serde_json::json!({"conditions": [
+            {"type": "Failed", "status": "False"}]}))));
+    }
 }
