@@ -12,12 +12,18 @@ pub const AGENT_FIELD_MANAGER: &str = "pinfed-agent";
 pub const HUB_FIELD_MANAGER: &str = "pinfed-hub";
 
 /// Creates a namespace if it does not exist (server-side apply with the caller's field
-/// manager, idempotent).
+/// manager, idempotent). One that exists is left alone, so an identity that may read
+/// namespaces but not write them (the hub and the agent under their shipped roles, whose
+/// namespace the manifests create) passes.
 pub async fn ensure_namespace(
     client: &Client,
     name: &str,
     field_manager: &str,
 ) -> Result<(), ApplyError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    if let Ok(Some(_)) = api.get_opt(name).await {
+        return Ok(());
+    }
     let ns =
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
     apply_json(client, &ns, field_manager).await?;
