@@ -255,6 +255,296 @@ async fn destructive_an_agent_takes_new_objects_soon_after_each_restart_of_its_a
 }
 
 // ---------------------------------------------------------------------------------------
+// A member's own controllers after a stop/start (issue 19).
+
+mod member_restart {
+    use super::support::{Federation, TestNamespace, run_harness};
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    /// The issue's bound: every Deployment is available within 60 s of the start.
+    const CONVERGE: Duration = Duration::from_secs(60);
+    const REPLICAS: i32 = 2;
+
+    fn harness(args: &[&str]) {
+        let out = tokio::task::block_in_place(|| run_harness(args));
+        assert!(
+            out.status.success(),
+            "pinfed-e2e {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn deployment(name: &str, phase: &str) -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"phase": phase}},
+            "spec": {
+                "replicas": REPLICAS,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name, "phase": phase}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]},
+                },
+            }
+        }))
+        .unwrap()
+    }
+
+    /// Why a Deployment is not available yet, or None when it is.
+    fn unavailable(d: &Deployment) -> Option<String> {
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let generation = d.metadata.generation.unwrap_or(0);
+        let s = d.status.clone().unwrap_or_default();
+        let ok = s.observed_generation.unwrap_or(0) >= generation
+            && s.updated_replicas == Some(want)
+            && s.available_replicas == Some(want)
+            && s.replicas == Some(want);
+        (!ok).then(|| {
+            format!(
+                "{} (phase {}): generation {generation} observed {:?}, replicas {:?} updated {:?} ready {:?} available {:?} of {want}",
+                d.metadata.name.as_deref().unwrap_or(""),
+                d.metadata.labels.as_ref().and_then(|l| l.get("phase")).map(String::as_str).unwrap_or("?"),
+                s.observed_generation,
+                s.replicas,
+                s.updated_replicas,
+                s.ready_replicas,
+                s.available_replicas,
+            )
+        })
+    }
+
+    fn pod_ready(p: &Pod) -> bool {
+        p.metadata.deletion_timestamp.is_none()
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+
+    /// ReplicaSets whose status.readyReplicas differs from the number of their ready pods.
+    async fn replica_sets_off_their_pods(rs_api: &Api<ReplicaSet>, pods: &Api<Pod>) -> Vec<String> {
+        let (Ok(sets), Ok(pods)) = (
+            rs_api.list(&ListParams::default()).await,
+            pods.list(&ListParams::default()).await,
+        ) else {
+            return vec!["listing failed".into()];
+        };
+        let mut ready: BTreeMap<String, i32> = BTreeMap::new();
+        for p in pods.items.iter().filter(|p| pod_ready(p)) {
+            for o in p.metadata.owner_references.iter().flatten() {
+                if o.controller == Some(true) {
+                    *ready.entry(o.uid.clone()).or_default() += 1;
+                }
+            }
+        }
+        sets.items
+            .iter()
+            .filter_map(|rs| {
+                let uid = rs.metadata.uid.clone().unwrap_or_default();
+                let pods_ready = ready.get(&uid).copied().unwrap_or(0);
+                let status_ready = rs
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                (pods_ready != status_ready).then(|| {
+                    format!(
+                        "ReplicaSet {}: status says {status_ready} ready, {pods_ready} of its pods are",
+                        rs.metadata.name.as_deref().unwrap_or("")
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Creates `d` until the API server takes it (it may be down); panics after 2 minutes.
+    async fn create_until_taken(api: Api<Deployment>, d: Deployment) {
+        let give_up = Instant::now() + Duration::from_secs(120);
+        loop {
+            match api.create(&PostParams::default(), &d).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => return,
+                Err(e) if Instant::now() > give_up => panic!(
+                    "creating Deployment {}: {e}",
+                    d.metadata.name.as_deref().unwrap_or("")
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Everything that is not settled yet: Deployments not available and ReplicaSets whose
+    /// status disagrees with their pods. Empty when the namespace has converged.
+    async fn not_converged(
+        deployments: &Api<Deployment>,
+        rs_api: &Api<ReplicaSet>,
+        pods: &Api<Pod>,
+    ) -> Vec<String> {
+        let Ok(list) = deployments.list(&ListParams::default()).await else {
+            return vec!["listing Deployments failed".into()];
+        };
+        let mut out: Vec<String> = list.items.iter().filter_map(unavailable).collect();
+        out.extend(replica_sets_off_their_pods(rs_api, pods).await);
+        out
+    }
+
+    /// Deployments created just before a member's API server stops, while it is down (the
+    /// creates land the moment it is back) and after it started all become available within
+    /// 60 s of the start, and every ReplicaSet's status follows its pods, also when they
+    /// change afterwards. Before issue 19 the member's controller-manager kept running across
+    /// the restart and its ReplicaSet controller waited forever for its informer to catch up
+    /// with its own writes ("read version ... is not as new as written version").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn destructive_deployments_created_around_a_member_restart_become_available_and_replica_sets_follow_their_pods()
+     {
+        let fed = Federation::connect().await;
+        let member = fed.member_names()[1].clone();
+        let client = fed.client(&member);
+        let ns = TestNamespace::create(&client, "restart-rollout").await;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+        let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+
+        // A Deployment every 800 ms, each created by its own task that retries until the
+        // API server takes it: those attempted while it is down land in a burst the moment
+        // it is back, before its watch caches and informers have caught up.
+        let phase = Arc::new(Mutex::new("before"));
+        let done = Arc::new(AtomicBool::new(false));
+        let creator = {
+            let (phase, done, api) = (phase.clone(), done.clone(), deployments.clone());
+            tokio::spawn(async move {
+                let mut tasks = Vec::new();
+                while !done.load(Ordering::SeqCst) {
+                    let d = deployment(&format!("d{:03}", tasks.len()), *phase.lock().unwrap());
+                    tasks.push(tokio::spawn(create_until_taken(api.clone(), d)));
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                }
+                for t in tasks {
+                    t.await.expect("a create task panicked");
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        *phase.lock().unwrap() = "during";
+        harness(&["stop", &member]);
+        // As long as the issue's outage: past the controllers' lease renew deadline (10 s).
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let start = Instant::now();
+        harness(&["start", &member]);
+        *phase.lock().unwrap() = "after";
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        done.store(true, Ordering::SeqCst);
+        creator.await.expect("creating the Deployments");
+
+        let made = deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let mut per_phase: BTreeMap<String, usize> = BTreeMap::new();
+        for d in &made {
+            let p = d
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("phase"))
+                .cloned();
+            *per_phase.entry(p.unwrap_or_default()).or_default() += 1;
+        }
+        for p in ["before", "during", "after"] {
+            assert!(
+                per_phase.get(p).copied().unwrap_or(0) > 0,
+                "no Deployment was created {p} the restart: {per_phase:?}"
+            );
+        }
+
+        let mut last = Vec::new();
+        while start.elapsed() < CONVERGE {
+            last = not_converged(&deployments, &rs_api, &pods).await;
+            if last.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(
+            last.is_empty(),
+            "{} Deployments ({per_phase:?}) in {member}; {} things not settled {CONVERGE:?} after the start:\n{}",
+            made.len(),
+            last.len(),
+            last.join("\n")
+        );
+        eprintln!(
+            "{} Deployments ({per_phase:?}) available {:?} after the start of {member}",
+            made.len(),
+            start.elapsed()
+        );
+
+        // The ReplicaSets keep following their pods: scale one Deployment of each phase up
+        // and delete a pod of another; the controller-manager must act on both.
+        let mut by_phase: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for d in &made {
+            let p = d
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("phase"))
+                .cloned();
+            by_phase
+                .entry(p.unwrap_or_default())
+                .or_default()
+                .push(d.metadata.name.clone().unwrap_or_default());
+        }
+        for names in by_phase.values() {
+            deployments
+                .patch(
+                    &names[0],
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"replicas": REPLICAS + 1}})),
+                )
+                .await
+                .unwrap();
+            let victim = pods
+                .list(&ListParams::default().labels(&format!("app={}", names[names.len() - 1])))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .next()
+                .expect("a pod of a converged Deployment");
+            pods.delete(
+                victim.metadata.name.as_deref().unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        }
+        super::support::eventually(
+            CONVERGE,
+            "the scaled Deployments and the ones that lost a pod to converge again",
+            || async { not_converged(&deployments, &rs_api, &pods).await.is_empty() },
+        )
+        .await;
+        for names in by_phase.values() {
+            let d = deployments.get(&names[0]).await.unwrap();
+            assert_eq!(
+                d.status.and_then(|s| s.ready_replicas),
+                Some(REPLICAS + 1),
+                "{} scaled to {}",
+                names[0],
+                REPLICAS + 1
+            );
+        }
+        ns.delete().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Failover, failback, deletion while a member is down, and unjoin --force.
 
 mod failover {

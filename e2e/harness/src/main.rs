@@ -56,9 +56,11 @@ enum Cmd {
     Down,
     /// Show what runs: clusters, components, ports, memory.
     Status,
-    /// Stop one cluster's API server, keeping its data.
+    /// Stop one cluster's API server with its controller-manager and scheduler, keeping
+    /// its data (kwok's nodes keep running).
     Stop { cluster: String },
-    /// Restart a stopped cluster's API server.
+    /// Start a stopped cluster's API server, then its controller-manager and scheduler
+    /// afresh (and anything else of the cluster that does not run).
     Start {
         cluster: String,
         #[arg(long, default_value = "120")]
@@ -908,17 +910,38 @@ fn cluster_mut<'a>(state: &'a mut State, name: &str) -> anyhow::Result<&'a mut C
         .with_context(|| format!("unknown cluster {name:?}; known clusters: {known}"))
 }
 
+/// Components that a real control plane runs with leader election and restarts when they
+/// lose their lease: they go down with the API server and start afresh after it.
+fn restarts_with_apiserver(component: &str) -> bool {
+    matches!(component, "kube-controller-manager" | "kube-scheduler")
+}
+
 fn stop_cluster(dir: &Path, name: &str) -> anyhow::Result<()> {
     let mut state = loaded(dir)?;
     let m = marker(dir);
     let c = cluster_mut(&mut state, name)?;
-    let api = &mut c.components[0];
-    if let Some(pid) = api.pid.take() {
-        procs::stop(pid, &m, Duration::from_secs(10));
+    // The controller-manager and scheduler first (a real one exits once its lease cannot
+    // be renewed), then the API server; kwok (the nodes' kubelets) keeps running.
+    let mut stopped = Vec::new();
+    for comp in c.components.iter_mut().rev() {
+        if comp.name != "kube-apiserver" && !restarts_with_apiserver(&comp.name) {
+            continue;
+        }
+        if let Some(pid) = comp.pid.take() {
+            procs::stop(pid, &m, Duration::from_secs(10));
+            stopped.push(comp.name.clone());
+        }
     }
-    let port = api.port;
+    let port = c.apiserver_port;
     state.save(dir)?;
-    eprintln!("e2e: stopped the kube-apiserver of {name} (port {port}); its data is kept");
+    eprintln!(
+        "e2e: stopped {} of {name} (API server port {port}); its data is kept",
+        if stopped.is_empty() {
+            "nothing (already stopped)".to_string()
+        } else {
+            stopped.join(", ")
+        }
+    );
     Ok(())
 }
 
@@ -930,15 +953,15 @@ async fn start_cluster(dir: &Path, name: &str, timeout: Duration) -> anyhow::Res
     let api = &mut c.components[0];
     if api.pid.is_some_and(|p| procs::is_ours(p, &m)) {
         eprintln!("e2e: the kube-apiserver of {name} already runs");
-        return Ok(());
+    } else {
+        if procs::port_open(api.port) {
+            bail!(
+                "port {} of {name}'s kube-apiserver is taken by another process",
+                api.port
+            );
+        }
+        api.pid = Some(procs::spawn(&api.argv, &api.log)?);
     }
-    if procs::port_open(api.port) {
-        bail!(
-            "port {} of {name}'s kube-apiserver is taken by another process",
-            api.port
-        );
-    }
-    api.pid = Some(procs::spawn(&api.argv, &api.log)?);
     let log = api.log.clone();
     state.save(dir)?;
     let client = clients(&kubeconfig, &[name])
@@ -948,6 +971,40 @@ async fn start_cluster(dir: &Path, name: &str, timeout: Duration) -> anyhow::Res
     wait_apiserver_ready(&client, timeout)
         .await
         .with_context(|| format!("see {}", log.display()))?;
-    eprintln!("e2e: the kube-apiserver of {name} is ready again");
+    eprintln!("e2e: the kube-apiserver of {name} is ready");
+
+    // Then every other component that does not run (the controller-manager and scheduler
+    // that `stop` took down, or anything that exited), with fresh caches, as a kubelet
+    // restarts a control-plane container.
+    let c = cluster_mut(&mut state, name)?;
+    let mut started = Vec::new();
+    for comp in c.components.iter_mut().skip(1) {
+        if comp.pid.is_some_and(|p| procs::is_ours(p, &m)) {
+            continue;
+        }
+        if procs::port_open(comp.port) {
+            bail!(
+                "port {} of {name}'s {} is taken by another process",
+                comp.port,
+                comp.name
+            );
+        }
+        comp.pid = Some(procs::spawn(&comp.argv, &comp.log)?);
+        started.push((comp.name.clone(), comp.port, comp.log.clone()));
+    }
+    state.save(dir)?;
+    for (component, port, log) in &started {
+        wait_until(
+            timeout,
+            &format!("{component} of {name} to serve"),
+            || async { procs::port_open(*port) },
+        )
+        .await
+        .with_context(|| format!("see {}", log.display()))?;
+    }
+    if !started.is_empty() {
+        let names: Vec<&str> = started.iter().map(|s| s.0.as_str()).collect();
+        eprintln!("e2e: started {} of {name} afresh", names.join(", "));
+    }
     Ok(())
 }
