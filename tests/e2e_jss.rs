@@ -37,11 +37,13 @@ tokens:
   - {user: alice, token: alice-token, teams: [ads]}
   - {user: bob, token: bob-token, teams: [search]}
   - {user: carol, token: carol-token, teams: [reviewed]}
+  - {user: dave, token: dave-token, teams: [platform]}
 teams:
   ads: {namespaces: ["jss-*"], inline: true}
   search: {namespaces: ["search-*"], inline: false}
   reviewed: {namespaces: ["jss-*"], inline: false}
   service-accounts: {namespaces: ["jss-sa-*"], groups: ["system:serviceaccounts"]}
+  platform: {namespaces: ["*"], inline: true}
 "#;
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -360,6 +362,30 @@ async fn jss_answers_413_for_a_body_over_the_limit() {
         .await
         .unwrap();
     assert_error(&r, 413, "TooLarge");
+}
+
+#[tokio::test]
+async fn jss_refuses_reserved_namespaces_even_for_a_team_allowed_every_namespace() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    for ns in ["pinfed-system", "kube-system"] {
+        let r = st
+            .client(Some("dave-token"))
+            .post_json(
+                "/v1/submissions",
+                &json!({"resource": service("grab", "platform", 1, "10m"), "namespace": ns}),
+            )
+            .await
+            .unwrap();
+        assert_error(&r, 422, "Invalid");
+        let fields: Vec<&str> = r.body["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["field"].as_str())
+            .collect();
+        assert_eq!(fields, ["metadata.namespace"], "{}", r.text);
+    }
 }
 
 #[tokio::test]

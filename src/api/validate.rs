@@ -116,8 +116,22 @@ pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
     }
 }
 
+/// Namespaces no workload may run in: pinfed's own (member credentials live there) and
+/// Kubernetes' (`kube-*`).
+pub fn is_reserved_namespace(ns: &str) -> bool {
+    ns == "pinfed-system" || ns.starts_with("kube-")
+}
+
 fn common(e: &mut Errors, w: WorkloadRef<'_>) {
     metadata(e, w.metadata(), true);
+    if let Some(ns) = w.metadata().namespace.as_deref() {
+        check!(
+            e,
+            !is_reserved_namespace(ns),
+            "metadata.namespace",
+            format!("{ns:?} is reserved (pinfed-system and kube-* run no workloads)"),
+        );
+    }
     owner(e, w.owner());
     if let Some(v) = w.runtime_version() {
         check!(
@@ -1118,5 +1132,25 @@ mod tests {
         int_or_percent(&mut e, &IntOrString::String("120%".into()), "d");
         int_or_percent(&mut e, &IntOrString::Int(-1), "e");
         assert_eq!(e.0.len(), 3);
+    }
+
+    #[test]
+    fn workloads_in_reserved_namespaces_are_refused_with_the_field() {
+        let service = |ns: &str| -> crate::api::service::PinterestService {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": "web", "namespace": ns},
+                "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "replicas": 1,
+                         "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+            }))
+            .unwrap()
+        };
+        for ns in ["pinfed-system", "kube-system", "kube-public"] {
+            let err = workload(WorkloadRef::Service(&service(ns))).unwrap_err();
+            assert_eq!(err.first_field(), "metadata.namespace", "{ns}");
+            assert!(err.to_string().contains("reserved"), "{err}");
+        }
+        assert!(workload(WorkloadRef::Service(&service("ads"))).is_ok());
+        assert!(workload(WorkloadRef::Service(&service("kubeflow"))).is_ok());
     }
 }
