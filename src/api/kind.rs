@@ -90,8 +90,9 @@ pub trait PinterestKind:
     fn set_meta(s: &mut Self::Status, generation: Option<i64>, runtime_version: &str);
     /// How the hub counts this workload's progress.
     fn progress(&self) -> Progress;
-    /// What a slice's status counts, in the hub's terms.
-    fn slice_counts(_s: &Self::Status) -> SliceCounts {
+    /// What a slice's status counts, in the hub's terms (bounded by the slice's spec: a
+    /// member's report is not trusted beyond it).
+    fn slice_counts(&self, _s: &Self::Status) -> SliceCounts {
         SliceCounts::default()
     }
     /// The share of a slice (replicas, shards): written into the slice's spec.
@@ -178,7 +179,7 @@ macro_rules! replicated {
                 desired: self.spec.replicas,
             }
         }
-        fn slice_counts(s: &Self::Status) -> SliceCounts {
+        fn slice_counts(&self, s: &Self::Status) -> SliceCounts {
             SliceCounts {
                 replicas: Some(s.replicas),
                 ready_replicas: Some(s.ready_replicas),
@@ -221,7 +222,7 @@ impl PinterestKind for PinterestDaemon {
     fn progress(&self) -> Progress {
         Progress::Replicas { desired: 0 }
     }
-    fn slice_counts(s: &PinterestDaemonStatus) -> SliceCounts {
+    fn slice_counts(&self, s: &PinterestDaemonStatus) -> SliceCounts {
         SliceCounts {
             replicas: Some(s.desired),
             ready_replicas: Some(s.ready),
@@ -245,14 +246,16 @@ impl PinterestKind for PinterestJobSet {
             total: u32::try_from(self.spec.shards).unwrap_or(0),
         }
     }
-    fn slice_counts(s: &PinterestJobSetStatus) -> SliceCounts {
+    fn slice_counts(&self, s: &PinterestJobSetStatus) -> SliceCounts {
+        let total = u32::try_from(self.spec.shards).unwrap_or(0);
         SliceCounts {
             shards_running: Some(s.shards_running),
             shards_succeeded: Some(s.shards_succeeded),
             shards_failed: Some(s.shards_failed),
-            // A malformed record counts as nothing completed.
+            // A malformed record, or one naming shards the job set does not have, counts
+            // as nothing completed (a range up to u32::MAX would be billions of shards).
             completed_shards: s.completed_shards.as_deref().map(|r| {
-                RangeSet::parse(r)
+                RangeSet::parse_within(r, total)
                     .map(|r| r.to_string())
                     .unwrap_or_default()
             }),
@@ -333,8 +336,25 @@ mod tests {
             shards_succeeded: 3,
             ..Default::default()
         };
-        let c = PinterestJobSet::slice_counts(&s);
+        let c = jobset().slice_counts(&s);
         assert_eq!(c.completed_shards.as_deref(), Some(""));
+        let huge = PinterestJobSetStatus {
+            completed_shards: Some("0-4294967294".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            jobset().slice_counts(&huge).completed_shards.as_deref(),
+            Some(""),
+            "a member reporting shards the job set does not have"
+        );
+        let fine = PinterestJobSetStatus {
+            completed_shards: Some("0-3,7".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            jobset().slice_counts(&fine).completed_shards.as_deref(),
+            Some("0-3,7")
+        );
         assert_eq!(c.shards_succeeded, Some(3));
         assert_eq!(c.replicas, None);
     }

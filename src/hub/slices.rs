@@ -146,7 +146,7 @@ pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
                     .find(|c| c.type_ == ct::READY)
                     .map(|c| c.message.clone())
                     .filter(|m| !m.is_empty()),
-                counts: K::slice_counts(st),
+                counts: slice.slice_counts(st),
             }
         }
         None => SliceReport {

@@ -187,14 +187,16 @@ pub fn demand_for(
         WorkloadRef::Service(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
         WorkloadRef::StatefulSet(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
         WorkloadRef::JobSet(j) => {
+            let total = u32::try_from(j.spec.shards).unwrap_or(0);
+            // Bounded by the shard count: a recorded range is never expanded past it.
             let completed = j
                 .status
                 .as_ref()
                 .and_then(|s| s.completed_shards.as_deref())
-                .and_then(|r| RangeSet::parse(r).ok())
+                .and_then(|r| RangeSet::parse_within(r, total).ok())
                 .unwrap_or_default();
             Count::Shards {
-                total: u32::try_from(j.spec.shards).unwrap_or(0),
+                total,
                 completed: completed.iter().collect::<BTreeSet<u32>>(),
             }
         }

@@ -322,9 +322,14 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &now_time,
     );
     let api_decision = decide::to_api_decision(&decided.decision);
+    // Completed shards as recorded, never beyond the job set's shard count.
+    let shards = match obj.progress() {
+        crate::api::kind::Progress::Shards { total } => total,
+        _ => 0,
+    };
     let previous_completed = stored_status["completedShards"]
         .as_str()
-        .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
+        .and_then(|r| crate::api::ranges::RangeSet::parse_within(r, shards).ok())
         .unwrap_or_default();
     let generation = obj.meta().generation.unwrap_or(0);
     let counts = |c: &BTreeSet<String>| -> BTreeSet<String> {
