@@ -14,6 +14,16 @@ use serde::{Deserialize, Serialize};
 use super::common::*;
 use super::quantity::{Milli, QuantityError};
 
+/// What the hub records on its resources and members, read by the hub (a new leader
+/// continues from it), the JSS and its UI.
+/// The hub generation the current placement decision was made for.
+pub const ANNOTATION_PLACEMENT_GENERATION: &str = "federation.pinterest.com/placement-generation";
+/// Members the workload moved off after they were lost (comma-separated), for failback.
+pub const ANNOTATION_FAILED_OVER_FROM: &str = "federation.pinterest.com/failed-over-from";
+/// What the last failover moved, shown in the FailedOver condition.
+pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover-message";
+/// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
+pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
 /// Label key of a member's region in placement selectors.
 pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
 /// Label key of a member's zone in placement selectors.

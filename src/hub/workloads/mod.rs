@@ -53,14 +53,10 @@ use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
 pub use health::watch_member_health;
 pub use profiles::propagate_profiles;
 
-/// The hub generation the current placement decision was made for.
-pub const ANNOTATION_PLACEMENT_GENERATION: &str = "federation.pinterest.com/placement-generation";
-/// Members the workload moved off after they were lost (comma-separated), for failback.
-pub const ANNOTATION_FAILED_OVER_FROM: &str = "federation.pinterest.com/failed-over-from";
-/// What the last failover moved, shown in the FailedOver condition.
-pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover-message";
-/// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
-pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
+pub use crate::api::federation::{
+    ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE,
+    ANNOTATION_PLACEMENT_GENERATION,
+};
 pub use crate::status::hub_status::FAILED_OVER;
 
 /// What the hub's workload loops report beyond the reconcile counters.
