@@ -100,40 +100,7 @@ pub(crate) fn expand(ctx: &Ctx<'_>, s: &PinterestService, out: &mut Out) -> Resu
     }
 
     if let (Some(ing), Some(first)) = (&spec.ingress, ports.first()) {
-        let host = ing.host.clone().unwrap_or_else(|| default_host(ctx));
-        let port = match &first.name {
-            Some(n) => ServiceBackendPort {
-                name: Some(n.clone()),
-                number: None,
-            },
-            None => ServiceBackendPort {
-                name: None,
-                number: Some(first.port),
-            },
-        };
-        out.push(Ingress {
-            metadata: ctx.meta(name.clone(), &[]),
-            spec: Some(IngressSpec {
-                rules: Some(vec![IngressRule {
-                    host: Some(host),
-                    http: Some(HTTPIngressRuleValue {
-                        paths: vec![HTTPIngressPath {
-                            path: Some(ing.path.clone().unwrap_or_else(|| "/".to_string())),
-                            path_type: "Prefix".to_string(),
-                            backend: IngressBackend {
-                                service: Some(IngressServiceBackend {
-                                    name: svc_name.clone(),
-                                    port: Some(port),
-                                }),
-                                resource: None,
-                            },
-                        }],
-                    }),
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        out.push(ingress(ctx, ing, first, &name, &svc_name));
     }
 
     let max_unavailable = spec
@@ -154,6 +121,50 @@ pub(crate) fn expand(ctx: &Ctx<'_>, s: &PinterestService, out: &mut Out) -> Resu
         ..Default::default()
     });
     Ok(())
+}
+
+/// The Ingress of a service with `spec.ingress`, to its first port.
+fn ingress(
+    ctx: &Ctx<'_>,
+    ing: &crate::api::service::IngressRoute,
+    first: &ServicePort,
+    name: &str,
+    svc_name: &str,
+) -> Ingress {
+    let host = ing.host.clone().unwrap_or_else(|| default_host(ctx));
+    let port = match &first.name {
+        Some(n) => ServiceBackendPort {
+            name: Some(n.clone()),
+            number: None,
+        },
+        None => ServiceBackendPort {
+            name: None,
+            number: Some(first.port),
+        },
+    };
+    Ingress {
+        metadata: ctx.meta(name.to_string(), &[]),
+        spec: Some(IngressSpec {
+            rules: Some(vec![IngressRule {
+                host: Some(host),
+                http: Some(HTTPIngressRuleValue {
+                    paths: vec![HTTPIngressPath {
+                        path: Some(ing.path.clone().unwrap_or_else(|| "/".to_string())),
+                        path_type: "Prefix".to_string(),
+                        backend: IngressBackend {
+                            service: Some(IngressServiceBackend {
+                                name: svc_name.to_string(),
+                                port: Some(port),
+                            }),
+                            resource: None,
+                        },
+                    }],
+                }),
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// `<name>.<namespace>.<cluster>.pinterest.internal`, leaving out what is unknown.
