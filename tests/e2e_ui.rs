@@ -339,6 +339,14 @@ async fn a_submitted_service_shows_its_split_and_turns_ready_live() {
     for (c, _, _) in &parts {
         assert!(fed.member_names().contains(c), "{c} is a member");
     }
+    // The whole table, with what the other tests run beside it.
+    b.goto("/ui/workloads").await;
+    b.wait_js(
+        "the service in the whole table",
+        &format!("return !!document.querySelector({})", css_attr(&row)),
+        WAIT,
+    )
+    .await;
     b.screenshot("workloads").await;
 
     // The workload page: the decision and why, per member.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, Path, Query, Request, State};
+use axum::extract::{Form, OriginalUri, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -436,7 +436,7 @@ async fn leader(ui: &Ui) -> Leader {
 async fn fleet(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Query(q): Query<PageQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
@@ -534,7 +534,7 @@ fn parse_filter(q: &WorkloadsQuery) -> Result<Filter, String> {
 async fn workloads(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Query(q): Query<WorkloadsQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
@@ -599,18 +599,16 @@ async fn workloads(
     )
 }
 
-/// The kind of a path, or the 404 page.
-fn kind_or_404(kind: &str, s: &Session, fragment: bool) -> Result<WorkloadKind, Response> {
-    parse_kind(kind).ok_or_else(|| {
-        problem(
-            StatusCode::NOT_FOUND,
-            Some(s),
-            fragment,
-            &format!(
-                "unknown kind {kind:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
-            ),
-        )
-    })
+/// The 404 page of a kind that does not exist.
+fn unknown_kind(kind: &str, s: &Session, fragment: bool) -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        Some(s),
+        fragment,
+        &format!(
+            "unknown kind {kind:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
+        ),
+    )
 }
 
 fn failover_history(o: &DynamicObject, st: &HubStatus, now: Timestamp) -> Vec<(String, String)> {
@@ -645,15 +643,14 @@ fn failover_history(o: &DynamicObject, st: &HubStatus, now: Timestamp) -> Vec<(S
 async fn workload(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Path((ns, kind, name)): Path<(String, String, String)>,
     Query(q): Query<PageQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
     let s = session_or_login!(ui, headers, uri, fragment);
-    let kind = match kind_or_404(&kind, &s, fragment) {
-        Ok(k) => k,
-        Err(r) => return r,
+    let Some(kind) = parse_kind(&kind) else {
+        return unknown_kind(&kind, &s, fragment);
     };
     if let Err(e) = authorize_namespace(&ui.jss.auth, &s.principal, &ns) {
         return problem(StatusCode::FORBIDDEN, Some(&s), fragment, &e.to_string());
@@ -726,7 +723,7 @@ async fn workload(
 async fn delete_workload(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Path((ns, kind, name)): Path<(String, String, String)>,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
@@ -737,9 +734,8 @@ async fn delete_workload(
         audit(&s.principal.user, "delete", &object, "Forbidden", why);
         return problem(StatusCode::FORBIDDEN, Some(&s), false, why);
     }
-    let kind = match kind_or_404(&kind, &s, false) {
-        Ok(k) => k,
-        Err(r) => return r,
+    let Some(kind) = parse_kind(&kind) else {
+        return unknown_kind(&kind, &s, false);
     };
     let object = format!("{}/{ns}/{name}", kind.as_str());
     let refuse = |code: StatusCode, reason: &str, msg: String| {
@@ -782,7 +778,7 @@ async fn delete_workload(
 async fn quotas(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Query(q): Query<PageQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
@@ -826,7 +822,7 @@ async fn quotas(
 async fn owners(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Query(q): Query<PageQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
@@ -910,7 +906,7 @@ fn follows(topic: &str, before: Changes, now: Changes) -> bool {
 async fn live(
     State(ui): Shared,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     Query(q): Query<LiveQuery>,
 ) -> Response {
     let Some((id, s)) = ui.session(&headers) else {
@@ -969,7 +965,11 @@ async fn asset_js() -> Response {
         .into_response()
 }
 
-async fn not_found(State(ui): Shared, headers: HeaderMap, uri: Uri) -> Response {
+async fn not_found(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+) -> Response {
     let s = ui.session(&headers).map(|(_, s)| s);
     problem(
         StatusCode::NOT_FOUND,

@@ -685,6 +685,7 @@ pub fn member_reasons(
         let name = mc.name_any();
         if let Some(p) = decision.placements.iter().find(|p| p.cluster == name) {
             let share = match (&p.replicas, &p.shards) {
+                (Some(1), _) => "1 replica".into(),
                 (Some(r), _) => format!("{r} replicas"),
                 (None, Some(sh)) => format!("shards {sh}"),
                 (None, None) => "whole workload".into(),
