@@ -365,7 +365,7 @@ async fn a_submitted_service_shows_its_split_and_turns_ready_live() {
         let placed = parts.iter().any(|(c, _, _)| c == &m);
         if placed {
             assert!(
-                why.contains("replicas") && why.contains("Divided") && why.contains("Ready"),
+                why.contains(" replica") && why.contains("Divided") && why.contains("Ready"),
                 "{m}: {why}"
             );
         } else {
