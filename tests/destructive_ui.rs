@@ -48,7 +48,7 @@ async fn destructive_a_stopped_member_turns_not_ready_on_an_open_fleet_page_and_
         String::from_utf8_lossy(&out.stderr)
     );
     // Within the member grace (plus heartbeat and update slack) on the open page.
-    let limit = Duration::from_secs(u64::from(MEMBER_GRACE) + 15);
+    let limit = Duration::from_secs(u64::from(MEMBER_GRACE) + 30);
     b.wait_js(
         &format!("{member} NotReady on the open page\n{}", st.logs()),
         &health("NotReady"),

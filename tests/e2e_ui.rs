@@ -611,6 +611,18 @@ async fn actions_without_csrf_or_from_another_site_are_refused() {
     )
     .await;
     assert!(resp.contains("script-src 'self'"), "{resp}");
+    for home in ["/", "/ui", "/ui/"] {
+        let (code, resp) = raw_request(
+            &st.server,
+            &format!("GET {home} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(code, 303, "{home}: {resp}");
+        assert!(
+            resp.to_ascii_lowercase().contains("location: /ui/fleet"),
+            "{home}: {resp}"
+        );
+    }
     let login = "token=alice-token&next=%2Fui%2Ffleet";
     let (code, resp) = raw_request(
         &st.server,

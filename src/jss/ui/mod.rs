@@ -1028,8 +1028,10 @@ pub fn router(ui: Arc<Ui>) -> Router {
 
 /// Mounts the UI under `/ui` of the JSS's router.
 pub fn mount(app: Router, ui: Arc<Ui>) -> Router {
+    let home = || async { Redirect::to("/ui/fleet") };
     app.nest("/ui", router(ui))
-        .route("/", get(|| async { Redirect::to("/ui/fleet") }))
+        .route("/", get(home))
+        .route("/ui/", get(home))
 }
 
 #[cfg(test)]

@@ -147,6 +147,10 @@ impl Resource {
     /// An amount as people read it (`7500m` cpu as `7.5`, memory in binary units).
     pub fn format(self, m: Milli) -> String {
         match self {
+            // Exact binary units when they fit (`128Gi`), else Gi with one decimal.
+            Resource::Memory if m.0 >= 1000 << 30 && m.0 % (1000 << 30) != 0 => {
+                format!("{:.1}Gi", m.0 as f64 / (1000u64 << 30) as f64)
+            }
             Resource::Memory => crate::jss::quota::format_memory(m),
             Resource::Cpu if m.0 % 1000 != 0 => format!("{:.1}", m.0 as f64 / 1000.0),
             _ => m.to_string(),
@@ -951,6 +955,11 @@ mod tests {
         assert_eq!(cpu.allocatable, Some(Milli(32000)));
         assert_eq!(cpu.allocated, Some(Milli(7500)));
         assert_eq!(Resource::Cpu.format(Milli(7500)), "7.5");
+        assert_eq!(
+            Resource::Memory.format(Milli(130_624 * (1000 << 20))),
+            "127.6Gi"
+        );
+        assert_eq!(Resource::Memory.format(Milli(448 * (1000 << 20))), "448Mi");
         assert_eq!(
             Resource::Memory.format(cpu.allocated.map(|_| Milli(1000 << 30)).unwrap()),
             "1Gi"
