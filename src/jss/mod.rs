@@ -7,7 +7,8 @@
 //! quotas and the owners report.
 //!
 //! Pure stages: [`auth`], [`request`], [`admission`], [`quota`], [`artifacts`] (its
-//! verification), [`views`]. The shell: [`hub`] (the only client) and [`server`].
+//! verification), [`views`]. The shell: [`hub`] (the only client) and [`server`]. The web
+//! UI under `/ui` is [`ui`].
 
 pub mod admission;
 pub mod artifacts;
@@ -18,6 +19,7 @@ pub mod hub;
 pub mod quota;
 pub mod request;
 pub mod server;
+pub mod ui;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -76,6 +78,12 @@ pub struct JssArgs {
     /// Time limit of one request (seconds); slower ones get 503.
     #[arg(long, env = "PINFED_JSS_REQUEST_TIMEOUT_SECS", default_value = "30")]
     pub request_timeout_secs: u64,
+    /// How long a web UI session lasts after its login (seconds).
+    #[arg(long, env = "PINFED_JSS_UI_SESSION_SECS", default_value_t = ui::DEFAULT_SESSION_SECS)]
+    pub ui_session_secs: u64,
+    /// The hub's leader-election Lease the UI's fleet page shows (`namespace/name`).
+    #[arg(long, env = "PINFED_JSS_HUB_LEASE", default_value = ui::DEFAULT_HUB_LEASE)]
+    pub hub_lease: String,
 }
 
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
@@ -144,9 +152,18 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             listen = %args.listen,
             tls = tls.is_some(),
             artifacts = %args.artifacts.display(),
+            ui = %format!("{}://{}/ui/", if tls.is_some() { "https" } else { "http" }, args.listen),
             "job submission service ready"
         );
-        let app = server::router(jss, ready);
+        let ui = ui::Ui::start(
+            jss.clone(),
+            ui::UiConfig {
+                secure_cookies: tls.is_some(),
+                session_ttl: Duration::from_secs(args.ui_session_secs),
+                hub_lease: args.hub_lease.clone(),
+            },
+        );
+        let app = ui::mount(server::router(jss, ready), ui);
         tokio::select! {
             r = server::serve(listener, app, tls) => r,
             r = metrics_server => r?,

@@ -188,7 +188,8 @@ impl Jss {
         }
     }
 
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
+    /// The caller of a request (also the UI's login, with the token it was given).
+    pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
         let token = auth::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))?;
         match auth::authenticate(&self.auth, token) {
             Ok(p) => Ok(p),

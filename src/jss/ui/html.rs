@@ -1,0 +1,222 @@
+//! HTML building blocks of the UI: escaping, the page frame, badges, bars and tables.
+//! Pure. Every text that comes from outside goes through [`esc`]; no inline script or
+//! style is ever written, so the Content-Security-Policy can forbid both.
+
+use std::fmt::Write;
+
+/// The stylesheet and script, compiled into the binary (no CDN, no network at run time).
+pub const CSS: &str = include_str!("assets/ui.css");
+pub const JS: &str = include_str!("assets/ui.js");
+
+/// The Content-Security-Policy of every UI response.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Escapes text for element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a URL path segment or query value.
+pub fn url_part(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// The navigation entries: path and label.
+pub const NAV: [(&str, &str); 4] = [
+    ("/ui/fleet", "Fleet"),
+    ("/ui/workloads", "Workloads"),
+    ("/ui/quotas", "Quotas"),
+    ("/ui/owners", "Owners"),
+];
+
+/// Who is logged in, for the page header.
+pub struct Viewer<'a> {
+    pub user: &'a str,
+    pub teams: Vec<&'a str>,
+    pub csrf: &'a str,
+}
+
+/// A whole page. `live` names the topic the page follows (server-sent events); `main`
+/// is the page body, which live updates replace.
+pub fn page(
+    title: &str,
+    active: &str,
+    viewer: Option<&Viewer<'_>>,
+    live: Option<&str>,
+    main: &str,
+) -> String {
+    let mut h = String::with_capacity(main.len() + 2048);
+    h.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    let _ = write!(h, "<title>{} · pinfed</title>", esc(title));
+    h.push_str("<link rel=\"icon\" href=\"data:,\">");
+    h.push_str("<link rel=\"stylesheet\" href=\"/ui/assets/ui.css\">");
+    h.push_str("<script src=\"/ui/assets/ui.js\" defer></script>");
+    if let Some(v) = viewer {
+        let _ = write!(h, "<meta name=\"csrf-token\" content=\"{}\">", esc(v.csrf));
+    }
+    h.push_str(
+        "</head><body><header class=\"top\"><a class=\"brand\" href=\"/ui/fleet\">pinfed</a>",
+    );
+    if let Some(v) = viewer {
+        h.push_str("<nav>");
+        for (path, label) in NAV {
+            let cls = if path == active {
+                " class=\"active\""
+            } else {
+                ""
+            };
+            let _ = write!(h, "<a href=\"{path}\"{cls}>{label}</a>");
+        }
+        h.push_str("</nav>");
+        let _ = write!(
+            h,
+            "<div class=\"who\"><span id=\"user\">{}</span> <span class=\"teams\">{}</span>\
+             <form method=\"post\" action=\"/ui/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\" class=\"link\">Log out</button></form></div>",
+            esc(v.user),
+            esc(&v.teams.join(", ")),
+            esc(v.csrf)
+        );
+    }
+    h.push_str("</header>");
+    match live {
+        Some(topic) => {
+            let _ = write!(h, "<main id=\"main\" data-live=\"{}\">", esc(topic));
+        }
+        None => h.push_str("<main id=\"main\">"),
+    }
+    h.push_str(main);
+    h.push_str("</main></body></html>\n");
+    h
+}
+
+/// A coloured one-word badge.
+pub fn badge(text: &str, tone: &str) -> String {
+    format!("<span class=\"badge {}\">{}</span>", esc(tone), esc(text))
+}
+
+/// A bar of `used` out of `total` with a label (`meter` colours itself: green, then
+/// amber past 75 %, red past 90 %).
+pub fn bar(used: f64, total: f64, label: &str) -> String {
+    if total <= 0.0 {
+        return format!("<span class=\"muted\">{}</span>", esc(label));
+    }
+    format!(
+        "<div class=\"bar\"><meter min=\"0\" max=\"{total}\" low=\"{}\" high=\"{}\" optimum=\"0\" value=\"{}\"></meter><span>{}</span></div>",
+        total * 0.75,
+        total * 0.9,
+        used.clamp(0.0, total),
+        esc(label)
+    )
+}
+
+/// A table with a header row; `rows` are already-built `<tr>` elements.
+pub fn table(class: &str, headers: &[&str], rows: &str, empty: &str) -> String {
+    let mut h = format!("<table class=\"{}\"><thead><tr>", esc(class));
+    for th in headers {
+        let _ = write!(h, "<th>{}</th>", esc(th));
+    }
+    h.push_str("</tr></thead><tbody>");
+    if rows.is_empty() {
+        let _ = write!(
+            h,
+            "<tr class=\"empty\"><td colspan=\"{}\">{}</td></tr>",
+            headers.len(),
+            esc(empty)
+        );
+    } else {
+        h.push_str(rows);
+    }
+    h.push_str("</tbody></table>");
+    h
+}
+
+/// A `<select>` of `options` (value, label) with `selected` chosen and an "any" entry.
+pub fn select(
+    name: &str,
+    label: &str,
+    options: &[(String, String)],
+    selected: Option<&str>,
+) -> String {
+    let mut h = format!(
+        "<label>{}<select name=\"{}\" id=\"f-{}\"><option value=\"\">any</option>",
+        esc(label),
+        esc(name),
+        esc(name)
+    );
+    for (value, text) in options {
+        let sel = if selected == Some(value.as_str()) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(
+            h,
+            "<option value=\"{}\"{sel}>{}</option>",
+            esc(value),
+            esc(text)
+        );
+    }
+    h.push_str("</select></label>");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            esc("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(url_part("a b/c?d"), "a%20b%2Fc%3Fd");
+    }
+
+    #[test]
+    fn a_page_carries_csrf_nav_and_live_topic_and_no_inline_script() {
+        let v = Viewer {
+            user: "al<ice",
+            teams: vec!["ads"],
+            csrf: "tok",
+        };
+        let p = page("Fleet", "/ui/fleet", Some(&v), Some("fleet"), "<p>x</p>");
+        assert!(p.contains("<meta name=\"csrf-token\" content=\"tok\">"));
+        assert!(p.contains("<a href=\"/ui/fleet\" class=\"active\">Fleet</a>"));
+        assert!(p.contains("data-live=\"fleet\""));
+        assert!(p.contains("al&lt;ice"));
+        assert!(!p.contains("<script>"), "scripts only from /ui/assets");
+        assert!(!p.contains("style="), "no inline style");
+        let login = page("Log in", "", None, None, "");
+        assert!(!login.contains("<nav>"));
+    }
+
+    #[test]
+    fn bars_clamp_and_label() {
+        let b = bar(12.0, 10.0, "12 / 10");
+        assert!(b.contains("value=\"10\"") && b.contains("12 / 10"));
+        assert!(bar(1.0, 0.0, "none").contains("muted"));
+    }
+}

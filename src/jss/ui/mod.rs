@@ -1,0 +1,1156 @@
+//! The web UI of the JSS, under `/ui`: the fleet, every workload with its per-cluster
+//! split and the reasons for it, quotas and owners, with live updates. Server-rendered
+//! HTML with one small script, both compiled into the binary.
+//!
+//! Authentication and team scoping are the API's: a login takes the same bearer token (or
+//! one TokenReview accepts), and every page shows only the namespaces the caller's teams
+//! may read. A login makes an HttpOnly, SameSite=Strict session cookie; every POST carries
+//! the session's CSRF token and is refused from another origin.
+//!
+//! Pure: [`model`] (what to show), [`pages`] and [`html`] (how), [`session`] (the session
+//! table). The shell: this module's handlers and [`feed`] (the hub's watches and reads).
+
+pub mod feed;
+pub mod html;
+pub mod model;
+pub mod pages;
+pub mod session;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, OriginalUri, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde::Deserialize;
+
+use self::feed::{Changes, Feed};
+use self::html::Viewer;
+use self::model::{Filter, Grouping, HubStatus, WorkloadRow, WorkloadState};
+use self::pages::{Leader, Palette};
+use self::session::{Session, Sessions};
+use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
+use super::auth::{authorize_change_of_existing, authorize_namespace, may_use_namespace};
+use super::request::parse_kind;
+use super::server::Jss;
+use crate::api::common::find_condition;
+use crate::api::workload::WorkloadKind;
+use crate::hub::workloads::{
+    ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, FAILED_OVER,
+};
+
+/// How long a session lasts by default (seconds).
+pub const DEFAULT_SESSION_SECS: u64 = 8 * 3600;
+/// The hub's leader-election Lease by default (`pinfed hub`'s defaults).
+pub const DEFAULT_HUB_LEASE: &str = "pinfed-system/pinfed-hub";
+/// Longest wait for the UI's hub caches before a page says the JSS is not ready.
+const READY_WAIT: Duration = Duration::from_secs(10);
+/// Live updates are sent at most this often per page.
+const LIVE_DEBOUNCE: Duration = Duration::from_millis(700);
+/// Shards drawn in a shard map at most.
+const SHARD_MAP_LIMIT: u32 = 5_000;
+
+/// The UI's settings.
+#[derive(Clone, Debug)]
+pub struct UiConfig {
+    /// Mark the session cookie `Secure` (the JSS serves TLS).
+    pub secure_cookies: bool,
+    pub session_ttl: Duration,
+    /// The hub's leader Lease, `namespace/name`.
+    pub hub_lease: String,
+}
+
+pub struct Ui {
+    jss: Arc<Jss>,
+    feed: Arc<Feed>,
+    sessions: Sessions,
+    cfg: UiConfig,
+}
+
+impl Ui {
+    /// Starts the UI's hub watches.
+    pub fn start(jss: Arc<Jss>, cfg: UiConfig) -> Arc<Ui> {
+        let feed = Feed::start(jss.hub.client.clone());
+        Arc::new(Ui {
+            jss,
+            feed,
+            sessions: Sessions::new(cfg.session_ttl),
+            cfg,
+        })
+    }
+
+    fn session(&self, headers: &HeaderMap) -> Option<(String, Session)> {
+        let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+        let id = session::cookie_value(cookie)?;
+        let s = self.sessions.get(id, Instant::now())?;
+        Some((id.to_string(), s))
+    }
+
+    fn lease(&self) -> (&str, &str) {
+        self.cfg
+            .hub_lease
+            .split_once('/')
+            .unwrap_or(("pinfed-system", self.cfg.hub_lease.as_str()))
+    }
+}
+
+type Shared = State<Arc<Ui>>;
+
+/// What every GET page takes besides its own parameters.
+#[derive(Debug, Default, Deserialize)]
+pub struct PageQuery {
+    /// Only the body (`<main>`), for live updates.
+    pub fragment: Option<String>,
+}
+
+fn viewer(s: &Session) -> Viewer<'_> {
+    Viewer {
+        user: &s.principal.user,
+        teams: s.principal.teams.iter().map(String::as_str).collect(),
+        csrf: &s.csrf,
+    }
+}
+
+fn html_response(code: StatusCode, body: String) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// A page, or only its body when the script asks for a live update.
+fn render(
+    code: StatusCode,
+    title: &str,
+    active: &str,
+    s: Option<&Session>,
+    live: Option<&str>,
+    fragment: bool,
+    main: String,
+) -> Response {
+    if fragment {
+        return html_response(code, main);
+    }
+    let v = s.map(viewer);
+    html_response(code, html::page(title, active, v.as_ref(), live, &main))
+}
+
+fn problem(code: StatusCode, s: Option<&Session>, fragment: bool, message: &str) -> Response {
+    let title = code.canonical_reason().unwrap_or("Error");
+    render(
+        code,
+        title,
+        "",
+        s,
+        None,
+        fragment,
+        pages::problem(code.as_u16(), title, message),
+    )
+}
+
+/// Not logged in (or the session expired): the login page, coming back here after it;
+/// a live update or an event stream gets 401 and its script goes to the login.
+fn to_login(uri: &Uri, fragment: bool) -> Response {
+    if fragment || uri.path() == "/ui/live" {
+        return (StatusCode::UNAUTHORIZED, "session expired: log in again").into_response();
+    }
+    let next = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/ui/fleet");
+    Redirect::to(&format!("/ui/login?next={}", html::url_part(next))).into_response()
+}
+
+/// Where a login may send the browser: a page of the UI, nothing else.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n)
+            if n.starts_with("/ui/")
+                && !n.starts_with("/ui/login")
+                && !n.contains("//")
+                && !n.contains('\\')
+                && n.chars().all(|c| !c.is_control()) =>
+        {
+            n.to_string()
+        }
+        _ => "/ui/fleet".into(),
+    }
+}
+
+/// Refuses a POST from another site: a browser sends `Origin` (and `Sec-Fetch-Site`)
+/// with every POST; they must name this server.
+fn same_origin(headers: &HeaderMap) -> bool {
+    if headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == "cross-site" || v == "same-site")
+    {
+        return false;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin = origin.to_str().unwrap_or("null");
+    let origin_host = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+}
+
+/// The checks of every action: same origin and the session's CSRF token.
+fn check_action(headers: &HeaderMap, s: &Session, csrf: Option<&str>) -> Result<(), &'static str> {
+    if !same_origin(headers) {
+        return Err("the request came from another site");
+    }
+    match csrf {
+        Some(t) if session::same_secret(t, &s.csrf) => Ok(()),
+        Some(_) => Err("the form's CSRF token does not match your session (reload the page)"),
+        None => Err("the form carries no CSRF token"),
+    }
+}
+
+fn audit(user: &str, action: &str, object: &str, outcome: &str, reason: &str) {
+    tracing::info!(
+        target: "audit",
+        user = %user,
+        team = "-",
+        action,
+        object = %object,
+        outcome,
+        reason,
+        via = "ui",
+        "decision"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Login and logout
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LoginQuery {
+    pub next: Option<String>,
+}
+
+async fn login_page(
+    State(ui): Shared,
+    headers: HeaderMap,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    if ui.session(&headers).is_some() {
+        return Redirect::to(&safe_next(q.next.as_deref())).into_response();
+    }
+    let next = safe_next(q.next.as_deref());
+    render(
+        StatusCode::OK,
+        "Log in",
+        "",
+        None,
+        None,
+        false,
+        pages::login(None, &next),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LoginForm {
+    pub token: Option<String>,
+    pub next: Option<String>,
+}
+
+async fn login(
+    State(ui): Shared,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(f)) = form else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            None,
+            false,
+            "the login form could not be read",
+        );
+    };
+    let next = safe_next(f.next.as_deref());
+    if !same_origin(&headers) {
+        return problem(
+            StatusCode::FORBIDDEN,
+            None,
+            false,
+            "the login came from another site",
+        );
+    }
+    let token = f.token.as_deref().map(str::trim).unwrap_or_default();
+    let refuse = |msg: &str| {
+        render(
+            StatusCode::UNAUTHORIZED,
+            "Log in",
+            "",
+            None,
+            None,
+            false,
+            pages::login(Some(msg), &next),
+        )
+    };
+    if token.is_empty() {
+        return refuse("Enter your token.");
+    }
+    // The API's own authentication: the token file, then TokenReview where enabled.
+    let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) else {
+        audit("-", "login", "-", "Unauthenticated", "malformed token");
+        return refuse("Unknown or expired token.");
+    };
+    let mut h = HeaderMap::new();
+    h.insert(header::AUTHORIZATION, value);
+    let principal = match ui.jss.authenticate(&h).await {
+        Ok(p) => p,
+        Err(r) => {
+            audit("-", "login", "-", r.reason(), &r.to_string());
+            return refuse(if r.reason() == "Unauthenticated" {
+                "Unknown or expired token."
+            } else {
+                "The token could not be checked now; try again."
+            });
+        }
+    };
+    let user = principal.user.clone();
+    let (id, _) = match ui.sessions.create(principal, Instant::now()) {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(error = %e, "no randomness for a session id");
+            return problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                false,
+                "no session could be made",
+            );
+        }
+    };
+    audit(&user, "login", "-", "Accepted", "");
+    let mut resp = Redirect::to(&next).into_response();
+    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(
+        &id,
+        ui.sessions.ttl(),
+        ui.cfg.secure_cookies,
+    )) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ActionForm {
+    pub csrf: Option<String>,
+}
+
+async fn logout(
+    State(ui): Shared,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let Some((id, s)) = ui.session(&headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let csrf = form.ok().and_then(|Form(f)| f.csrf);
+    if let Err(why) = check_action(&headers, &s, csrf.as_deref()) {
+        audit(&s.principal.user, "logout", "-", "Forbidden", why);
+        return problem(StatusCode::FORBIDDEN, Some(&s), false, why);
+    }
+    ui.sessions.remove(&id);
+    let mut resp = Redirect::to("/ui/login").into_response();
+    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(ui.cfg.secure_cookies)) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+// ---------------------------------------------------------------------------------------
+// Pages
+
+/// The session of a page request, or the response that sends the browser to log in.
+macro_rules! session_or_login {
+    ($ui:expr, $headers:expr, $uri:expr, $fragment:expr) => {
+        match $ui.session(&$headers) {
+            Some((_, s)) => s,
+            None => return to_login(&$uri, $fragment),
+        }
+    };
+}
+
+/// Waits for the caches, or answers 503.
+macro_rules! ready_or_503 {
+    ($ui:expr, $s:expr, $fragment:expr) => {
+        if !$ui.feed.ready(READY_WAIT).await {
+            return problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(&$s),
+                $fragment,
+                "the JSS is still loading the hub's workloads and members; try again shortly",
+            );
+        }
+    };
+}
+
+fn palette(members: &[crate::api::federation::MemberCluster]) -> Palette {
+    let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
+    Palette::new(names.iter().map(String::as_str))
+}
+
+async fn leader(ui: &Ui) -> Leader {
+    let (ns, name) = ui.lease();
+    let lease = format!("{ns}/{name}");
+    match ui.feed.lease(ns, name).await {
+        Ok(Some(l)) => {
+            let spec = l.spec.unwrap_or_default();
+            match spec.holder_identity {
+                Some(holder) if !holder.is_empty() => Leader::Held {
+                    holder,
+                    renewed: spec.renew_time.map(|t| t.0),
+                    acquired: spec.acquire_time.map(|t| t.0),
+                    duration_secs: spec.lease_duration_seconds,
+                    transitions: spec.lease_transitions,
+                },
+                _ => Leader::NoLease { lease },
+            }
+        }
+        Ok(None) => Leader::NoLease { lease },
+        Err(e) => Leader::Unreadable {
+            lease,
+            error: e.to_string(),
+        },
+    }
+}
+
+async fn fleet(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    ready_or_503!(ui, s, fragment);
+    let now = Timestamp::now();
+    let members = ui.feed.members();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, o) in ui.feed.workloads() {
+        let clusters: BTreeSet<String> =
+            crate::jss::views::placed_clusters(&o).into_iter().collect();
+        for c in clusters {
+            *counts.entry(c).or_default() += 1;
+        }
+    }
+    let rows: Vec<model::MemberRow> = members
+        .iter()
+        .map(|m| model::member_row(m, counts.get(&m.name_any()).copied().unwrap_or(0), now))
+        .collect();
+    let leader = leader(&ui).await;
+    render(
+        StatusCode::OK,
+        "Fleet",
+        "/ui/fleet",
+        Some(&s),
+        Some("fleet"),
+        fragment,
+        pages::fleet(&rows, &leader, now),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct WorkloadsQuery {
+    pub namespace: Option<String>,
+    pub kind: Option<String>,
+    pub team: Option<String>,
+    pub state: Option<String>,
+    pub cluster: Option<String>,
+    pub name: Option<String>,
+    pub group: Option<String>,
+    pub page: Option<String>,
+    pub deleted: Option<String>,
+    pub fragment: Option<String>,
+}
+
+fn non_empty(v: &Option<String>) -> Option<String> {
+    v.as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(String::from)
+}
+
+/// The filter of a workloads query, or what is wrong with it.
+fn parse_filter(q: &WorkloadsQuery) -> Result<Filter, String> {
+    let kind = match non_empty(&q.kind) {
+        Some(k) => Some(parse_kind(&k).ok_or_else(|| {
+            format!(
+                "unknown kind {k:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
+            )
+        })?),
+        None => None,
+    };
+    let state = match non_empty(&q.state) {
+        Some(s) => Some(WorkloadState::parse(&s).ok_or_else(|| {
+            let all: Vec<&str> = WorkloadState::ALL.iter().map(|s| s.as_str()).collect();
+            format!("unknown state {s:?} (one of {})", all.join(", "))
+        })?),
+        None => None,
+    };
+    let group = match non_empty(&q.group) {
+        Some(g) => Grouping::parse(&g)
+            .ok_or_else(|| format!("unknown grouping {g:?} (namespace, team, kind or state)"))?,
+        None => Grouping::None,
+    };
+    let page = match non_empty(&q.page) {
+        Some(p) => p
+            .parse::<usize>()
+            .ok()
+            .filter(|p| *p >= 1)
+            .ok_or_else(|| format!("page {p:?} is not a page number (1, 2, ...)"))?,
+        None => 1,
+    };
+    Ok(Filter {
+        namespace: non_empty(&q.namespace),
+        kind,
+        team: non_empty(&q.team),
+        state,
+        cluster: non_empty(&q.cluster),
+        name: non_empty(&q.name),
+        group,
+        page,
+    })
+}
+
+async fn workloads(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<WorkloadsQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    let filter = match parse_filter(&q) {
+        Ok(f) => f,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, Some(&s), fragment, &e),
+    };
+    ready_or_503!(ui, s, fragment);
+    let now = Timestamp::now();
+    let members = ui.feed.members();
+    let visible: Vec<WorkloadRow> = ui
+        .feed
+        .workloads()
+        .iter()
+        .filter(|(_, o)| {
+            may_use_namespace(
+                &ui.jss.auth,
+                &s.principal,
+                &o.namespace().unwrap_or_default(),
+            )
+        })
+        .map(|(k, o)| WorkloadRow::of(*k, o))
+        .collect();
+    let set = |f: fn(&WorkloadRow) -> String| -> Vec<String> {
+        visible
+            .iter()
+            .map(f)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let mut clusters: BTreeSet<String> = members.iter().map(|m| m.name_any()).collect();
+    clusters.extend(
+        visible
+            .iter()
+            .flat_map(|r| r.split.iter().map(|p| p.cluster.clone())),
+    );
+    let choices = pages::FilterChoices {
+        namespaces: set(|r| r.namespace.clone()),
+        teams: set(|r| r.team.clone()),
+        clusters: clusters.into_iter().collect(),
+    };
+    let page = model::page_of(visible, &filter);
+    let flash = non_empty(&q.deleted)
+        .map(|d| format!("Deleted {d}: the hub removes its slices from every member."));
+    render(
+        StatusCode::OK,
+        "Workloads",
+        "/ui/workloads",
+        Some(&s),
+        Some("workloads"),
+        fragment,
+        pages::workloads(
+            &page,
+            &filter,
+            &choices,
+            &palette(&members),
+            flash.as_deref(),
+            now,
+        ),
+    )
+}
+
+/// The 404 page of a kind that does not exist.
+fn unknown_kind(kind: &str, s: &Session, fragment: bool) -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        Some(s),
+        fragment,
+        &format!(
+            "unknown kind {kind:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
+        ),
+    )
+}
+
+fn failover_history(o: &DynamicObject, st: &HubStatus, now: Timestamp) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(c) = find_condition(&st.conditions, FAILED_OVER) {
+        out.push((
+            format!("{} ({:?})", FAILED_OVER, c.status),
+            format!(
+                "{}: {} · {} ago",
+                c.reason,
+                c.message,
+                model::age(now, c.last_transition_time.0)
+            ),
+        ));
+    }
+    let ann = o.annotations();
+    if let Some(v) = ann
+        .get(ANNOTATION_FAILED_OVER_FROM)
+        .filter(|v| !v.is_empty())
+    {
+        out.push(("Moved off (fails back when it returns)".into(), v.clone()));
+    }
+    if let Some(v) = ann
+        .get(ANNOTATION_FAILOVER_MESSAGE)
+        .filter(|v| !v.is_empty())
+    {
+        out.push(("Last failover".into(), v.clone()));
+    }
+    out
+}
+
+async fn workload(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    let Some(kind) = parse_kind(&kind) else {
+        return unknown_kind(&kind, &s, fragment);
+    };
+    if let Err(e) = authorize_namespace(&ui.jss.auth, &s.principal, &ns) {
+        return problem(StatusCode::FORBIDDEN, Some(&s), fragment, &e.to_string());
+    }
+    ready_or_503!(ui, s, fragment);
+    let Some(o) = ui.feed.workload(kind, &ns, &name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            Some(&s),
+            fragment,
+            &format!("{} {ns}/{name} not found on the hub", kind.as_str()),
+        );
+    };
+    let now = Timestamp::now();
+    let members = ui.feed.members();
+    let st = HubStatus::of(&o);
+    let row = WorkloadRow::of(kind, &o);
+    let typed = crate::jss::hub::typed(kind, &o);
+    let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+    let may_delete = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns)
+        .map_err(|e| e.to_string());
+    let shards = (kind == WorkloadKind::JobSet).then(|| {
+        let total = o.data["spec"]["shards"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0);
+        (total, model::shard_map(total, &st, SHARD_MAP_LIMIT))
+    });
+    let events = ui
+        .feed
+        .events(kind, &ns, &name)
+        .await
+        .map_err(|e| e.to_string());
+    let palette = palette(&members);
+    let detail = pages::Detail {
+        row: &row,
+        contact: o.data["spec"]["owner"]["contact"]
+            .as_str()
+            .unwrap_or("-")
+            .to_string(),
+        submitted_by: o.annotations().get(ANNOTATION_SUBMITTED_BY).cloned(),
+        artifact: o.annotations().get(ANNOTATION_ARTIFACT).cloned(),
+        generation: o.metadata.generation,
+        requested: ui.jss.hub.requested_by(kind, &o),
+        decision: st.placement.as_ref(),
+        reasons: model::member_reasons(typed.as_ref(), &members, &st, now),
+        slices: &st.clusters,
+        conditions: &st.conditions,
+        failover: failover_history(&o, &st, now),
+        shards,
+        events,
+        yaml: serde_yaml::to_string(&*o).unwrap_or_else(|e| format!("# not shown: {e}")),
+        may_delete,
+        csrf: &s.csrf,
+        palette: &palette,
+        now,
+    };
+    let topic = format!("workload:{ns}/{}/{name}", kind.as_str());
+    render(
+        StatusCode::OK,
+        &format!("{ns}/{name}"),
+        "/ui/workloads",
+        Some(&s),
+        Some(&topic),
+        fragment,
+        pages::workload(&detail),
+    )
+}
+
+async fn delete_workload(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let s = session_or_login!(ui, headers, uri, false);
+    let csrf = form.ok().and_then(|Form(f)| f.csrf);
+    let object = format!("{kind}/{ns}/{name}");
+    if let Err(why) = check_action(&headers, &s, csrf.as_deref()) {
+        audit(&s.principal.user, "delete", &object, "Forbidden", why);
+        return problem(StatusCode::FORBIDDEN, Some(&s), false, why);
+    }
+    let Some(kind) = parse_kind(&kind) else {
+        return unknown_kind(&kind, &s, false);
+    };
+    let object = format!("{}/{ns}/{name}", kind.as_str());
+    let refuse = |code: StatusCode, reason: &str, msg: String| {
+        audit(&s.principal.user, "delete", &object, reason, &msg);
+        problem(code, Some(&s), false, &msg)
+    };
+    if let Err(e) = authorize_namespace(&ui.jss.auth, &s.principal, &ns) {
+        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
+    }
+    // Read live, as the API does: the owner team decides, not a cache that may lag.
+    let o = match ui.jss.hub.get_workload(kind, &ns, &name).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{} {ns}/{name} not found", kind.as_str()),
+            );
+        }
+        Err(r) => return refuse(StatusCode::BAD_GATEWAY, r.reason(), r.to_string()),
+    };
+    let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+    if let Err(e) = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns) {
+        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
+    }
+    if let Err(r) = ui.jss.hub.delete(kind, &ns, &name).await {
+        return refuse(StatusCode::BAD_GATEWAY, r.reason(), r.to_string());
+    }
+    audit(&s.principal.user, "delete", &object, "Deleted", "");
+    Redirect::to(&format!(
+        "/ui/workloads?deleted={}",
+        html::url_part(&format!(
+            "{ns}/{}/{name}",
+            crate::jss::request::kind_path(kind)
+        ))
+    ))
+    .into_response()
+}
+
+async fn quotas(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    let mut items = Vec::new();
+    for fq in ui.jss.hub.all_quotas() {
+        let ns = fq.namespace().unwrap_or_default();
+        if !may_use_namespace(&ui.jss.auth, &s.principal, &ns) {
+            continue;
+        }
+        let status = fq.status.clone().unwrap_or_default();
+        let per_cluster = fq
+            .spec
+            .per_cluster
+            .iter()
+            .map(|(c, hard)| {
+                let used = status.used_per_cluster.get(c).cloned().unwrap_or_default();
+                (c.clone(), (hard.clone(), used))
+            })
+            .collect();
+        items.push(pages::QuotaView {
+            requested: ui.jss.hub.namespace_usage(&ns).await.ok(),
+            name: fq.name_any(),
+            namespace: ns,
+            hard: fq.spec.hard.clone(),
+            used: status.used.unwrap_or_default(),
+            per_cluster,
+        });
+    }
+    render(
+        StatusCode::OK,
+        "Quotas",
+        "/ui/quotas",
+        Some(&s),
+        Some("quotas"),
+        fragment,
+        pages::quotas(&items),
+    )
+}
+
+async fn owners(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    ready_or_503!(ui, s, fragment);
+    let members = ui.feed.members();
+    let mut teams: BTreeMap<String, pages::TeamView> = BTreeMap::new();
+    let mut all = ui.feed.workloads();
+    all.sort_by_key(|(k, o)| (o.namespace(), *k, o.name_any()));
+    for (k, o) in all {
+        let team = o.data["spec"]["owner"]["team"]
+            .as_str()
+            .unwrap_or("-")
+            .to_string();
+        let contact = o.data["spec"]["owner"]["contact"]
+            .as_str()
+            .unwrap_or("-")
+            .to_string();
+        let clusters = crate::jss::views::placed_clusters(&o);
+        let req = ui.jss.hub.requested_by(k, &o);
+        let t = teams
+            .entry(team.clone())
+            .or_insert_with(|| pages::TeamView {
+                team,
+                contacts: Vec::new(),
+                clusters: Vec::new(),
+                requested: crate::placement::model::Resources::ZERO,
+                workloads: Vec::new(),
+            });
+        if !t.contacts.contains(&contact) {
+            t.contacts.push(contact);
+        }
+        for c in &clusters {
+            if !t.clusters.contains(c) {
+                t.clusters.push(c.clone());
+            }
+        }
+        t.clusters.sort();
+        t.requested = t.requested.saturating_add(&req);
+        t.workloads.push((
+            k,
+            o.namespace().unwrap_or_default(),
+            o.name_any(),
+            clusters,
+            req,
+        ));
+    }
+    let teams: Vec<pages::TeamView> = teams.into_values().collect();
+    render(
+        StatusCode::OK,
+        "Owners",
+        "/ui/owners",
+        Some(&s),
+        Some("owners"),
+        fragment,
+        pages::owners(&teams, &palette(&members)),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Live updates
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LiveQuery {
+    pub topic: Option<String>,
+}
+
+/// Which changes a page follows.
+fn follows(topic: &str, before: Changes, now: Changes) -> bool {
+    let members = before.members != now.members;
+    let workloads = before.workloads != now.workloads;
+    match topic {
+        "workloads" | "owners" => workloads,
+        "quotas" => workloads || members,
+        _ => members || workloads,
+    }
+}
+
+/// Server-sent events: `change` when what the page shows may have changed (at most every
+/// [`LIVE_DEBOUNCE`]); the stream ends when the session does.
+async fn live(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<LiveQuery>,
+) -> Response {
+    let Some((id, s)) = ui.session(&headers) else {
+        return to_login(&uri, true);
+    };
+    let topic = q.topic.unwrap_or_else(|| "fleet".into());
+    let mut rx = ui.feed.subscribe();
+    let last = *rx.borrow_and_update();
+    let expires = s.expires;
+    let stream = futures::stream::unfold(
+        (rx, last, ui.clone(), id, topic),
+        move |(mut rx, last, ui, id, topic)| async move {
+            loop {
+                let wait = expires.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(wait, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    _ => return None,
+                }
+                tokio::time::sleep(LIVE_DEBOUNCE).await;
+                let now = *rx.borrow_and_update();
+                ui.sessions.get(&id, Instant::now())?;
+                if follows(&topic, last, now) {
+                    let n = now.members + now.workloads;
+                    let ev = SseEvent::default().event("change").data(n.to_string());
+                    return Some((Ok::<_, Infallible>(ev), (rx, now, ui, id, topic)));
+                }
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+// ---------------------------------------------------------------------------------------
+
+async fn asset_css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        html::CSS,
+    )
+        .into_response()
+}
+
+async fn asset_js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        html::JS,
+    )
+        .into_response()
+}
+
+async fn not_found(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+) -> Response {
+    let s = ui.session(&headers).map(|(_, s)| s);
+    problem(
+        StatusCode::NOT_FOUND,
+        s.as_ref(),
+        false,
+        &format!("There is no page {}.", uri.path()),
+    )
+}
+
+/// Headers of every UI response: the CSP (no inline script or style, nothing from other
+/// origins), no framing, no sniffing, and pages are not cached.
+async fn secure_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(html::CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
+}
+
+/// The UI's routes, to be nested under `/ui`.
+pub fn router(ui: Arc<Ui>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/fleet") }))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/fleet", get(fleet))
+        .route("/workloads", get(workloads))
+        .route("/workloads/{namespace}/{kind}/{name}", get(workload))
+        .route(
+            "/workloads/{namespace}/{kind}/{name}/delete",
+            post(delete_workload),
+        )
+        .route("/quotas", get(quotas))
+        .route("/owners", get(owners))
+        .route("/live", get(live))
+        .route("/assets/ui.css", get(asset_css))
+        .route("/assets/ui.js", get(asset_js))
+        .fallback(not_found)
+        .layer(middleware::from_fn(secure_headers))
+        .with_state(ui)
+}
+
+/// Mounts the UI under `/ui` of the JSS's router.
+pub fn mount(app: Router, ui: Arc<Ui>) -> Router {
+    let home = || async { Redirect::to("/ui/fleet") };
+    app.nest("/ui", router(ui))
+        .route("/", get(home))
+        .route("/ui/", get(home))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_login_only_sends_the_browser_to_pages_of_the_ui() {
+        assert_eq!(
+            safe_next(Some("/ui/workloads?kind=service")),
+            "/ui/workloads?kind=service"
+        );
+        assert_eq!(safe_next(Some("https://evil.example/")), "/ui/fleet");
+        assert_eq!(safe_next(Some("//evil.example/ui/")), "/ui/fleet");
+        assert_eq!(safe_next(Some("/ui//evil.example")), "/ui/fleet");
+        assert_eq!(safe_next(Some("/ui/login")), "/ui/fleet");
+        assert_eq!(safe_next(None), "/ui/fleet");
+    }
+
+    #[test]
+    fn actions_from_another_site_are_refused() {
+        assert!(same_origin(&headers(&[
+            ("host", "127.0.0.1:8443"),
+            ("origin", "http://127.0.0.1:8443")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "127.0.0.1:8443"),
+            ("origin", "http://evil.example")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "127.0.0.1:8443"),
+            ("origin", "null")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "a"),
+            ("sec-fetch-site", "cross-site")
+        ])));
+        assert!(
+            same_origin(&headers(&[("host", "a")])),
+            "no Origin: not a browser's cross-site POST"
+        );
+    }
+
+    #[test]
+    fn an_action_needs_the_sessions_csrf_token() {
+        let s = Session {
+            principal: crate::jss::auth::Principal {
+                user: "a".into(),
+                teams: BTreeSet::new(),
+            },
+            csrf: "right".into(),
+            expires: Instant::now(),
+        };
+        let h = headers(&[("host", "a")]);
+        assert!(check_action(&h, &s, Some("right")).is_ok());
+        assert!(check_action(&h, &s, Some("wrong")).is_err());
+        assert!(check_action(&h, &s, None).unwrap_err().contains("no CSRF"));
+    }
+
+    #[test]
+    fn bad_filters_are_named() {
+        let q = |k: &str, v: &str| {
+            let mut q = WorkloadsQuery::default();
+            match k {
+                "kind" => q.kind = Some(v.into()),
+                "state" => q.state = Some(v.into()),
+                "group" => q.group = Some(v.into()),
+                _ => q.page = Some(v.into()),
+            }
+            parse_filter(&q)
+        };
+        assert!(q("kind", "pods").unwrap_err().contains("unknown kind"));
+        assert!(q("state", "sleepy").unwrap_err().contains("unknown state"));
+        assert!(
+            q("group", "color")
+                .unwrap_err()
+                .contains("unknown grouping")
+        );
+        assert!(q("page", "0").unwrap_err().contains("not a page number"));
+        assert!(q("page", "x").is_err());
+        let f = q("kind", "jobsets").unwrap();
+        assert_eq!(f.kind, Some(WorkloadKind::JobSet));
+        assert_eq!(f.page, 1);
+        let blank = WorkloadsQuery {
+            namespace: Some("  ".into()),
+            ..WorkloadsQuery::default()
+        };
+        assert_eq!(
+            parse_filter(&blank).unwrap().namespace,
+            None,
+            "an empty select is no filter"
+        );
+    }
+
+    #[test]
+    fn live_topics_follow_what_they_show() {
+        let a = Changes {
+            members: 1,
+            workloads: 1,
+        };
+        let m = Changes {
+            members: 2,
+            workloads: 1,
+        };
+        let w = Changes {
+            members: 1,
+            workloads: 2,
+        };
+        assert!(follows("fleet", a, m) && follows("fleet", a, w));
+        assert!(!follows("workloads", a, m) && follows("workloads", a, w));
+        assert!(follows("workload:ns/PinterestService/web", a, m));
+        assert!(!follows("fleet", a, a));
+    }
+}

@@ -1,0 +1,934 @@
+//! The bodies of the UI's pages, from plain data. Pure: the handlers in [`super`] read the
+//! hub (through [`super::feed`]) and authorize; these only render.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+
+use super::html::{badge, bar, esc, select, table, url_part};
+use super::model::{
+    Filter, Grouping, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
+    WorkloadState, age,
+};
+use crate::api::common::{Condition, MemberWorkloadStatus, PlacementDecision};
+use crate::api::federation::ResourceAmounts;
+use crate::api::quantity::Milli;
+use crate::api::workload::WorkloadKind;
+use crate::jss::request::kind_path;
+use crate::placement::model::Resources;
+
+/// Colour classes for clusters (`cl0` … `cl7`), by the members' name order.
+pub struct Palette(BTreeMap<String, usize>);
+
+impl Palette {
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Palette {
+        Palette(
+            names
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| (n.to_string(), i % 8))
+                .collect(),
+        )
+    }
+    pub fn class(&self, cluster: &str) -> String {
+        match self.0.get(cluster) {
+            Some(i) => format!("cl{i}"),
+            None => "cl-none".into(),
+        }
+    }
+}
+
+fn ago(now: Timestamp, t: Option<Timestamp>) -> String {
+    t.map(|t| age(now, t)).unwrap_or_else(|| "-".into())
+}
+
+/// The link of a workload's page.
+pub fn workload_href(kind: WorkloadKind, namespace: &str, name: &str) -> String {
+    format!(
+        "/ui/workloads/{}/{}/{}",
+        url_part(namespace),
+        kind_path(kind),
+        url_part(name)
+    )
+}
+
+fn milli_f(m: Option<Milli>) -> f64 {
+    m.map_or(0.0, |m| m.0 as f64)
+}
+
+// ---------------------------------------------------------------------------------------
+
+pub fn login(error: Option<&str>, next: &str) -> String {
+    let mut h = String::from("<section class=\"login\"><h1>Log in to pinfed</h1>");
+    if let Some(e) = error {
+        let _ = write!(h, "<p class=\"error\" id=\"login-error\">{}</p>", esc(e));
+    }
+    let _ = write!(
+        h,
+        "<form method=\"post\" action=\"/ui/login\">\
+         <input type=\"hidden\" name=\"next\" value=\"{}\">\
+         <label>Token<input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"current-password\" required autofocus></label>\
+         <button type=\"submit\" id=\"login\">Log in</button></form>\
+         <p class=\"muted\">The same bearer token as the CLI (<code>PINFED_TOKEN</code>). \
+         The session lasts until you log out or it expires.</p></section>",
+        esc(next)
+    );
+    h
+}
+
+/// A page that says what went wrong (404, 403, 503...), with a way back.
+pub fn problem(code: u16, title: &str, message: &str) -> String {
+    format!(
+        "<section class=\"problem\" id=\"problem\" data-code=\"{code}\"><h1>{code} · {}</h1><p>{}</p>\
+         <p><a href=\"/ui/fleet\">Fleet</a> · <a href=\"/ui/workloads\">Workloads</a></p></section>",
+        esc(title),
+        esc(message)
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// The hub's leader, from its Lease.
+pub enum Leader {
+    Held {
+        holder: String,
+        renewed: Option<Timestamp>,
+        acquired: Option<Timestamp>,
+        duration_secs: Option<i32>,
+        transitions: Option<i32>,
+    },
+    NoLease {
+        lease: String,
+    },
+    Unreadable {
+        lease: String,
+        error: String,
+    },
+}
+
+pub fn fleet(rows: &[MemberRow], leader: &Leader, now: Timestamp) -> String {
+    let mut h = String::from("<h1>Fleet</h1>");
+    h.push_str("<section class=\"card\" id=\"leader\"><h2>Hub leader</h2>");
+    match leader {
+        Leader::Held {
+            holder,
+            renewed,
+            acquired,
+            duration_secs,
+            transitions,
+        } => {
+            let fresh = match (renewed, duration_secs) {
+                (Some(r), Some(d)) => now.as_second() - r.as_second() <= i64::from(*d),
+                _ => false,
+            };
+            let _ = write!(
+                h,
+                "<p>{} <strong id=\"leader-holder\">{}</strong> · renewed {} ago · lease {}s · leader for {} · {} transitions</p>",
+                if fresh {
+                    badge("Held", "ok")
+                } else {
+                    badge("Expired", "warn")
+                },
+                esc(holder),
+                ago(now, *renewed),
+                duration_secs.map_or("-".into(), |d| d.to_string()),
+                ago(now, *acquired),
+                transitions.unwrap_or(0)
+            );
+        }
+        Leader::NoLease { lease } => {
+            let _ = write!(
+                h,
+                "<p id=\"leader-holder\" class=\"muted\">No Lease {} on the hub: the hub runs without leader election (one replica).</p>",
+                esc(lease)
+            );
+        }
+        Leader::Unreadable { lease, error } => {
+            let _ = write!(
+                h,
+                "<p id=\"leader-holder\" class=\"error\">Lease {} could not be read: {}</p>",
+                esc(lease),
+                esc(error)
+            );
+        }
+    }
+    h.push_str("</section>");
+    let mut body = String::new();
+    for r in rows {
+        let _ = write!(
+            body,
+            "<tr id=\"member-{}\" data-health=\"{}\"><td class=\"name\">{}</td><td>{}</td><td>{}<br><span class=\"muted\">{}</span></td>\
+             <td class=\"health\" title=\"{}\">{} <span class=\"muted\">{}</span></td><td>{}<br><span class=\"muted\">{} nodes · weight {}</span>{}</td>",
+            esc(&r.name),
+            r.health.as_str(),
+            esc(&r.name),
+            r.mode,
+            esc(&r.region),
+            esc(&r.zone),
+            esc(&r.message),
+            badge(r.health.as_str(), r.health.tone()),
+            ago(now, r.since),
+            esc(&r.version),
+            r.nodes.map_or("?".into(), |n| n.to_string()),
+            r.weight,
+            if r.taints.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "<br><span class=\"taint\">{}</span>",
+                    esc(&r.taints.join(", "))
+                )
+            }
+        );
+        for u in &r.resources {
+            let cell = match u.allocatable {
+                Some(total) if total.0 > 0 => {
+                    let used = u.allocated.unwrap_or(Milli(0));
+                    bar(
+                        milli_f(Some(used)),
+                        milli_f(Some(total)),
+                        &format!(
+                            "{} / {} · {} free",
+                            u.resource.format(used),
+                            u.resource.format(total),
+                            u.available.map_or("?".into(), |a| u.resource.format(a))
+                        ),
+                    )
+                }
+                _ => "<span class=\"muted\">none</span>".into(),
+            };
+            let _ = write!(
+                body,
+                "<td class=\"res-{}\">{cell}</td>",
+                u.resource.as_str()
+            );
+        }
+        let _ = write!(
+            body,
+            "<td class=\"num\"><a href=\"/ui/workloads?cluster={}\">{}</a></td><td>{}</td></tr>",
+            url_part(&r.name),
+            r.workloads,
+            ago(now, r.last_heartbeat)
+        );
+    }
+    h.push_str(&table(
+        "fleet",
+        &[
+            "Member",
+            "Mode",
+            "Region / zone",
+            "Health",
+            "Version",
+            "CPU allocated",
+            "Memory allocated",
+            "GPUs allocated",
+            "Pods",
+            "Workloads",
+            "Heartbeat",
+        ],
+        &body,
+        "No member has joined the hub (pinfed join).",
+    ));
+    h
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// The choices of the workloads filters.
+pub struct FilterChoices {
+    pub namespaces: Vec<String>,
+    pub teams: Vec<String>,
+    pub clusters: Vec<String>,
+}
+
+fn pairs(v: &[String]) -> Vec<(String, String)> {
+    v.iter().map(|s| (s.clone(), s.clone())).collect()
+}
+
+/// The query string of the filter, for paging links.
+pub fn filter_query(f: &Filter, page: usize) -> String {
+    let mut q = Vec::new();
+    let mut add = |k: &str, v: Option<&str>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            q.push(format!("{k}={}", url_part(v)));
+        }
+    };
+    add("namespace", f.namespace.as_deref());
+    add("kind", f.kind.map(kind_path).as_deref());
+    add("team", f.team.as_deref());
+    add("state", f.state.map(WorkloadState::as_str));
+    add("cluster", f.cluster.as_deref());
+    add("name", f.name.as_deref());
+    add("group", Some(f.group.as_str()));
+    q.push(format!("page={page}"));
+    q.join("&")
+}
+
+pub fn split_cell(row: &WorkloadRow, palette: &Palette) -> String {
+    if row.split.is_empty() {
+        return "<span class=\"muted\">not placed</span>".into();
+    }
+    let mut h = String::new();
+    for (i, p) in row.split.iter().enumerate() {
+        if i > 0 {
+            h.push_str(" · ");
+        }
+        let _ = write!(
+            h,
+            "<span class=\"part {}\">{}</span>",
+            palette.class(&p.cluster),
+            esc(&p.to_string())
+        );
+    }
+    if row.unplaced > 0 {
+        let _ = write!(
+            h,
+            " · <span class=\"unplaced\">{} unplaced</span>",
+            row.unplaced
+        );
+    }
+    h
+}
+
+pub fn workloads(
+    page: &Page,
+    f: &Filter,
+    choices: &FilterChoices,
+    palette: &Palette,
+    flash: Option<&str>,
+    now: Timestamp,
+) -> String {
+    let mut h = String::from("<h1>Workloads</h1>");
+    if let Some(m) = flash {
+        let _ = write!(h, "<p class=\"flash\" id=\"flash\">{}</p>", esc(m));
+    }
+    h.push_str("<form class=\"filters\" method=\"get\" action=\"/ui/workloads\">");
+    h.push_str(&select(
+        "namespace",
+        "Namespace",
+        &pairs(&choices.namespaces),
+        f.namespace.as_deref(),
+    ));
+    let kinds: Vec<(String, String)> = WorkloadKind::ALL
+        .iter()
+        .map(|k| (kind_path(*k), k.as_str().to_string()))
+        .collect();
+    h.push_str(&select(
+        "kind",
+        "Kind",
+        &kinds,
+        f.kind.map(kind_path).as_deref(),
+    ));
+    h.push_str(&select(
+        "team",
+        "Team",
+        &pairs(&choices.teams),
+        f.team.as_deref(),
+    ));
+    let states: Vec<(String, String)> = WorkloadState::ALL
+        .iter()
+        .map(|s| (s.as_str().to_string(), s.as_str().to_string()))
+        .collect();
+    h.push_str(&select(
+        "state",
+        "State",
+        &states,
+        f.state.map(WorkloadState::as_str),
+    ));
+    h.push_str(&select(
+        "cluster",
+        "Cluster",
+        &pairs(&choices.clusters),
+        f.cluster.as_deref(),
+    ));
+    let groups: Vec<(String, String)> = Grouping::ALL[1..]
+        .iter()
+        .map(|g| (g.as_str().to_string(), g.as_str().to_string()))
+        .collect();
+    h.push_str(&select(
+        "group",
+        "Group by",
+        &groups,
+        Some(f.group.as_str()),
+    ));
+    let _ = write!(
+        h,
+        "<label>Name<input type=\"search\" name=\"name\" value=\"{}\"></label><button type=\"submit\" id=\"apply\">Apply</button></form>",
+        esc(f.name.as_deref().unwrap_or(""))
+    );
+    let mut body = String::new();
+    let mut group: Option<String> = None;
+    for r in &page.rows {
+        if f.group != Grouping::None {
+            let key = f.group.key(r);
+            if group.as_ref() != Some(&key) {
+                let _ = write!(
+                    body,
+                    "<tr class=\"group\"><th colspan=\"6\">{} {}</th></tr>",
+                    esc(f.group.as_str()),
+                    esc(&key)
+                );
+                group = Some(key);
+            }
+        }
+        let _ = write!(
+            body,
+            "<tr class=\"workload\" data-name=\"{}/{}\" data-kind=\"{}\" data-state=\"{}\"><td>{}</td>\
+             <td><a href=\"{}\">{}<span class=\"muted\">/</span>{}</a></td><td>{}</td><td>{}</td><td class=\"split\">{}</td><td>{}</td></tr>",
+            esc(&r.namespace),
+            esc(&r.name),
+            r.kind.as_str(),
+            r.state.as_str(),
+            r.kind.as_str().trim_start_matches("Pinterest"),
+            workload_href(r.kind, &r.namespace, &r.name),
+            esc(&r.namespace),
+            esc(&r.name),
+            esc(&r.team),
+            badge(r.state.as_str(), r.state.tone()),
+            split_cell(r, palette),
+            ago(now, r.created)
+        );
+    }
+    h.push_str(&table(
+        "workloads",
+        &[
+            "Kind",
+            "Namespace / name",
+            "Team",
+            "State",
+            "Split (ready / placed per cluster)",
+            "Age",
+        ],
+        &body,
+        "No workload matches (you see the namespaces of your teams).",
+    ));
+    let first = if page.total == 0 {
+        0
+    } else {
+        (page.page - 1) * super::model::PAGE_SIZE + 1
+    };
+    let last = first + page.rows.len().saturating_sub(1);
+    let _ = write!(
+        h,
+        "<nav class=\"pager\" id=\"pager\" data-page=\"{}\" data-pages=\"{}\" data-total=\"{}\">",
+        page.page, page.pages, page.total
+    );
+    if page.page > 1 {
+        let _ = write!(
+            h,
+            "<a href=\"/ui/workloads?{}\" rel=\"prev\">← previous</a> ",
+            esc(&filter_query(f, page.page - 1))
+        );
+    }
+    let _ = write!(
+        h,
+        "<span>{first}–{last} of {} · page {} of {}</span>",
+        page.total, page.page, page.pages
+    );
+    if page.page < page.pages {
+        let _ = write!(
+            h,
+            " <a href=\"/ui/workloads?{}\" rel=\"next\">next →</a>",
+            esc(&filter_query(f, page.page + 1))
+        );
+    }
+    h.push_str("</nav>");
+    h
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// Everything the workload page shows.
+pub struct Detail<'a> {
+    pub row: &'a WorkloadRow,
+    pub contact: String,
+    pub submitted_by: Option<String>,
+    pub artifact: Option<String>,
+    pub generation: Option<i64>,
+    pub requested: Resources,
+    pub decision: Option<&'a PlacementDecision>,
+    pub reasons: Vec<MemberReason>,
+    pub slices: &'a [MemberWorkloadStatus],
+    pub conditions: &'a [Condition],
+    pub failover: Vec<(String, String)>,
+    pub shards: Option<(u32, Vec<ShardCell>)>,
+    pub events: Result<Vec<Event>, String>,
+    pub yaml: String,
+    /// `Ok` when the viewer may delete it, else why not.
+    pub may_delete: Result<(), String>,
+    pub csrf: &'a str,
+    pub palette: &'a Palette,
+    pub now: Timestamp,
+}
+
+fn amounts_line(r: &Resources) -> String {
+    format!(
+        "cpu {} · memory {} · GPUs {} · pods {}",
+        Resource::Cpu.format(r.cpu),
+        Resource::Memory.format(r.memory),
+        r.gpu,
+        r.pods
+    )
+}
+
+pub fn workload(d: &Detail<'_>) -> String {
+    let r = d.row;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<h1><span class=\"muted\">{}</span> {}/{} <span id=\"state\" data-state=\"{}\">{}</span></h1>",
+        r.kind.as_str(),
+        esc(&r.namespace),
+        esc(&r.name),
+        r.state.as_str(),
+        badge(r.state.as_str(), r.state.tone())
+    );
+    let _ = write!(
+        h,
+        "<dl class=\"facts\"><dt>Team</dt><dd>{}</dd><dt>Contact</dt><dd>{}</dd><dt>Submitted by</dt><dd>{}</dd>\
+         <dt>Artifact</dt><dd>{}</dd><dt>Generation</dt><dd>{}</dd><dt>Requested</dt><dd>{}</dd><dt>Age</dt><dd>{}</dd>\
+         <dt>Split</dt><dd class=\"split\" id=\"split\">{}</dd></dl>",
+        esc(&r.team),
+        esc(&d.contact),
+        esc(d.submitted_by.as_deref().unwrap_or("-")),
+        esc(d.artifact.as_deref().unwrap_or("-")),
+        d.generation.map_or("-".into(), |g| g.to_string()),
+        esc(&amounts_line(&d.requested)),
+        ago(d.now, r.created),
+        split_cell(r, d.palette)
+    );
+
+    // Placement decision and reasons.
+    h.push_str("<section class=\"card\" id=\"placement\"><h2>Placement</h2>");
+    match d.decision {
+        Some(p) => {
+            let _ = write!(
+                h,
+                "<p>Strategy <strong>{}</strong> · {} cluster(s) · ",
+                p.strategy.map_or("-".into(), |s| format!("{s:?}")),
+                p.placements.len()
+            );
+            if p.unplaced > 0 {
+                let _ = write!(
+                    h,
+                    "<span class=\"unplaced\" id=\"unplaced\">{} unplaced: {}</span></p>",
+                    p.unplaced,
+                    esc(p.reason.as_deref().unwrap_or("no reason given"))
+                );
+            } else {
+                h.push_str("nothing unplaced</p>");
+            }
+        }
+        None => h.push_str("<p class=\"muted\">The hub has not placed it yet.</p>"),
+    }
+    let mut body = String::new();
+    for m in &d.reasons {
+        let slice = d.slices.iter().find(|s| s.cluster == m.cluster);
+        let _ = write!(
+            body,
+            "<tr data-cluster=\"{}\" class=\"{}\"><td><span class=\"part {}\">{}</span></td><td>{}</td><td>{}</td>",
+            esc(&m.cluster),
+            if m.share.is_some() {
+                "placed"
+            } else {
+                "not-placed"
+            },
+            d.palette.class(&m.cluster),
+            esc(&m.cluster),
+            esc(m.share.as_deref().unwrap_or("—")),
+            esc(&m.why)
+        );
+        match slice {
+            Some(s) => {
+                let counts = match (
+                    s.replicas,
+                    s.ready_replicas,
+                    s.shards_running,
+                    s.shards_succeeded,
+                ) {
+                    (Some(want), ready, _, _) => format!("{}/{want} ready", ready.unwrap_or(0)),
+                    (None, _, run, done) if run.is_some() || done.is_some() => format!(
+                        "{} running · {} succeeded · {} failed",
+                        run.unwrap_or(0),
+                        done.unwrap_or(0),
+                        s.shards_failed.unwrap_or(0)
+                    ),
+                    _ => String::new(),
+                };
+                let _ = write!(
+                    body,
+                    "<td class=\"slice-state\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(s.state.as_deref().unwrap_or("Unknown")),
+                    esc(&counts),
+                    age(d.now, s.observed_time.0),
+                    esc(s.message.as_deref().unwrap_or(""))
+                );
+            }
+            None => {
+                body.push_str("<td class=\"muted\">no slice</td><td></td><td></td><td></td></tr>")
+            }
+        }
+    }
+    h.push_str(&table(
+        "reasons",
+        &[
+            "Cluster",
+            "Share",
+            "Why",
+            "Slice state",
+            "Pods / shards",
+            "Observed",
+            "Message",
+        ],
+        &body,
+        "No member clusters.",
+    ));
+    h.push_str("</section>");
+
+    if let Some((total, cells)) = &d.shards {
+        let _ = write!(
+            h,
+            "<section class=\"card\" id=\"shards\"><h2>Shards</h2><p>{} shards · {} succeeded · {} failed · {} unplaced{}</p><div class=\"shardmap\">",
+            total,
+            cells
+                .iter()
+                .filter(|c| c.state == super::model::ShardState::Succeeded)
+                .count(),
+            cells
+                .iter()
+                .filter(|c| c.state == super::model::ShardState::Failed)
+                .count(),
+            cells
+                .iter()
+                .filter(|c| c.state == super::model::ShardState::Unplaced)
+                .count(),
+            if (cells.len() as u32) < *total {
+                format!(" (first {} shown)", cells.len())
+            } else {
+                String::new()
+            }
+        );
+        for c in cells {
+            let cluster = c.cluster.as_deref().unwrap_or("");
+            let _ = write!(
+                h,
+                "<span class=\"shard {} {}\" data-shard=\"{}\" data-state=\"{}\" data-cluster=\"{}\" title=\"shard {} · {} · {}\">{}</span>",
+                c.state.as_str(),
+                d.palette.class(cluster),
+                c.index,
+                c.state.as_str(),
+                esc(cluster),
+                c.index,
+                c.state.as_str(),
+                esc(if cluster.is_empty() {
+                    "no cluster"
+                } else {
+                    cluster
+                }),
+                c.index
+            );
+        }
+        h.push_str("</div><p class=\"legend\"><span class=\"shard succeeded\">ok</span> succeeded <span class=\"shard assigned\">·</span> assigned \
+                    <span class=\"shard failed\">!</span> failed <span class=\"shard unplaced\">?</span> unplaced; the border is the cluster's colour</p></section>");
+    }
+
+    // Conditions.
+    let mut body = String::new();
+    for c in d.conditions {
+        let _ = write!(
+            body,
+            "<tr data-type=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&c.type_),
+            esc(&c.type_),
+            badge(
+                &format!("{:?}", c.status),
+                match c.status {
+                    crate::api::common::ConditionStatus::True => "ok",
+                    crate::api::common::ConditionStatus::False => "muted",
+                    crate::api::common::ConditionStatus::Unknown => "warn",
+                }
+            ),
+            esc(&c.reason),
+            esc(&c.message),
+            age(d.now, c.last_transition_time.0)
+        );
+    }
+    h.push_str("<section class=\"card\" id=\"conditions\"><h2>Conditions</h2>");
+    h.push_str(&table(
+        "conditions",
+        &["Type", "Status", "Reason", "Message", "Since"],
+        &body,
+        "No conditions yet.",
+    ));
+    h.push_str("</section>");
+
+    // Failover history.
+    h.push_str("<section class=\"card\" id=\"failover\"><h2>Failover and failback</h2>");
+    if d.failover.is_empty() {
+        h.push_str("<p class=\"muted\">No failover recorded.</p>");
+    } else {
+        h.push_str("<dl class=\"facts\">");
+        for (k, v) in &d.failover {
+            let _ = write!(h, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
+        }
+        h.push_str("</dl>");
+    }
+    h.push_str("</section>");
+
+    // Events.
+    h.push_str("<section class=\"card\" id=\"events\"><h2>Hub events</h2>");
+    match &d.events {
+        Ok(events) => {
+            let mut body = String::new();
+            for e in events {
+                let when = e
+                    .last_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .or(e.event_time.as_ref().map(|t| t.0))
+                    .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+                let _ = write!(
+                    body,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(e.type_.as_deref().unwrap_or("")),
+                    esc(e.reason.as_deref().unwrap_or("")),
+                    esc(e.message.as_deref().unwrap_or("")),
+                    e.count.unwrap_or(1),
+                    ago(d.now, when)
+                );
+            }
+            h.push_str(&table(
+                "events",
+                &["Type", "Reason", "Message", "Count", "Last"],
+                &body,
+                "No events on the hub for this workload.",
+            ));
+        }
+        Err(e) => {
+            let _ = write!(
+                h,
+                "<p class=\"error\">Events could not be read: {}</p>",
+                esc(e)
+            );
+        }
+    }
+    h.push_str("</section>");
+
+    // Actions.
+    h.push_str("<section class=\"card\" id=\"actions\"><h2>Actions</h2>");
+    match &d.may_delete {
+        Ok(()) => {
+            let _ = write!(
+                h,
+                "<details><summary id=\"delete-open\">Delete…</summary><form method=\"post\" action=\"{}/delete\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{}\"><p>The hub removes its slices from every member.</p>\
+                 <button type=\"submit\" class=\"danger\" id=\"delete\">Delete {}/{}</button></form></details>",
+                workload_href(r.kind, &r.namespace, &r.name),
+                esc(d.csrf),
+                esc(&r.namespace),
+                esc(&r.name)
+            );
+        }
+        Err(why) => {
+            let _ = write!(
+                h,
+                "<p class=\"muted\" id=\"delete-refused\">You may not delete it: {}</p>",
+                esc(why)
+            );
+        }
+    }
+    h.push_str("</section>");
+
+    let _ = write!(
+        h,
+        "<section class=\"card\" id=\"yaml\"><details><summary>YAML (as on the hub)</summary><pre>{}</pre></details></section>",
+        esc(&d.yaml)
+    );
+    h
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// One FederatedQuota as the quotas page shows it.
+pub struct QuotaView {
+    pub namespace: String,
+    pub name: String,
+    pub hard: ResourceAmounts,
+    pub used: ResourceAmounts,
+    pub requested: Option<Resources>,
+    pub per_cluster: BTreeMap<String, (ResourceAmounts, ResourceAmounts)>,
+}
+
+fn amount(a: &ResourceAmounts, r: Resource) -> Option<Milli> {
+    let q = match r {
+        Resource::Cpu => &a.cpu,
+        Resource::Memory => &a.memory,
+        Resource::Gpus => &a.gpus,
+        Resource::Pods => &a.pods,
+    };
+    q.as_ref().and_then(|q| Milli::parse(&q.0).ok())
+}
+
+fn quota_cells(hard: &ResourceAmounts, used: &ResourceAmounts) -> String {
+    let mut h = String::new();
+    for r in Resource::ALL {
+        let cell = match amount(hard, r) {
+            Some(total) => {
+                let u = amount(used, r).unwrap_or(Milli(0));
+                bar(
+                    milli_f(Some(u)),
+                    milli_f(Some(total)),
+                    &format!("{} / {}", r.format(u), r.format(total)),
+                )
+            }
+            None => match amount(used, r) {
+                Some(u) => format!(
+                    "{} <span class=\"muted\">/ no limit</span>",
+                    esc(&r.format(u))
+                ),
+                None => "<span class=\"muted\">no limit</span>".into(),
+            },
+        };
+        let _ = write!(h, "<td class=\"res-{}\">{cell}</td>", r.as_str());
+    }
+    h
+}
+
+pub fn quotas(items: &[QuotaView]) -> String {
+    let mut h = String::from(
+        "<h1>Quotas</h1><p class=\"muted\">Used is what the hub placed; requested is what the namespace's workloads ask for (checked at submission).</p>",
+    );
+    let mut body = String::new();
+    for q in items {
+        let _ = write!(
+            body,
+            "<tr class=\"quota\" data-quota=\"{}/{}\"><td><strong>{}/{}</strong><br><span class=\"muted\">all clusters</span></td>{}<td>{}</td></tr>",
+            esc(&q.namespace),
+            esc(&q.name),
+            esc(&q.namespace),
+            esc(&q.name),
+            quota_cells(&q.hard, &q.used),
+            q.requested
+                .as_ref()
+                .map_or("-".into(), |r| esc(&amounts_line(r)))
+        );
+        for (cluster, (hard, used)) in &q.per_cluster {
+            let _ = write!(
+                body,
+                "<tr class=\"per-cluster\"><td>↳ {}</td>{}<td></td></tr>",
+                esc(cluster),
+                quota_cells(hard, used)
+            );
+        }
+    }
+    h.push_str(&table(
+        "quotas",
+        &["Quota", "CPU", "Memory", "GPUs", "Pods", "Requested"],
+        &body,
+        "No FederatedQuota in your namespaces.",
+    ));
+    h
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// One team's part of the owners report.
+pub struct TeamView {
+    pub team: String,
+    pub contacts: Vec<String>,
+    pub clusters: Vec<String>,
+    pub requested: Resources,
+    pub workloads: Vec<(WorkloadKind, String, String, Vec<String>, Resources)>,
+}
+
+pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
+    let mut h = String::from(
+        "<h1>Owners</h1><p class=\"muted\">Who runs what where, with what it requests.</p>",
+    );
+    for t in teams {
+        let _ = write!(
+            h,
+            "<section class=\"card team\" data-team=\"{}\"><h2>{}</h2><p>{} · runs on {} · requests {}</p>",
+            esc(&t.team),
+            esc(&t.team),
+            esc(&t.contacts.join(", ")),
+            if t.clusters.is_empty() {
+                "no cluster".into()
+            } else {
+                esc(&t.clusters.join(", "))
+            },
+            esc(&amounts_line(&t.requested))
+        );
+        let mut body = String::new();
+        for (kind, ns, name, clusters, req) in &t.workloads {
+            let mut cl = String::new();
+            for c in clusters {
+                let _ = write!(
+                    cl,
+                    "<span class=\"part {}\">{}</span> ",
+                    palette.class(c),
+                    esc(c)
+                );
+            }
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
+                kind.as_str().trim_start_matches("Pinterest"),
+                esc(ns),
+                esc(name),
+                cl,
+                esc(&amounts_line(req))
+            );
+        }
+        h.push_str(&table(
+            "owned",
+            &["Kind", "Namespace / name", "Clusters", "Requested"],
+            &body,
+            "No workloads.",
+        ));
+        h.push_str("</section>");
+    }
+    if teams.is_empty() {
+        h.push_str("<p class=\"muted\">No workloads on the hub.</p>");
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jss::ui::model::SplitPart;
+
+    #[test]
+    fn the_split_cell_colours_each_cluster_and_says_what_is_unplaced() {
+        let row = WorkloadRow {
+            kind: WorkloadKind::Service,
+            namespace: "ads".into(),
+            name: "web".into(),
+            team: "ads".into(),
+            state: WorkloadState::Ready,
+            split: vec![
+                SplitPart {
+                    cluster: "use1a".into(),
+                    done: Some(4),
+                    want: Some(4),
+                    state: None,
+                },
+                SplitPart {
+                    cluster: "use1b".into(),
+                    done: Some(3),
+                    want: Some(3),
+                    state: None,
+                },
+            ],
+            unplaced: 2,
+            created: None,
+        };
+        let p = Palette::new(["use1a", "use1b"]);
+        let cell = split_cell(&row, &p);
+        assert!(cell.contains("<span class=\"part cl0\">use1a 4/4</span> · <span class=\"part cl1\">use1b 3/3</span>"), "{cell}");
+        assert!(cell.contains("2 unplaced"));
+    }
+}

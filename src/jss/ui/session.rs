@@ -1,0 +1,206 @@
+//! Browser sessions of the UI: a login with a token makes a session whose random id goes
+//! into an HttpOnly, SameSite=Strict cookie; the session holds the caller (user and
+//! teams, as the token said at login) and a CSRF token that every form posts back.
+//!
+//! Sessions live in memory (a JSS restart logs everyone out) and are kept by the SHA-256
+//! of their id, so the table never holds a cookie value. The clock is passed in.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::jss::auth::{Principal, digest};
+
+/// The session cookie's name.
+pub const COOKIE: &str = "pinfed_session";
+
+/// Sessions kept at most; past it, expired ones are dropped, then the oldest.
+const MAX_SESSIONS: usize = 10_000;
+
+/// One logged-in browser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    pub principal: Principal,
+    /// Posted back by every form and sent by every script request.
+    pub csrf: String,
+    pub expires: Instant,
+}
+
+/// 32 random bytes, URL-safe base64.
+pub fn random_token() -> Result<String, getrandom::Error> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b)?;
+    Ok(URL_SAFE_NO_PAD.encode(b))
+}
+
+/// Compares two secrets in time independent of where they differ.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (digest(a), digest(b));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+pub struct Sessions {
+    ttl: Duration,
+    by_digest: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+impl Sessions {
+    pub fn new(ttl: Duration) -> Sessions {
+        Sessions {
+            ttl,
+            by_digest: Mutex::default(),
+        }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// A new session for `principal`: its id (the cookie value) and the session.
+    pub fn create(
+        &self,
+        principal: Principal,
+        now: Instant,
+    ) -> Result<(String, Session), getrandom::Error> {
+        let id = random_token()?;
+        let session = Session {
+            principal,
+            csrf: random_token()?,
+            expires: now + self.ttl,
+        };
+        let mut map = self.by_digest.lock().expect("lock");
+        if map.len() >= MAX_SESSIONS {
+            map.retain(|_, s| s.expires > now);
+            if map.len() >= MAX_SESSIONS
+                && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k)
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(digest(&id), session.clone());
+        Ok((id, session))
+    }
+
+    /// The live session of a cookie value; an expired one is removed and not returned.
+    pub fn get(&self, id: &str, now: Instant) -> Option<Session> {
+        let key = digest(id);
+        let mut map = self.by_digest.lock().expect("lock");
+        match map.get(&key) {
+            Some(s) if s.expires > now => Some(s.clone()),
+            Some(_) => {
+                map.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.by_digest.lock().expect("lock").remove(&digest(id));
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_digest.lock().expect("lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The session id in a `Cookie` header, if any.
+pub fn cookie_value(header: Option<&str>) -> Option<&str> {
+    header?
+        .split(';')
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// The `Set-Cookie` value of a new session (`Secure` when served over TLS).
+pub fn set_cookie(id: &str, ttl: Duration, secure: bool) -> String {
+    format!(
+        "{COOKIE}={id}; Path=/ui; Max-Age={}; HttpOnly; SameSite=Strict{}",
+        ttl.as_secs(),
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The `Set-Cookie` value that removes the session cookie.
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/ui; Max-Age=0; HttpOnly; SameSite=Strict{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Principal {
+        Principal {
+            user: "alice".into(),
+            teams: ["ads".to_string()].into(),
+        }
+    }
+
+    #[test]
+    fn a_session_lives_until_its_ttl_then_is_gone() {
+        let s = Sessions::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        let (id, made) = s.create(alice(), t0).unwrap();
+        assert_eq!(s.get(&id, t0 + Duration::from_secs(59)), Some(made.clone()));
+        assert_eq!(s.get(&id, t0 + Duration::from_secs(60)), None, "expired");
+        assert!(s.is_empty(), "an expired session is dropped when seen");
+        assert_eq!(s.get("forged", t0), None);
+    }
+
+    #[test]
+    fn ids_and_csrf_tokens_are_random_and_distinct() {
+        let s = Sessions::new(Duration::from_secs(60));
+        let now = Instant::now();
+        let (a, sa) = s.create(alice(), now).unwrap();
+        let (b, sb) = s.create(alice(), now).unwrap();
+        assert_ne!(a, b);
+        assert_ne!(sa.csrf, sb.csrf);
+        assert_ne!(a, sa.csrf);
+        assert_eq!(a.len(), 43, "32 bytes in base64url");
+        s.remove(&a);
+        assert_eq!(s.get(&a, now), None, "logged out");
+        assert!(s.get(&b, now).is_some());
+    }
+
+    #[test]
+    fn the_table_stays_bounded() {
+        let s = Sessions::new(Duration::from_secs(60));
+        let now = Instant::now();
+        for _ in 0..MAX_SESSIONS + 5 {
+            s.create(alice(), now).unwrap();
+        }
+        assert_eq!(s.len(), MAX_SESSIONS);
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_found_among_others() {
+        let c = set_cookie("abc", Duration::from_secs(3600), true);
+        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Secure"));
+        assert!(c.starts_with("pinfed_session=abc;"));
+        assert!(!set_cookie("abc", Duration::from_secs(1), false).contains("Secure"));
+        assert_eq!(
+            cookie_value(Some("a=1; pinfed_session=xyz; b=2")),
+            Some("xyz")
+        );
+        assert_eq!(cookie_value(Some("pinfed_session=")), None);
+        assert_eq!(cookie_value(Some("other=1")), None);
+        assert_eq!(cookie_value(None), None);
+        assert!(same_secret("x", "x") && !same_secret("x", "y"));
+    }
+}
