@@ -7,7 +7,7 @@
 //! quotas and the owners report.
 //!
 //! Pure stages: [`auth`], [`request`], [`admission`], [`quota`], [`artifacts`] (its
-//! verification), [`views`]. The shell: [`hub`] (the only client) and [`server`]. The web
+//! verification), [`views`]. The shell: [`hub_view`] (the only client) and [`server`]. The web
 //! UI under `/ui` is [`ui`].
 
 pub mod admission;
@@ -15,7 +15,7 @@ pub mod artifacts;
 pub mod auth;
 pub mod client;
 pub mod error;
-pub mod hub;
+pub mod hub_view;
 pub mod quota;
 pub mod request;
 pub mod server;
@@ -124,7 +124,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
         let client = args.kube.client().await?;
         // The API listens only once the hub's caches are loaded; until then /readyz says
         // so, and a warning names what is missing.
-        let connect = hub::Hub::connect(client);
+        let connect = hub_view::Hub::connect(client);
         tokio::pin!(connect);
         let hub = loop {
             tokio::select! {

@@ -33,7 +33,7 @@ use super::auth::{
     may_submit_inline, may_use_namespace,
 };
 use super::error::Rejection;
-use super::hub::Hub;
+use super::hub_view::Hub;
 use super::quota::{check_all, requested};
 use super::request::{Source, parse_kind, parse_submission};
 use super::views;

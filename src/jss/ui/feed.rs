@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::api::federation::MemberCluster;
 use crate::api::workload::WorkloadKind;
-use crate::jss::hub::resource;
+use crate::jss::hub_view::resource;
 
 /// How many times each watched collection has changed since start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -44,10 +44,9 @@ use super::auth::{authorize_change_of_existing, authorize_namespace, may_use_nam
 use super::request::parse_kind;
 use super::server::Jss;
 use crate::api::common::find_condition;
+use crate::api::federation::{ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE};
 use crate::api::workload::WorkloadKind;
-use crate::hub::workloads::{
-    ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, FAILED_OVER,
-};
+use crate::status::hub_status::FAILED_OVER;
 
 /// How long a session lasts by default (seconds).
 pub const DEFAULT_SESSION_SECS: u64 = 8 * 3600;
@@ -668,7 +667,7 @@ async fn workload(
     let members = ui.feed.members();
     let st = HubStatus::of(&o);
     let row = WorkloadRow::of(kind, &o);
-    let typed = crate::jss::hub::typed(kind, &o);
+    let typed = crate::jss::hub_view::typed(kind, &o);
     let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
     let may_delete = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns)
         .map_err(|e| e.to_string());

@@ -14,11 +14,11 @@ use crate::api::common::{
     Condition, ConditionStatus, MemberWorkloadStatus, PlacementDecision, condition_types as ct,
     find_condition,
 };
+use crate::api::federation::{ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM};
 use crate::api::federation::{ClusterMode, MemberCluster, ResourceAmounts};
 use crate::api::quantity::Milli;
 use crate::api::ranges::RangeSet;
 use crate::api::workload::{AnyWorkload, WorkloadKind};
-use crate::hub::workloads::{ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM};
 use crate::placement::from_workload::policy_for;
 use crate::placement::model::{Taint, TaintEffect, untolerated};
 
@@ -1239,7 +1239,7 @@ mod tests {
         let o = service(
             json!({"placement": {"strategy": "Divided", "placements": [{"cluster": "use1a", "replicas": 9}], "unplaced": 0}}),
         );
-        let w = crate::jss::hub::typed(WorkloadKind::Service, &o).expect("typed");
+        let w = crate::jss::hub_view::typed(WorkloadKind::Service, &o).expect("typed");
         let mut w = w;
         if let AnyWorkload::Service(s) = &mut w {
             s.spec.placement.cluster_affinity = Some(
