@@ -97,17 +97,7 @@ pub struct TestNamespace {
     client: Client,
 }
 
-pub fn unique_name(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "{prefix}-{:x}{:x}",
-        std::process::id() % 0xfff,
-        nanos % 0xfffff
-    )
-}
+pub use testkit::unique_name;
 
 impl TestNamespace {
     /// Creates the namespace and waits for its default ServiceAccount, so pods can be created.
@@ -261,104 +251,37 @@ pub fn join_all(fed: &Federation) {
     }
 }
 
-/// A pinfed long-running process (hub, agent) that dies with the test process: it is
-/// spawned from a thread that lives as long as the process, with PR_SET_PDEATHSIG.
-pub struct Daemon {
-    pub pid: u32,
-    pub log: PathBuf,
-}
+/// A pinfed long-running process (hub, agent) that dies with the test process
+/// (`PR_SET_PDEATHSIG`); dropping it kills it, so a test that panics half-way does not
+/// leave it acting on the clusters during the tests that follow.
+pub use testkit::Daemon;
 
 pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
-    use std::os::unix::process::CommandExt;
     let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (bin, kubeconfig, log2, args) = (
-        pinfed_bin(),
-        fed.kubeconfig.clone(),
-        log.clone(),
-        args.to_vec(),
-    );
-    std::thread::spawn(move || {
-        let out = std::fs::File::create(&log2).expect("daemon log");
-        let mut cmd = std::process::Command::new(bin);
-        cmd.args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,kube=warn")
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().expect("spawn pinfed daemon");
-        tx.send(child.id()).unwrap();
-        let _ = child.wait();
-        // Keep the thread (the parent of the daemon) alive until the process ends.
-        loop {
-            std::thread::park();
-        }
-    });
-    let pid = rx.recv().expect("daemon pid");
-    Daemon { pid, log }
-}
-
-/// A test that panics half-way still stops its daemons, so they do not act on the
-/// clusters during the tests that follow.
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-impl Daemon {
-    pub fn kill(&self) {
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-    }
-    pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
+    let mut cmd = std::process::Command::new(pinfed_bin());
+    cmd.args(args)
+        .env("KUBECONFIG", &fed.kubeconfig)
+        .env("RUST_LOG", "info,kube=warn");
+    Daemon::spawn(name, cmd, &log).expect("spawn pinfed daemon")
 }
 
 /// A free loopback port for a daemon's metrics server.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    testkit::free_port().expect("a free loopback port")
 }
 
-/// A tiny HTTP/1.0 GET against a loopback server; retries until it listens.
+/// The body of a GET against a loopback server; retries for 5 s until it answers.
 pub async fn http_get(url: &str) -> String {
-    // A tiny HTTP/1.0 GET; the server is on loopback.
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let path = format!(
-        "/{}",
-        url.trim_start_matches("http://")
-            .split_once('/')
-            .map(|x| x.1)
-            .unwrap_or("")
-    );
+    let mut last = None;
     for _ in 0..50 {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
-            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            return out;
+        match testkit::http::get(url, Duration::from_secs(10)).await {
+            Ok(r) => return r.body,
+            Err(e) => last = Some(e),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("nothing listens on {addr}");
+    panic!(
+        "nothing answers {url}: {:#}",
+        last.expect("at least one try")
+    );
 }

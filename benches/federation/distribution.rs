@@ -1,0 +1,303 @@
+//! Scenario distribution: hub resource created → slice present in each member, available, and aggregated back on the hub.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kube::ResourceExt;
+
+use crate::LABEL_HUB_NAMESPACE;
+use crate::daemon::report_logs;
+use crate::fed::{Fed, condition, create_service, service};
+use crate::helpers::{
+    AbortOnDrop, Dist, create_all, load_line, placements, progress, wait_for, watch_services,
+};
+use crate::settings::env_or;
+
+#[derive(Default)]
+struct DistObs {
+    /// Hub create returned.
+    created: HashMap<String, Instant>,
+    /// Hub status.placement first seen: clusters and replicas.
+    placed: HashMap<String, (Instant, Vec<(String, i64)>)>,
+    /// (workload, member) → slice first seen in the member.
+    slice_seen: HashMap<(String, String), Instant>,
+    /// (workload, member) → the agent reported the slice fully available.
+    slice_available: HashMap<(String, String), Instant>,
+    /// (workload, member) → the hub's clusters[] entry says Ready with that availability.
+    hub_member_ready: HashMap<(String, String), Instant>,
+    /// The hub resource's Ready condition True.
+    hub_ready: HashMap<String, Instant>,
+}
+
+pub async fn run(fed: &Fed) -> anyhow::Result<()> {
+    let n: usize = env_or("PINFED_BENCH_WORKLOADS", 200)?;
+    let replicas: i64 = env_or("PINFED_BENCH_REPLICAS", 3)?;
+    let spread = fed.s.members().len() as i64;
+    let rate: f64 = env_or("PINFED_BENCH_RATE", 20.0)?;
+    let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
+    // 0: no agents — the members only store slices, so the figures are the hub's own
+    // (no Deployments, pods or kwok competing for the same cores).
+    let with_agents = env_or::<u8>("PINFED_BENCH_AGENTS", 1)? != 0;
+    let pacings: Vec<String> = std::env::var("PINFED_BENCH_PACING")
+        .unwrap_or_else(|_| "burst,steady".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+
+    progress(if with_agents {
+        "distribution: joining members, starting the hub and one agent per member"
+    } else {
+        "distribution: joining members, starting the hub (no agents: PINFED_BENCH_AGENTS=0)"
+    });
+    fed.join_all()?;
+    let hub = fed.spawn_hub("bench-hub")?;
+    let agents = if with_agents {
+        fed.spawn_agents()?
+    } else {
+        Vec::new()
+    };
+    hub.wait_http("/readyz", fed.s.timeout).await?;
+    for a in &agents {
+        a.wait_http("/readyz", fed.s.timeout).await?;
+    }
+    fed.members_ready().await?;
+
+    for pacing in &pacings {
+        let rate = match pacing.as_str() {
+            "burst" => None,
+            "steady" => Some(rate),
+            other => bail!("PINFED_BENCH_PACING: unknown pacing {other:?} (burst, steady)"),
+        };
+        let ns = fed.create_namespace("bench-dist").await?;
+        // One warm-up workload first, so the one-time namespace creation in each member is
+        // not in the figures.
+        let warm = fed.services(fed.s.hub_name(), &ns);
+        create_service(&warm, &service("warm-up", replicas, Some(spread))).await?;
+        for m in fed.s.members() {
+            let api = fed.services(&m, &ns);
+            wait_for(fed.s.timeout, &format!("the warm-up slice in {m}"), || {
+                let api = api.clone();
+                async move { api.get_opt("warm-up").await.ok().flatten().is_some() }
+            })
+            .await?;
+        }
+
+        let obs = Arc::new(Mutex::new(DistObs::default()));
+        let mut watches = AbortOnDrop(Vec::new());
+        for m in fed.s.members() {
+            let obs = obs.clone();
+            let member = m.clone();
+            watches.0.push(watch_services(
+                fed,
+                &m,
+                &ns,
+                Some(format!("{LABEL_HUB_NAMESPACE}={ns}")),
+                move |o, at| {
+                    let key = (o.name_any(), member.clone());
+                    let mut obs = obs.lock().unwrap();
+                    obs.slice_seen.entry(key.clone()).or_insert(at);
+                    let st = &o.data["status"];
+                    let want = o.data["spec"]["replicas"].as_i64();
+                    if condition(st, "Ready") == Some("True")
+                        && st["observedGeneration"].as_i64() == o.metadata.generation
+                        && st["availableReplicas"].as_i64() == want
+                    {
+                        obs.slice_available.entry(key).or_insert(at);
+                    }
+                },
+            ));
+        }
+        {
+            let obs = obs.clone();
+            watches.0.push(watch_services(
+                fed,
+                fed.s.hub_name(),
+                &ns,
+                None,
+                move |o, at| {
+                    let name = o.name_any();
+                    let st = &o.data["status"];
+                    let mut obs = obs.lock().unwrap();
+                    if let Some(p) = placements(st).filter(|p| !p.is_empty()) {
+                        obs.placed.entry(name.clone()).or_insert((at, p));
+                    }
+                    for c in st["clusters"].as_array().into_iter().flatten() {
+                        if c["state"] == "Ready"
+                            && c["availableReplicas"].as_i64().is_some()
+                            && c["availableReplicas"] == c["replicas"]
+                        {
+                            let m = c["cluster"].as_str().unwrap_or_default().to_string();
+                            obs.hub_member_ready.entry((name.clone(), m)).or_insert(at);
+                        }
+                    }
+                    if condition(st, "Ready") == Some("True") {
+                        obs.hub_ready.entry(name).or_insert(at);
+                    }
+                },
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await; // let the watches list
+
+        let names: Vec<String> = (0..n).map(|i| format!("svc-{i:04}")).collect();
+        let objs = names
+            .iter()
+            .map(|nm| service(nm, replicas, Some(spread)))
+            .collect();
+        let created = Arc::new(Mutex::new(HashMap::new()));
+        progress(&format!(
+            "distribution ({pacing}): creating {n} PinterestServices in {ns}"
+        ));
+        let load_before = load_line();
+        let hub_cpu_before = hub.cpu_secs();
+        let took = create_all(&warm, objs, rate, concurrency, created.clone()).await?;
+        obs.lock().unwrap().created = created.lock().unwrap().clone();
+
+        // Every placed (workload, member) has its slice; then, best effort, Ready.
+        let everything_sliced = |obs: &DistObs| {
+            names.iter().all(|nm| {
+                obs.placed.get(nm).is_some_and(|(_, ps)| {
+                    ps.iter()
+                        .all(|(m, _)| obs.slice_seen.contains_key(&(nm.clone(), m.clone())))
+                })
+            })
+        };
+        let mut last = Instant::now();
+        let start = Instant::now();
+        loop {
+            if everything_sliced(&obs.lock().unwrap()) {
+                break;
+            }
+            if start.elapsed() > fed.s.timeout {
+                progress("distribution: timed out waiting for every slice");
+                break;
+            }
+            if last.elapsed() > Duration::from_secs(5) {
+                last = Instant::now();
+                let o = obs.lock().unwrap();
+                progress(&format!(
+                    "distribution: {} placed, {} slices seen",
+                    o.placed.len(),
+                    o.slice_seen.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let sliced_at = Instant::now();
+        let hub_cpu_sliced = hub.cpu_secs();
+        if with_agents {
+            let _ = wait_for(fed.s.timeout, "every workload Ready on the hub", || {
+                let done = {
+                    let o = obs.lock().unwrap();
+                    names.iter().all(|nm| o.hub_ready.contains_key(nm))
+                };
+                async move { done }
+            })
+            .await
+            .map_err(|e| progress(&format!("distribution: {e:#}")));
+        }
+        let load_after = load_line();
+        drop(watches);
+
+        let o = std::mem::take(&mut *obs.lock().unwrap());
+        let since_created =
+            |nm: &str, at: Instant| o.created.get(nm).map(|c| at.saturating_duration_since(*c));
+        let mut slice_lat = Vec::new();
+        let mut missing = 0;
+        let mut expected = 0;
+        for nm in &names {
+            let Some((_, ps)) = o.placed.get(nm) else {
+                missing += 1;
+                continue;
+            };
+            for (m, _) in ps {
+                expected += 1;
+                match o.slice_seen.get(&(nm.clone(), m.clone())) {
+                    Some(at) => slice_lat.extend(since_created(nm, *at)),
+                    None => missing += 1,
+                }
+            }
+        }
+        let all_slices: Vec<Duration> = names
+            .iter()
+            .filter_map(|nm| {
+                let (_, ps) = o.placed.get(nm)?;
+                let last = ps
+                    .iter()
+                    .map(|(m, _)| o.slice_seen.get(&(nm.clone(), m.clone())).copied())
+                    .collect::<Option<Vec<_>>>()?
+                    .into_iter()
+                    .max()?;
+                since_created(nm, last)
+            })
+            .collect();
+        let placed: Vec<Duration> = names
+            .iter()
+            .filter_map(|nm| since_created(nm, o.placed.get(nm)?.0))
+            .collect();
+        let ready: Vec<Duration> = names
+            .iter()
+            .filter_map(|nm| since_created(nm, *o.hub_ready.get(nm)?))
+            .collect();
+        let agg: Vec<Duration> = o
+            .hub_member_ready
+            .iter()
+            .filter(|(k, _)| names.contains(&k.0))
+            .filter_map(|(k, at)| Some(at.saturating_duration_since(*o.slice_available.get(k)?)))
+            .collect();
+        let pacing_desc = match rate {
+            None => format!("burst ({concurrency} concurrent creates, took {took:.1?})"),
+            Some(r) => format!("steady {r}/s (took {took:.1?})"),
+        };
+        println!("\n== distribution: {pacing_desc} ==");
+        println!(
+            "config: {n} PinterestServices × {replicas} replicas, Divided, spread minClusters \
+             {spread}; hub (leader election on) + {} agents; {}",
+            agents.len(),
+            fed.s.describe()
+        );
+        println!("load: before {load_before}; after {load_after}");
+        if let (Some(a), Some(b)) = (hub_cpu_before, hub_cpu_sliced) {
+            println!(
+                "  hub CPU from the first create to every slice present: {:.1} s over {:.1?}",
+                b - a,
+                sliced_at.saturating_duration_since(start) + took
+            );
+        }
+        println!(
+            "  {}",
+            Dist::new(slice_lat).line("create returned → slice present in member, per slice")
+        );
+        println!(
+            "  {}",
+            Dist::new(all_slices).line("create returned → every slice present, per workload")
+        );
+        println!(
+            "  {}",
+            Dist::new(placed).line("create returned → status.placement on the hub")
+        );
+        println!(
+            "  {}",
+            Dist::new(ready).line("create returned → hub Ready (agents expanded, kwok pods)")
+        );
+        if !with_agents {
+            println!("  (no agents: nothing becomes Ready, and nothing was waited for)");
+        }
+        println!(
+            "  {}",
+            Dist::new(agg).line(
+                "slice fully available in member → hub clusters[] entry Ready (end-to-end aggregation)"
+            )
+        );
+        if missing > 0 {
+            println!("  MISSING: {missing} of {expected} expected slices never seen");
+        }
+        progress(&format!("distribution ({pacing}): cleaning up {ns}"));
+        fed.clean_up(&ns).await;
+    }
+    report_logs(&[&hub]);
+    report_logs(&agents.iter().collect::<Vec<_>>());
+    Ok(())
+}

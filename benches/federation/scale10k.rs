@@ -1,0 +1,191 @@
+//! Scenario scale10k: hub first sync and memory with 10,000 workloads (`clusters/bench.yaml`).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kube::ResourceExt;
+
+use crate::LABEL_HUB_NAMESPACE;
+use crate::daemon::{http_status, report_logs};
+use crate::fed::{Fed, service};
+use crate::helpers::{
+    AbortOnDrop, create_all, load_line, placements, progress, wait_for, watch_services,
+};
+use crate::settings::env_or;
+
+pub async fn run(fed: &Fed) -> anyhow::Result<()> {
+    let n: usize = env_or("PINFED_BENCH_SCALE_WORKLOADS", 10_000)?;
+    let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
+    let settle = Duration::from_secs(env_or("PINFED_BENCH_SETTLE_SECS", 30)?);
+    let timeout = Duration::from_secs(env_or("PINFED_BENCH_SCALE_TIMEOUT_SECS", 1800)?);
+    progress("scale10k: joining members (no hub runs while the workloads are created)");
+    fed.join_all()?;
+    let ns = fed.create_namespace("bench-10k").await?;
+    let hub_api = fed.services(fed.s.hub_name(), &ns);
+    let names: Vec<String> = (0..n).map(|i| format!("svc-{i:05}")).collect();
+    let objs = names.iter().map(|nm| service(nm, 1, None)).collect();
+    progress(&format!(
+        "scale10k: creating {n} PinterestServices in {ns}, {concurrency} at a time"
+    ));
+    let took = create_all(&hub_api, objs, None, concurrency, Default::default()).await?;
+    progress(&format!(
+        "scale10k: created in {took:.1?} ({:.0}/s)",
+        n as f64 / took.as_secs_f64()
+    ));
+
+    // Counters fed by watches: placed on the hub, slices in the members.
+    let placed: Arc<Mutex<(BTreeSet<String>, Option<Instant>)>> = Default::default();
+    let slices: Arc<Mutex<BTreeSet<(String, String)>>> = Default::default();
+    let mut watches = AbortOnDrop(Vec::new());
+    for m in fed.s.members() {
+        let slices = slices.clone();
+        let member = m.clone();
+        watches.0.push(watch_services(
+            fed,
+            &m,
+            &ns,
+            Some(format!("{LABEL_HUB_NAMESPACE}={ns}")),
+            move |o, _| {
+                slices
+                    .lock()
+                    .unwrap()
+                    .insert((o.name_any(), member.clone()));
+            },
+        ));
+    }
+    let hub_watch = {
+        let placed = placed.clone();
+        watch_services(fed, fed.s.hub_name(), &ns, None, move |o, at| {
+            if placements(&o.data["status"]).is_some_and(|p| !p.is_empty()) {
+                let mut p = placed.lock().unwrap();
+                if p.0.insert(o.name_any()) && p.0.len() == n {
+                    p.1 = Some(at);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let load_before = load_line();
+    let started = Instant::now();
+    let hub = fed.spawn_hub("bench-hub")?;
+    let mut ready_at = None;
+    let mut slices_at = None;
+    let mut last = Instant::now();
+    let mut peak_rss = 0u64;
+    let first_sync = loop {
+        if let Some((_, rss)) = hub.memory_kib() {
+            peak_rss = peak_rss.max(rss);
+        }
+        if ready_at.is_none()
+            && let Some(addr) = &hub.metrics_addr
+            && http_status(addr, "/readyz").await == Some(200)
+        {
+            ready_at = Some(started.elapsed());
+        }
+        if slices_at.is_none() && slices.lock().unwrap().len() >= n {
+            slices_at = Some(started.elapsed());
+        }
+        if let Some(at) = placed.lock().unwrap().1 {
+            break at - started;
+        }
+        if !hub.alive() {
+            bail!("the hub exited:\n{}", hub.log_last(30));
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "scale10k: only {} of {n} workloads placed after {timeout:?}",
+                placed.lock().unwrap().0.len()
+            );
+        }
+        if last.elapsed() > Duration::from_secs(10) {
+            last = Instant::now();
+            progress(&format!(
+                "scale10k: {:.0?} after start: {} placed, {} slices, RSS {} MiB",
+                started.elapsed(),
+                placed.lock().unwrap().0.len(),
+                slices.lock().unwrap().len(),
+                hub.memory_kib().map(|m| m.1 / 1024).unwrap_or(0)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    hub_watch.abort();
+    let at_sync = hub.memory_kib();
+    let cpu_at_sync = hub.cpu_secs();
+    // All slices, if not yet, then settle.
+    let _ = wait_for(timeout, "every slice", || {
+        let done = slices.lock().unwrap().len() >= n;
+        async move { done }
+    })
+    .await;
+    if slices_at.is_none() && slices.lock().unwrap().len() >= n {
+        slices_at = Some(started.elapsed());
+    }
+    progress(&format!(
+        "scale10k: first sync done; settling for {settle:?}"
+    ));
+    let settle_start = Instant::now();
+    let cpu_before_settle = hub.cpu_secs();
+    while settle_start.elapsed() < settle {
+        if let Some((_, rss)) = hub.memory_kib() {
+            peak_rss = peak_rss.max(rss);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let at_end = hub.memory_kib();
+    let cpu_end = hub.cpu_secs();
+    let mib = |k: Option<u64>| {
+        k.map(|k| format!("{:.0} MiB", k as f64 / 1024.0))
+            .unwrap_or_else(|| "?".into())
+    };
+    println!("\n== scale10k ==");
+    println!(
+        "config: {n} PinterestServices × 1 replica (10m cpu, 16Mi + runtime sidecars), \
+         Divided, no spread; created {concurrency} at a time in {took:.1?} ({:.0}/s) with no \
+         hub running; then one `pinfed hub` (leader election on) started; no agents; {}",
+        n as f64 / took.as_secs_f64(),
+        fed.s.describe()
+    );
+    println!("load: before {load_before}; after {}", load_line());
+    println!(
+        "  hub start → /readyz: {}",
+        ready_at
+            .map(|d| format!("{:.2} s", d.as_secs_f64()))
+            .unwrap_or_else(|| "not seen".into())
+    );
+    println!(
+        "  hub start → every workload has status.placement (first sync): {:.1} s",
+        first_sync.as_secs_f64()
+    );
+    println!(
+        "  hub start → every slice present in the members: {}",
+        slices_at
+            .map(|d| format!("{:.1} s", d.as_secs_f64()))
+            .unwrap_or_else(|| format!("not reached ({} of {n})", slices.lock().unwrap().len()))
+    );
+    println!(
+        "  hub RSS at first sync {}, peak (VmHWM) {}, after {settle:?} more {} (peak sampled \
+         VmRSS {})",
+        mib(at_sync.map(|m| m.1)),
+        mib(at_end.map(|m| m.0)),
+        mib(at_end.map(|m| m.1)),
+        mib(Some(peak_rss)),
+    );
+    if let (Some(a), Some(b), Some(c)) = (cpu_at_sync, cpu_before_settle, cpu_end) {
+        println!(
+            "  hub CPU: {a:.1} s until first sync; {:.2} cores on average while idle-settling \
+             for {settle:?}",
+            (c - b) / settle.as_secs_f64()
+        );
+    }
+    drop(watches);
+    report_logs(&[&hub]);
+    println!(
+        "  note: the {n} workloads stay in namespace {ns} (deleting them needs a hub to remove \
+         finalizers); e2e/bench throws the topology away"
+    );
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! A kube-apiserver per cluster (TLS and RBAC on 127.0.0.1), the kubeconfig that reaches
+//! them, and their readiness.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::pki::Pki;
+use crate::state::Component;
+use crate::wait_until;
+
+/// The API server of cluster `name` on 127.0.0.1:`api`, storing under `/pinfed-e2e/NAME`.
+pub fn component(
+    bin: &Path,
+    pki: &Pki,
+    logs: &Path,
+    name: &str,
+    etcd_port: u16,
+    api: u16,
+) -> Component {
+    Component {
+        name: "kube-apiserver".into(),
+        argv: vec![
+            bin.join("kube-apiserver").display().to_string(),
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            format!("--etcd-prefix=/pinfed-e2e/{name}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api}"),
+            format!("--tls-cert-file={}", pki.serving_crt().display()),
+            format!("--tls-private-key-file={}", pki.serving_key().display()),
+            format!("--client-ca-file={}", pki.ca_crt().display()),
+            format!("--service-account-key-file={}", pki.sa_pub().display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_key().display()
+            ),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--authorization-mode=RBAC".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--max-requests-inflight=1000".into(),
+            "--max-mutating-requests-inflight=500".into(),
+        ],
+        port: api,
+        pid: None,
+        log: logs.join(format!("{name}-kube-apiserver.log")),
+    }
+}
+
+pub fn kubeconfig_yaml(pki: &Pki, clusters: &[(String, u16)]) -> anyhow::Result<String> {
+    use base64::Engine;
+    let b64 = |p: PathBuf| -> anyhow::Result<String> {
+        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?))
+    };
+    let (ca, crt, key) = (
+        b64(pki.ca_crt())?,
+        b64(pki.admin_crt())?,
+        b64(pki.admin_key())?,
+    );
+    let mut y = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (name, port) in clusters {
+        y += &format!(
+            "- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\n"
+        );
+    }
+    y += "users:\n- name: pinfed-e2e-admin\n  user:\n";
+    y += &format!("    client-certificate-data: {crt}\n    client-key-data: {key}\n");
+    y += "contexts:\n";
+    for (name, _) in clusters {
+        y += &format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: pinfed-e2e-admin\n"
+        );
+    }
+    y += &format!("current-context: {}\n", clusters[0].0);
+    Ok(y)
+}
+
+pub async fn clients(
+    kubeconfig: &Path,
+    names: &[&str],
+) -> anyhow::Result<BTreeMap<String, kube::Client>> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let mut out = BTreeMap::new();
+    for n in names {
+        let opts = KubeConfigOptions {
+            context: Some(n.to_string()),
+            ..Default::default()
+        };
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc.clone(), &opts).await?;
+        cfg.connect_timeout = Some(Duration::from_secs(2));
+        cfg.read_timeout = Some(Duration::from_secs(10));
+        out.insert(n.to_string(), kube::Client::try_from(cfg)?);
+    }
+    Ok(out)
+}
+
+async fn readyz(client: &kube::Client) -> bool {
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok")
+}
+
+pub async fn wait_ready(client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    wait_until(timeout, "/readyz", || readyz(client)).await
+}
