@@ -514,18 +514,8 @@ async fn delete_works_for_the_owner_team_and_is_refused_for_another() {
     let b = Browser::open(st).await;
     b.login("alice-token").await;
     b.goto(&page).await;
-    b.c.find(fantoccini::Locator::Id("delete-open"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.c.find(fantoccini::Locator::Id("delete"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click_id("delete-open").await;
+    b.click_id("delete").await;
     b.wait_js(
         "back on the workloads page",
         "return !!document.getElementById('flash')",

@@ -301,6 +301,27 @@ impl Browser {
             .unwrap_or_else(|e| panic!("opening {path}: {e}"));
     }
 
+    /// Clicks the element with `id`. A live page swaps its content when the federation
+    /// changes, which can replace the element between finding and clicking it ("stale
+    /// element"): find it again, for up to 10 s.
+    pub async fn click_id(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let clicked = match self.c.find(Locator::Id(id)).await {
+                Ok(e) => e.click().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match clicked {
+                Ok(()) => return,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("clicking #{id}: {e}"),
+            }
+        }
+    }
+
     pub async fn path(&self) -> String {
         let u = self.c.current_url().await.unwrap();
         match u.query() {
