@@ -50,27 +50,7 @@ fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
             ]
             .concat(),
         )];
-        for m in fed.member_names() {
-            daemons.push(spawn_daemon(
-                fed,
-                &format!("agent-{m}"),
-                &[
-                    s(&[
-                        "agent",
-                        "--context",
-                        &m,
-                        "--cluster-name",
-                        &m,
-                        "--no-leader-election",
-                    ]),
-                    vec![
-                        "--metrics-addr".into(),
-                        format!("127.0.0.1:{}", support::free_port()),
-                    ],
-                ]
-                .concat(),
-            ));
-        }
+        daemons.extend(support::spawn_agents(fed));
         daemons
     })
 }

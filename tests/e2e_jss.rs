@@ -18,7 +18,7 @@ use pinfed::jss::client::JssClient;
 use serde_json::{Value, json};
 use support::{
     Daemon, Federation, TestNamespace, eventually, free_port, join_all, pinfed, pinfed_bin,
-    spawn_daemon, unique_name,
+    spawn_agents, spawn_daemon, unique_name,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -83,27 +83,7 @@ fn setup(fed: &Federation) -> &'static Setup {
             ]
             .concat(),
         )];
-        for m in fed.member_names() {
-            daemons.push(spawn_daemon(
-                fed,
-                &format!("agent-{m}"),
-                &[
-                    s(&[
-                        "agent",
-                        "--context",
-                        &m,
-                        "--cluster-name",
-                        &m,
-                        "--no-leader-election",
-                    ]),
-                    vec![
-                        "--metrics-addr".into(),
-                        format!("127.0.0.1:{}", free_port()),
-                    ],
-                ]
-                .concat(),
-            ));
-        }
+        daemons.extend(spawn_agents(fed));
         let dir = std::env::temp_dir().join(unique_name("pinfed-jss"));
         let artifacts = dir.join("artifacts");
         std::fs::create_dir_all(&artifacts).unwrap();

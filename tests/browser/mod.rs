@@ -14,7 +14,9 @@ use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-use crate::support::{Daemon, Federation, free_port, join_all, spawn_daemon, unique_name};
+use crate::support::{
+    Daemon, Federation, free_port, join_all, spawn_agents, spawn_daemon, unique_name,
+};
 
 /// Users of the UI tests and their teams: `ads` and `reviewed` share the `ui-ads-*`
 /// namespaces (only `ads` may change what `ads` owns), `search` has `ui-search-*`.
@@ -132,27 +134,7 @@ pub fn setup(fed: &Federation, member_grace_secs: u32) -> &'static Setup {
             ]
             .concat(),
         )];
-        for m in fed.member_names() {
-            daemons.push(spawn_daemon(
-                fed,
-                &format!("agent-{m}"),
-                &[
-                    s(&[
-                        "agent",
-                        "--context",
-                        &m,
-                        "--cluster-name",
-                        &m,
-                        "--no-leader-election",
-                    ]),
-                    vec![
-                        "--metrics-addr".into(),
-                        format!("127.0.0.1:{}", free_port()),
-                    ],
-                ]
-                .concat(),
-            ));
-        }
+        daemons.extend(spawn_agents(fed));
         let dir = std::env::temp_dir().join(unique_name("pinfed-ui"));
         let artifacts = dir.join("artifacts");
         std::fs::create_dir_all(&artifacts).unwrap();

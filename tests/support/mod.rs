@@ -266,6 +266,31 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
 }
 
 /// A free loopback port for a daemon's metrics server.
+/// One agent per member (no leader election, metrics on a free port), as the e2e
+/// federations run them.
+pub fn spawn_agents(fed: &Federation) -> Vec<Daemon> {
+    fed.member_names()
+        .into_iter()
+        .map(|m| {
+            let port = free_port().to_string();
+            let args: Vec<String> = [
+                "agent",
+                "--context",
+                &m,
+                "--cluster-name",
+                &m,
+                "--no-leader-election",
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            spawn_daemon(fed, &format!("agent-{m}"), &args)
+        })
+        .collect()
+}
+
 pub fn free_port() -> u16 {
     testkit::free_port().expect("a free loopback port")
 }
