@@ -200,6 +200,78 @@ impl State<'_> {
     }
 }
 
+impl State<'_> {
+    /// Spread: the best cluster of each missing zone, then the best unused clusters. A
+    /// cluster is opened only while every used cluster can still keep its opening seats
+    /// within the total; otherwise trimming would have to close one again, and a re-plan
+    /// of the result would not be a fixed point. Returns the zones and clusters in use.
+    fn open_for_spread(&mut self, rank: &[usize], total: u64) -> (usize, usize) {
+        let n = self.seats.len();
+        let seats = self.seats;
+        let mut committed: u64 = (0..n)
+            .filter(|&i| self.shares[i] > 0)
+            .map(|i| u64::from(self.opening(i)))
+            .sum();
+        let mut zones_used: BTreeSet<&str> = (0..n)
+            .filter(|&i| self.shares[i] > 0)
+            .filter_map(|i| seats[i].zone.as_deref())
+            .collect();
+        for &i in rank {
+            if zones_used.len() >= self.want_zones {
+                break;
+            }
+            let open = u64::from(self.opening(i));
+            if let Some(z) = seats[i].zone.as_deref()
+                && !zones_used.contains(z)
+                && committed + open <= total
+            {
+                self.shares[i] = self.opening(i);
+                self.sum += open;
+                committed += open;
+                zones_used.insert(z);
+            }
+        }
+        let mut used = self.shares.iter().filter(|&&s| s > 0).count();
+        for &i in rank {
+            if used >= self.want_clusters {
+                break;
+            }
+            let open = u64::from(self.opening(i));
+            if self.shares[i] == 0 && committed + open <= total {
+                self.shares[i] = self.opening(i);
+                self.sum += open;
+                committed += open;
+                used += 1;
+            }
+        }
+        (zones_used.len(), used)
+    }
+}
+
+/// What the spread asks that the eligible clusters or the total cannot give.
+fn spread_shortfall(spread: Spread, eligible: usize, zones: usize, total: u64) -> Vec<String> {
+    let mut shortfall = Vec::new();
+    if spread.min_zones as usize > zones {
+        shortfall.push(format!(
+            "spread wants {} zones but eligible clusters cover {zones}",
+            spread.min_zones
+        ));
+    }
+    if spread.min_clusters as usize > eligible {
+        shortfall.push(format!(
+            "spread wants {} clusters but {eligible} are eligible",
+            spread.min_clusters
+        ));
+    }
+    let total_usize = usize::try_from(total).unwrap_or(usize::MAX);
+    if (spread.min_clusters.max(spread.min_zones) as usize) > total_usize && total > 0 {
+        shortfall.push(format!(
+            "only {total} to place, so spread is limited to {total}"
+        ));
+    }
+    shortfall
+}
+
 /// Divides `total` seats over `seats`. The sum of shares is `min(total, Σ caps)` unless
 /// per-cluster mins make that impossible (then it is the largest sum found below it).
 pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportionment {
@@ -237,27 +309,7 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         .min(usable_zones.len())
         .min(total_usize);
 
-    let mut shortfall = Vec::new();
-    if spread.min_zones as usize > usable_zones.len() {
-        shortfall.push(format!(
-            "spread wants {} zones but eligible clusters cover {}",
-            spread.min_zones,
-            usable_zones.len()
-        ));
-    }
-    if spread.min_clusters as usize > rank.len() {
-        shortfall.push(format!(
-            "spread wants {} clusters but {} are eligible",
-            spread.min_clusters,
-            rank.len()
-        ));
-    }
-    if (spread.min_clusters.max(spread.min_zones) as usize) > total_usize && total > 0 {
-        shortfall.push(format!(
-            "only {total} to place, so spread is limited to {total}"
-        ));
-    }
-
+    let mut shortfall = spread_shortfall(spread, rank.len(), usable_zones.len(), total);
     let shares: Vec<u32> = (0..n)
         .map(|i| {
             let c = seats[i].current.min(seats[i].cap);
@@ -275,50 +327,10 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         want_zones,
     };
 
-    // Spread: the best cluster of each missing zone, then the best unused clusters. A
-    // cluster is opened only while every used cluster can still keep its opening seats
-    // within the total; otherwise trimming would have to close one again, and a re-plan
-    // of the result would not be a fixed point.
-    let mut committed: u64 = (0..n)
-        .filter(|&i| st.shares[i] > 0)
-        .map(|i| u64::from(st.opening(i)))
-        .sum();
-    let mut zones_used: BTreeSet<&str> = (0..n)
-        .filter(|&i| st.shares[i] > 0)
-        .filter_map(|i| seats[i].zone.as_deref())
-        .collect();
-    for &i in &rank {
-        if zones_used.len() >= want_zones {
-            break;
-        }
-        let open = u64::from(st.opening(i));
-        if let Some(z) = seats[i].zone.as_deref()
-            && !zones_used.contains(z)
-            && committed + open <= total
-        {
-            st.shares[i] = st.opening(i);
-            st.sum += open;
-            committed += open;
-            zones_used.insert(z);
-        }
-    }
-    let mut used = st.shares.iter().filter(|&&s| s > 0).count();
-    for &i in &rank {
-        if used >= want_clusters {
-            break;
-        }
-        let open = u64::from(st.opening(i));
-        if st.shares[i] == 0 && committed + open <= total {
-            st.shares[i] = st.opening(i);
-            st.sum += open;
-            committed += open;
-            used += 1;
-        }
-    }
-    if zones_used.len() < want_zones || used < want_clusters {
+    let (zones_used, used) = st.open_for_spread(&rank, total);
+    if zones_used < want_zones || used < want_clusters {
         shortfall.push(format!(
-            "per-cluster mins leave room for {used} clusters in {} zones",
-            zones_used.len()
+            "per-cluster mins leave room for {used} clusters in {zones_used} zones"
         ));
     }
     // Floors: every cluster gets its min while the total allows, best first.

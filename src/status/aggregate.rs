@@ -273,6 +273,48 @@ fn placement_conditions(
     conds
 }
 
+/// Ready: never on stale data.
+fn readiness(
+    input: &AggregateInput<'_>,
+    totals: &Aggregate,
+    f: &Findings,
+    target_met: bool,
+) -> (ConditionStatus, &'static str, String) {
+    let (lost, missing, failing, behind) = (&f.lost, &f.missing, &f.failing, &f.behind);
+    if !lost.is_empty() {
+        (
+            ConditionStatus::Unknown,
+            "MemberUnavailable",
+            lost.join("; "),
+        )
+    } else if input.decision.placements.is_empty() {
+        (
+            ConditionStatus::False,
+            "Unplaced",
+            "no member cluster runs this workload".into(),
+        )
+    } else if !f.caught_up() {
+        let mut waiting = missing.clone();
+        waiting.extend(behind.iter().filter(|c| !missing.contains(c)).cloned());
+        (
+            ConditionStatus::False,
+            "SlicesUpdating",
+            format!("waiting for {}", waiting.join(", ")),
+        )
+    } else if !failing.is_empty() {
+        (ConditionStatus::False, "MemberDegraded", failing.join("; "))
+    } else if let Progress::Replicas { desired } = input.progress {
+        let available = format!("{}/{desired} available", totals.available_replicas);
+        if target_met {
+            (ConditionStatus::True, "Available", available)
+        } else {
+            (ConditionStatus::False, "Unavailable", available)
+        }
+    } else {
+        (ConditionStatus::True, "Running", String::new())
+    }
+}
+
 /// Degraded, Ready, Progressing (and Complete, Failed for run-to-completion kinds).
 fn health_conditions(
     input: &AggregateInput<'_>,
@@ -285,8 +327,7 @@ fn health_conditions(
     let cond = |t: &str, s: ConditionStatus, reason: &str, msg: String| {
         Condition::new(t, s, reason, msg, hub_gen, now)
     };
-    let (lost, missing, failing, behind) = (&f.lost, &f.missing, &f.failing, &f.behind);
-    let placed_any = !input.decision.placements.is_empty();
+    let (lost, failing) = (&f.lost, &f.failing);
     let caught_up = f.caught_up();
     let mut conds = Vec::new();
     // Degraded: something is lost, stale or failing.
@@ -313,57 +354,8 @@ fn health_conditions(
         )
     });
 
-    // Ready: never on stale data.
-    let ready = if !lost.is_empty() {
-        cond(
-            ct::READY,
-            ConditionStatus::Unknown,
-            "MemberUnavailable",
-            lost.join("; "),
-        )
-    } else if !placed_any {
-        cond(
-            ct::READY,
-            ConditionStatus::False,
-            "Unplaced",
-            "no member cluster runs this workload".into(),
-        )
-    } else if !caught_up {
-        let mut waiting = missing.clone();
-        waiting.extend(behind.iter().filter(|c| !missing.contains(c)).cloned());
-        cond(
-            ct::READY,
-            ConditionStatus::False,
-            "SlicesUpdating",
-            format!("waiting for {}", waiting.join(", ")),
-        )
-    } else if !failing.is_empty() {
-        cond(
-            ct::READY,
-            ConditionStatus::False,
-            "MemberDegraded",
-            failing.join("; "),
-        )
-    } else if let Progress::Replicas { desired } = input.progress {
-        if target_met {
-            cond(
-                ct::READY,
-                ConditionStatus::True,
-                "Available",
-                format!("{}/{desired} available", totals.available_replicas),
-            )
-        } else {
-            cond(
-                ct::READY,
-                ConditionStatus::False,
-                "Unavailable",
-                format!("{}/{desired} available", totals.available_replicas),
-            )
-        }
-    } else {
-        cond(ct::READY, ConditionStatus::True, "Running", String::new())
-    };
-    conds.push(ready);
+    let (status, reason, message) = readiness(input, totals, f, target_met);
+    conds.push(cond(ct::READY, status, reason, message));
 
     conds.push(if caught_up && target_met {
         cond(

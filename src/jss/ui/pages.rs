@@ -108,8 +108,8 @@ pub enum Leader {
     },
 }
 
-pub fn fleet(rows: &[MemberRow], leader: &Leader, now: Timestamp) -> String {
-    let mut h = String::from("<h1>Fleet</h1>");
+/// Who leads the hub, from its Lease.
+fn leader_section(h: &mut String, leader: &Leader, now: Timestamp) {
     h.push_str("<section class=\"card\" id=\"leader\"><h2>Hub leader</h2>");
     match leader {
         Leader::Held {
@@ -155,6 +155,11 @@ pub fn fleet(rows: &[MemberRow], leader: &Leader, now: Timestamp) -> String {
         }
     }
     h.push_str("</section>");
+}
+
+pub fn fleet(rows: &[MemberRow], leader: &Leader, now: Timestamp) -> String {
+    let mut h = String::from("<h1>Fleet</h1>");
+    leader_section(&mut h, leader, now);
     let mut body = String::new();
     for r in rows {
         let _ = write!(
@@ -292,18 +297,8 @@ pub fn split_cell(row: &WorkloadRow, palette: &Palette) -> String {
     h
 }
 
-pub fn workloads(
-    page: &Page,
-    f: &Filter,
-    choices: &FilterChoices,
-    palette: &Palette,
-    flash: Option<&str>,
-    now: Timestamp,
-) -> String {
-    let mut h = String::from("<h1>Workloads</h1>");
-    if let Some(m) = flash {
-        let _ = write!(h, "<p class=\"flash\" id=\"flash\">{}</p>", esc(m));
-    }
+/// The filters of the workloads page, as a GET form.
+fn filters_form(h: &mut String, f: &Filter, choices: &FilterChoices) {
     h.push_str("<form class=\"filters\" method=\"get\" action=\"/ui/workloads\">");
     h.push_str(&select(
         "namespace",
@@ -358,6 +353,56 @@ pub fn workloads(
         "<label>Name<input type=\"search\" name=\"name\" value=\"{}\"></label><button type=\"submit\" id=\"apply\">Apply</button></form>",
         esc(f.name.as_deref().unwrap_or(""))
     );
+}
+
+/// Previous / next links and the position in the list.
+fn pager(h: &mut String, page: &Page, f: &Filter) {
+    let first = if page.total == 0 {
+        0
+    } else {
+        (page.page - 1) * super::model::PAGE_SIZE + 1
+    };
+    let last = first + page.rows.len().saturating_sub(1);
+    let _ = write!(
+        h,
+        "<nav class=\"pager\" id=\"pager\" data-page=\"{}\" data-pages=\"{}\" data-total=\"{}\">",
+        page.page, page.pages, page.total
+    );
+    if page.page > 1 {
+        let _ = write!(
+            h,
+            "<a href=\"/ui/workloads?{}\" rel=\"prev\">← previous</a> ",
+            esc(&filter_query(f, page.page - 1))
+        );
+    }
+    let _ = write!(
+        h,
+        "<span>{first}–{last} of {} · page {} of {}</span>",
+        page.total, page.page, page.pages
+    );
+    if page.page < page.pages {
+        let _ = write!(
+            h,
+            " <a href=\"/ui/workloads?{}\" rel=\"next\">next →</a>",
+            esc(&filter_query(f, page.page + 1))
+        );
+    }
+    h.push_str("</nav>");
+}
+
+pub fn workloads(
+    page: &Page,
+    f: &Filter,
+    choices: &FilterChoices,
+    palette: &Palette,
+    flash: Option<&str>,
+    now: Timestamp,
+) -> String {
+    let mut h = String::from("<h1>Workloads</h1>");
+    if let Some(m) = flash {
+        let _ = write!(h, "<p class=\"flash\" id=\"flash\">{}</p>", esc(m));
+    }
+    filters_form(&mut h, f, choices);
     let mut body = String::new();
     let mut group: Option<String> = None;
     for r in &page.rows {
@@ -404,37 +449,7 @@ pub fn workloads(
         &body,
         "No workload matches (you see the namespaces of your teams).",
     ));
-    let first = if page.total == 0 {
-        0
-    } else {
-        (page.page - 1) * super::model::PAGE_SIZE + 1
-    };
-    let last = first + page.rows.len().saturating_sub(1);
-    let _ = write!(
-        h,
-        "<nav class=\"pager\" id=\"pager\" data-page=\"{}\" data-pages=\"{}\" data-total=\"{}\">",
-        page.page, page.pages, page.total
-    );
-    if page.page > 1 {
-        let _ = write!(
-            h,
-            "<a href=\"/ui/workloads?{}\" rel=\"prev\">← previous</a> ",
-            esc(&filter_query(f, page.page - 1))
-        );
-    }
-    let _ = write!(
-        h,
-        "<span>{first}–{last} of {} · page {} of {}</span>",
-        page.total, page.page, page.pages
-    );
-    if page.page < page.pages {
-        let _ = write!(
-            h,
-            " <a href=\"/ui/workloads?{}\" rel=\"next\">next →</a>",
-            esc(&filter_query(f, page.page + 1))
-        );
-    }
-    h.push_str("</nav>");
+    pager(&mut h, page, f);
     h
 }
 
@@ -500,6 +515,22 @@ pub fn workload(d: &Detail<'_>) -> String {
         split_cell(r, d.palette)
     );
 
+    placement_section(&mut h, d);
+    shards_section(&mut h, d);
+    conditions_section(&mut h, d);
+    failover_section(&mut h, d);
+    events_section(&mut h, d);
+    actions_section(&mut h, d);
+    let _ = write!(
+        h,
+        "<section class=\"card\" id=\"yaml\"><details><summary>YAML (as on the hub)</summary><pre>{}</pre></details></section>",
+        esc(&d.yaml)
+    );
+    h
+}
+
+/// Placement decision: the strategy, what is unplaced and each cluster's reason and slice.
+fn placement_section(h: &mut String, d: &Detail<'_>) {
     // Placement decision and reasons.
     h.push_str("<section class=\"card\" id=\"placement\"><h2>Placement</h2>");
     match d.decision {
@@ -586,7 +617,10 @@ pub fn workload(d: &Detail<'_>) -> String {
         "No member clusters.",
     ));
     h.push_str("</section>");
+}
 
+/// The shard map of a job set.
+fn shards_section(h: &mut String, d: &Detail<'_>) {
     if let Some((total, cells)) = &d.shards {
         let _ = write!(
             h,
@@ -633,7 +667,10 @@ pub fn workload(d: &Detail<'_>) -> String {
         h.push_str("</div><p class=\"legend\"><span class=\"shard succeeded\">ok</span> succeeded <span class=\"shard assigned\">·</span> assigned \
                     <span class=\"shard failed\">!</span> failed <span class=\"shard unplaced\">?</span> unplaced; the border is the cluster's colour</p></section>");
     }
+}
 
+/// The hub resource's conditions.
+fn conditions_section(h: &mut String, d: &Detail<'_>) {
     // Conditions.
     let mut body = String::new();
     for c in d.conditions {
@@ -663,7 +700,10 @@ pub fn workload(d: &Detail<'_>) -> String {
         "No conditions yet.",
     ));
     h.push_str("</section>");
+}
 
+/// What the hub recorded of failover and failback.
+fn failover_section(h: &mut String, d: &Detail<'_>) {
     // Failover history.
     h.push_str("<section class=\"card\" id=\"failover\"><h2>Failover and failback</h2>");
     if d.failover.is_empty() {
@@ -676,7 +716,10 @@ pub fn workload(d: &Detail<'_>) -> String {
         h.push_str("</dl>");
     }
     h.push_str("</section>");
+}
 
+/// The hub's Events for this workload.
+fn events_section(h: &mut String, d: &Detail<'_>) {
     // Events.
     h.push_str("<section class=\"card\" id=\"events\"><h2>Hub events</h2>");
     match &d.events {
@@ -715,7 +758,11 @@ pub fn workload(d: &Detail<'_>) -> String {
         }
     }
     h.push_str("</section>");
+}
 
+/// Delete, when the caller's teams allow it.
+fn actions_section(h: &mut String, d: &Detail<'_>) {
+    let r = d.row;
     // Actions.
     h.push_str("<section class=\"card\" id=\"actions\"><h2>Actions</h2>");
     match &d.may_delete {
@@ -740,13 +787,6 @@ pub fn workload(d: &Detail<'_>) -> String {
         }
     }
     h.push_str("</section>");
-
-    let _ = write!(
-        h,
-        "<section class=\"card\" id=\"yaml\"><details><summary>YAML (as on the hub)</summary><pre>{}</pre></details></section>",
-        esc(&d.yaml)
-    );
-    h
 }
 
 // ---------------------------------------------------------------------------------------
