@@ -16,15 +16,15 @@ use support::{Federation, TestNamespace, eventually, join_all, spawn_daemon, uni
 
 const WORKLOADS: usize = 200;
 
-fn hub_args(identity: &str, lease_ns: &str) -> Vec<String> {
+fn hub_args(identity: &str, lease: &str) -> Vec<String> {
     [
         "hub",
         "--context",
         "hub",
         "--heartbeat-secs",
         "1",
-        "--lease-namespace",
-        lease_ns,
+        "--lease-name",
+        lease,
         "--identity",
         identity,
         "--metrics-addr",
@@ -35,9 +35,9 @@ fn hub_args(identity: &str, lease_ns: &str) -> Vec<String> {
     .collect()
 }
 
-async fn holder(leases: &Api<Lease>) -> Option<String> {
+async fn holder(leases: &Api<Lease>, lease: &str) -> Option<String> {
     leases
-        .get_opt("pinfed-hub")
+        .get_opt(lease)
         .await
         .ok()
         .flatten()
@@ -70,16 +70,18 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     let fed = Federation::connect().await;
     join_all(&fed);
     let hub = fed.hub();
-    let lease_ns = unique_name("ha-lease");
-    let leases: Api<Lease> = Api::namespaced(hub.clone(), &lease_ns);
-    let leader = spawn_daemon(&fed, "hub-ha-a", &hub_args("hub-a", &lease_ns));
+    // In the namespace and under the Role that deploy/ ships; a Lease of its own, so
+    // no other hub of the suite takes part in this election.
+    let lease = unique_name("ha-lease");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
+    let leader = spawn_daemon(&fed, "hub-ha-a", &hub_args("hub-a", &lease));
     eventually(
         Duration::from_secs(30),
         &format!("hub-a leads\n{}", leader.log_tail()),
-        || async { holder(&leases).await.as_deref() == Some("hub-a") },
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-a") },
     )
     .await;
-    let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease_ns));
+    let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease));
     // Agents make slices available: a slice that left a placement goes only once its
     // replacement is available.
     let _agents: Vec<_> = fed
@@ -163,7 +165,7 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     eventually(
         Duration::from_secs(30),
         &format!("hub-b takes the lease\n{}", standby.log_tail()),
-        || async { holder(&leases).await.as_deref() == Some("hub-b") },
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-b") },
     )
     .await;
     let takeover = killed.elapsed();
@@ -225,7 +227,5 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     );
     standby.kill();
     ns.delete().await;
-    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(hub.clone())
-        .delete(&lease_ns, &Default::default())
-        .await;
+    let _ = leases.delete(&lease, &Default::default()).await;
 }

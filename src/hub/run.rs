@@ -67,6 +67,9 @@ pub struct HubArgs {
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
+    /// Name of the leader-election Lease: hubs that share it elect one leader.
+    #[arg(long, env = "PINFED_LEASE_NAME", default_value = "pinfed-hub")]
+    pub lease_name: String,
     /// Identity in the Lease (default: host name and pid).
     #[arg(long, env = "PINFED_IDENTITY")]
     pub identity: Option<String>,
@@ -134,7 +137,7 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
         let _warm = Watching::spawn(warm_members(client.clone(), process.members.clone()));
         let cfg = (!args.no_leader_election).then(|| LeaderConfig {
             namespace: args.lease_namespace.clone(),
-            lease_name: "pinfed-hub".into(),
+            lease_name: args.lease_name.clone(),
             identity: process.identity.clone(),
             duration_secs: args.lease_duration_secs,
             grace_secs: 1,

@@ -13,6 +13,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use pinfed::topology::Topology;
 
+mod identity;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use identity::{
+    SYSTEM_NAMESPACE, apply_shipped_rbac, identity_daemon, kubeconfig_as, kubectl_apply,
+    kubectl_bin,
+};
+
 pub struct Federation {
     pub kubeconfig: PathBuf,
     pub topology: Topology,
@@ -256,11 +263,17 @@ pub fn join_all(fed: &Federation) {
 /// leave it acting on the clusters during the tests that follow.
 pub use testkit::Daemon;
 
+/// Starts `pinfed ARGS`; a hub or an agent runs as the ServiceAccount `deploy/` ships
+/// for it, under the shipped roles (see `identity`).
 pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
     let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
+    let kubeconfig = match identity::Daemon::of_args(args) {
+        Some(daemon) => kubeconfig_as(fed, daemon),
+        None => fed.kubeconfig.clone(),
+    };
     let mut cmd = std::process::Command::new(pinfed_bin());
     cmd.args(args)
-        .env("KUBECONFIG", &fed.kubeconfig)
+        .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "info,kube=warn");
     Daemon::spawn(name, cmd, &log).expect("spawn pinfed daemon")
 }
