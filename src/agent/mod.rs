@@ -1,6 +1,7 @@
 //! The per-cluster agent: watches the Pinterest kinds in its cluster, expands them into
 //! native objects with the expansion engine, applies and prunes them, and reports status.
 
+pub mod applied;
 pub mod kinds;
 pub mod reconcile;
 pub mod status;
@@ -64,6 +65,10 @@ pub struct AgentArgs {
     /// Run without leader election (a single agent).
     #[arg(long, env = "PINFED_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,
+    /// Reconciles in flight per kind. Each holds its expanded objects and requests; more
+    /// in flight than the member API server serves only queues there and costs memory.
+    #[arg(long, env = "PINFED_AGENT_CONCURRENCY", default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
 }
 
 fn labels() -> watcher::Config {
@@ -75,22 +80,29 @@ fn labels() -> watcher::Config {
 }
 
 /// An owned-object watch (metadata only, our label) whose events trigger the owning `K`,
-/// counted in `queue` on the way in.
+/// counted in `queue` on the way in; deletions and foreign spec changes also reach the
+/// book of applied objects, so the next reconcile applies again.
 fn owned<K, Child>(
-    client: &Client,
+    ctx: &Arc<Context>,
     queue: &QueueDepth,
 ) -> impl Stream<Item = Result<PartialObjectMeta<Child>, watcher::Error>> + Send + 'static
 where
     K: AgentKind,
-    Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    let book = ctx.clone();
     queue.track_owners::<K, _, _, _>(watch::skip_errors(
         format!("{} (owned by {})", Child::kind(&()), K::KIND.as_str()),
         watcher(
-            Api::<PartialObjectMeta<Child>>::all(client.clone()),
+            Api::<PartialObjectMeta<Child>>::all(ctx.client.clone()),
             labels(),
         )
         .backoff(watch::backoff())
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                book.applied.saw(event);
+            }
+        })
         .touched_objects(),
     ))
 }
@@ -104,6 +116,7 @@ async fn run_kind<K: AgentKind>(
 ) {
     let c = ctx.client.clone();
     let queue = ctx.queue(K::KIND).clone();
+    let concurrency = ctx.concurrency;
     let (reader, writer) = reflector::store::<K>();
     // Back off on watch errors, briefly: a member API server that restarts must not be
     // hammered, and the watch must come back by itself and soon (controller::watch).
@@ -112,35 +125,38 @@ async fn run_kind<K: AgentKind>(
         watcher::Config::default().any_semantic(),
     )
     .backoff(watch::backoff())
+    // Nothing reads managed fields; they are most of a slice's size.
+    .modify(|o| o.meta_mut().managed_fields = None)
     .reflect(writer)
     .applied_objects();
     let mut controller = Controller::for_stream(
         queue.track_objects(watch::skip_errors(K::KIND.as_str().into(), main)),
         reader,
     )
+    .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
     // Trigger errors are dropped above; this only bounds a pause if one slips through.
     .trigger_backoff(watch::backoff());
     // Generated objects carry an owner reference: a change or deletion brings us back.
     controller = match K::KIND {
         WorkloadKind::Service => controller
-            .owns_stream(owned::<K, Deployment>(&c, &queue))
-            .owns_stream(owned::<K, Service>(&c, &queue))
-            .owns_stream(owned::<K, ConfigMap>(&c, &queue))
-            .owns_stream(owned::<K, Ingress>(&c, &queue))
-            .owns_stream(owned::<K, PodDisruptionBudget>(&c, &queue)),
+            .owns_stream(owned::<K, Deployment>(&ctx, &queue))
+            .owns_stream(owned::<K, Service>(&ctx, &queue))
+            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue))
+            .owns_stream(owned::<K, Ingress>(&ctx, &queue))
+            .owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue)),
         WorkloadKind::JobSet => controller
-            .owns_stream(owned::<K, Job>(&c, &queue))
-            .owns_stream(owned::<K, ConfigMap>(&c, &queue))
-            .owns_stream(owned::<K, PersistentVolumeClaim>(&c, &queue)),
-        WorkloadKind::CronJob => controller.owns_stream(owned::<K, CronJob>(&c, &queue)),
-        WorkloadKind::Daemon => controller.owns_stream(owned::<K, DaemonSet>(&c, &queue)),
+            .owns_stream(owned::<K, Job>(&ctx, &queue))
+            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue))
+            .owns_stream(owned::<K, PersistentVolumeClaim>(&ctx, &queue)),
+        WorkloadKind::CronJob => controller.owns_stream(owned::<K, CronJob>(&ctx, &queue)),
+        WorkloadKind::Daemon => controller.owns_stream(owned::<K, DaemonSet>(&ctx, &queue)),
         WorkloadKind::TrainingJob => controller
-            .owns_stream(owned::<K, Job>(&c, &queue))
-            .owns_stream(owned::<K, Service>(&c, &queue)),
+            .owns_stream(owned::<K, Job>(&ctx, &queue))
+            .owns_stream(owned::<K, Service>(&ctx, &queue)),
         WorkloadKind::StatefulSet => controller
-            .owns_stream(owned::<K, StatefulSet>(&c, &queue))
-            .owns_stream(owned::<K, Service>(&c, &queue))
-            .owns_stream(owned::<K, PodDisruptionBudget>(&c, &queue)),
+            .owns_stream(owned::<K, StatefulSet>(&ctx, &queue))
+            .owns_stream(owned::<K, Service>(&ctx, &queue))
+            .owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue)),
     };
     let all = queue.track_all(controller.store(), profile_changes);
     controller
@@ -160,6 +176,7 @@ pub async fn run_controllers(
     metrics: ReconcileMetrics,
     queues: QueueMetrics,
     ready: Readiness,
+    concurrency: u16,
 ) -> anyhow::Result<()> {
     let (profiles, writer) = reflector::store::<RuntimeProfile>();
     let mut senders = Vec::new();
@@ -196,6 +213,7 @@ pub async fn run_controllers(
         Recorder::new(client, reporter),
         metrics,
         &queues,
+        concurrency,
     ));
     ready.set(true);
     let mut rx = receivers.into_iter();
@@ -234,6 +252,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     metrics.clone(),
                     queues.clone(),
                     ready.clone(),
+                    args.concurrency,
                 )
             }
         };

@@ -46,6 +46,10 @@ pub struct Context {
     /// this agent made can have become unwanted, so the LISTs are skipped — they were
     /// most of a member API server's load during a burst of slices.
     pruned: Mutex<HashMap<String, (Kept, Instant)>>,
+    /// Per object uid: its last complete apply (see `applied`).
+    pub applied: super::applied::AppliedBook,
+    /// Reconciles in flight per kind.
+    pub concurrency: u16,
 }
 
 /// (kind, name) of the generated objects a reconcile keeps.
@@ -62,6 +66,7 @@ impl Context {
         recorder: Recorder,
         metrics: ReconcileMetrics,
         queues: &QueueMetrics,
+        concurrency: u16,
     ) -> Context {
         // Fresh trackers for this run (a new leader term starts from an empty queue).
         let queues = WorkloadKind::ALL
@@ -77,6 +82,8 @@ impl Context {
             queues,
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             pruned: Mutex::default(),
+            applied: Default::default(),
+            concurrency,
         }
     }
 
@@ -273,6 +280,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     if obj.meta().deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove what we made.
         ctx.forget_prune(&obj.uid().unwrap_or_default());
+        ctx.applied.forget(&obj.uid().unwrap_or_default());
         return Ok(Action::await_change());
     }
     let now = Time(Timestamp::now());
@@ -346,8 +354,20 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
 
-    // Apply, then prune what this workload no longer wants.
-    let keep = apply_objects(ctx, &ns, &objects).await?;
+    // Apply (unless the same objects were applied moments ago), then prune what this
+    // workload no longer wants.
+    let digest = super::applied::digest(&objects)?;
+    let uid = obj.uid().unwrap_or_default();
+    let keep = if ctx.applied.unchanged(&uid, digest) {
+        objects
+            .iter()
+            .map(|o| (api_resource(o).kind, o.name_any()))
+            .collect()
+    } else {
+        let (keep, generations) = apply_objects(ctx, &ns, &objects).await?;
+        ctx.applied.record(&uid, digest, generations);
+        keep
+    };
     prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
 
     // Status.
@@ -361,37 +381,44 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-/// Server-side applies every generated object; returns (kind, name) of each.
+/// Server-side applies every generated object; returns (kind, name) of each, and each
+/// one's generation as the API server returned it.
 async fn apply_objects(
     ctx: &Context,
     ns: &str,
     objects: &[DynamicObject],
-) -> Result<Kept, AgentError> {
+) -> Result<(Kept, Vec<((String, String), Option<i64>)>), AgentError> {
     let mut keep = BTreeSet::new();
+    let mut generations = Vec::with_capacity(objects.len());
     for o in objects {
         let ar = api_resource(o);
         let oname = o.name_any();
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
-        api.patch(
-            &oname,
-            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-            &Patch::Apply(o),
-        )
-        .await
-        .map_err(|source| AgentError::Apply {
-            kind: ar.kind.clone(),
-            name: oname.clone(),
-            source,
-        })?;
+        let applied = api
+            .patch(
+                &oname,
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(o),
+            )
+            .await
+            .map_err(|source| AgentError::Apply {
+                kind: ar.kind.clone(),
+                name: oname.clone(),
+                source,
+            })?;
         ctx.metrics
             .applied_objects
             .get_or_create(&crate::controller::metrics::KindLabels {
                 kind: ar.kind.clone(),
             })
             .inc();
+        generations.push((
+            (ar.kind.clone(), oname.clone()),
+            applied.metadata.generation,
+        ));
         keep.insert((ar.kind.clone(), oname));
     }
-    Ok(keep)
+    Ok((keep, generations))
 }
 
 /// Prunes what the workload no longer wants — except what its completed shards leave
