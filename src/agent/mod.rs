@@ -12,21 +12,22 @@ use std::sync::Arc;
 use clap::Args;
 use std::fmt::Debug;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use serde::de::DeserializeOwned;
 
 use self::kinds::AgentKind;
-use self::reconcile::{Context, error_policy, reconcile};
+use self::reconcile::{AgentError, Context, error_policy, reconcile};
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
 use crate::api::jobset::PinterestJobSet;
@@ -35,6 +36,7 @@ use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
 use crate::api::workload::WorkloadKind;
+use crate::controller::compact::CompactCache;
 use crate::controller::http::{self, Readiness};
 use crate::controller::kube_args::{KubeArgs, init_tracing};
 use crate::controller::leader::{self, LeaderConfig};
@@ -117,7 +119,10 @@ async fn run_kind<K: AgentKind>(
     let c = ctx.client.clone();
     let queue = ctx.queue(K::KIND).clone();
     let concurrency = ctx.concurrency;
-    let (reader, writer) = reflector::store::<K>();
+    // Slices are cached as JSON, only their metadata typed (controller::compact); managed
+    // fields are dropped.
+    let cache = CompactCache::<K>::default();
+    let (reader, writer) = reflector::store::<PartialObjectMeta<K>>();
     // Back off on watch errors, briefly: a member API server that restarts must not be
     // hammered, and the watch must come back by itself and soon (controller::watch).
     let main = watcher(
@@ -125,8 +130,10 @@ async fn run_kind<K: AgentKind>(
         watcher::Config::default().any_semantic(),
     )
     .backoff(watch::backoff())
-    // Nothing reads managed fields; they are most of a slice's size.
-    .modify(|o| o.meta_mut().managed_fields = None)
+    .map_ok({
+        let cache = cache.clone();
+        move |event| cache.ingest(event)
+    })
     .reflect(writer)
     .applied_objects();
     let mut controller = Controller::for_stream(
@@ -161,12 +168,47 @@ async fn run_kind<K: AgentKind>(
     let all = queue.track_all(controller.store(), profile_changes);
     controller
         .reconcile_all_on(all)
-        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .run(
+            reconcile_cached::<K>,
+            error_policy_cached::<K>,
+            Arc::new(KindContext { ctx, cache }),
+        )
         .for_each(|r| {
             queue.settle(&r);
             futures::future::ready(())
         })
         .await;
+}
+
+/// A kind's controller context: the agent's, and the kind's cache of whole slices.
+struct KindContext<K> {
+    ctx: Arc<Context>,
+    cache: CompactCache<K>,
+}
+
+/// Decodes the slice from the cache and reconciles it.
+async fn reconcile_cached<K: AgentKind>(
+    meta: Arc<PartialObjectMeta<K>>,
+    kc: Arc<KindContext<K>>,
+) -> Result<Action, AgentError> {
+    match kc.cache.get(&meta) {
+        Some(obj) => reconcile(Arc::new(obj?), kc.ctx.clone()).await,
+        // Deleted since it was queued: nothing left to do.
+        None => Ok(Action::await_change()),
+    }
+}
+
+fn error_policy_cached<K: AgentKind>(
+    meta: Arc<PartialObjectMeta<K>>,
+    err: &AgentError,
+    kc: Arc<KindContext<K>>,
+) -> Action {
+    let object = format!(
+        "{}/{}",
+        meta.namespace().unwrap_or_default(),
+        meta.name_any()
+    );
+    error_policy::<K>(&object, err, &kc.ctx)
 }
 
 /// Runs all controllers until the watches end.

@@ -168,10 +168,10 @@ pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
 }
 
 /// Per-object exponential backoff with jitter for transient errors: about 1 s, 2 s,
-/// 4 s … at most 5 min.
-pub fn error_policy<K: AgentKind>(obj: Arc<K>, err: &AgentError, ctx: Arc<Context>) -> Action {
-    let delay = ctx.retries.failed(&retry_key(obj.as_ref()));
-    tracing::warn!(kind = %K::KIND, object = %key(obj.as_ref()), error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
+/// 4 s … at most 5 min. `object` is `namespace/name`.
+pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context) -> Action {
+    let delay = ctx.retries.failed(&format!("{}/{object}", K::KIND));
+    tracing::warn!(kind = %K::KIND, object = %object, error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 

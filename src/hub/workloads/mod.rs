@@ -26,10 +26,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
@@ -42,6 +43,7 @@ use crate::api::kind::PinterestKind;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::controller::compact::CompactCache;
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::retry::RetryPolicy;
 use crate::hub::members::MemberRegistry;
@@ -271,15 +273,6 @@ pub async fn reconcile<K: PinterestKind>(
     result
 }
 
-/// Per-workload exponential backoff with jitter: about 1 s, 2 s, 4 s … at most 60 s.
-/// Member and health triggers still reconcile a backing-off workload at once.
-pub fn error_policy<K: PinterestKind>(obj: Arc<K>, err: &HubError, ctx: Arc<HubContext>) -> Action {
-    let key = workload_key(obj.as_ref());
-    let delay = ctx.retries.failed(&key);
-    tracing::warn!(workload = %key, error = %crate::controller::Chain(err), retry_in = ?delay, "hub reconcile failed");
-    Action::requeue(delay)
-}
-
 async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result<Action, HubError> {
     if obj.meta().deletion_timestamp.is_some() {
         return deletion::remove_slices(obj, ctx).await;
@@ -397,6 +390,9 @@ async fn write_hub_status<K: PinterestKind>(
 }
 
 /// Runs the loop for one kind.
+/// One kind's controller. Its cache keeps each workload as JSON and only the metadata
+/// typed (`controller::compact`): at 10,000 workloads the typed objects were most of the
+/// hub's memory.
 pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     use kube::runtime::{WatchStreamExt, reflector};
     let queue = ctx.queue(K::KIND);
@@ -405,19 +401,22 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
         ctx.registry.slice_events().filter_map(move |ev| {
             let r = (ev.kind == K::KIND).then(|| {
                 queue.triggered(Some(&ev.namespace), &ev.name);
-                reflector::ObjectRef::<K>::new(&ev.name).within(&ev.namespace)
+                reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name).within(&ev.namespace)
             });
             futures::future::ready(r)
         })
     };
+    let cache = CompactCache::<K>::default();
     let (reader, writer) = reflector::store();
     let main = watcher(
         Api::<K>::all(ctx.hub.clone()),
         watcher::Config::default().any_semantic(),
     )
     .backoff(crate::controller::watch::backoff())
-    // Nothing reads managed fields; 10,000 workloads' worth is a lot of memory.
-    .modify(|o| o.meta_mut().managed_fields = None)
+    .map_ok({
+        let cache = cache.clone();
+        move |event| cache.ingest(event)
+    })
     .reflect(writer)
     .applied_objects();
     // Errors stop at the stream's own backoff (controller::watch), so a hub API server
@@ -428,17 +427,55 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
             rx.changed().await.ok()?;
             Some(((), rx))
         });
+    let concurrency = ctx.concurrency;
+    let kind_ctx = Arc::new(KindContext { hub: ctx, cache });
     Controller::for_stream(queue.track_objects(main), reader)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .trigger_backoff(crate::controller::watch::backoff())
         .reconcile_on(slice_changes)
         .reconcile_all_on(health_changes)
-        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .run(reconcile_cached::<K>, error_policy_cached::<K>, kind_ctx)
         .for_each(|r| {
             queue.settle(&r);
             futures::future::ready(())
         })
         .await;
+}
+
+/// A kind's controller context: the hub's, and the kind's cache of whole objects.
+pub struct KindContext<K> {
+    hub: Arc<HubContext>,
+    cache: CompactCache<K>,
+}
+
+/// Decodes the workload from the cache and reconciles it.
+async fn reconcile_cached<K: PinterestKind>(
+    meta: Arc<PartialObjectMeta<K>>,
+    ctx: Arc<KindContext<K>>,
+) -> Result<Action, HubError> {
+    match ctx.cache.get(&meta) {
+        Some(obj) => reconcile(Arc::new(obj?), ctx.hub.clone()).await,
+        // Deleted since it was queued: nothing left to do.
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// Per-workload exponential backoff with jitter: about 1 s, 2 s, 4 s … at most 60 s.
+/// Member and health triggers still reconcile a backing-off workload at once.
+fn error_policy_cached<K: PinterestKind>(
+    meta: Arc<PartialObjectMeta<K>>,
+    err: &HubError,
+    ctx: Arc<KindContext<K>>,
+) -> Action {
+    let key = format!(
+        "{}/{}/{}",
+        K::KIND,
+        meta.namespace().unwrap_or_default(),
+        meta.name_any()
+    );
+    let delay = ctx.hub.retries.failed(&key);
+    tracing::warn!(workload = %key, error = %crate::controller::Chain(err), retry_in = ?delay, "hub reconcile failed");
+    Action::requeue(delay)
 }
 
 /// The hub resource's API in its namespace.

@@ -1,0 +1,210 @@
+//! A watch cache that keeps each object as its JSON and only its metadata typed.
+//!
+//! A typed Pinterest resource costs about ten times its JSON in memory: the pod template's
+//! k8s-openapi structs carry dozens of optional fields each, and the hub caches every
+//! workload of the federation. The controller runs over the metadata (what scheduling and
+//! triggers need); a reconcile decodes the one object it works on from its JSON, a few
+//! tens of microseconds.
+
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock};
+
+use kube::Resource;
+use kube::core::{PartialObjectMeta, TypeMeta};
+use kube::runtime::watcher;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// (namespace, name).
+type Key = (String, String);
+
+#[derive(Default)]
+struct Bodies {
+    by_key: HashMap<Key, Arc<[u8]>>,
+    /// Keys listed since the watch (re)started; the rest are dropped when the list ends.
+    relisting: Option<HashSet<Key>>,
+}
+
+/// The JSON of every object of one kind, as its watch last delivered it.
+pub struct CompactCache<K> {
+    bodies: Arc<RwLock<Bodies>>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for CompactCache<K> {
+    fn clone(&self) -> Self {
+        CompactCache {
+            bodies: self.bodies.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Default for CompactCache<K> {
+    fn default() -> Self {
+        CompactCache {
+            bodies: Default::default(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+fn key_of(meta: &kube::api::ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl<K> CompactCache<K>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+{
+    /// Stores (or drops) the event's object and passes its metadata on, for a reflector of
+    /// `PartialObjectMeta<K>` and the controller. Managed fields are dropped: nothing reads
+    /// them.
+    pub fn ingest(&self, event: watcher::Event<K>) -> watcher::Event<PartialObjectMeta<K>> {
+        let mut bodies = self.bodies.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Init => {
+                bodies.relisting = Some(HashSet::new());
+                watcher::Event::Init
+            }
+            watcher::Event::InitApply(o) => {
+                let (key, meta) = store(&mut bodies, o);
+                if let Some(seen) = bodies.relisting.as_mut() {
+                    seen.insert(key);
+                }
+                watcher::Event::InitApply(meta)
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = bodies.relisting.take() {
+                    bodies.by_key.retain(|k, _| seen.contains(k));
+                }
+                watcher::Event::InitDone
+            }
+            watcher::Event::Apply(o) => watcher::Event::Apply(store(&mut bodies, o).1),
+            watcher::Event::Delete(mut o) => {
+                o.meta_mut().managed_fields = None;
+                bodies.by_key.remove(&key_of(o.meta()));
+                watcher::Event::Delete(meta_of(o))
+            }
+        }
+    }
+
+    /// The object as last seen, decoded; `None` when it is gone (deleted meanwhile).
+    pub fn get(&self, meta: &PartialObjectMeta<K>) -> Option<Result<K, serde_json::Error>> {
+        let body = {
+            let bodies = self.bodies.read().unwrap_or_else(|e| e.into_inner());
+            bodies.by_key.get(&key_of(&meta.metadata))?.clone()
+        };
+        Some(serde_json::from_slice(&body))
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.bodies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_key
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn store<K: Resource<DynamicType = ()> + Serialize>(
+    bodies: &mut Bodies,
+    mut o: K,
+) -> (Key, PartialObjectMeta<K>) {
+    o.meta_mut().managed_fields = None;
+    let key = key_of(o.meta());
+    // An object that cannot be serialized again cannot happen for a type that was just
+    // deserialized; keep the metadata flowing either way.
+    if let Ok(json) = serde_json::to_vec(&o) {
+        bodies.by_key.insert(key.clone(), json.into());
+    }
+    (key, meta_of(o))
+}
+
+fn meta_of<K: Resource<DynamicType = ()>>(o: K) -> PartialObjectMeta<K> {
+    let types = TypeMeta {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+    };
+    let mut o = o;
+    PartialObjectMeta {
+        types: Some(types),
+        metadata: std::mem::take(o.meta_mut()),
+        _phantom: PhantomData,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, value: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                managed_fields: Some(vec![Default::default()]),
+                ..Default::default()
+            },
+            data: Some([("k".to_string(), value.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn meta(name: &str) -> PartialObjectMeta<ConfigMap> {
+        meta_of(cm(name, ""))
+    }
+
+    #[test]
+    fn objects_come_back_as_stored_without_managed_fields() {
+        let cache = CompactCache::<ConfigMap>::default();
+        let out = cache.ingest(watcher::Event::Apply(cm("a", "1")));
+        let watcher::Event::Apply(m) = out else {
+            panic!("an Apply passes on as an Apply")
+        };
+        assert_eq!(m.metadata.name.as_deref(), Some("a"));
+        assert_eq!(m.types.as_ref().map(|t| t.kind.as_str()), Some("ConfigMap"));
+        let back = cache.get(&meta("a")).expect("cached").expect("decodes");
+        assert_eq!(back.data.unwrap()["k"], "1");
+        assert_eq!(back.metadata.managed_fields, None);
+        cache.ingest(watcher::Event::Apply(cm("a", "2")));
+        assert_eq!(
+            cache.get(&meta("a")).unwrap().unwrap().data.unwrap()["k"],
+            "2"
+        );
+        cache.ingest(watcher::Event::Delete(cm("a", "2")));
+        assert!(cache.get(&meta("a")).is_none());
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_no_longer_lists() {
+        let cache = CompactCache::<ConfigMap>::default();
+        cache.ingest(watcher::Event::Apply(cm("a", "1")));
+        cache.ingest(watcher::Event::Apply(cm("b", "1")));
+        cache.ingest(watcher::Event::Init);
+        cache.ingest(watcher::Event::InitApply(cm("b", "2")));
+        // Until the list ends, what it has not listed yet stays readable.
+        assert!(cache.get(&meta("a")).is_some());
+        cache.ingest(watcher::Event::InitDone);
+        assert!(
+            cache.get(&meta("a")).is_none(),
+            "deleted while not watching"
+        );
+        assert_eq!(cache.len(), 1);
+        assert_eq!(
+            cache.get(&meta("b")).unwrap().unwrap().data.unwrap()["k"],
+            "2"
+        );
+    }
+}
