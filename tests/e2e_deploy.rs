@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
-use support::{Federation, eventually, join_all, unique_name};
+use support::{Federation, join_all, unique_name};
 
 fn kubectl() -> PathBuf {
     let dir = std::env::var_os("PINFED_BIN_DIR")
@@ -284,25 +284,39 @@ async fn assert_running_on_kwok(
 ) {
     let pods: Api<Pod> = Api::namespaced(fed.client(context), namespace);
     let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={app}"));
-    eventually(
-        Duration::from_secs(120),
-        &format!("{replicas} pods of {app} Running in {context}/{namespace}"),
-        || {
-            let (pods, lp) = (pods.clone(), lp.clone());
-            async move {
-                pods.list(&lp).await.is_ok_and(|l| {
-                    l.items
-                        .iter()
-                        .filter(|p| {
-                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                        })
-                        .count()
-                        == replicas
-                })
-            }
-        },
-    )
-    .await;
+    let running = || async {
+        pods.list(&lp).await.is_ok_and(|l| {
+            l.items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count()
+                == replicas
+        })
+    };
+    let start = std::time::Instant::now();
+    while !running().await {
+        if start.elapsed() > Duration::from_secs(120) {
+            // Why not: a pod Pod Security refused shows as the ReplicaSet's FailedCreate.
+            let events = kubectl_in(
+                fed,
+                context,
+                &[
+                    "get",
+                    "events",
+                    "-n",
+                    namespace,
+                    "--field-selector",
+                    "type=Warning",
+                ],
+                "",
+            );
+            panic!(
+                "timed out after 120s waiting for {replicas} pods of {app} Running in \
+                 {context}/{namespace}; warnings there:\n{events}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let nodes: Api<Node> = Api::all(fed.client(context));
     for p in pods.list(&lp).await.expect("list pods").items {
         let spec = p.spec.expect("pod spec");
@@ -477,5 +491,66 @@ async fn the_hub_overlay_runs_the_hub_and_the_jss_under_pod_security_restricted(
         pvc.status.and_then(|s| s.phase).as_deref(),
         Some("Bound"),
         "the artifact store's claim is bound (by the topology's default StorageClass)"
+    );
+}
+
+/// Runs `pinfed` against the topology for at most 60 s (a daemon that should have refused
+/// to start would run on).
+fn pinfed_refusal(fed: &Federation, args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(support::pinfed_bin())
+        .args(args)
+        .env("KUBECONFIG", &fed.kubeconfig)
+        .output()
+        .expect("run pinfed under timeout");
+    let timed_out = out.status.code() == Some(124);
+    (
+        !out.status.success() && !timed_out,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_hub_and_the_agent_refuse_the_wrong_side_of_a_federation() {
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let hub = fed.topology.hub.name.clone();
+    let member = fed.member_names()[0].clone();
+    let port = support::free_port().to_string();
+    let metrics = format!("127.0.0.1:{port}");
+    // The member overlay applied to the hub cluster, named for a real member.
+    let (refused, stderr) = pinfed_refusal(
+        &fed,
+        &[
+            "agent",
+            "--context",
+            &hub,
+            "--cluster-name",
+            &member,
+            "--no-leader-election",
+            "--metrics-addr",
+            &metrics,
+        ],
+    );
+    assert!(
+        refused && stderr.contains("this cluster is a federation hub"),
+        "an agent in the hub cluster: {stderr}"
+    );
+    // The hub overlay applied to a member.
+    let (refused, stderr) = pinfed_refusal(
+        &fed,
+        &[
+            "hub",
+            "--context",
+            &member,
+            "--no-leader-election",
+            "--metrics-addr",
+            &metrics,
+        ],
+    );
+    assert!(
+        refused && stderr.contains("this cluster is a member of a federation"),
+        "a hub in a member cluster: {stderr}"
     );
 }

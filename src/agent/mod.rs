@@ -223,10 +223,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = args.kube.client().await?;
-        let members = crate::controller::cluster_side::registered_members(&client)
+        let side = crate::controller::cluster_side::read(&client)
             .await
-            .context("reading the cluster's MemberClusters (is it a hub?)")?;
-        crate::controller::cluster_side::check_agent(members.as_deref(), &args.cluster_name)
+            .context("reading which side of a federation this cluster is on")?;
+        crate::controller::cluster_side::check_agent(&side, &args.cluster_name)
             .map_err(anyhow::Error::msg)?;
         let mut registry = Registry::with_prefix("pinfed_agent");
         let metrics = ReconcileMetrics::register(&mut registry);

@@ -31,7 +31,7 @@ fn unknown(e: &kube::Error) -> bool {
 }
 
 /// The MemberClusters registered in the cluster (`None`: no CRD or no permission).
-pub async fn registered_members(client: &Client) -> Result<Option<Vec<String>>, kube::Error> {
+async fn registered_members(client: &Client) -> Result<Option<Vec<String>>, kube::Error> {
     match Api::<MemberCluster>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -42,7 +42,7 @@ pub async fn registered_members(client: &Client) -> Result<Option<Vec<String>>, 
     }
 }
 
-/// Reads the cluster's side (the hub's view: members and the join Secret).
+/// Reads the cluster's side: its members and the join Secret.
 pub async fn read(client: &Client) -> Result<Side, kube::Error> {
     let members = registered_members(client).await?;
     let joined_as_member = match Api::<Secret>::namespaced(client.clone(), MEMBER_NAMESPACE)
@@ -60,13 +60,17 @@ pub async fn read(client: &Client) -> Result<Side, kube::Error> {
 }
 
 /// An agent belongs in a member. A cluster with MemberClusters is a hub: an agent runs
-/// there only when the hub joined itself as that member (one-cluster federation).
-pub fn check_agent(members: Option<&[String]>, cluster_name: &str) -> Result<(), String> {
-    match members {
-        Some(members) if !members.is_empty() && !members.iter().any(|m| m == cluster_name) => {
+/// there only when the hub joined itself as that member (one-cluster federation), which
+/// leaves both the MemberCluster of the agent's name and the join Secret in it.
+pub fn check_agent(side: &Side, cluster_name: &str) -> Result<(), String> {
+    match &side.members {
+        Some(members)
+            if !members.is_empty()
+                && !(side.joined_as_member && members.iter().any(|m| m == cluster_name)) =>
+        {
             Err(format!(
-                "this cluster is a federation hub (MemberClusters: {}) and not member \
-                 {cluster_name:?}: the agent belongs in a member cluster \
+                "this cluster is a federation hub (MemberClusters: {}) that is not itself \
+                 joined as member {cluster_name:?}: the agent belongs in a member cluster \
                  (deploy/overlays/member-cluster there; here, `kubectl delete -k` what was \
                  applied). To run an agent in the hub cluster too, join it to itself first: \
                  `pinfed join {cluster_name} --member-context CTX --hub-context CTX`",
@@ -105,15 +109,18 @@ mod tests {
 
     #[test]
     fn an_agent_refuses_a_hub_that_is_not_its_own_member() {
-        let names = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let e = check_agent(Some(&names(&["use1a", "use1b"])), "use1c").unwrap_err();
+        let hub = side(Some(&["use1a", "use1b"]), false);
+        let e = check_agent(&hub, "use1c").unwrap_err();
         assert!(
             e.contains("federation hub (MemberClusters: use1a, use1b)"),
             "{e}"
         );
-        check_agent(Some(&names(&["local"])), "local").unwrap();
-        check_agent(Some(&[]), "use1a").unwrap();
-        check_agent(None, "use1a").unwrap();
+        // The member overlay named for a real member, applied to the hub by mistake.
+        check_agent(&hub, "use1a").unwrap_err();
+        check_agent(&side(Some(&["local"]), true), "local").unwrap();
+        check_agent(&side(Some(&["local"]), true), "other").unwrap_err();
+        check_agent(&side(Some(&[]), true), "use1a").unwrap();
+        check_agent(&side(None, true), "use1a").unwrap();
     }
 
     #[test]
