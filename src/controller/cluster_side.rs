@@ -63,22 +63,20 @@ pub async fn read(client: &Client) -> Result<Side, kube::Error> {
 /// there only when the hub joined itself as that member (one-cluster federation), which
 /// leaves both the MemberCluster of the agent's name and the join Secret in it.
 pub fn check_agent(side: &Side, cluster_name: &str) -> Result<(), String> {
-    match &side.members {
-        Some(members)
-            if !members.is_empty()
-                && !(side.joined_as_member && members.iter().any(|m| m == cluster_name)) =>
-        {
-            Err(format!(
-                "this cluster is a federation hub (MemberClusters: {}) that is not itself \
-                 joined as member {cluster_name:?}: the agent belongs in a member cluster \
-                 (deploy/overlays/member-cluster there; here, `kubectl delete -k` what was \
-                 applied). To run an agent in the hub cluster too, join it to itself first: \
-                 `pinfed join {cluster_name} --member-context CTX --hub-context CTX`",
-                members.join(", ")
-            ))
-        }
-        _ => Ok(()),
+    let Some(members) = side.members.as_ref().filter(|m| !m.is_empty()) else {
+        return Ok(()); // not a hub
+    };
+    if side.joined_as_member && members.iter().any(|m| m == cluster_name) {
+        return Ok(()); // a hub that is its own member
     }
+    Err(format!(
+        "this cluster is a federation hub (MemberClusters: {}) that is not itself \
+         joined as member {cluster_name:?}: the agent belongs in a member cluster \
+         (deploy/overlays/member-cluster there; here, `kubectl delete -k` what was \
+         applied). To run an agent in the hub cluster too, join it to itself first: \
+         `pinfed join {cluster_name} --member-context CTX --hub-context CTX`",
+        members.join(", ")
+    ))
 }
 
 /// A hub belongs in the hub cluster: a cluster joined to a hub that registers no member
