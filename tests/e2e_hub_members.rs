@@ -108,23 +108,26 @@ async fn join_install_agent_puts_the_agent_deployment_into_the_member() {
     let fed = Federation::connect().await;
     let member = fed.member_names()[0].clone();
     let topology = std::env::var("PINFED_E2E_TOPOLOGY").expect("PINFED_E2E_TOPOLOGY");
-    let out = support::pinfed(
-        &fed,
-        &[
-            "join",
-            &member,
-            "--member-context",
-            &member,
-            "--hub-context",
-            "hub",
-            // Keep the member's zone and labels as the other tests expect them.
-            "--from-topology",
-            &topology,
-            "--install-agent",
-            "--agent-image",
-            "registry.example/pinfed:e2e",
-        ],
-    );
+    let join_with_agent = |image: &str| {
+        support::pinfed(
+            &fed,
+            &[
+                "join",
+                &member,
+                "--member-context",
+                &member,
+                "--hub-context",
+                "hub",
+                // Keep the member's zone and labels as the other tests expect them.
+                "--from-topology",
+                &topology,
+                "--install-agent",
+                "--agent-image",
+                image,
+            ],
+        )
+    };
+    let out = join_with_agent("registry.example/pinfed:e2e");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "join --install-agent: {stderr}");
     for line in [
@@ -176,22 +179,7 @@ async fn join_install_agent_puts_the_agent_deployment_into_the_member() {
         ),
         ("registry.example/Pinfed:e2e", "is not an image reference"),
     ] {
-        let out = support::pinfed(
-            &fed,
-            &[
-                "join",
-                &member,
-                "--member-context",
-                &member,
-                "--hub-context",
-                "hub",
-                "--from-topology",
-                &topology,
-                "--install-agent",
-                "--agent-image",
-                image,
-            ],
-        );
+        let out = join_with_agent(image);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && stderr.contains(refusal),
