@@ -108,28 +108,36 @@ async fn join_install_agent_puts_the_agent_deployment_into_the_member() {
     let fed = Federation::connect().await;
     let member = fed.member_names()[0].clone();
     let topology = std::env::var("PINFED_E2E_TOPOLOGY").expect("PINFED_E2E_TOPOLOGY");
-    let out = support::pinfed(
-        &fed,
-        &[
-            "join",
-            &member,
-            "--member-context",
-            &member,
-            "--hub-context",
-            "hub",
-            // Keep the member's zone and labels as the other tests expect them.
-            "--from-topology",
-            &topology,
-            "--install-agent",
-            "--agent-image",
-            "registry.example/pinfed:e2e",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "join --install-agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let join_with_agent = |image: &str| {
+        support::pinfed(
+            &fed,
+            &[
+                "join",
+                &member,
+                "--member-context",
+                &member,
+                "--hub-context",
+                "hub",
+                // Keep the member's zone and labels as the other tests expect them.
+                "--from-topology",
+                &topology,
+                "--install-agent",
+                "--agent-image",
+                image,
+            ],
+        )
+    };
+    let out = join_with_agent("registry.example/pinfed:e2e");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "join --install-agent: {stderr}");
+    for line in [
+        format!("agent installed in {member}: image registry.example/pinfed:e2e"),
+        "Deployment pinfed-system/pinfed-agent".to_string(),
+        "PodDisruptionBudget pinfed-system/pinfed-agent".to_string(),
+        "ClusterRole pinfed-agent".to_string(),
+    ] {
+        assert!(stderr.contains(&line), "{line:?} not printed:\n{stderr}");
+    }
     let deployments: Api<Deployment> = Api::namespaced(fed.client(&member), "pinfed-system");
     let d = deployments.get("pinfed-agent").await.unwrap();
     let c = &d
@@ -162,7 +170,37 @@ async fn join_install_agent_puts_the_agent_deployment_into_the_member() {
         },
     )
     .await;
+    // An agent of another version is not replaced unasked, and a malformed image
+    // reference is refused before anything is written.
+    for (image, refusal) in [
+        (
+            "registry.example/pinfed:other",
+            "already runs an agent of another version",
+        ),
+        ("registry.example/Pinfed:e2e", "is not an image reference"),
+    ] {
+        let out = join_with_agent(image);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(refusal),
+            "join --agent-image {image}: {stderr}"
+        );
+        let d = deployments.get("pinfed-agent").await.unwrap();
+        assert_eq!(
+            d.spec.unwrap().template.spec.unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("registry.example/pinfed:e2e"),
+            "the agent is unchanged after {image}"
+        );
+    }
     let _ = deployments
         .delete("pinfed-agent", &Default::default())
         .await;
+    let _ = Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        fed.client(&member),
+        "pinfed-system",
+    )
+    .delete("pinfed-agent", &Default::default())
+    .await;
 }

@@ -9,6 +9,7 @@ pub mod status;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::Args;
 use std::fmt::Debug;
 
@@ -273,8 +274,20 @@ pub async fn run_controllers(
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     init_tracing();
+    anyhow::ensure!(
+        crate::api::validation::is_dns_label(&args.cluster_name),
+        "--cluster-name (PINFED_CLUSTER_NAME) {:?} is not a member name (a DNS label): set \
+         it to the name the member was joined with (in deploy/overlays/member-cluster/\
+         member-name.yaml, or `pinfed join NAME --install-agent`)",
+        args.cluster_name
+    );
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = args.kube.client().await?;
+        let side = crate::controller::cluster_side::read(&client)
+            .await
+            .context("reading which side of a federation this cluster is on")?;
+        crate::controller::cluster_side::check_agent(&side, &args.cluster_name)
+            .map_err(anyhow::Error::msg)?;
         let mut registry = Registry::with_prefix("pinfed_agent");
         let metrics = ReconcileMetrics::register(&mut registry);
         let queues = QueueMetrics::register(&mut registry);

@@ -5,7 +5,10 @@ use clap::Args;
 
 use crate::api::validation::is_dns_label;
 use crate::controller::kube_args::KubeArgs;
-use crate::hub::join::{JoinRequest, join};
+use crate::hub::join::{
+    DEFAULT_AGENT_IMAGE, JoinRequest, check_agent_replacement, check_image_reference,
+    installed_agent, join,
+};
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -35,12 +38,17 @@ pub struct JoinArgs {
     /// The member API server URL as the hub reaches it (default: from the member context).
     #[arg(long)]
     pub server: Option<String>,
-    /// Also install the agent in the member (deploy/agent: namespace, RBAC, Deployment).
+    /// Also install the agent in the member (deploy/agent: namespace, RBAC, Deployment,
+    /// PodDisruptionBudget), named NAME.
     #[arg(long)]
     pub install_agent: bool,
-    /// The agent image for --install-agent.
-    #[arg(long, env = "PINFED_AGENT_IMAGE", default_value = "pinfed:0.1.0")]
+    /// The agent image for --install-agent (default: what deploy/image/build tags).
+    #[arg(long, env = "PINFED_AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
     pub agent_image: String,
+    /// With --install-agent: replace an agent the member already runs with another image
+    /// or member name (without it, join stops before changing anything).
+    #[arg(long, requires = "install_agent")]
+    pub replace_agent: bool,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -60,6 +68,9 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         is_dns_label(&name),
         "member name {name:?} is not a DNS label (lower-case a-z, 0-9, '-')"
     );
+    if args.install_agent {
+        check_image_reference(&args.agent_image)?;
+    }
     let mut args = args;
     if let Some(path) = &args.from_topology {
         let text =
@@ -89,11 +100,28 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
             server: args.server.clone().unwrap_or(server),
             ca_pem,
         };
+        // Checked before anything is written, so a refusal leaves nothing half-installed.
+        let existing = if args.install_agent {
+            let existing = installed_agent(&member).await?;
+            check_agent_replacement(existing.as_ref(), &name, &args.agent_image, args.replace_agent)
+                .with_context(|| format!("installing the agent in {name}"))?;
+            existing
+        } else {
+            None
+        };
         eprintln!("joining {name} ({}) to the hub", req.server);
         join(&hub, &member, &req).await?;
         if args.install_agent {
-            crate::hub::join::install_agent(&member, &name, &args.agent_image).await?;
-            eprintln!("agent installed in {name}: Deployment pinfed-system/pinfed-agent ({})", args.agent_image);
+            let applied = crate::hub::join::install_agent(&member, &name, &args.agent_image).await?;
+            let verb = match &existing {
+                Some(e) if e.image != args.agent_image => format!("upgraded from {}", e.image),
+                Some(_) => "updated".to_string(),
+                None => "installed".to_string(),
+            };
+            eprintln!("agent {verb} in {name}: image {}, member name {name}", args.agent_image);
+            for line in applied {
+                eprintln!("  {line}");
+            }
         }
         eprintln!("joined: MemberCluster {name} created; the hub connects with ServiceAccount pinfed-system/pinfed-hub");
         Ok(())

@@ -2,6 +2,7 @@
 //! metrics endpoints, reconcile metrics, leader election, server-side apply helpers and the watch backoff.
 
 pub mod apply;
+pub mod cluster_side;
 pub mod compact;
 pub mod http;
 pub mod kube_args;

@@ -19,7 +19,10 @@ use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
 pub const JOIN_FIELD_MANAGER: &str = "pinfed-join";
 /// The identity the hub uses in every member.
 pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub";
-pub const MEMBER_NAMESPACE: &str = "pinfed-system";
+/// Its ClusterRole (and binding) in a member. Not `pinfed-hub`: that is the hub's role in
+/// the hub cluster (deploy/hub/rbac.yaml), and a cluster can be both (single-cluster).
+pub const HUB_MEMBER_ROLE: &str = "pinfed-hub-member";
+pub use crate::controller::cluster_side::{MEMBER_NAMESPACE, MEMBER_TOKEN_SECRET};
 
 #[derive(Debug, Clone)]
 pub struct JoinRequest {
@@ -45,10 +48,10 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}}),
         serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-            "metadata": {"name": format!("{HUB_SERVICE_ACCOUNT}-token"), "namespace": MEMBER_NAMESPACE,
+            "metadata": {"name": MEMBER_TOKEN_SECRET, "namespace": MEMBER_NAMESPACE,
                          "annotations": {"kubernetes.io/service-account.name": HUB_SERVICE_ACCOUNT}}}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": HUB_SERVICE_ACCOUNT},
+        "metadata": {"name": HUB_MEMBER_ROLE},
         "rules": [
             {"apiGroups": ["compute.pinterest.com"], "resources": [
                 "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
@@ -65,8 +68,8 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
         ]}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": HUB_SERVICE_ACCOUNT},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_SERVICE_ACCOUNT},
+            "metadata": {"name": HUB_MEMBER_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_MEMBER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}]}),
     ]
 }
@@ -150,13 +153,18 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent's manifests from `deploy/agent` (CRDs aside: join installs them), for one
-/// member: its cluster name and the agent image filled in.
+/// The agent image `deploy/image/build` tags: `pinfed:<crate version>`.
+pub const DEFAULT_AGENT_IMAGE: &str = concat!("pinfed:", env!("CARGO_PKG_VERSION"));
+pub const AGENT_DEPLOYMENT: &str = "pinfed-agent";
+
+/// The agent's manifests from `deploy/` (CRDs aside: join installs them) for one member:
+/// the namespace, the agent base's RBAC, Deployment and PodDisruptionBudget, with the
+/// member's name and the image filled in (what the member-cluster overlay's patch does).
 pub fn agent_manifests(member: &str, image: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     const FILES: [(&str, &str); 3] = [
         (
-            "deploy/agent/namespace.yaml",
-            include_str!("../../deploy/agent/namespace.yaml"),
+            "deploy/namespace/namespace.yaml",
+            include_str!("../../deploy/namespace/namespace.yaml"),
         ),
         (
             "deploy/agent/rbac.yaml",
@@ -187,19 +195,164 @@ pub fn agent_manifests(member: &str, image: &str) -> anyhow::Result<Vec<serde_js
     let env = container["env"]
         .as_array_mut()
         .context("the agent container has no env")?;
-    let cluster = env
-        .iter_mut()
-        .find(|e| e["name"] == "PINFED_CLUSTER_NAME")
-        .context("the agent container sets no PINFED_CLUSTER_NAME")?;
-    cluster["value"] = member.into();
+    env.retain(|e| e["name"] != "PINFED_CLUSTER_NAME");
+    env.insert(
+        0,
+        serde_json::json!({"name": "PINFED_CLUSTER_NAME", "value": member}),
+    );
     Ok(out)
 }
 
-/// Installs the agent into a member (its namespace, least-privilege RBAC, Deployment).
-pub async fn install_agent(member: &Client, name: &str, image: &str) -> anyhow::Result<()> {
-    apply_all(member, &agent_manifests(name, image)?)
+/// Checks an image reference's form (`[registry/]path[:tag][@digest]`) before anything is
+/// installed; whether the member can pull it, only its nodes can tell.
+pub fn check_image_reference(image: &str) -> anyhow::Result<()> {
+    let bad = |why: &str| anyhow::anyhow!("agent image {image:?} is not an image reference: {why}");
+    if image.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("it contains white space"));
+    }
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest
+        && !d.split_once(':').is_some_and(|(alg, hex)| {
+            !alg.is_empty() && hex.len() >= 32 && hex.chars().all(|c| c.is_ascii_hexdigit())
+        })
+    {
+        return Err(bad("the digest is not ALGORITHM:HEX"));
+    }
+    // A tag follows the last ':' after the last '/' (a registry may have a port).
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let (path, tag) = match last.rsplit_once(':') {
+        Some((_, t)) => (&name[..name.len() - t.len() - 1], Some(t)),
+        None => (name, None),
+    };
+    if let Some(t) = tag
+        && (t.is_empty()
+            || t.len() > 128
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+            || t.starts_with(['.', '-']))
+    {
+        return Err(bad("the tag may hold only letters, digits, '_', '.', '-'"));
+    }
+    let mut components = path.split('/').collect::<Vec<_>>();
+    if components.len() > 1 && (components[0].contains(['.', ':']) || components[0] == "localhost")
+    {
+        let host = components.remove(0);
+        if host
+            .split_once(':')
+            .is_some_and(|(_, port)| port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()))
+        {
+            return Err(bad("the registry's port is not a number"));
+        }
+    }
+    let path_ok = !components.is_empty()
+        && components.iter().all(|c| {
+            !c.is_empty()
+                && c.chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch))
+                && c.starts_with(|ch: char| ch.is_ascii_alphanumeric())
+        });
+    if !path_ok {
+        return Err(bad(
+            "the repository path may hold only lower-case letters, digits, '.', '_', '-' and '/'",
+        ));
+    }
+    Ok(())
+}
+
+/// The agent a member already runs: its Deployment's image and member name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledAgent {
+    pub image: String,
+    pub cluster_name: Option<String>,
+}
+
+/// Reads the agent Deployment `pinfed-system/pinfed-agent` of a member, if there is one.
+pub async fn installed_agent(member: &Client) -> anyhow::Result<Option<InstalledAgent>> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let d = Api::<Deployment>::namespaced(member.clone(), MEMBER_NAMESPACE)
+        .get_opt(AGENT_DEPLOYMENT)
         .await
-        .context("installing the agent in the member")
+        .context("reading the member's agent Deployment")?;
+    Ok(d.map(|d| {
+        let c = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next());
+        InstalledAgent {
+            image: c.as_ref().and_then(|c| c.image.clone()).unwrap_or_default(),
+            cluster_name: c.and_then(|c| c.env).and_then(|env| {
+                env.into_iter()
+                    .find(|e| e.name == "PINFED_CLUSTER_NAME")
+                    .and_then(|e| e.value)
+            }),
+        }
+    }))
+}
+
+/// Whether installing `image` as member `name` over what is there is what the user asked
+/// for: an agent of another image or of another member name is replaced only with
+/// `replace`.
+pub fn check_agent_replacement(
+    existing: Option<&InstalledAgent>,
+    name: &str,
+    image: &str,
+    replace: bool,
+) -> anyhow::Result<()> {
+    let Some(e) = existing else { return Ok(()) };
+    if replace {
+        return Ok(());
+    }
+    if e.image != image {
+        anyhow::bail!(
+            "the member already runs an agent of another version: Deployment \
+             {MEMBER_NAMESPACE}/{AGENT_DEPLOYMENT} has image {:?}, this join would install {image:?}. \
+             Nothing was changed. Pass --agent-image {:?} to keep it, or --replace-agent to \
+             upgrade it to {image:?}",
+            e.image,
+            e.image
+        );
+    }
+    if let Some(other) = e.cluster_name.as_deref().filter(|n| *n != name) {
+        anyhow::bail!(
+            "the member's agent serves it as member {other:?}, not {name:?}: join it under that \
+             name, or pass --replace-agent to rename it. Nothing was changed"
+        );
+    }
+    Ok(())
+}
+
+/// Installs the agent into a member (its namespace, least-privilege RBAC, Deployment,
+/// PodDisruptionBudget) and returns what it applied, as `Kind namespace/name` lines.
+pub async fn install_agent(
+    member: &Client,
+    name: &str,
+    image: &str,
+) -> anyhow::Result<Vec<String>> {
+    let objs = agent_manifests(name, image)?;
+    apply_all(member, &objs)
+        .await
+        .context("installing the agent in the member")?;
+    Ok(objs
+        .iter()
+        .map(|o| {
+            let ns = o["metadata"]["namespace"]
+                .as_str()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default();
+            format!(
+                "{} {ns}{}",
+                o["kind"].as_str().unwrap_or("?"),
+                o["metadata"]["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect())
 }
 
 async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
@@ -218,11 +371,11 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
         .await
         .context("creating the hub's ServiceAccount in the member")?;
     let secrets: Api<Secret> = Api::namespaced(member.clone(), MEMBER_NAMESPACE);
-    let token_secret = format!("{HUB_SERVICE_ACCOUNT}-token");
+    let token_secret = MEMBER_TOKEN_SECRET;
     let mut token = None;
     for _ in 0..100 {
         if let Some(t) = secrets
-            .get(&token_secret)
+            .get(token_secret)
             .await?
             .data
             .and_then(|d| d.get("token").cloned())
@@ -294,6 +447,74 @@ mod tests {
                 .iter()
                 .any(|e| e["name"] == "PINFED_CLUSTER_NAME" && e["value"] == "use1b")
         );
+    }
+
+    #[test]
+    fn agent_manifests_name_the_member_once_over_the_base() {
+        let objs = agent_manifests("use1c", DEFAULT_AGENT_IMAGE).unwrap();
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap();
+        let names: Vec<_> = env
+            .iter()
+            .filter(|e| e["name"] == "PINFED_CLUSTER_NAME")
+            .collect();
+        assert_eq!(names.len(), 1, "{env:?}");
+        assert!(objs.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+        assert_eq!(
+            DEFAULT_AGENT_IMAGE,
+            format!("pinfed:{}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    #[test]
+    fn image_references_are_checked_before_anything_is_installed() {
+        for good in [
+            "pinfed:0.1.0",
+            "localhost/pinfed:0.1.0",
+            "registry.example:5000/team/pinfed:v0.1.0-rc.1",
+            "ghcr.io/org/pinfed@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "pinfed",
+        ] {
+            check_image_reference(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("pinfed: 0.1.0", "white space"),
+            ("Pinfed:0.1.0", "repository path"),
+            ("pinfed:", "tag"),
+            ("pinfed:0.1/0", "port"),
+            ("pinfed@sha256:xyz", "digest"),
+            ("registry.example/", "repository path"),
+        ] {
+            let e = check_image_reference(bad).expect_err(bad).to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_agent_of_another_version_or_name_is_kept_unless_replaced() {
+        let there = InstalledAgent {
+            image: "pinfed:0.0.9".into(),
+            cluster_name: Some("use1a".into()),
+        };
+        check_agent_replacement(None, "use1a", "pinfed:0.1.0", false).unwrap();
+        check_agent_replacement(Some(&there), "use1a", "pinfed:0.0.9", false).unwrap();
+        let e = check_agent_replacement(Some(&there), "use1a", "pinfed:0.1.0", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"pinfed:0.0.9\"")
+                && e.contains("--replace-agent")
+                && e.contains("Nothing was changed"),
+            "{e}"
+        );
+        let e = check_agent_replacement(Some(&there), "use1b", "pinfed:0.0.9", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("as member \"use1a\""), "{e}");
+        check_agent_replacement(Some(&there), "use1b", "pinfed:0.1.0", true).unwrap();
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
 use prometheus_client::registry::Registry;
 
@@ -99,6 +100,10 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
     init_tracing();
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = args.kube.client().await?;
+        let side = crate::controller::cluster_side::read(&client)
+            .await
+            .context("reading which side of a federation this cluster is on")?;
+        crate::controller::cluster_side::check_hub(&side).map_err(anyhow::Error::msg)?;
         let mut registry = Registry::with_prefix("pinfed_hub");
         let health = prometheus_client::metrics::family::Family::default();
         registry.register(

@@ -15,7 +15,7 @@ use kube::{Client, ResourceExt};
 
 use crate::api::federation::{MemberCluster, PendingCleanup};
 use crate::api::workload::WorkloadKind;
-use crate::hub::join::{HUB_SERVICE_ACCOUNT, MEMBER_NAMESPACE};
+use crate::hub::join::{HUB_MEMBER_ROLE, HUB_SERVICE_ACCOUNT, MEMBER_NAMESPACE};
 use crate::hub::members::{self, HUB_NAMESPACE};
 use crate::hub::slices::LABEL_HUB_UID;
 use crate::hub::workloads::ANNOTATION_DRAINING;
@@ -178,16 +178,31 @@ pub async fn unjoin(
         progress(&format!(
             "{name} unjoined: no workload left there; MemberCluster deleted. The hub's \
              ServiceAccount pinfed-system/{HUB_SERVICE_ACCOUNT} and its ClusterRole(Binding) \
-             remain in the member (pass --member-context to remove them)"
+             {HUB_MEMBER_ROLE} remain in the member (pass --member-context to remove them)"
         ));
         return Ok(result);
     };
     let rbac = [
-        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
-        ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
-        ("v1", "ServiceAccount", Some(MEMBER_NAMESPACE)),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRoleBinding",
+            None,
+            HUB_MEMBER_ROLE,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            HUB_MEMBER_ROLE,
+        ),
+        (
+            "v1",
+            "ServiceAccount",
+            Some(MEMBER_NAMESPACE),
+            HUB_SERVICE_ACCOUNT,
+        ),
     ];
-    for (api_version, kind, ns) in rbac {
+    for (api_version, kind, ns, name) in rbac {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let ar = ApiResource {
             group: group.into(),
@@ -200,14 +215,11 @@ pub async fn unjoin(
             Some(ns) => Api::namespaced_with(member.clone(), ns, &ar),
             None => Api::all_with(member.clone(), &ar),
         };
-        match api
-            .delete(HUB_SERVICE_ACCOUNT, &DeleteParams::default())
-            .await
-        {
+        match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
-                return Err(e).with_context(|| format!("deleting {kind} {HUB_SERVICE_ACCOUNT}"));
+                return Err(e).with_context(|| format!("deleting {kind} {name}"));
             }
         }
     }

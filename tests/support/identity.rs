@@ -19,6 +19,7 @@ pub const SYSTEM_NAMESPACE: &str = "pinfed-system";
 pub enum Daemon {
     Hub,
     Agent,
+    Jss,
 }
 
 impl Daemon {
@@ -27,6 +28,7 @@ impl Daemon {
         match args.first().map(String::as_str) {
             Some("hub") => Some(Daemon::Hub),
             Some("agent") => Some(Daemon::Agent),
+            Some("jss") => Some(Daemon::Jss),
             _ => None,
         }
     }
@@ -35,6 +37,7 @@ impl Daemon {
         match self {
             Daemon::Hub => "pinfed-hub",
             Daemon::Agent => "pinfed-agent",
+            Daemon::Jss => "pinfed-jss",
         }
     }
 
@@ -51,6 +54,7 @@ impl Daemon {
         let dir = match self {
             Daemon::Hub => "hub",
             Daemon::Agent => "agent",
+            Daemon::Jss => "jss",
         };
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("deploy")
@@ -121,14 +125,16 @@ pub fn kubectl_apply(fed: &Federation, context: &str, manifest: &str, what: &str
     );
 }
 
-/// Applies the shipped roles once per test process: the hub's on the hub cluster, the
-/// agent's on every member (with the `pinfed-system` namespace they live in).
+/// Applies the shipped roles once per test process: the hub's and the
+/// JSS's on the hub cluster, the agent's on every member (with the `pinfed-system`
+/// namespace they live in).
 pub fn apply_shipped_rbac(fed: &Federation) {
     static APPLIED: OnceLock<()> = OnceLock::new();
     APPLIED.get_or_init(|| {
         let namespace =
             format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {SYSTEM_NAMESPACE}\n");
-        let mut targets = vec![(fed.topology.hub.name.clone(), Daemon::Hub)];
+        let hub = fed.topology.hub.name.clone();
+        let mut targets = vec![(hub.clone(), Daemon::Hub), (hub, Daemon::Jss)];
         targets.extend(fed.member_names().into_iter().map(|m| (m, Daemon::Agent)));
         for (cluster, daemon) in targets {
             let file = daemon.rbac_file();
