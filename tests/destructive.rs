@@ -597,35 +597,7 @@ mod failover {
             ]
             .concat(),
         )];
-        daemons.extend(agents(fed, tag));
-        daemons
-    }
-
-    /// One agent per member.
-    pub fn agents(fed: &Federation, tag: &str) -> Vec<Daemon> {
-        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let mut daemons = Vec::new();
-        for m in fed.member_names() {
-            daemons.push(spawn_daemon(
-                fed,
-                &format!("agent-{tag}-{m}"),
-                &[
-                    s(&[
-                        "agent",
-                        "--context",
-                        &m,
-                        "--cluster-name",
-                        &m,
-                        "--no-leader-election",
-                    ]),
-                    vec![
-                        "--metrics-addr".into(),
-                        format!("127.0.0.1:{}", support::free_port()),
-                    ],
-                ]
-                .concat(),
-            ));
-        }
+        daemons.extend(support::spawn_agents(fed));
         daemons
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
-use support::{Federation, join_all, unique_name};
+use support::{Federation, join_all, kubectl_in, unique_name};
 
 fn kubectl() -> PathBuf {
     support::kubectl_bin()
@@ -25,34 +25,6 @@ fn kubectl() -> PathBuf {
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// kubectl against one cluster of the topology, with `stdin`; panics with its output when
-/// it fails.
-fn kubectl_in(fed: &Federation, context: &str, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(kubectl())
-        .args(["--kubeconfig", fed.kubeconfig.to_str().unwrap()])
-        .args(["--context", context])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write to kubectl");
-    let out = child.wait_with_output().expect("kubectl");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} in {context} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// `dir` relative to `from` (kustomize refuses absolute resource paths).

@@ -89,24 +89,15 @@ pub fn kubectl_bin() -> PathBuf {
     k
 }
 
-/// `kubectl apply --server-side` of a manifest in one cluster of the topology; panics with
-/// kubectl's message when the API server refuses it.
-pub fn kubectl_apply(fed: &Federation, context: &str, manifest: &str, what: &str) {
+/// kubectl against one cluster of the topology, with `stdin`; panics with its output when
+/// it fails.
+pub fn kubectl_in(fed: &Federation, context: &str, args: &[&str], stdin: &str) -> String {
     let mut child = Command::new(kubectl_bin())
-        .args([
-            "--context",
-            context,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager",
-            "pinfed-e2e",
-            "-f",
-            "-",
-        ])
-        .env("KUBECONFIG", &fed.kubeconfig)
+        .args(["--kubeconfig", &fed.kubeconfig.to_string_lossy()])
+        .args(["--context", context])
+        .args(args)
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run kubectl");
@@ -114,14 +105,35 @@ pub fn kubectl_apply(fed: &Federation, context: &str, manifest: &str, what: &str
     child
         .stdin
         .take()
-        .expect("kubectl stdin")
-        .write_all(manifest.as_bytes())
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
         .expect("write to kubectl");
-    let out = child.wait_with_output().expect("kubectl apply");
+    let out = child.wait_with_output().expect("kubectl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "applying {what} to {context}: {}",
+        "kubectl {args:?} in {context} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `kubectl apply --server-side` of a manifest in one cluster of the topology; panics with
+/// kubectl's message when the API server refuses it.
+pub fn kubectl_apply(fed: &Federation, context: &str, manifest: &str) {
+    kubectl_in(
+        fed,
+        context,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "pinfed-e2e",
+            "-f",
+            "-",
+        ],
+        manifest,
     );
 }
 
@@ -140,8 +152,8 @@ pub fn apply_shipped_rbac(fed: &Federation) {
             let file = daemon.rbac_file();
             let roles = std::fs::read_to_string(&file)
                 .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
-            kubectl_apply(fed, &cluster, &namespace, SYSTEM_NAMESPACE);
-            kubectl_apply(fed, &cluster, &roles, &file.display().to_string());
+            kubectl_apply(fed, &cluster, &namespace);
+            kubectl_apply(fed, &cluster, &roles);
         }
     });
 }

@@ -17,7 +17,7 @@ mod identity;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use identity::{
     SYSTEM_NAMESPACE, apply_shipped_rbac, identity_daemon, kubeconfig_as, kubectl_apply,
-    kubectl_bin,
+    kubectl_bin, kubectl_in,
 };
 
 pub struct Federation {
