@@ -131,3 +131,56 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
         }
     }
 }
+
+#[tokio::test]
+async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_read() {
+    let fed = Federation::connect().await;
+    join_all(&fed); // the CRDs the roles name
+    let hub = fed.topology.hub.name.clone();
+    let kc = kubeconfig_as(&fed, support::identity_daemon("jss"));
+    let (ok, who) = auth(
+        &kc,
+        &hub,
+        &["whoami", "-o", "jsonpath={.status.userInfo.username}"],
+    );
+    assert!(ok, "kubectl auth whoami: {who}");
+    assert_eq!(who.trim(), "system:serviceaccount:pinfed-system:pinfed-jss");
+    for allowed in [
+        &[
+            "create",
+            "pinterestservices.compute.pinterest.com",
+            "-n",
+            "default",
+        ][..],
+        &[
+            "delete",
+            "pinterestjobsets.compute.pinterest.com",
+            "-n",
+            "default",
+        ],
+        &["create", "tokenreviews.authentication.k8s.io"],
+        &["list", "memberclusters.federation.pinterest.com"],
+    ] {
+        assert!(can_i(&kc, &hub, allowed), "the JSS may not {allowed:?}");
+    }
+    for denied in [
+        &["get", "secrets", "-n", "pinfed-system"][..],
+        &[
+            "patch",
+            "pinterestservices.compute.pinterest.com",
+            "--subresource=status",
+            "-n",
+            "default",
+        ],
+        &["patch", "memberclusters.federation.pinterest.com"],
+        &[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "pinfed-system",
+        ],
+        &["create", "pods", "-n", "default"],
+    ] {
+        assert!(!can_i(&kc, &hub, denied), "the JSS may {denied:?}");
+    }
+}
