@@ -1192,7 +1192,10 @@ mod failover {
         let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(fed.client(&victim), "pinfed-system");
         assert!(
-            sa.get_opt("pinfed-hub").await.unwrap().is_none(),
+            sa.get_opt(pinfed::hub::join::HUB_SERVICE_ACCOUNT)
+                .await
+                .unwrap()
+                .is_none(),
             "the hub's identity is removed from the member"
         );
         support::join_all(&fed);

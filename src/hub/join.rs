@@ -17,8 +17,10 @@ use crate::controller::apply::apply_json;
 use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
 
 pub const JOIN_FIELD_MANAGER: &str = "pinfed-join";
-/// The identity the hub uses in every member.
-pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub";
+/// The identity the hub uses in every member. Not `pinfed-hub`, the hub's own
+/// ServiceAccount in the hub cluster (deploy/hub): in a single-cluster install the hub is
+/// its own member, and unjoining it must not delete the identity the hub runs as.
+pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub-member";
 /// Its ClusterRole (and binding) in a member. Not `pinfed-hub`: that is the hub's role in
 /// the hub cluster (deploy/hub/rbac.yaml), and a cluster can be both (single-cluster).
 pub const HUB_MEMBER_ROLE: &str = "pinfed-hub-member";
@@ -414,6 +416,41 @@ mod tests {
             weight: Some(2),
             server: "https://127.0.0.1:6443".into(),
             ca_pem: b"-----BEGIN CERTIFICATE-----\n".to_vec(),
+        }
+    }
+
+    /// The identity join creates (and unjoin deletes) in a member is none of the
+    /// ServiceAccounts `deploy/` runs pinfed as, since a cluster can be hub and member.
+    #[test]
+    fn the_member_identity_is_not_a_shipped_service_account() {
+        let shipped: Vec<String> = ["hub", "jss", "agent"]
+            .iter()
+            .flat_map(|d| {
+                let path = format!("{}/deploy/{d}/rbac.yaml", env!("CARGO_MANIFEST_DIR"));
+                let text = std::fs::read_to_string(&path).expect(&path);
+                text.split("\n---")
+                    .filter(|doc| doc.contains("kind: ServiceAccount\n"))
+                    .filter_map(|doc| {
+                        doc.lines()
+                            .find_map(|l| l.trim().strip_prefix("name: "))
+                            .map(str::to_string)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(shipped.contains(&"pinfed-hub".to_string()), "{shipped:?}");
+        let objects = member_rbac();
+        let created: Vec<&str> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ServiceAccount")
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(created, [HUB_SERVICE_ACCOUNT]);
+        for sa in created {
+            assert!(
+                !shipped.iter().any(|s| s == sa),
+                "{sa} is shipped in deploy/"
+            );
         }
     }
 
