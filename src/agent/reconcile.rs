@@ -138,7 +138,22 @@ pub enum AgentError {
     Serialize(#[from] serde_json::Error),
 }
 
+/// How long a workload whose namespace is being deleted waits before it is tried again.
+const NAMESPACE_TERMINATING_RETRY: Duration = Duration::from_secs(30);
+
 impl AgentError {
+    /// A write refused because the namespace is being deleted (403, cause
+    /// `NamespaceTerminating`): not a fault of the agent or the workload.
+    pub fn namespace_terminating(&self) -> bool {
+        let source = match self {
+            AgentError::Apply { source, .. } => source,
+            AgentError::Prune(source) | AgentError::Status(source) => source,
+            _ => return false,
+        };
+        matches!(source, kube::Error::Api(s) if s.is_forbidden()
+            && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+    }
+
     /// Metric label and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -170,6 +185,12 @@ pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
 /// Per-object exponential backoff with jitter for transient errors: about 1 s, 2 s,
 /// 4 s … at most 5 min. `object` is `namespace/name`.
 pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context) -> Action {
+    if err.namespace_terminating() {
+        // The workload goes with its namespace: its deletion event ends this, so a slow
+        // quiet retry instead of a warning and a backoff per generated object.
+        tracing::debug!(kind = %K::KIND, object = %object, "namespace terminating; waiting for the workload's deletion");
+        return Action::requeue(NAMESPACE_TERMINATING_RETRY);
+    }
     let delay = ctx.retries.failed(&format!("{}/{object}", K::KIND));
     tracing::warn!(kind = %K::KIND, object = %object, error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -548,4 +569,32 @@ fn api_resource(o: &DynamicObject) -> kube::core::ApiResource {
                 .unwrap_or(("", &types.api_version));
             kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(g, v, &types.kind))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden(cause: &str) -> AgentError {
+        // As the API server sends it (kube::core::response's types have no Default).
+        let status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "deployments.apps \"web\" is forbidden: unable to create new content",
+            "details": {"name": "web", "group": "apps", "kind": "deployments",
+                        "causes": [{"reason": cause, "message": "", "field": "metadata.namespace"}]}
+        }))
+        .unwrap();
+        AgentError::Apply {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            source: kube::Error::Api(Box::new(status)),
+        }
+    }
+
+    #[test]
+    fn only_a_terminating_namespace_is_waited_out_quietly() {
+        assert!(forbidden("NamespaceTerminating").namespace_terminating());
+        assert!(!forbidden("FieldValueForbidden").namespace_terminating());
+        assert!(!AgentError::NoNamespace.namespace_terminating());
+    }
 }
