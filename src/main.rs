@@ -5,6 +5,7 @@ use clap::Parser;
 // Expansion and the watch caches make many small, short-lived allocations; mimalloc
 // serves them faster than the system allocator: 29.2k PinterestService expansions per
 // CPU-second against 17.0k (benches/expansion.rs, docs/benchmarks.md).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

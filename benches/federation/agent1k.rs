@@ -1,4 +1,7 @@
-//! Scenario agent1k: one `pinfed agent` alone on the first member: memory with 1,000 PinterestServices created in that member, and the time until all are Ready (`clusters/bench.yaml`).
+//! Scenario agent1k: one `pinfed agent` alone on the first member: memory with 1,000
+//! PinterestServices created in that member, and the time until all are Ready
+//! (`clusters/bench.yaml`); by default also 250, 500 and 2,000, each with a fresh agent,
+//! for the cost of one more workload.
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
@@ -11,7 +14,9 @@ use kube::ResourceExt;
 
 use crate::daemon::{Daemon, report_logs};
 use crate::fed::{Fed, condition, service, service_resource};
-use crate::helpers::{AbortOnDrop, Dist, create_all, load_line, progress, watch_services};
+use crate::helpers::{
+    AbortOnDrop, Dist, create_all, load_line, progress, wait_for, watch_services,
+};
 use crate::settings::env_or;
 
 /// What the watch on the member saw of the PinterestServices.
@@ -23,8 +28,29 @@ struct AgentObs {
     all_ready: Option<Instant>,
 }
 
+/// What one run (one fresh agent, `n` PinterestServices) measured.
+struct AgentRun {
+    n: usize,
+    /// VmRSS when all were Ready, and the peak sampled until the end of the settle, in KiB.
+    at_ready_kib: u64,
+    peak_kib: u64,
+    ready_secs: f64,
+}
+
 pub async fn run(fed: &Fed) -> anyhow::Result<()> {
-    let n: usize = env_or("PINFED_BENCH_AGENT_SERVICES", 1000)?;
+    // One fresh agent per count, so each figure is that count's and the slope between them
+    // is what an extra workload costs.
+    let counts: Vec<usize> = std::env::var("PINFED_BENCH_AGENT_SERVICES")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "250,500,1000,2000".into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("PINFED_BENCH_AGENT_SERVICES: {c:?} is not a count"))
+        })
+        .collect::<anyhow::Result<_>>()?;
     let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
     let settle = Duration::from_secs(env_or("PINFED_BENCH_SETTLE_SECS", 30)?);
     let timeout = Duration::from_secs(env_or("PINFED_BENCH_AGENT_TIMEOUT_SECS", 900)?);
@@ -40,12 +66,30 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     pinfed::hub::join::install_crds(&fed.client(&member))
         .await
         .with_context(|| format!("installing the CRDs in {member}"))?;
-    let ns = fed.create_namespace_in(&member, "bench-agent").await?;
+    let mut runs = Vec::new();
+    for n in counts {
+        runs.push(one_count(fed, &member, n, concurrency, settle, timeout).await?);
+    }
+    print_model(&runs);
+    Ok(())
+}
+
+/// A fresh namespace and agent, `n` services until all are Ready; then the namespace is
+/// deleted while the agent still runs (it holds their finalizers) and the agent stopped.
+async fn one_count(
+    fed: &Fed,
+    member: &str,
+    n: usize,
+    concurrency: usize,
+    settle: Duration,
+    timeout: Duration,
+) -> anyhow::Result<AgentRun> {
+    let ns = fed.create_namespace_in(member, "bench-agent").await?;
     progress(&format!(
-        "agent1k: starting `pinfed agent --cluster-name {member}` (no leader election)"
+        "agent1k: starting `pinfed agent --cluster-name {member}` (no leader election) for {n}"
     ));
-    let agent = fed.spawn_agent(&member)?;
-    let result = agent1k_run(fed, &member, &ns, &agent, n, concurrency, settle, timeout).await;
+    let agent = fed.spawn_agent(member)?;
+    let result = agent1k_run(fed, member, &ns, &agent, n, concurrency, settle, timeout).await;
     if let Err(e) = &result {
         eprintln!(
             "agent1k failed: {e:#}\nlast lines of the agent log ({}):\n{}",
@@ -54,16 +98,68 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         );
     }
     progress(&format!(
-        "agent1k: stopping the agent, deleting namespace {ns} in {member}"
+        "agent1k: deleting namespace {ns} in {member}, then stopping the agent"
     ));
-    drop(agent);
-    if let Err(e) = Api::<Namespace>::all(fed.client(&member))
-        .delete(&ns, &DeleteParams::background())
-        .await
-    {
-        progress(&format!("agent1k: deleting namespace {ns}: {e}"));
+    let namespaces = Api::<Namespace>::all(fed.client(member));
+    match namespaces.delete(&ns, &DeleteParams::background()).await {
+        Ok(_) => {
+            let gone = wait_for(timeout, &format!("namespace {ns} deleted"), || {
+                let namespaces = namespaces.clone();
+                let ns = ns.clone();
+                async move { matches!(namespaces.get_opt(&ns).await, Ok(None)) }
+            })
+            .await;
+            if let Err(e) = gone {
+                progress(&format!("agent1k: {e:#}"));
+            }
+        }
+        Err(e) => progress(&format!("agent1k: deleting namespace {ns}: {e}")),
     }
+    drop(agent);
     result
+}
+
+/// RSS at all Ready against the count: the least-squares line through the runs.
+fn print_model(runs: &[AgentRun]) {
+    println!("\n== agent1k: memory per workload ==");
+    println!("  services | first create → all Ready | RSS at all Ready | peak RSS");
+    for r in runs {
+        println!(
+            "  {:>8} | {:>22.1} s | {:>12.1} MiB | {:>6.1} MiB",
+            r.n,
+            r.ready_secs,
+            r.at_ready_kib as f64 / 1024.0,
+            r.peak_kib as f64 / 1024.0
+        );
+    }
+    match fit(runs
+        .iter()
+        .map(|r| (r.n as f64, r.at_ready_kib as f64 * 1024.0)))
+    {
+        Some((slope, intercept)) => println!(
+            "  model (least squares over {} runs): RSS at all Ready ≈ {:.1} MiB + {:.0} bytes × \
+             services ({:.1} KiB per service)",
+            runs.len(),
+            intercept / 1048576.0,
+            slope,
+            slope / 1024.0
+        ),
+        None => {
+            println!("  model: needs at least two different counts (PINFED_BENCH_AGENT_SERVICES)")
+        }
+    }
+}
+
+/// Slope and intercept of the least-squares line through `points`; None for fewer than two
+/// distinct x.
+fn fit(points: impl Iterator<Item = (f64, f64)>) -> Option<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = points.collect();
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (pts.len() >= 2 && sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,7 +172,7 @@ async fn agent1k_run(
     concurrency: usize,
     settle: Duration,
     timeout: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<AgentRun> {
     agent.wait_http("/readyz", fed.s.timeout).await?;
     // The agent watches every namespace: anything already in the member is its load too.
     let others = Api::<DynamicObject>::all_with(fed.client(member), &service_resource())
@@ -279,5 +375,10 @@ async fn agent1k_run(
         );
     }
     report_logs(&[agent]);
-    Ok(())
+    Ok(AgentRun {
+        n,
+        at_ready_kib: at_ready.map(|m| m.1).unwrap_or(0),
+        peak_kib: peak_rss,
+        ready_secs: (all_ready - started).as_secs_f64(),
+    })
 }
