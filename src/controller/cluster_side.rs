@@ -14,7 +14,7 @@ use crate::api::federation::MemberCluster;
 pub const MEMBER_NAMESPACE: &str = "pinfed-system";
 /// The token Secret `pinfed join` creates in a member for the hub's ServiceAccount: a
 /// cluster that has it was joined to a hub.
-pub const MEMBER_TOKEN_SECRET: &str = "pinfed-hub-token";
+pub const MEMBER_TOKEN_SECRET: &str = "pinfed-hub-member-token";
 
 /// What a cluster shows of its side.
 #[derive(Debug, Clone, PartialEq, Eq)]
