@@ -21,7 +21,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
@@ -253,7 +253,7 @@ pub async fn run_controllers(
         client.clone(),
         cluster,
         profiles,
-        Recorder::new(client, reporter),
+        crate::controller::events::EventSink::new(client, reporter),
         metrics,
         &queues,
         concurrency,

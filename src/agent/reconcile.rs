@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 
@@ -35,7 +35,7 @@ pub struct Context {
     pub client: Client,
     pub cluster: String,
     pub profiles: Store<RuntimeProfile>,
-    pub recorder: Recorder,
+    pub recorder: crate::controller::events::EventSink,
     pub metrics: ReconcileMetrics,
     /// Queue depth per kind: a reconcile removes its object on start.
     queues: HashMap<WorkloadKind, QueueDepth>,
@@ -63,7 +63,7 @@ impl Context {
         client: Client,
         cluster: String,
         profiles: Store<RuntimeProfile>,
-        recorder: Recorder,
+        recorder: crate::controller::events::EventSink,
         metrics: ReconcileMetrics,
         queues: &QueueMetrics,
         concurrency: u16,

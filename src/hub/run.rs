@@ -184,7 +184,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         namespaces: Default::default(),
         member_health: tokio::sync::watch::channel(0).0,
         concurrency: args.concurrency,
-        recorder: kube::runtime::events::Recorder::new(
+        recorder: crate::controller::events::EventSink::new(
             client.clone(),
             kube::runtime::events::Reporter {
                 controller: "pinfed-hub".into(),

@@ -32,7 +32,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -143,7 +143,7 @@ pub struct HubContext {
     /// Reconciles in flight per kind (each holds a connection to every member it writes).
     pub concurrency: u16,
     /// Events on hub resources (placement, failover, failback, quota holds, fencing).
-    pub recorder: Recorder,
+    pub recorder: crate::controller::events::EventSink,
     /// Per-workload backoff of failed reconciles.
     pub retries: RetryPolicy,
 }
