@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use pinfed::api::common::ConditionStatus;
@@ -79,6 +80,7 @@ fn service(name: &str, replicas: i32) -> PinterestService {
             "template": {"spec": {
                 "containers": [{"name": "app", "image": "registry.example/app:1",
                     "envFrom": [{"configMapRef": {"name": "app-settings"}}],
+                    "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "app-db", "key": "password"}}}],
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
         }
     }))
@@ -114,6 +116,14 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     .unwrap();
     Api::<ConfigMap>::namespaced(hub.clone(), &ns.name)
         .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let secret: Secret = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "app-db"}, "stringData": {"password": "hunter2"}}),
+    )
+    .unwrap();
+    Api::<Secret>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &secret)
         .await
         .unwrap();
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
@@ -182,11 +192,42 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
             .filter_map(|m| m.manager.clone())
             .collect();
         assert!(managers.contains(&"pinfed-hub".into()), "{managers:?}");
-        let cm = Api::<ConfigMap>::namespaced(member, &ns.name)
+        // The hub drops bundles into pinfed-drop; the agent materializes them next to
+        // the slice, owned by it.
+        let bundle = Api::<Secret>::namespaced(member.clone(), "pinfed-drop")
+            .get(&format!("{}.app-db", ns.name))
+            .await
+            .unwrap();
+        assert_eq!(
+            bundle.annotations()["federation.pinterest.com/source"],
+            format!("{}/app-db", ns.name)
+        );
+        let cm = Api::<ConfigMap>::namespaced(member.clone(), &ns.name)
             .get("app-settings")
             .await
             .unwrap();
-        assert_eq!(cm.data.unwrap()["MODE"], "prod");
+        assert_eq!(cm.data.clone().unwrap()["MODE"], "prod");
+        let copy = Api::<Secret>::namespaced(member.clone(), &ns.name)
+            .get("app-db")
+            .await
+            .unwrap();
+        assert_eq!(copy.data.clone().unwrap()["password"].0, b"hunter2");
+        for owners in [cm.owner_references(), copy.owner_references()] {
+            assert_eq!(
+                owners.iter().map(|o| o.uid.as_str()).collect::<Vec<_>>(),
+                [slice.metadata.uid.as_deref().unwrap()],
+                "the copy is owned by the slice"
+            );
+        }
+        let managers: Vec<_> = copy
+            .managed_fields()
+            .iter()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(
+            managers.iter().all(|m| m.starts_with("pinfed-agent")),
+            "the hub writes no Secret in a workload namespace: {managers:?}"
+        );
     }
 
     // Scale up: observedGeneration follows once every slice caught up.
@@ -219,6 +260,15 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         async move { api.get_opt("web").await.unwrap().is_none() }
     })
     .await;
+    // The copies go with the slices that owned them (the members' garbage collectors).
+    for m in fed.member_names() {
+        let secrets = Api::<Secret>::namespaced(fed.client(&m), &ns.name);
+        eventually(WAIT, &format!("the Secret copy in {m} removed"), || {
+            let secrets = secrets.clone();
+            async move { secrets.get_opt("app-db").await.unwrap().is_none() }
+        })
+        .await;
+    }
     ns.delete().await;
 }
 

@@ -184,3 +184,158 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         assert!(!can_i(&kc, &hub, denied), "the JSS may {denied:?}");
     }
 }
+
+/// The credential the hub stores for each member (its kubeconfig Secret on the hub, as
+/// `pinfed join` wrote it): the member's API server grants it pinfed's own resources, the
+/// drop namespace and its own token, and denies every way to member-admin — reading other
+/// Secrets, writing Secrets where a privileged ServiceAccount lives, Pods, RBAC, changing
+/// namespaces, deleting Jobs. The token expires.
+#[tokio::test]
+async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
+    use base64::Engine;
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let hub = fed.hub();
+    for member in fed.member_names() {
+        let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            hub.clone(),
+            "pinfed-system",
+        )
+        .get(&format!("member-{member}"))
+        .await
+        .unwrap();
+        let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+        let kc = std::env::temp_dir().join(support::unique_name(&format!("hubcred-{member}")));
+        std::fs::write(&kc, &text).unwrap();
+        let (ok, who) = auth(
+            &kc,
+            &member,
+            &["whoami", "-o", "jsonpath={.status.userInfo.username}"],
+        );
+        assert!(ok, "kubectl auth whoami in {member}: {who}");
+        assert_eq!(
+            who.trim(),
+            "system:serviceaccount:pinfed-system:pinfed-hub-member"
+        );
+        // A bound token with an expiry of at most the three days join asks for.
+        let token = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("token: "))
+            .expect("a token in the kubeconfig");
+        let claims: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(token.split('.').nth(1).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let life = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+        assert!(
+            life > 0 && life <= 3 * 24 * 3600,
+            "token life {life}s: {claims}"
+        );
+        for allowed in [
+            &[
+                "create",
+                "pinterestservices.compute.pinterest.com",
+                "-n",
+                "default",
+            ][..],
+            &["patch", "runtimeprofiles.compute.pinterest.com"],
+            &["create", "secrets", "-n", "pinfed-drop"],
+            &["create", "configmaps", "-n", "pinfed-drop"],
+            &["create", "namespaces"],
+            &["list", "nodes"],
+            &["list", "pods", "-A"],
+            &[
+                "create",
+                "serviceaccounts/pinfed-hub-member",
+                "--subresource=token",
+                "-n",
+                "pinfed-system",
+            ],
+        ] {
+            assert!(
+                can_i(&kc, &member, allowed),
+                "the hub's credential in {member} may not {allowed:?}"
+            );
+        }
+        for denied in [
+            &["get", "secrets", "-n", "kube-system"][..],
+            &["list", "secrets", "-A"],
+            &["get", "secrets", "-n", "default"],
+            &["get", "secrets", "-n", "pinfed-system"],
+            &["create", "secrets", "-n", "default"],
+            &["create", "secrets", "-n", "pinfed-system"],
+            &["create", "secrets", "-n", "kube-system"],
+            &["get", "configmaps", "-n", "kube-system"],
+            &["create", "configmaps", "-n", "default"],
+            &["create", "pods", "-n", "default"],
+            &["create", "deployments.apps", "-n", "default"],
+            &["delete", "jobs.batch", "-n", "default"],
+            &[
+                "create",
+                "rolebindings.rbac.authorization.k8s.io",
+                "-n",
+                "pinfed-drop",
+            ],
+            &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+            &["patch", "namespaces"],
+            &["delete", "namespaces"],
+            &[
+                "create",
+                "serviceaccounts/pinfed-agent",
+                "--subresource=token",
+                "-n",
+                "pinfed-system",
+            ],
+            &[
+                "create",
+                "serviceaccounts/default",
+                "--subresource=token",
+                "-n",
+                "pinfed-drop",
+            ],
+            &[
+                "patch",
+                "pinterestservices.compute.pinterest.com",
+                "--subresource=status",
+                "-A",
+            ],
+        ] {
+            assert!(
+                !can_i(&kc, &member, denied),
+                "the hub's credential in {member} may {denied:?}"
+            );
+        }
+        // Nothing in the drop namespace can do anything with a token minted there.
+        let drop_default = ["--as", "system:serviceaccount:pinfed-drop:default"];
+        let admin = fed.kubeconfig.clone();
+        for verb_resource in [
+            &["create", "pods", "-n", "pinfed-drop"][..],
+            &["get", "secrets", "-n", "pinfed-drop"],
+            &["list", "secrets", "-A"],
+        ] {
+            assert!(
+                !can_i(
+                    &admin,
+                    &member,
+                    &[verb_resource, &drop_default[..]].concat()
+                ),
+                "pinfed-drop's default ServiceAccount in {member} may {verb_resource:?}"
+            );
+        }
+        // No non-expiring token Secret is left in the member.
+        let legacy = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            fed.client(&member),
+            "pinfed-system",
+        )
+        .get_opt("pinfed-hub-member-token")
+        .await
+        .unwrap();
+        assert!(
+            legacy.is_none(),
+            "a service-account-token Secret in {member}"
+        );
+        let _ = std::fs::remove_file(&kc);
+    }
+}

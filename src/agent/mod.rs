@@ -2,6 +2,7 @@
 //! native objects with the expansion engine, applies and prunes them, and reports status.
 
 pub mod applied;
+pub mod bundles;
 pub mod kinds;
 pub mod reconcile;
 pub mod status;

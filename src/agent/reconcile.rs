@@ -48,6 +48,8 @@ pub struct Context {
     pruned: Mutex<HashMap<String, (Kept, Instant)>>,
     /// Per object uid: its last complete apply (see `applied`).
     pub applied: super::applied::AppliedBook,
+    /// Per object uid: the config copies it holds (see `bundles`).
+    pub claims: super::bundles::Claims,
     /// Reconciles in flight per kind.
     pub concurrency: u16,
 }
@@ -83,6 +85,7 @@ impl Context {
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             pruned: Mutex::default(),
             applied: Default::default(),
+            claims: Default::default(),
             concurrency,
         }
     }
@@ -134,6 +137,8 @@ pub enum AgentError {
     Prune(#[source] kube::Error),
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    #[error(transparent)]
+    Materialize(#[from] super::bundles::MaterializeError),
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 }
@@ -148,6 +153,7 @@ impl AgentError {
         let source = match self {
             AgentError::Apply { source, .. } => source,
             AgentError::Prune(source) | AgentError::Status(source) => source,
+            AgentError::Materialize(e) => &e.source,
             _ => return false,
         };
         matches!(source, kube::Error::Api(s) if s.is_forbidden()
@@ -162,6 +168,7 @@ impl AgentError {
             AgentError::Apply { .. } => "Apply",
             AgentError::Prune(_) => "Prune",
             AgentError::Status(_) => "Status",
+            AgentError::Materialize(_) => "Materialize",
             AgentError::Serialize(_) => "Serialize",
         }
     }
@@ -302,6 +309,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         // Owner references let the garbage collector remove what we made.
         ctx.forget_prune(&obj.uid().unwrap_or_default());
         ctx.applied.forget(&obj.uid().unwrap_or_default());
+        ctx.claims.forget(&obj.uid().unwrap_or_default());
         return Ok(Action::await_change());
     }
     let now = Time(Timestamp::now());
@@ -375,6 +383,16 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
 
+    // The ConfigMaps and Secrets the pods reference, from the hub's bundles.
+    let missing = super::bundles::materialize(&ctx.client, &ctx.claims, obj).await?;
+    if !missing.is_empty() {
+        let names: Vec<String> = missing
+            .iter()
+            .map(|r| format!("{} {}", r.kind.as_str(), r.name))
+            .collect();
+        tracing::debug!(workload = %key(obj), missing = ?names, "referenced config not in the drop namespace yet");
+    }
+
     // Apply (unless the same objects were applied moments ago), then prune what this
     // workload no longer wants.
     let digest = super::applied::digest(&objects)?;
@@ -398,8 +416,13 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     if obj.status() != Some(&status) {
         write_status(&ctx.client, obj, &status).await?;
     }
-    // Owned-object watches bring changes; the timer is a safety net.
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // Owned-object watches bring changes; the timer is a safety net. A bundle not there
+    // yet is looked for again soon.
+    if missing.is_empty() {
+        Ok(Action::requeue(Duration::from_secs(300)))
+    } else {
+        Ok(Action::requeue(Duration::from_secs(5)))
+    }
 }
 
 /// Server-side applies every generated object; returns (kind, name) of each, and each

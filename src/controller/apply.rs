@@ -11,10 +11,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 pub const AGENT_FIELD_MANAGER: &str = "pinfed-agent";
 pub const HUB_FIELD_MANAGER: &str = "pinfed-hub";
 
-/// Creates a namespace if it does not exist (server-side apply with the caller's field
-/// manager, idempotent). One that exists is left alone, so an identity that may read
-/// namespaces but not write them (the hub and the agent under their shipped roles, whose
-/// namespace the manifests create) passes.
+/// Creates a namespace if it does not exist (a plain create with the caller's field
+/// manager; "already exists" is success). Never patches: an identity that may create
+/// namespaces may not change those it did not create (the hub in a member), and one that
+/// may only read them passes when the namespace is there (the agent under its role).
 pub async fn ensure_namespace(
     client: &Client,
     name: &str,
@@ -24,10 +24,26 @@ pub async fn ensure_namespace(
     if let Ok(Some(_)) = api.get_opt(name).await {
         return Ok(());
     }
-    let ns =
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-    apply_json(client, &ns, field_manager).await?;
-    Ok(())
+    let ns = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let params = kube::api::PostParams {
+        field_manager: Some(field_manager.to_string()),
+        ..Default::default()
+    };
+    match api.create(&params, &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(ApplyError::Kube {
+            kind: "Namespace".into(),
+            name: name.to_string(),
+            source,
+        }),
+    }
 }
 
 /// Kinds pinfed writes with [`apply_json`] (what the expansion engine produces, plus what

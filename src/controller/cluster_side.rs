@@ -4,7 +4,7 @@
 //! hub cluster would expand the hub's workloads in place, a hub in a member would place
 //! nothing. The decisions ([`check_agent`], [`check_hub`]) are pure.
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -12,9 +12,13 @@ use crate::api::federation::MemberCluster;
 
 /// The namespace `pinfed join` writes into a member.
 pub const MEMBER_NAMESPACE: &str = "pinfed-system";
-/// The token Secret `pinfed join` creates in a member for the hub's ServiceAccount: a
-/// cluster that has it was joined to a hub.
-pub const MEMBER_TOKEN_SECRET: &str = "pinfed-hub-member-token";
+/// The identity `pinfed join` creates for the hub in a member: a cluster that has it was
+/// joined to a hub. Not `pinfed-hub`, the hub's own ServiceAccount in the hub cluster
+/// (deploy/hub): in a single-cluster install the hub is its own member, and unjoining it
+/// must not delete the identity the hub runs as.
+pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub-member";
+/// The non-expiring token Secret of joins before expiring tokens; a re-join deletes it.
+pub const LEGACY_TOKEN_SECRET: &str = "pinfed-hub-member-token";
 
 /// What a cluster shows of its side.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +46,11 @@ async fn registered_members(client: &Client) -> Result<Option<Vec<String>>, kube
     }
 }
 
-/// Reads the cluster's side: its members and the join Secret.
+/// Reads the cluster's side: its members and the hub's identity.
 pub async fn read(client: &Client) -> Result<Side, kube::Error> {
     let members = registered_members(client).await?;
-    let joined_as_member = match Api::<Secret>::namespaced(client.clone(), MEMBER_NAMESPACE)
-        .get_metadata_opt(MEMBER_TOKEN_SECRET)
+    let joined_as_member = match Api::<ServiceAccount>::namespaced(client.clone(), MEMBER_NAMESPACE)
+        .get_metadata_opt(HUB_SERVICE_ACCOUNT)
         .await
     {
         Ok(s) => s.is_some(),
@@ -61,7 +65,7 @@ pub async fn read(client: &Client) -> Result<Side, kube::Error> {
 
 /// An agent belongs in a member. A cluster with MemberClusters is a hub: an agent runs
 /// there only when the hub joined itself as that member (one-cluster federation), which
-/// leaves both the MemberCluster of the agent's name and the join Secret in it.
+/// leaves both the MemberCluster of the agent's name and the hub's identity in it.
 pub fn check_agent(side: &Side, cluster_name: &str) -> Result<(), String> {
     let Some(members) = side.members.as_ref().filter(|m| !m.is_empty()) else {
         return Ok(()); // not a hub
@@ -85,8 +89,8 @@ pub fn check_hub(side: &Side) -> Result<(), String> {
     let registers_members = side.members.as_ref().is_some_and(|m| !m.is_empty());
     if side.joined_as_member && !registers_members {
         return Err(format!(
-            "this cluster is a member of a federation (`pinfed join` left the Secret \
-             {MEMBER_NAMESPACE}/{MEMBER_TOKEN_SECRET} here) and registers no member itself: \
+            "this cluster is a member of a federation (`pinfed join` left the ServiceAccount \
+             {MEMBER_NAMESPACE}/{HUB_SERVICE_ACCOUNT} here) and registers no member itself: \
              the hub belongs in the hub cluster (deploy/overlays/hub-cluster there; here, \
              `kubectl delete -k` what was applied, or deploy/overlays/member-cluster for the agent)"
         ));

@@ -22,6 +22,7 @@ use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::validate::{self, Invalid};
 use crate::api::workload::{COMPUTE_API_VERSION, WorkloadKind, WorkloadRef};
 
+pub mod bundle;
 mod cronjob;
 mod daemon;
 mod hash;

@@ -17,14 +17,11 @@ use crate::controller::apply::apply_json;
 use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
 
 pub const JOIN_FIELD_MANAGER: &str = "pinfed-join";
-/// The identity the hub uses in every member. Not `pinfed-hub`, the hub's own
-/// ServiceAccount in the hub cluster (deploy/hub): in a single-cluster install the hub is
-/// its own member, and unjoining it must not delete the identity the hub runs as.
-pub const HUB_SERVICE_ACCOUNT: &str = "pinfed-hub-member";
+pub use crate::controller::cluster_side::HUB_SERVICE_ACCOUNT;
 /// Its ClusterRole (and binding) in a member. Not `pinfed-hub`: that is the hub's role in
 /// the hub cluster (deploy/hub/rbac.yaml), and a cluster can be both (single-cluster).
 pub const HUB_MEMBER_ROLE: &str = "pinfed-hub-member";
-pub use crate::controller::cluster_side::{MEMBER_NAMESPACE, MEMBER_TOKEN_SECRET};
+pub use crate::controller::cluster_side::{LEGACY_TOKEN_SECRET, MEMBER_NAMESPACE};
 
 #[derive(Debug, Clone)]
 pub struct JoinRequest {
@@ -38,20 +35,34 @@ pub struct JoinRequest {
     pub ca_pem: Vec<u8>,
 }
 
-/// What the hub may do in a member: write workload slices and the ConfigMaps, Secrets
-/// and namespaces they need, read capacity (nodes, pods), delete Jobs of moved shards.
-/// Nothing else.
+/// What the hub may do in a member, and nothing else: write pinfed's own resources
+/// (slices, RuntimeProfiles) and create namespaces for them; read capacity (nodes, pods);
+/// write ConfigMaps and Secrets in the drop namespace only, where no ServiceAccount has
+/// rights (a Secret-create right in a namespace lets its holder mint a token for any
+/// ServiceAccount there); renew its own token. It may not read any other Secret, create
+/// Pods or RBAC, patch namespaces or delete Jobs: the member's agent materializes
+/// bundles and stops moved shards (`docs/security.md`).
 pub fn member_rbac() -> Vec<serde_json::Value> {
     let rw = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
+    let drop_ns = crate::expand::bundle::DROP_NAMESPACE;
+    let binding = |kind: &str, name: &str, ns: Option<&str>| {
+        let mut b = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": format!("{kind}Binding"),
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}]});
+        if let Some(ns) = ns {
+            b["metadata"]["namespace"] = ns.into();
+        }
+        b
+    };
     vec![
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": drop_ns,
+            "labels": {"app.kubernetes.io/part-of": "pinfed"}}}),
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}}),
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-            "metadata": {"name": MEMBER_TOKEN_SECRET, "namespace": MEMBER_NAMESPACE,
-                         "annotations": {"kubernetes.io/service-account.name": HUB_SERVICE_ACCOUNT}}}),
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": HUB_MEMBER_ROLE},
         "rules": [
@@ -62,17 +73,20 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
                 "pinterestservices/status", "pinterestjobsets/status", "pinterestcronjobs/status",
                 "pinterestdaemons/status", "pinteresttrainingjobs/status", "pintereststatefulsets/status"],
              "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create", "patch"]},
-            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
+            // Create only: a namespace that exists is never changed.
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
             {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
-            // Fencing: Jobs of shards that moved away while the member was unreachable are
-            // deleted as soon as it is back, before they can finish a second time.
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
         ]}),
-        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": HUB_MEMBER_ROLE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_MEMBER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": HUB_SERVICE_ACCOUNT, "namespace": MEMBER_NAMESPACE}]}),
+        binding("ClusterRole", HUB_MEMBER_ROLE, None),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": HUB_MEMBER_ROLE, "namespace": drop_ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw}]}),
+        binding("Role", HUB_MEMBER_ROLE, Some(drop_ns)),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": HUB_MEMBER_ROLE, "namespace": MEMBER_NAMESPACE},
+            "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                       "resourceNames": [HUB_SERVICE_ACCOUNT], "verbs": ["create"]}]}),
+        binding("Role", HUB_MEMBER_ROLE, Some(MEMBER_NAMESPACE)),
     ]
 }
 
@@ -90,10 +104,15 @@ pub fn member_kubeconfig(req: &JoinRequest, token: &str) -> String {
     )
 }
 
+/// The name of a member's kubeconfig Secret on the hub.
+pub fn member_secret_name(member: &str) -> String {
+    format!("member-{member}")
+}
+
 /// The hub objects of a member: its kubeconfig Secret and the MemberCluster.
 pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value> {
     use base64::Engine;
-    let secret_name = format!("member-{}", req.name);
+    let secret_name = member_secret_name(&req.name);
     let mut spec = serde_json::json!({
         "secretRef": {"name": secret_name, "namespace": HUB_NAMESPACE},
         "mode": "Push",
@@ -372,22 +391,25 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
     apply_all(member, &member_rbac())
         .await
         .context("creating the hub's ServiceAccount in the member")?;
-    let secrets: Api<Secret> = Api::namespaced(member.clone(), MEMBER_NAMESPACE);
-    let token_secret = MEMBER_TOKEN_SECRET;
-    let mut token = None;
-    for _ in 0..100 {
-        if let Some(t) = secrets
-            .get(token_secret)
-            .await?
-            .data
-            .and_then(|d| d.get("token").cloned())
-        {
-            token = Some(String::from_utf8(t.0)?);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // An expiring token (TokenRequest) the hub renews itself; the Secret-held token of
+    // an older join never expired and goes.
+    match Api::<Secret>::namespaced(member.clone(), MEMBER_NAMESPACE)
+        .delete(LEGACY_TOKEN_SECRET, &Default::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e).context("deleting the old non-expiring token Secret"),
     }
-    let token = token.context("the member did not issue a token for the hub's ServiceAccount within 10s (is its controller-manager running?)")?;
+    // Joining again keeps a stored token that still works and is not due for renewal: the
+    // kubeconfig Secret is then unchanged and the hub keeps its connection.
+    let token = match crate::hub::member_token::reusable_token(hub, req).await {
+        Some(t) => t,
+        None => crate::hub::member_token::request_token(member)
+            .await
+            .context("requesting a token for the hub's ServiceAccount in the member")?,
+    };
+    anyhow::ensure!(!token.is_empty(), "the member returned an empty token");
     install_crds(hub)
         .await
         .context("installing CRDs on the hub")?;
@@ -584,5 +606,41 @@ mod tests {
             .find(|r| r.to_string().contains("/status"))
             .unwrap();
         assert_eq!(status_rule["verbs"], serde_json::json!(["get"]));
+        // Cluster-wide: no Secrets, ConfigMaps, Jobs or Pods to write, no namespace patch.
+        for rule in role["rules"].as_array().unwrap() {
+            let has = |r: &str| rule["resources"].as_array().unwrap().iter().any(|x| x == r);
+            let may = |v: &str| rule["verbs"].as_array().unwrap().iter().any(|x| x == v);
+            for r in ["secrets", "configmaps", "jobs", "serviceaccounts"] {
+                assert!(!has(r), "cluster-wide {r}: {rule}");
+            }
+            if has("pods") || has("namespaces") {
+                assert!(!may("patch") && !may("update") && !may("delete"), "{rule}");
+                assert!(!has("pods") || !may("create"), "{rule}");
+            }
+        }
+        // Secrets only in the drop namespace; its own token only.
+        let roles: Vec<_> = rbac.iter().filter(|o| o["kind"] == "Role").collect();
+        for r in &roles {
+            let text = r["rules"].to_string();
+            if text.contains("secrets") {
+                assert_eq!(
+                    r["metadata"]["namespace"],
+                    crate::expand::bundle::DROP_NAMESPACE
+                );
+            }
+            if text.contains("serviceaccounts/token") {
+                assert_eq!(
+                    r["rules"][0]["resourceNames"],
+                    serde_json::json!([HUB_SERVICE_ACCOUNT])
+                );
+                assert_eq!(r["rules"][0]["verbs"], serde_json::json!(["create"]));
+            }
+        }
+        assert!(
+            !rbac
+                .iter()
+                .any(|o| o["type"] == "kubernetes.io/service-account-token"),
+            "no token Secret: tokens expire"
+        );
     }
 }

@@ -41,6 +41,14 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     let (member, connect_error) = match members::ensure_member(&ctx.hub, &ctx.registry, &mc).await {
         Ok(m) => {
             members::heartbeat(&m).await;
+            // The token ages whether or not workloads change; a failed renewal is tried
+            // again next round (a third of the token's life is left for it).
+            if let Err(e) =
+                crate::hub::member_token::renew_if_due(&ctx.hub, &m.client, &mc, &m.kubeconfig)
+                    .await
+            {
+                tracing::warn!(member = %name, error = %format!("{e:#}"), "could not renew the hub's token for the member");
+            }
             (Some(m), None)
         }
         Err(e) => {

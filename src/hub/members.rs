@@ -119,6 +119,8 @@ pub struct Member {
     slices: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>>,
     /// Resource version of the Secret the client was built from (rebuild on change).
     secret_version: String,
+    /// The kubeconfig the client was built from, for token renewal (`member_token`).
+    pub kubeconfig: String,
     /// When this connection was made (a member is not "lost" before it was ever asked).
     connected_at: Timestamp,
     state: Mutex<Heartbeat>,
@@ -441,6 +443,7 @@ pub async fn ensure_member(
         pods,
         slices,
         secret_version: version,
+        kubeconfig: text,
         // A new connection to a member already known (its Secret changed) keeps what the
         // old one learned: the member did not go anywhere.
         connected_at: Timestamp::now(),

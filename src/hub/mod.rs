@@ -4,6 +4,7 @@
 pub mod cleanups;
 pub mod join;
 pub mod member_loop;
+pub mod member_token;
 pub mod members;
 pub mod quota_book;
 mod run;

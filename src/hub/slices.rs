@@ -2,9 +2,8 @@
 //! its share, which ConfigMaps and Secrets the pod template references, and the
 //! member-side status a slice reports, in the hub's terms.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::api::common::{Condition, ConditionStatus, MemberWorkloadStatus, condition_types as ct};
@@ -216,62 +215,6 @@ fn slice_state(conditions: &[Condition], processed: bool) -> &'static str {
     }
 }
 
-/// ConfigMaps and Secrets a pod spec references in its own namespace.
-pub fn referenced_config(spec: &PodSpec) -> (BTreeSet<String>, BTreeSet<String>) {
-    let mut cms = BTreeSet::new();
-    let mut secrets = BTreeSet::new();
-    for v in spec.volumes.iter().flatten() {
-        if let Some(c) = &v.config_map {
-            cms.insert(c.name.clone());
-        }
-        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-            secrets.insert(s);
-        }
-        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-            if let Some(c) = &src.config_map {
-                cms.insert(c.name.clone());
-            }
-            if let Some(s) = &src.secret {
-                secrets.insert(s.name.clone());
-            }
-        }
-    }
-    for c in spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-    {
-        for e in c.env_from.iter().flatten() {
-            if let Some(r) = &e.config_map_ref {
-                cms.insert(r.name.clone());
-            }
-            if let Some(r) = &e.secret_ref {
-                secrets.insert(r.name.clone());
-            }
-        }
-        for e in c.env.iter().flatten() {
-            if let Some(r) = e
-                .value_from
-                .as_ref()
-                .and_then(|v| v.config_map_key_ref.as_ref())
-            {
-                cms.insert(r.name.clone());
-            }
-            if let Some(r) = e
-                .value_from
-                .as_ref()
-                .and_then(|v| v.secret_key_ref.as_ref())
-            {
-                secrets.insert(r.name.clone());
-            }
-        }
-    }
-    for s in spec.image_pull_secrets.iter().flatten() {
-        secrets.insert(s.name.clone());
-    }
-    (cms, secrets)
-}
-
 /// A slice's `clusters[]` entry: its report, read at `observed`.
 pub fn member_workload_status(
     cluster: &str,
@@ -415,27 +358,6 @@ mod tests {
         assert_eq!(summary.hub_uid.as_deref(), Some("u-9"));
         assert_eq!(summary.hub_generation, Some(4));
         assert_eq!(summary.share, share);
-    }
-
-    #[test]
-    fn referenced_config_finds_every_kind_of_reference() {
-        let spec: PodSpec = serde_json::from_value(serde_json::json!({
-            "containers": [{"name": "a", "image": "a",
-                "envFrom": [{"configMapRef": {"name": "cm-envfrom"}}, {"secretRef": {"name": "s-envfrom"}}],
-                "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}}]}],
-            "volumes": [{"name": "v", "configMap": {"name": "cm-vol"}}, {"name": "w", "secret": {"secretName": "s-vol"}}],
-            "imagePullSecrets": [{"name": "pull"}]
-        }))
-        .unwrap();
-        let (cms, secrets) = referenced_config(&spec);
-        assert_eq!(
-            cms.into_iter().collect::<Vec<_>>(),
-            ["cm-envfrom", "cm-vol"]
-        );
-        assert_eq!(
-            secrets.into_iter().collect::<Vec<_>>(),
-            ["pull", "s-env", "s-envfrom", "s-vol"]
-        );
     }
 
     #[test]

@@ -177,12 +177,6 @@ pub enum HubError {
         #[source]
         source: kube::Error,
     },
-    #[error("fencing moved shards in {cluster}: {source}")]
-    Fence {
-        cluster: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("propagating to {cluster}: {source}")]
     Propagate {
         cluster: String,
@@ -207,7 +201,6 @@ impl HubError {
             HubError::RecordDecision(_) => "RecordDecision",
             HubError::ReadSlice { .. } => "ReadSlice",
             HubError::WriteSlice { .. } => "WriteSlice",
-            HubError::Fence { .. } => "Fence",
             HubError::Propagate { .. } => "Propagate",
             HubError::ReadConfig(_) => "ReadConfig",
             HubError::WriteStatus(_) => "WriteStatus",

@@ -7,10 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
@@ -22,6 +21,7 @@ use crate::api::kind::{PinterestKind, SliceShare};
 use crate::api::ranges::RangeSet;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::{HUB_FIELD_MANAGER, apply_json};
+use crate::expand::bundle::{self, ConfigKind, ConfigRef};
 use crate::hub::slices::{self, SliceSummary};
 use crate::placement::failover::{self, Share, SliceSeen, SliceStep, TransitionInput};
 use crate::status::MemberObservation;
@@ -111,11 +111,11 @@ pub async fn roll_out<K: PinterestKind>(
         run_to_completion: K::KIND.runs_to_completion(),
     });
     let parallelism = job_set_parallelism(obj.as_workload(), &placed.decision);
-    let pod_spec = pod_spec_of(obj);
+    let config = config_of(obj);
     let found: &Slices = slices;
     let writes = steps.iter().map(|(cluster, step)| {
         let parallelism = parallelism.get(cluster).copied();
-        let pod_spec = pod_spec.as_ref();
+        let config = &config;
         async move {
             let Some(member) = ctx.registry.get(cluster) else {
                 return Ok(None);
@@ -141,7 +141,7 @@ pub async fn roll_out<K: PinterestKind>(
                         parallelism,
                     };
                     target
-                        .apply(obj, &share, found.get(cluster.as_str()), pod_spec)
+                        .apply(obj, &share, found.get(cluster.as_str()), config)
                         .await
                 }
             }
@@ -182,10 +182,12 @@ fn job_set_parallelism(
         .collect()
 }
 
-/// The pod template's spec (`spec.template.spec`), for the config it references.
-fn pod_spec_of<K: PinterestKind>(obj: &K) -> Option<PodSpec> {
-    let v = serde_json::to_value(obj).ok()?;
-    serde_json::from_value(v.pointer("/spec/template/spec")?.clone()).ok()
+/// The ConfigMaps and Secrets the workload's pod templates reference (every template
+/// of the kind: a training job's roles too).
+fn config_of<K: PinterestKind>(obj: &K) -> BTreeSet<ConfigRef> {
+    serde_json::to_value(obj)
+        .map(|v| bundle::workload_config(&v))
+        .unwrap_or_default()
 }
 
 /// One member a roll-out step writes to.
@@ -221,9 +223,8 @@ impl Target<'_> {
                 });
             }
         }
-        if K::KIND == WorkloadKind::JobSet {
-            self.fence(obj, None).await?;
-        }
+        // A job set's Jobs are owned by the slice: the member's garbage collector
+        // removes them with it.
         Ok(())
     }
 
@@ -234,7 +235,7 @@ impl Target<'_> {
         obj: &K,
         share: &SliceShare,
         found: Option<&Arc<SliceSummary>>,
-        pod_spec: Option<&PodSpec>,
+        config: &BTreeSet<ConfigRef>,
     ) -> Result<Option<(String, Arc<SliceSummary>)>, HubError> {
         let ns = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
@@ -262,8 +263,8 @@ impl Target<'_> {
                 n.insert(ns_key.clone());
             }
         }
-        if let Some(spec) = pod_spec {
-            self.propagate_config(&ns, spec).await?;
+        if !config.is_empty() {
+            self.propagate_config(obj, config).await?;
         }
         let mut written = None;
         if !current {
@@ -294,8 +295,9 @@ impl Target<'_> {
                 })
                 .inc();
         }
-        // Shards that left this member (it was lost meanwhile): stop their Jobs now rather
-        // than when its agent catches up.
+        // Shards that left this member (it was lost meanwhile): the slice just written is
+        // the fence — the member's agent stops their unfinished Jobs as it reads it (the
+        // hub holds no right to delete Jobs in a member).
         if let (Some(s), Some(old)) = (&share.shards, found) {
             let keep = RangeSet::parse(s).unwrap_or_default();
             let had = old
@@ -304,131 +306,65 @@ impl Target<'_> {
                 .as_deref()
                 .and_then(|r| RangeSet::parse(r).ok())
                 .unwrap_or_default();
-            if had.iter().any(|i| !keep.contains(i)) {
-                self.fence(obj, Some(&keep)).await?;
+            let moved = RangeSet::from_indices(had.iter().filter(|i| !keep.contains(*i)));
+            if !moved.is_empty() && written.is_some() {
+                let note = format!(
+                    "shards {moved} left {}: its agent stops their Jobs, they run elsewhere now",
+                    self.cluster
+                );
+                self.ctx.event(obj, EventType::Normal, "Fenced", note).await;
             }
         }
         Ok(written)
     }
 
-    /// Deletes a job set's Jobs in the member, except those of `keep` shards (all when
-    /// `None`): shards that moved elsewhere while the member was unreachable must not
-    /// finish here too. Any error but "not found" fails the step, so the reconcile retries
-    /// until the member confirms every fenced Job is gone.
-    async fn fence<K: PinterestKind>(
+    /// Drops a bundle of every ConfigMap and Secret the pod templates reference (same
+    /// namespace only) into the member's drop namespace; the member's agent materializes
+    /// them next to the workload. ServiceAccount tokens and pinfed's own credentials are
+    /// never copied.
+    async fn propagate_config<K: PinterestKind>(
         &self,
         obj: &K,
-        keep: Option<&RangeSet>,
+        config: &BTreeSet<ConfigRef>,
     ) -> Result<(), HubError> {
-        use crate::api::common::{LABEL_KIND, LABEL_SHARD, LABEL_WORKLOAD};
         let ns = obj.namespace().unwrap_or_default();
-        let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-        let selector = format!(
-            "{LABEL_WORKLOAD}={},{LABEL_KIND}={}",
-            crate::expand::names::label_value(&obj.name_any()),
-            WorkloadKind::JobSet.as_str()
-        );
-        let fence_error = |source| HubError::Fence {
-            cluster: self.cluster.to_string(),
-            source,
-        };
-        let jobs = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(fence_error)?
-            .items;
-        let mut fenced = BTreeSet::new();
-        for j in jobs {
-            // A finished Job cannot run again, and it carries the completion the member's
-            // agent has yet to record: deleting it would make the shard look unstarted.
-            if job_finished(&j) {
-                continue;
-            }
-            let shard = j
-                .labels()
-                .get(LABEL_SHARD)
-                .and_then(|s| s.parse::<u32>().ok());
-            if let (Some(keep), Some(i)) = (keep, shard)
-                && keep.contains(i)
-            {
-                continue;
-            }
-            match api.delete(&j.name_any(), &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(fence_error(e)),
-            }
-            if let Some(i) = shard {
-                fenced.insert(i);
-            }
-        }
-        if !fenced.is_empty() {
-            let shards = RangeSet::from_indices(fenced);
-            let note = format!(
-                "stopped shards {shards} in {}: they run elsewhere now",
-                self.cluster
-            );
-            self.ctx.event(obj, EventType::Normal, "Fenced", note).await;
-        }
-        Ok(())
-    }
-
-    /// Copies the ConfigMaps and Secrets the pod template references (same namespace
-    /// only) into the member.
-    async fn propagate_config(&self, ns: &str, spec: &PodSpec) -> Result<(), HubError> {
-        let (cms, secrets) = slices::referenced_config(spec);
         let hub = &self.ctx.hub;
-        for name in cms {
-            let got = Api::<ConfigMap>::namespaced(hub.clone(), ns)
-                .get_opt(&name)
-                .await
-                .map_err(HubError::ReadConfig)?;
-            if let Some(cm) = got {
-                self.copy(serde_json::to_value(cm)?, "ConfigMap").await?;
-            }
-        }
-        for name in secrets {
-            let got = Api::<Secret>::namespaced(hub.clone(), ns)
-                .get_opt(&name)
-                .await
-                .map_err(HubError::ReadConfig)?;
-            // Never the hub's own credentials.
-            if let Some(s) =
-                got.filter(|s| s.type_.as_deref() != Some("kubernetes.io/service-account-token"))
-            {
-                self.copy(serde_json::to_value(s)?, "Secret").await?;
+        for r in config {
+            let got = match r.kind {
+                ConfigKind::ConfigMap => Api::<ConfigMap>::namespaced(hub.clone(), &ns)
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(HubError::ReadConfig)?
+                    .map(serde_json::to_value)
+                    .transpose()?,
+                ConfigKind::Secret => Api::<Secret>::namespaced(hub.clone(), &ns)
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(HubError::ReadConfig)?
+                    .map(serde_json::to_value)
+                    .transpose()?,
+            };
+            // Missing on the hub: the pods wait for it in the member as they would here.
+            let Some(source) = got else { continue };
+            match bundle::bundle(r.kind, &source) {
+                Ok(b) => {
+                    apply_json(self.client, &b, HUB_FIELD_MANAGER)
+                        .await
+                        .map_err(|source| HubError::Propagate {
+                            cluster: self.cluster.to_string(),
+                            source,
+                        })?;
+                }
+                Err(why) => {
+                    let note = format!("{} {} not propagated: {why}", r.kind.as_str(), r.name);
+                    self.ctx
+                        .event(obj, EventType::Warning, "NotPropagated", note)
+                        .await;
+                }
             }
         }
         Ok(())
     }
-
-    async fn copy(&self, mut v: serde_json::Value, kind: &str) -> Result<(), HubError> {
-        v["apiVersion"] = "v1".into();
-        v["kind"] = kind.into();
-        if let Some(m) = v["metadata"].as_object_mut() {
-            m.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
-        }
-        v["metadata"]["labels"]["federation.pinterest.com/propagated"] = "true".into();
-        apply_json(self.client, &v, HUB_FIELD_MANAGER)
-            .await
-            .map_err(|source| HubError::Propagate {
-                cluster: self.cluster.to_string(),
-                source,
-            })?;
-        Ok(())
-    }
-}
-
-/// Finished means the Job's Complete or Failed condition, as the agent decides: a Job
-/// with failed pods that is still retrying is not finished, and is fenced.
-fn job_finished(j: &Job) -> bool {
-    j.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
 }
 
 /// What the hub knows of each placed cluster for aggregation: the slice's report, or for
@@ -470,28 +406,4 @@ pub fn observations(
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(status: serde_json::Value) -> Job {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "status": status}))
-            .unwrap()
-    }
-
-    #[test]
-    fn a_retrying_job_is_not_finished_and_a_complete_or_failed_one_is() {
-        assert!(!job_finished(&job(
-            serde_json::json!({"failed": 1, "active": 1})
-        )));
-        assert!(!job_finished(&job(serde_json::json!({"succeeded": 1}))));
-        assert!(job_finished(&job(serde_json::json!({"conditions": [
-            {"type": "Complete", "status": "True"}]}))));
-        assert!(job_finished(&job(serde_json::json!({"conditions": [
-            {"type": "Failed", "status": "True"}]}))));
-        assert!(!job_finished(&job(serde_json::json!({"conditions": [
-            {"type": "Failed", "status": "False"}]}))));
-    }
 }

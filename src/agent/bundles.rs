@@ -1,0 +1,171 @@
+//! Materializes the hub's config bundles (`expand::bundle`) next to the workloads that
+//! reference them. Each slice applies its copies with a field manager of its own, so each
+//! holds exactly its owner reference: a copy goes when the last slice that uses it is
+//! deleted (garbage collector) or stops using it (released here). The agent reads no
+//! Secret outside the drop namespace: copies are written, never listed.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::expand::bundle::{self, ConfigKind, ConfigRef, DROP_NAMESPACE, LABEL_PROPAGATED};
+
+/// Per slice uid: the copies it holds a claim on (this process's knowledge; after a
+/// restart, a copy a slice stopped using while the agent was down goes with the slice).
+#[derive(Default)]
+pub struct Claims(Mutex<HashMap<String, BTreeSet<ConfigRef>>>);
+
+impl Claims {
+    fn get(&self, uid: &str) -> BTreeSet<ConfigRef> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|m| m.get(uid).cloned())
+            .unwrap_or_default()
+    }
+
+    fn set(&self, uid: &str, refs: BTreeSet<ConfigRef>) {
+        if let Ok(mut m) = self.0.lock() {
+            if refs.is_empty() {
+                m.remove(uid);
+            } else {
+                m.insert(uid.to_string(), refs);
+            }
+        }
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.set(uid, BTreeSet::new());
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("materializing {kind} {name}: {source}")]
+pub struct MaterializeError {
+    pub kind: &'static str,
+    pub name: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+fn manager(uid: &str) -> String {
+    format!("pinfed-agent-{uid}")
+}
+
+fn resource(kind: ConfigKind) -> kube::core::ApiResource {
+    match kind {
+        ConfigKind::ConfigMap => kube::core::ApiResource::erase::<ConfigMap>(&()),
+        ConfigKind::Secret => kube::core::ApiResource::erase::<Secret>(&()),
+    }
+}
+
+/// Brings the copies of what `obj` references up to date and releases those it no
+/// longer references. Returns the references whose bundle is not in the drop namespace
+/// yet (the hub writes bundles before slices; pods wait for them as they would anywhere).
+pub async fn materialize<K>(
+    client: &Client,
+    claims: &Claims,
+    obj: &K,
+) -> Result<Vec<ConfigRef>, MaterializeError>
+where
+    K: Resource<DynamicType = ()> + serde::Serialize,
+{
+    let uid = obj.uid().unwrap_or_default();
+    let wanted = serde_json::to_value(obj)
+        .map(|v| bundle::workload_config(&v))
+        .unwrap_or_default();
+    let held = claims.get(&uid);
+    if wanted.is_empty() && held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let owner = OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: obj.name_any(),
+        uid: uid.clone(),
+        ..OwnerReference::default()
+    };
+    let params = PatchParams::apply(&manager(&uid)).force();
+    let mut missing = Vec::new();
+    let mut claimed = BTreeSet::new();
+    for r in &wanted {
+        let ar = resource(r.kind);
+        let err = |source| MaterializeError {
+            kind: r.kind.as_str(),
+            name: r.name.clone(),
+            source,
+        };
+        let drop: Api<DynamicObject> = Api::namespaced_with(client.clone(), DROP_NAMESPACE, &ar);
+        let Some(b) = drop
+            .get_opt(&bundle::bundle_name(&ns, &r.name))
+            .await
+            .map_err(err)?
+        else {
+            missing.push(r.clone());
+            continue;
+        };
+        let b = serde_json::to_value(&b).unwrap_or_default();
+        let copy = bundle::materialize(r.kind, &b, &ns, &r.name, &owner);
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+            .patch(&r.name, &params, &Patch::Apply(&copy))
+            .await
+            .map_err(err)?;
+        claimed.insert(r.clone());
+    }
+    for r in held.difference(&wanted) {
+        release(client, &ns, r, &uid).await?;
+    }
+    claims.set(&uid, claimed);
+    Ok(missing)
+}
+
+/// Gives up this slice's claim on a copy; deletes the copy when no slice holds one (on
+/// the version just seen, so a claim made meanwhile by another slice keeps it).
+async fn release(
+    client: &Client,
+    ns: &str,
+    r: &ConfigRef,
+    owner_uid: &str,
+) -> Result<(), MaterializeError> {
+    let ar = resource(r.kind);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let err = |source| MaterializeError {
+        kind: r.kind.as_str(),
+        name: r.name.clone(),
+        source,
+    };
+    let left = match api
+        .patch(
+            &r.name,
+            &PatchParams::default(),
+            &Patch::Strategic(bundle::release_patch(owner_uid)),
+        )
+        .await
+    {
+        Ok(o) => o,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    let ours = left.labels().get(LABEL_PROPAGATED).map(String::as_str) == Some("true");
+    if ours && left.owner_references().is_empty() {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: left.resource_version(),
+                uid: left.uid(),
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&r.name, &params).await {
+            Ok(_) => {}
+            // Gone, or claimed again since: either way not ours to delete now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok(())
+}
