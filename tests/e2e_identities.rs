@@ -104,6 +104,9 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
             ],
             &["list", "pods", "-A"],
             &["get", "namespaces/pinfed-system"],
+            // Bundles are read in pinfed-drop and materialized next to the workloads.
+            &["get", "secrets", "-n", "pinfed-drop"],
+            &["create", "secrets", "-n", "default"],
         ] {
             assert!(
                 can_i(&kc, &member, allowed),
@@ -113,6 +116,7 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
         for denied in [
             &["get", "secrets", "-n", "kube-system"][..],
             &["list", "secrets", "-A"],
+            &["get", "secrets", "-n", "default"],
             &["create", "pods", "-n", "default"],
             &["patch", "pinterestservices.compute.pinterest.com", "-A"],
             &["patch", "namespaces"],

@@ -21,6 +21,8 @@ pub use crate::controller::cluster_side::HUB_SERVICE_ACCOUNT;
 /// Its ClusterRole (and binding) in a member. Not `pinfed-hub`: that is the hub's role in
 /// the hub cluster (deploy/hub/rbac.yaml), and a cluster can be both (single-cluster).
 pub const HUB_MEMBER_ROLE: &str = "pinfed-hub-member";
+/// The agent's read-only Role on the bundles in the drop namespace.
+pub const AGENT_BUNDLES_ROLE: &str = "pinfed-agent-bundles";
 pub use crate::controller::cluster_side::{LEGACY_TOKEN_SECRET, MEMBER_NAMESPACE};
 
 #[derive(Debug, Clone)]
@@ -87,6 +89,17 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
             "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
                        "resourceNames": [HUB_SERVICE_ACCOUNT], "verbs": ["create"]}]}),
         binding("Role", HUB_MEMBER_ROLE, Some(MEMBER_NAMESPACE)),
+        // The member's agent reads the bundles here (it writes the copies elsewhere). Made
+        // with the namespace, by join, so a kustomize overlay that moves the agent's own
+        // namespace does not move this one; an agent installed under another identity
+        // needs its own binding to this Role.
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": AGENT_BUNDLES_ROLE, "namespace": drop_ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": AGENT_BUNDLES_ROLE, "namespace": drop_ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_BUNDLES_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": "pinfed-agent", "namespace": MEMBER_NAMESPACE}]}),
     ]
 }
 

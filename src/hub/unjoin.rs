@@ -177,8 +177,9 @@ pub async fn unjoin(
         remove_registration(hub, &mc).await?;
         progress(&format!(
             "{name} unjoined: no workload left there; MemberCluster deleted. The hub's \
-             ServiceAccount pinfed-system/{HUB_SERVICE_ACCOUNT} and its ClusterRole(Binding) \
-             {HUB_MEMBER_ROLE} remain in the member (pass --member-context to remove them)"
+             ServiceAccount pinfed-system/{HUB_SERVICE_ACCOUNT}, its roles and bindings \
+             {HUB_MEMBER_ROLE} and the namespace pinfed-drop remain in the member (pass \
+             --member-context to remove them)"
         ));
         return Ok(result);
     };
@@ -196,10 +197,29 @@ pub async fn unjoin(
             HUB_MEMBER_ROLE,
         ),
         (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            Some(MEMBER_NAMESPACE),
+            HUB_MEMBER_ROLE,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            Some(MEMBER_NAMESPACE),
+            HUB_MEMBER_ROLE,
+        ),
+        (
             "v1",
             "ServiceAccount",
             Some(MEMBER_NAMESPACE),
             HUB_SERVICE_ACCOUNT,
+        ),
+        // The bundles are the hub's data; the Roles in the namespace go with it.
+        (
+            "v1",
+            "Namespace",
+            None,
+            crate::expand::bundle::DROP_NAMESPACE,
         ),
     ];
     for (api_version, kind, ns, name) in rbac {
