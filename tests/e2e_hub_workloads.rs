@@ -27,9 +27,13 @@ const WAIT: Duration = Duration::from_secs(90);
 const JOB_SET_WAIT: Duration = Duration::from_secs(300);
 
 /// One hub and one agent per member, shared by the tests of this file.
+/// The hub's metrics port (set by `federation_running`).
+static HUB_METRICS_PORT: OnceLock<u16> = OnceLock::new();
+
 fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
     static DAEMONS: OnceLock<Vec<Daemon>> = OnceLock::new();
     DAEMONS.get_or_init(|| {
+        let metrics_port = *HUB_METRICS_PORT.get_or_init(support::free_port);
         join_all(fed);
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let mut daemons = vec![spawn_daemon(
@@ -44,10 +48,7 @@ fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
                     "--heartbeat-secs",
                     "1",
                 ]),
-                vec![
-                    "--metrics-addr".into(),
-                    format!("127.0.0.1:{}", support::free_port()),
-                ],
+                vec!["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")],
             ]
             .concat(),
         )];
@@ -500,5 +501,168 @@ async fn a_federated_quota_is_never_exceeded_and_frees_room_when_a_workload_goes
         },
     )
     .await;
+    ns.delete().await;
+}
+
+/// Deletes never lie, and the hub removes or overwrites only its own slices: a member that
+/// refuses the slice's removal (an admission policy here) keeps the hub resource's
+/// finalizer, shown in a Degraded condition and a metric, until the removal succeeds; a
+/// slice of the same name another resource wrote is neither overwritten nor deleted.
+#[tokio::test]
+async fn a_refused_slice_removal_keeps_the_finalizer_and_foreign_slices_are_left_alone() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-guard").await;
+    let members = fed.member_names();
+    let (refusing, foreign_in) = (members[0].clone(), members[1].clone());
+
+    // A slice of the same name in one member, written for some other hub resource.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let member_namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+        Api::all(fed.client(&foreign_in));
+    member_namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": ns.name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut foreign = serde_json::to_value(service("guarded", 1)).unwrap();
+    foreign["metadata"]["labels"] = serde_json::json!({
+        "federation.pinterest.com/hub-name": "guarded",
+        "federation.pinterest.com/hub-namespace": ns.name,
+        "federation.pinterest.com/hub-uid": "someone-else"});
+    let foreign: DynamicObject = serde_json::from_value(foreign).unwrap();
+    Api::<DynamicObject>::namespaced_with(fed.client(&foreign_in), &ns.name, &ar)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    // One member refuses to delete any slice in this namespace.
+    let policy = format!("pinfed-e2e-refuse-{}", ns.name);
+    let admin = |args: &[&str], stdin: &str| support::kubectl_in(&fed, &refusing, args, stdin);
+    admin(
+        &["apply", "-f", "-"],
+        &serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["compute.pinterest.com"], "apiVersions": ["*"],
+                    "operations": ["DELETE"], "resources": ["pinterestservices"]}]},
+                "validations": [{"expression": "false", "message": "e2e: slice removal refused"}]}})
+        .to_string(),
+    );
+    admin(
+        &["apply", "-f", "-"],
+        &serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}}}}})
+        .to_string(),
+    );
+
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("guarded", 6))
+        .await
+        .unwrap();
+    let refusing_slices =
+        Api::<DynamicObject>::namespaced_with(fed.client(&refusing), &ns.name, &ar);
+    eventually(
+        WAIT,
+        &format!("a slice in {refusing}\n{}", logs(daemons)),
+        || {
+            let a = refusing_slices.clone();
+            async move { a.get_opt("guarded").await.ok().flatten().is_some() }
+        },
+    )
+    .await;
+    // The foreign slice keeps its spec and its owner.
+    let foreign_slices =
+        Api::<DynamicObject>::namespaced_with(fed.client(&foreign_in), &ns.name, &ar);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let f = foreign_slices.get("guarded").await.unwrap();
+    assert_eq!(
+        f.labels()["federation.pinterest.com/hub-uid"],
+        "someone-else"
+    );
+    assert_eq!(
+        f.data["spec"]["replicas"], 1,
+        "the foreign slice was overwritten"
+    );
+
+    // Deletion: the refusing member keeps the finalizer, with a condition and a metric.
+    api.delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("a Degraded/SliceNotRemoved condition\n{}", logs(daemons)),
+        || {
+            let api = api.clone();
+            let refusing = refusing.clone();
+            async move {
+                let s = hub_status(&api, "guarded").await;
+                s["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "Degraded"
+                            && c["reason"] == "SliceNotRemoved"
+                            && c["message"]
+                                .as_str()
+                                .unwrap_or("")
+                                .contains(refusing.as_str())
+                    })
+                })
+            }
+        },
+    )
+    .await;
+    let metrics = support::http_get(&format!(
+        "http://127.0.0.1:{}/metrics",
+        HUB_METRICS_PORT.get().unwrap()
+    ))
+    .await;
+    let failures: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("pinfed_hub_slice_removal_failures_total")
+                && l.contains(&format!("member=\"{refusing}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(failures >= 1.0, "no removal failure counted:\n{metrics}");
+    assert!(
+        api.get_opt("guarded").await.unwrap().is_some(),
+        "the finalizer went while a slice stayed"
+    );
+    assert!(refusing_slices.get_opt("guarded").await.unwrap().is_some());
+
+    // Once the member allows it, the slice goes and so does the hub resource; the foreign
+    // slice stays.
+    admin(&["delete", "validatingadmissionpolicybinding", &policy], "");
+    admin(&["delete", "validatingadmissionpolicy", &policy], "");
+    eventually(
+        WAIT,
+        "the hub resource gone once the member allows the removal",
+        || {
+            let api = api.clone();
+            async move { api.get_opt("guarded").await.unwrap().is_none() }
+        },
+    )
+    .await;
+    assert!(refusing_slices.get_opt("guarded").await.unwrap().is_none());
+    let f = foreign_slices.get("guarded").await.unwrap();
+    assert_eq!(
+        f.labels()["federation.pinterest.com/hub-uid"],
+        "someone-else",
+        "the foreign slice was deleted"
+    );
+    foreign_slices
+        .delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
+    let _ = member_namespaces
+        .delete(&ns.name, &DeleteParams::default())
+        .await;
     ns.delete().await;
 }

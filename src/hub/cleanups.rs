@@ -61,6 +61,49 @@ pub async fn record(
     Ok(())
 }
 
+/// What became of a member's slice the hub asked to remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// Deleted now, or not there.
+    Gone,
+    /// There, but written for another hub resource (`hub-uid` label, or none): left alone.
+    NotOurs(Option<String>),
+}
+
+/// Deletes the member's slice `namespace/name` only when it carries `hub_uid` (the hub
+/// resource it was written for), and only that object (uid precondition): a newer
+/// resource's slice of the same name, or one another hub wrote, is never removed. Only
+/// "not found" means gone; every other error is returned.
+pub async fn delete_own_slice(
+    member: &Client,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    hub_uid: &str,
+) -> Result<Removal, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(member.clone(), namespace, &slice_resource(kind));
+    let Some(slice) = api.get_metadata_opt(name).await? else {
+        return Ok(Removal::Gone);
+    };
+    let owner = slice.labels().get(LABEL_HUB_UID).cloned();
+    if owner.as_deref() != Some(hub_uid) {
+        return Ok(Removal::NotOurs(owner));
+    }
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: slice.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(Removal::Gone),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Removal::Gone),
+        Err(e) => Err(e),
+    }
+}
+
 fn slice_resource(kind: &str) -> ApiResource {
     ApiResource {
         group: "compute.pinterest.com".into(),
@@ -82,21 +125,14 @@ pub async fn process(
 ) -> Result<usize, kube::Error> {
     let mut done = Vec::new();
     for p in pending {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(member.clone(), &p.namespace, &slice_resource(&p.kind));
-        match api.get_opt(&p.name).await? {
-            Some(slice) if slice.labels().get(LABEL_HUB_UID) == Some(&p.hub_uid) => {
-                match api.delete(&p.name, &DeleteParams::background()).await {
-                    // Only "not found" means gone; any other error keeps the record.
-                    Ok(_) => done.push(p.clone()),
-                    Err(kube::Error::Api(s)) if s.code == 404 => done.push(p.clone()),
-                    Err(e) => return Err(e),
-                }
-                tracing::info!(member = %member_name, kind = %p.kind, namespace = %p.namespace, name = %p.name, "removed the slice of a hub resource deleted while the member was down");
-            }
-            // Gone already, or a newer resource's slice of the same name: nothing to do.
-            _ => done.push(p.clone()),
+        // Any error but "not found" keeps the record. Gone already, or a newer resource's
+        // slice of the same name: nothing to do.
+        if delete_own_slice(member, &p.kind, &p.namespace, &p.name, &p.hub_uid).await?
+            == Removal::Gone
+        {
+            tracing::info!(member = %member_name, kind = %p.kind, namespace = %p.namespace, name = %p.name, "removed the slice of a hub resource deleted while the member was down");
         }
+        done.push(p.clone());
     }
     if !done.is_empty() {
         update(hub, lock, member_name, |list| {

@@ -2,11 +2,9 @@
 //! member that is down gets a pending clean-up record and loses the slice when it is
 //! back), the hub forgets the workload, then the finalizer goes.
 
-use std::time::Duration;
-
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 
 use super::{HubContext, HubError, hub_api, workload_key};
@@ -23,7 +21,8 @@ pub async fn remove_slices<K: PinterestKind>(
     let name = obj.name_any();
     let key = workload_key(obj);
     let now = Timestamp::now();
-    let mut retry = false;
+    let hub_uid = obj.uid().unwrap_or_default();
+    let mut failures = Vec::new();
     for mc in ctx.members.state() {
         let member_name = mc.name_any();
         let member = ctx
@@ -31,19 +30,29 @@ pub async fn remove_slices<K: PinterestKind>(
             .get(&member_name)
             .filter(|m| m.is_ready(now, ctx.member_grace));
         match member {
-            Some(m) => match super::rollout::slice_api::<K>(&m.client, &ns)
-                .delete(&name, &DeleteParams::background())
-                .await
-            {
-                // Only "not found" means gone: a refusal or an overloaded member keeps
-                // the finalizer until the slice is really removed.
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
-                    retry = true;
+            // Only "not found" means gone: a refusal or an overloaded member keeps the
+            // finalizer until the slice is really removed, shown in a condition and a
+            // metric. Only our own slice goes.
+            Some(m) => {
+                match cleanups::delete_own_slice(&m.client, K::KIND.as_str(), &ns, &name, &hub_uid)
+                    .await
+                {
+                    Ok(cleanups::Removal::Gone) => {}
+                    Ok(cleanups::Removal::NotOurs(other)) => {
+                        tracing::warn!(member = %m.name, workload = %key, other_hub_uid = ?other, "a slice of this name in the member was not written for this resource; left alone");
+                    }
+                    Err(e) => {
+                        tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
+                        ctx.hub_metrics
+                            .slice_removal_failures
+                            .get_or_create(&crate::hub::member_loop::MemberLabels {
+                                member: m.name.clone(),
+                            })
+                            .inc();
+                        failures.push(format!("{}: {e}", m.name));
+                    }
                 }
-            },
+            }
             None => {
                 let record = PendingCleanup {
                     kind: K::KIND.as_str().into(),
@@ -58,8 +67,21 @@ pub async fn remove_slices<K: PinterestKind>(
             }
         }
     }
-    if retry {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+    if !failures.is_empty() {
+        let message = format!(
+            "the finalizer stays until every slice is removed; not removed yet from {}",
+            failures.join("; ")
+        );
+        super::write_condition(
+            ctx,
+            obj,
+            crate::api::common::condition_types::DEGRADED,
+            "SliceNotRemoved",
+            &message,
+        )
+        .await;
+        let delay = ctx.retries.failed(&key);
+        return Ok(Action::requeue(delay));
     }
     forget(ctx, &key);
     let finalizers: Vec<String> = obj

@@ -74,6 +74,12 @@ pub struct HubMetrics {
         prometheus_client::metrics::counter::Counter,
     >,
     pub aggregation_seconds: prometheus_client::metrics::histogram::Histogram,
+    /// Slice removals a member refused or failed (anything but "not found"): each keeps
+    /// the hub resource's finalizer or the pending clean-up.
+    pub slice_removal_failures: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
 }
 
 impl HubMetrics {
@@ -84,6 +90,7 @@ impl HubMetrics {
             placement_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             slice_writes: Default::default(),
             aggregation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            slice_removal_failures: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -104,6 +111,11 @@ impl HubMetrics {
             "aggregation_duration_seconds",
             "Time to read a workload's slices and aggregate them into hub status",
             m.aggregation_seconds.clone(),
+        );
+        registry.register(
+            "slice_removal_failures",
+            "Slice removals a member refused or failed (the finalizer or clean-up stays)",
+            m.slice_removal_failures.clone(),
         );
         m
     }
@@ -177,6 +189,10 @@ pub enum HubError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "a slice of this name in {cluster} was written for another resource (hub uid {other:?}); it is not overwritten until its clean-up removes it"
+    )]
+    NotOurSlice { cluster: String, other: String },
     #[error("propagating to {cluster}: {source}")]
     Propagate {
         cluster: String,
@@ -201,6 +217,7 @@ impl HubError {
             HubError::RecordDecision(_) => "RecordDecision",
             HubError::ReadSlice { .. } => "ReadSlice",
             HubError::WriteSlice { .. } => "WriteSlice",
+            HubError::NotOurSlice { .. } => "NotOurSlice",
             HubError::Propagate { .. } => "Propagate",
             HubError::ReadConfig(_) => "ReadConfig",
             HubError::WriteStatus(_) => "WriteStatus",
@@ -363,6 +380,50 @@ async fn write_invalid<K: PinterestKind>(
             .unwrap_or_default();
     crate::api::common::set_invalid_conditions(&mut conds, message, obj.meta().generation, now);
     write_hub_status(&ctx.hub, obj, serde_json::json!({"conditions": conds})).await
+}
+
+/// Sets one condition on the hub resource, best effort: the
+/// caller retries what the condition reports anyway.
+pub(super) async fn write_condition<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
+    let stored = serde_json::to_value(obj)
+        .ok()
+        .map(|v| v["status"].clone())
+        .unwrap_or_default();
+    let mut conds: Vec<crate::api::common::Condition> =
+        serde_json::from_value(stored.get("conditions").cloned().unwrap_or_default())
+            .unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let changed = crate::api::common::set_condition(
+        &mut conds,
+        crate::api::common::Condition {
+            type_: type_.to_string(),
+            status: crate::api::common::ConditionStatus::True,
+            observed_generation: obj.meta().generation,
+            last_transition_time: now,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        },
+    );
+    // A merge patch of the conditions alone: the rest of the status (the split) stays.
+    let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"status": {"conditions": conds}});
+    if changed
+        && let Err(e) = api
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+    {
+        tracing::debug!(error = %e, "condition not written");
+    }
 }
 
 async fn write_hub_status<K: PinterestKind>(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
@@ -205,26 +205,27 @@ impl Target<'_> {
         }
     }
 
-    /// Removes the slice of a cluster that left the placement (and a job set's Jobs).
+    /// Removes the slice of a cluster that left the placement — only the slice written for
+    /// this resource (a job set's Jobs go with it: the slice owns them).
     async fn remove<K: PinterestKind>(&self, obj: &K) -> Result<(), HubError> {
         let ns = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         tracing::info!(workload = %workload_key(obj), member = %self.cluster, "removing the slice of a cluster that left the placement");
-        match slice_api::<K>(self.client, &ns)
-            .delete(&name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(source) => {
-                return Err(HubError::RemoveSlice {
-                    cluster: self.cluster.to_string(),
-                    source,
-                });
-            }
+        let removal = crate::hub::cleanups::delete_own_slice(
+            self.client,
+            K::KIND.as_str(),
+            &ns,
+            &name,
+            &obj.uid().unwrap_or_default(),
+        )
+        .await
+        .map_err(|source| HubError::RemoveSlice {
+            cluster: self.cluster.to_string(),
+            source,
+        })?;
+        if let crate::hub::cleanups::Removal::NotOurs(other) = removal {
+            tracing::warn!(workload = %workload_key(obj), member = %self.cluster, other_hub_uid = ?other, "a slice of this name there was not written for this resource; left alone");
         }
-        // A job set's Jobs are owned by the slice: the member's garbage collector
-        // removes them with it.
         Ok(())
     }
 
@@ -239,6 +240,15 @@ impl Target<'_> {
     ) -> Result<Option<(String, Arc<SliceSummary>)>, HubError> {
         let ns = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
+        // Only our own slice is overwritten: one written for another resource of this
+        // name (deleted while the member was down: its clean-up removes it) waits.
+        let uid = obj.uid();
+        if let Some(f) = found.filter(|f| f.hub_uid != uid) {
+            return Err(HubError::NotOurSlice {
+                cluster: self.cluster.to_string(),
+                other: f.hub_uid.clone().unwrap_or_default(),
+            });
+        }
         let slice = slices::build_slice(obj, share);
         // Most reconciles find the slice as they would write it: no namespace or slice
         // write then. A slice edited in the member differs and is written. (A slice found
@@ -271,7 +281,14 @@ impl Target<'_> {
             let stored = slice_api::<K>(self.client, &ns)
                 .patch(
                     &name,
-                    &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+                    // Forced over our own slice (a change made in the member is undone);
+                    // not forced when none of ours is seen, so an object of this name
+                    // that someone else wrote there is a conflict, not overwritten.
+                    &if found.is_some() {
+                        PatchParams::apply(HUB_FIELD_MANAGER).force()
+                    } else {
+                        PatchParams::apply(HUB_FIELD_MANAGER)
+                    },
                     &Patch::Apply(&slice),
                 )
                 .await
