@@ -121,6 +121,13 @@ where
         release(client, &ns, r, &uid).await?;
     }
     claims.set(&uid, claimed);
+    if !missing.is_empty() {
+        let names: Vec<String> = missing
+            .iter()
+            .map(|r| format!("{} {}", r.kind.as_str(), r.name))
+            .collect();
+        tracing::debug!(namespace = %ns, workload = %obj.name_any(), missing = ?names, "referenced config not in the drop namespace yet");
+    }
     Ok(missing)
 }
 

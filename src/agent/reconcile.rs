@@ -339,35 +339,14 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
 
     // Record: fold finished shards into status before any Job can be pruned or cleaned up.
     let mut working = obj.clone();
-    let mut admitted = None;
-    let mut completed = None;
-    if let WorkloadRef::JobSet(j) = obj.as_workload() {
-        let account = shard_account(j, &observed);
-        working.observe(&observed, &mut status);
-        let newly = account.completed.difference(
-            &j.status
-                .as_ref()
-                .and_then(|s| s.completed_shards.as_deref())
-                .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
-                .unwrap_or_default(),
-        );
-        if obj.status() != Some(&status) {
-            write_status(&ctx.client, obj, &status).await?;
-            if !newly.is_empty() {
-                publish(
-                    ctx,
-                    obj,
-                    EventType::Normal,
-                    "ShardsCompleted",
-                    format!("shards {newly} completed"),
-                )
-                .await;
-            }
+    let (admitted, completed) = match obj.as_workload() {
+        WorkloadRef::JobSet(j) => {
+            let (admitted, completed) =
+                record_shards(ctx, obj, j, &mut working, &mut status, &observed).await?;
+            (Some(admitted), Some(completed))
         }
-        *working.status_mut() = Some(status.clone());
-        admitted = Some(admit(&working, &account)?);
-        completed = Some(account.completed);
-    }
+        _ => (None, None),
+    };
 
     // Build.
     let input = ExpandInput {
@@ -385,13 +364,6 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
 
     // The ConfigMaps and Secrets the pods reference, from the hub's bundles.
     let missing = super::bundles::materialize(&ctx.client, &ctx.claims, obj).await?;
-    if !missing.is_empty() {
-        let names: Vec<String> = missing
-            .iter()
-            .map(|r| format!("{} {}", r.kind.as_str(), r.name))
-            .collect();
-        tracing::debug!(workload = %key(obj), missing = ?names, "referenced config not in the drop namespace yet");
-    }
 
     // Apply (unless the same objects were applied moments ago), then prune what this
     // workload no longer wants.
@@ -423,6 +395,43 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     } else {
         Ok(Action::requeue(Duration::from_secs(5)))
     }
+}
+
+/// Folds a job set's finished shards into its status (written, with an Event for the
+/// new ones) and admits the shards that may start now. Returns (admitted, completed).
+async fn record_shards<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    j: &PinterestJobSet,
+    working: &mut K,
+    status: &mut K::Status,
+    observed: &Observed,
+) -> Result<(crate::api::ranges::RangeSet, crate::api::ranges::RangeSet), AgentError> {
+    let account = shard_account(j, observed);
+    working.observe(observed, status);
+    let newly = account.completed.difference(
+        &j.status
+            .as_ref()
+            .and_then(|s| s.completed_shards.as_deref())
+            .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
+            .unwrap_or_default(),
+    );
+    if obj.status() != Some(&*status) {
+        write_status(&ctx.client, obj, status).await?;
+        if !newly.is_empty() {
+            publish(
+                ctx,
+                obj,
+                EventType::Normal,
+                "ShardsCompleted",
+                format!("shards {newly} completed"),
+            )
+            .await;
+        }
+    }
+    *working.status_mut() = Some(status.clone());
+    let admitted = admit(working, &account)?;
+    Ok((admitted, account.completed))
 }
 
 /// Server-side applies every generated object; returns (kind, name) of each, and each

@@ -394,6 +394,29 @@ pub(crate) fn inject(
             .extend(profile.spec.volumes.iter().cloned());
     }
 
+    add_runtime_containers(ctx, &vars, profile_env, spec, user_init);
+
+    if let Some(first) = first_user_container {
+        pod.metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("kubectl.kubernetes.io/default-container".to_string(), first);
+    }
+    Ok(())
+}
+
+/// Adds the profile's init containers and sidecars around the user's init containers:
+/// for run-to-completion kinds the sidecars are native (restartPolicy Always init
+/// containers, stopped once the user's containers finish); otherwise plain containers.
+fn add_runtime_containers(
+    ctx: &Ctx<'_>,
+    vars: &Vars<'_>,
+    profile_env: &[EnvVar],
+    spec: &mut k8s_openapi::api::core::v1::PodSpec,
+    user_init: Vec<Container>,
+) {
+    let profile = ctx.profile;
     let runtime_container = |c: &Container| {
         let mut c = c.clone();
         vars.render_container(&mut c);
@@ -432,15 +455,6 @@ pub(crate) fn inject(
         }
     }
     spec.init_containers = if init.is_empty() { None } else { Some(init) };
-
-    if let Some(first) = first_user_container {
-        pod.metadata
-            .get_or_insert_with(Default::default)
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert("kubectl.kubernetes.io/default-container".to_string(), first);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -183,6 +183,17 @@ pub async fn unjoin(
         ));
         return Ok(result);
     };
+    remove_hub_identity(member).await?;
+    remove_registration(hub, &mc).await?;
+    progress(&format!(
+        "{name} unjoined: no workload left there; hub identity removed from the member; MemberCluster deleted"
+    ));
+    Ok(result)
+}
+
+/// Deletes what `pinfed join` created for the hub in a member: its roles and bindings, its
+/// ServiceAccount (every token it was given dies with it) and the drop namespace.
+async fn remove_hub_identity(member: &Client) -> anyhow::Result<()> {
     let rbac = [
         (
             "rbac.authorization.k8s.io/v1",
@@ -243,9 +254,5 @@ pub async fn unjoin(
             }
         }
     }
-    remove_registration(hub, &mc).await?;
-    progress(&format!(
-        "{name} unjoined: no workload left there; hub identity removed from the member; MemberCluster deleted"
-    ));
-    Ok(result)
+    Ok(())
 }
