@@ -1198,6 +1198,15 @@ mod failover {
                 .is_none(),
             "the hub's identity is removed from the member"
         );
+        let drop_ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(fed.client(&victim))
+            .get_opt("pinfed-drop")
+            .await
+            .unwrap();
+        assert!(
+            drop_ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+            "the drop namespace (the hub's bundles) goes with the hub's identity"
+        );
+        // Joining again right away waits for the drop namespace to finish terminating.
         support::join_all(&fed);
         // Delete while the hub runs, so nothing is left Terminating behind (see above).
         svcs.delete("stays", &DeleteParams::default())

@@ -396,11 +396,28 @@ async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Resul
     Ok(())
 }
 
+/// A re-join right after an unjoin finds the drop namespace still terminating (its
+/// bundles being deleted): nothing can be created in it until it is gone.
+async fn wait_drop_namespace_gone_if_terminating(member: &Client) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(member.clone());
+    let drop_ns = crate::expand::bundle::DROP_NAMESPACE;
+    for _ in 0..120 {
+        match api.get_opt(drop_ns).await? {
+            Some(ns) if ns.metadata.deletion_timestamp.is_some() => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            _ => return Ok(()),
+        }
+    }
+    anyhow::bail!("namespace {drop_ns} in the member is still terminating after 60 s")
+}
+
 /// Joins a member: RBAC and CRDs in the member, kubeconfig Secret and MemberCluster on the hub.
 pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::Result<()> {
     install_crds(member)
         .await
         .context("installing CRDs in the member")?;
+    wait_drop_namespace_gone_if_terminating(member).await?;
     apply_all(member, &member_rbac())
         .await
         .context("creating the hub's ServiceAccount in the member")?;
