@@ -234,3 +234,252 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     ns.delete().await;
     let _ = leases.delete(&lease, &Default::default()).await;
 }
+
+/// One audited request of the hub API server (`--audit-log-format=json`, one per line).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    #[serde(default)]
+    user_agent: String,
+    verb: String,
+    request_received_timestamp: String,
+    #[serde(default)]
+    object_ref: Option<serde_json::Value>,
+}
+
+fn audit_events(fed: &Federation) -> Vec<AuditEvent> {
+    let path = fed
+        .kubeconfig
+        .parent()
+        .expect("the kubeconfig sits in the state directory")
+        .join("logs")
+        .join(format!("{}-audit.log", fed.topology.hub.name));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the harness audits the hub API server; bring the topology up again)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// One writer: a leader stopped (SIGSTOP) past its lease loses it to the standby, and
+/// once it runs again (SIGCONT) — every timer due at once, its watches full of changes —
+/// it writes nothing but its Lease. Asked of the hub API server's audit log, where each
+/// process has its own user agent (`pinfed/VERSION (pid PID)`).
+#[tokio::test]
+async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
+    use k8s_openapi::jiff::Timestamp;
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let hub = fed.hub();
+    let lease = unique_name("stop-lease");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
+    let leader = spawn_daemon(&fed, "hub-stop-a", &hub_args("hub-a", &lease));
+    eventually(
+        Duration::from_secs(30),
+        &format!("hub-a leads\n{}", leader.log_tail()),
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-a") },
+    )
+    .await;
+    let standby = spawn_daemon(&fed, "hub-stop-b", &hub_args("hub-b", &lease));
+    let ns = TestNamespace::create(&hub, "one-writer").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let make = |name: String, replicas: i32| -> PinterestService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": name},
+            "spec": {
+                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}},
+            }
+        }))
+        .unwrap()
+    };
+    let placed = |names: Vec<String>, replicas: i32| {
+        let api = api.clone();
+        move || {
+            let (api, names) = (api.clone(), names.clone());
+            async move {
+                for n in &names {
+                    let Ok(s) = api.get(n).await else {
+                        return false;
+                    };
+                    let total: i32 = s
+                        .status
+                        .and_then(|s| s.placement)
+                        .map(|p| p.placements.iter().filter_map(|c| c.replicas).sum())
+                        .unwrap_or(0);
+                    if total != replicas {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    };
+    // Stopped in the middle of a burst: reconciles of hub-a are in flight, with writes to
+    // make when it runs again.
+    let first: Vec<String> = (0..120).map(|i| format!("svc-{i:03}")).collect();
+    let creating = {
+        let (api, names) = (api.clone(), first.clone());
+        tokio::spawn(async move {
+            futures::stream::iter(names)
+                .map(|n| {
+                    let (api, svc) = (api.clone(), make(n, 2));
+                    async move { api.create(&PostParams::default(), &svc).await.unwrap() }
+                })
+                .buffer_unordered(16)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    eventually(
+        Duration::from_secs(60),
+        &format!("hub-a places some\n{}", leader.log_tail()),
+        || async {
+            api.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items
+                    .iter()
+                    .filter(|s| s.status.as_ref().is_some_and(|s| s.placement.is_some()))
+                    .count()
+                    >= 10
+            })
+        },
+    )
+    .await;
+    // Stopped past its lease: the standby leads and moves on.
+    leader.signal(libc::SIGSTOP);
+    let stopped_at = Timestamp::now();
+    creating.await.unwrap();
+    eventually(
+        Duration::from_secs(40),
+        &format!("hub-b takes the lease\n{}", standby.log_tail()),
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-b") },
+    )
+    .await;
+    let rescale = |replicas: i32| {
+        let (api, names) = (api.clone(), first.clone());
+        async move {
+            for n in &names {
+                let patch = serde_json::json!({"spec": {"replicas": replicas}});
+                api.patch(
+                    n,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    };
+    eventually(
+        Duration::from_secs(120),
+        &format!("hub-b places the rest\n{}", standby.log_tail()),
+        placed(first.clone(), 2),
+    )
+    .await;
+    rescale(3).await;
+    eventually(
+        Duration::from_secs(120),
+        &format!("hub-b rescales\n{}", standby.log_tail()),
+        placed(first.clone(), 3),
+    )
+    .await;
+
+    // It runs again, with changes waiting in its watches and every timer due.
+    let resumed_at = Timestamp::now();
+    leader.signal(libc::SIGCONT);
+    rescale(4).await;
+    eventually(
+        Duration::from_secs(120),
+        &format!("hub-b rescales again\n{}", standby.log_tail()),
+        placed(first.clone(), 4),
+    )
+    .await;
+    // Its resync (20 s) and retries come due in this time.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(leader.alive(), "hub-a died\n{}", leader.log_tail());
+    assert_eq!(holder(&leases, &lease).await.as_deref(), Some("hub-b"));
+
+    let events = audit_events(&fed);
+    let by = |d: &support::Daemon| format!("(pid {})", d.pid);
+    let at = |e: &AuditEvent| {
+        e.request_received_timestamp
+            .parse::<Timestamp>()
+            .expect("an RFC 3339 audit timestamp")
+    };
+    let resource = |e: &AuditEvent| {
+        e.object_ref
+            .as_ref()
+            .and_then(|o| o["resource"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let leader_before = events
+        .iter()
+        .filter(|e| e.user_agent.contains(&by(&leader)) && at(e) < stopped_at)
+        .count();
+    assert!(
+        leader_before > 0,
+        "no write of hub-a (pid {}) audited while it led: the audit or the user agent is off",
+        leader.pid
+    );
+    let standby_after = events
+        .iter()
+        .filter(|e| e.user_agent.contains(&by(&standby)) && at(e) >= resumed_at)
+        .filter(|e| resource(e) != "leases")
+        .count();
+    assert!(
+        standby_after > 0,
+        "the new leader wrote nothing after the resume"
+    );
+    // What lands after the resume may only be writes that passed hub-a's write gate
+    // before it was stopped (sent as it resumed); nothing it decided afterwards.
+    let gate_ms = |e: &AuditEvent| {
+        e.user_agent.split("gate=").nth(1).and_then(|v| {
+            v.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<i64>()
+                .ok()
+        })
+    };
+    let after: Vec<&AuditEvent> = events
+        .iter()
+        .filter(|e| e.user_agent.contains(&by(&leader)) && at(e) >= resumed_at)
+        .filter(|e| resource(e) != "leases")
+        .collect();
+    let decided_late: Vec<String> = after
+        .iter()
+        .filter(|e| gate_ms(e).is_none_or(|t| t >= stopped_at.as_millisecond()))
+        .map(|e| {
+            format!(
+                "{} {} at {} ({})",
+                e.verb,
+                resource(e),
+                e.request_received_timestamp,
+                e.user_agent
+            )
+        })
+        .collect();
+    assert!(
+        decided_late.is_empty(),
+        "the deposed leader decided writes after it was stopped: {decided_late:?}\n{}",
+        leader.log_tail()
+    );
+    eprintln!(
+        "one writer: hub-a wrote {leader_before} times while leading; after its resume {} \
+         write(s) it had sent before the stop landed, none decided later; hub-b wrote \
+         {standby_after} times",
+        after.len()
+    );
+    leader.kill();
+    standby.kill();
+    ns.delete().await;
+    let _ = leases.delete(&lease, &Default::default()).await;
+}

@@ -320,7 +320,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(leader::default_identity),
             duration_secs: 10,
-            grace_secs: 2,
+            // Renewed at half its life, well before the write gate shuts.
+            grace_secs: 5,
         });
         if cfg.is_some() {
             crate::controller::apply::ensure_namespace(

@@ -8,6 +8,17 @@ use clap::Args;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+/// `pinfed/VERSION (pid PID)`: every request names the process that made it (set by the
+/// write gate's layer on every client), so an API server's audit log tells two replicas
+/// apart (they share one ServiceAccount).
+pub fn user_agent() -> String {
+    format!(
+        "pinfed/{} (pid {})",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    )
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct KubeArgs {
     /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
@@ -50,7 +61,7 @@ impl KubeArgs {
             None => kube::Config::infer().await?,
         };
         config.connect_timeout = Some(Duration::from_secs(5));
-        Ok(Client::try_from(config)?)
+        Ok(super::write_gate::client(config)?)
     }
 
     /// The server URL and CA of a context, as written in the kubeconfig.

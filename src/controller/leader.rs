@@ -5,7 +5,9 @@
 use std::future::Future;
 
 use anyhow::bail;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
+use kube::api::Api;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::task::JoinHandle;
 
@@ -39,7 +41,7 @@ where
     W: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
+    let manager = LeaseManagerBuilder::new(client.clone(), &cfg.lease_name)
         .with_namespace(&cfg.namespace)
         .with_identity(&cfg.identity)
         .with_duration(cfg.duration_secs)
@@ -47,6 +49,13 @@ where
         .with_field_manager(format!("{}-lease", cfg.lease_name))
         .build()
         .await?;
+    // Standing by: no write passes until this process holds the lease.
+    let gate = super::write_gate::gate();
+    gate.close();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
+    // Often enough that a renewal (grace before the end) extends the gate before it shuts.
+    let mut refresh = tokio::time::interval(std::time::Duration::from_millis(250));
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut leading, lease_task) = manager.watch().await;
     let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
     tokio::pin!(shutdown);
@@ -55,9 +64,11 @@ where
         match (is_leader, running.is_some()) {
             (true, false) => {
                 tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease; starting");
+                refresh_gate(&leases, &cfg).await;
                 running = Some(tokio::spawn(work()));
             }
             (false, true) => {
+                gate.close();
                 tracing::warn!(lease = %cfg.lease_name, "lost the lease; stopping");
                 if let Some(task) = running.take() {
                     task.abort();
@@ -66,6 +77,13 @@ where
             _ => {}
         }
         tokio::select! {
+            _ = refresh.tick() => {
+                if is_leader {
+                    refresh_gate(&leases, &cfg).await;
+                } else {
+                    gate.close();
+                }
+            }
             changed = leading.changed() => {
                 if changed.is_err() {
                     break Err(anyhow::anyhow!("the lease manager stopped"));
@@ -82,6 +100,7 @@ where
             () = &mut shutdown => break Ok(()),
         }
     };
+    gate.close();
     if let Some(task) = running.take() {
         task.abort();
     }
@@ -102,6 +121,29 @@ where
         bail!("{e:#}");
     }
     outcome
+}
+
+/// Opens the write gate until the end of the lease as the API server holds it now, when
+/// this process holds it; closes it otherwise (or when the Lease cannot be read: the gate
+/// then closes by itself at the last deadline).
+async fn refresh_gate(leases: &Api<Lease>, cfg: &LeaderConfig) {
+    let gate = super::write_gate::gate();
+    match leases.get_opt(&cfg.lease_name).await {
+        Ok(Some(lease)) => {
+            let spec = lease.spec.unwrap_or_default();
+            let ours = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
+            let renewed = spec.renew_time.or(spec.acquire_time);
+            match (ours, renewed) {
+                (true, Some(t)) => gate.open_for_lease(
+                    t.0.as_millisecond(),
+                    std::time::Duration::from_secs(cfg.duration_secs),
+                ),
+                _ => gate.close(),
+            }
+        }
+        Ok(None) => gate.close(),
+        Err(e) => tracing::debug!(error = %e, "lease not read; the write gate keeps its deadline"),
+    }
 }
 
 /// Runs `work` until SIGTERM/Ctrl-C: under a Lease when `cfg` is given (HA), else

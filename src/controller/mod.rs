@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod queue;
 pub mod retry;
 pub mod watch;
+pub mod write_gate;
 
 /// Displays an error with its whole `source()` chain ("a: b: c"), skipping a source whose
 /// text the outer message already contains. kube's transport errors say only

@@ -280,7 +280,7 @@ pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, 
     // member takes seconds to accept a TLS connection (3 s failed bursts of requests).
     cfg.connect_timeout = Some(Duration::from_secs(10));
     cfg.read_timeout = Some(Duration::from_secs(20));
-    Client::try_from(cfg).map_err(|e| bad(e.to_string()))
+    crate::controller::write_gate::client(cfg).map_err(|e| bad(e.to_string()))
 }
 
 async fn read_kubeconfig(

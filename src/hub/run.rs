@@ -63,7 +63,7 @@ pub struct HubArgs {
     pub failback_window_secs: u64,
     /// Leader-election Lease duration (seconds): a standby takes over this long after the
     /// leader's last renewal at most.
-    #[arg(long, env = "PINFED_LEASE_DURATION_SECS", default_value = "8")]
+    #[arg(long, env = "PINFED_LEASE_DURATION_SECS", default_value = "8", value_parser = clap::value_parser!(u64).range(2..))]
     pub lease_duration_secs: u64,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
@@ -145,7 +145,10 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
             lease_name: args.lease_name.clone(),
             identity: process.identity.clone(),
             duration_secs: args.lease_duration_secs,
-            grace_secs: 1,
+            // Renewed at half its life: the write gate (controller/write_gate.rs) shuts a
+            // quarter second before the end, and a renewal late on a loaded machine must
+            // still land before that.
+            grace_secs: (args.lease_duration_secs / 2).max(1),
         });
         let args = Arc::new(args);
         leader::run_until_shutdown(client, cfg, move || lead(process.clone(), args.clone())).await

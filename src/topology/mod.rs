@@ -27,6 +27,10 @@ pub struct Topology {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Hub {
     pub name: String,
+    /// Audit pinfed's writes on the hub's API server (`logs/NAME-audit.log`): the
+    /// one-writer e2e test reads them. Off in benchmark topologies, where it would cost.
+    #[serde(default)]
+    pub audit: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,35 @@ use crate::pki::Pki;
 use crate::state::Component;
 use crate::wait_until;
 
+/// What the hub's API server audits (topologies with `hub.audit: true`): every write, at
+/// Metadata level — enough to tell which process (user agent) wrote what, and
+/// when. (The e2e daemons run as the admin impersonating pinfed's ServiceAccounts, and a
+/// policy matches the user before impersonation, so it cannot select them by group.)
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    verbs: [get, list, watch]
+  - level: Metadata
+";
+
+/// Writes the audit policy into `dir`; the arguments that turn auditing on for one API
+/// server, its log at `logs/NAME-audit.log`.
+pub fn audit_args(dir: &Path, logs: &Path, name: &str) -> anyhow::Result<Vec<String>> {
+    let policy = dir.join("audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_POLICY)?;
+    Ok(vec![
+        format!("--audit-policy-file={}", policy.display()),
+        format!(
+            "--audit-log-path={}",
+            logs.join(format!("{name}-audit.log")).display()
+        ),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=batch".into(),
+    ])
+}
+
 /// The API server of cluster `name` on 127.0.0.1:`api`, storing under `/pinfed-e2e/NAME`.
 pub fn component(
     bin: &Path,
@@ -19,6 +48,7 @@ pub fn component(
     name: &str,
     etcd_port: u16,
     api: u16,
+    extra: Vec<String>,
 ) -> Component {
     Component {
         name: "kube-apiserver".into(),
@@ -45,7 +75,10 @@ pub fn component(
             "--profiling=false".into(),
             "--max-requests-inflight=1000".into(),
             "--max-mutating-requests-inflight=500".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(extra)
+        .collect(),
         port: api,
         pid: None,
         log: logs.join(format!("{name}-kube-apiserver.log")),

@@ -146,7 +146,15 @@ async fn bring_up(
             apiserver::kubeconfig_yaml(&pki, &[(name.to_string(), api)])?,
         )?;
         let kc = kubeconfig.display().to_string();
-        let mut components = vec![apiserver::component(bin, &pki, &logs, name, etcd_port, api)];
+        // The hub's API server audits pinfed's writes (one-writer tests read it).
+        let audit = if is_hub && topology.hub.audit {
+            apiserver::audit_args(dir, &logs, name)?
+        } else {
+            Vec::new()
+        };
+        let mut components = vec![apiserver::component(
+            bin, &pki, &logs, name, etcd_port, api, audit,
+        )];
         components.push(controllers::controller_manager(
             bin, &pki, &logs, name, &kc, kcm,
         ));

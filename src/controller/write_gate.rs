@@ -1,0 +1,195 @@
+//! One writer. Under leader election a process may write only while its lease is
+//! valid by its own clock: every client it builds carries [`WriteGateLayer`], which refuses
+//! a mutating request (other than to a Lease) once the deadline has passed. Aborting the
+//! leader's tasks when the lease manager reports the loss is not enough: a process that
+//! was stopped (SIGSTOP, a long GC-like pause, a frozen VM) past its lease wakes with every
+//! timer due at once, and its reconcilers can write before the lease task runs. The gate
+//! needs no task to run: the deadline passes by itself.
+//!
+//! Without leader election (a single instance, the CLI, the JSS) the gate stays open.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper::Request;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `u64::MAX`: open without a deadline (no leader election).
+const OPEN: u64 = u64::MAX;
+
+pub struct WriteGate {
+    base: Instant,
+    /// Milliseconds after `base` until which writes pass; 0 = closed.
+    deadline_ms: AtomicU64,
+}
+
+/// The process's gate (one leadership per process).
+pub fn gate() -> &'static WriteGate {
+    static GATE: OnceLock<WriteGate> = OnceLock::new();
+    GATE.get_or_init(|| WriteGate {
+        base: Instant::now(),
+        deadline_ms: AtomicU64::new(OPEN),
+    })
+}
+
+impl WriteGate {
+    /// Writes pass until `deadline` (the lease's end by this process's clock).
+    pub fn open_until(&self, deadline: Instant) {
+        let ms = deadline.saturating_duration_since(self.base).as_millis();
+        self.deadline_ms
+            .store(u64::try_from(ms).unwrap_or(OPEN - 1), Ordering::SeqCst);
+    }
+
+    /// No write passes (standing by, or the lease is lost).
+    pub fn close(&self) {
+        self.deadline_ms.store(0, Ordering::SeqCst);
+    }
+
+    pub fn is_open(&self) -> bool {
+        let deadline = self.deadline_ms.load(Ordering::SeqCst);
+        deadline == OPEN
+            || u64::try_from(self.base.elapsed().as_millis()).unwrap_or(OPEN) < deadline
+    }
+
+    /// The end of a lease held by this process: `renewed` (wall clock, seconds) plus its
+    /// duration, less a margin for clock steps, as an instant of this process's clock.
+    pub fn open_for_lease(&self, renewed_unix_ms: i64, duration: Duration) {
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let margin = 250;
+        let left =
+            renewed_unix_ms + i64::try_from(duration.as_millis()).unwrap_or(0) - margin - now_ms;
+        match u64::try_from(left) {
+            Ok(left) if left > 0 => {
+                self.open_until(Instant::now() + Duration::from_millis(left));
+            }
+            _ => self.close(),
+        }
+    }
+}
+
+/// Refused: this process does not hold its lease now.
+#[derive(Debug, thiserror::Error)]
+#[error("not leading: writes are refused until this process holds its lease again")]
+pub struct NotLeading;
+
+fn mutating(method: &hyper::Method) -> bool {
+    !matches!(
+        *method,
+        hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS
+    )
+}
+
+/// Leases are how leadership is won and kept: never gated.
+fn is_lease<B>(req: &Request<B>) -> bool {
+    req.uri().path().starts_with("/apis/coordination.k8s.io/")
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteGateLayer;
+
+impl<S> tower::Layer<S> for WriteGateLayer {
+    type Service = WriteGateService<S>;
+    fn layer(&self, inner: S) -> WriteGateService<S> {
+        WriteGateService { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WriteGateService<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<Request<B>> for WriteGateService<S>
+where
+    S: tower::Service<Request<B>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let write = mutating(req.method());
+        if write && !is_lease(&req) && !gate().is_open() {
+            return Box::pin(async { Err(Box::new(NotLeading) as BoxError) });
+        }
+        // Every request names its process; a write also when it passed the gate, so an
+        // audit log shows that a write landing late (sent as a stopped process resumed)
+        // was decided while the lease was valid.
+        let agent = if write {
+            format!(
+                "{} gate={}",
+                super::kube_args::user_agent(),
+                k8s_openapi::jiff::Timestamp::now().as_millisecond()
+            )
+        } else {
+            super::kube_args::user_agent()
+        };
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&agent) {
+            req.headers_mut().insert(hyper::header::USER_AGENT, v);
+        }
+        let f = self.inner.call(req);
+        Box::pin(async move { f.await.map_err(Into::into) })
+    }
+}
+
+/// A client from `config` whose writes pass the process's gate.
+pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&WriteGateLayer)
+        .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_closes_by_itself_when_the_lease_runs_out() {
+        let g = WriteGate {
+            base: Instant::now(),
+            deadline_ms: AtomicU64::new(OPEN),
+        };
+        assert!(g.is_open(), "open without leader election");
+        g.close();
+        assert!(!g.is_open());
+        g.open_until(Instant::now() + Duration::from_secs(60));
+        assert!(g.is_open());
+        g.open_until(Instant::now());
+        assert!(!g.is_open(), "a deadline now is past");
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        g.open_for_lease(now, Duration::from_secs(10));
+        assert!(g.is_open(), "renewed now, 10 s lease");
+        g.open_for_lease(now - 9_800, Duration::from_secs(10));
+        assert!(!g.is_open(), "within the margin of the lease's end");
+        g.open_for_lease(now - 60_000, Duration::from_secs(10));
+        assert!(!g.is_open(), "renewed a minute ago");
+    }
+
+    #[test]
+    fn only_writes_other_than_leases_are_gated() {
+        let req =
+            |m: hyper::Method, path: &str| Request::builder().method(m).uri(path).body(()).unwrap();
+        assert!(!mutating(&hyper::Method::GET));
+        assert!(mutating(&hyper::Method::PATCH));
+        assert!(mutating(&hyper::Method::DELETE));
+        assert!(is_lease(&req(
+            hyper::Method::PUT,
+            "/apis/coordination.k8s.io/v1/namespaces/pinfed-system/leases/pinfed-hub"
+        )));
+        assert!(!is_lease(&req(
+            hyper::Method::PATCH,
+            "/apis/compute.pinterest.com/v1alpha1/namespaces/a/pinterestservices/web/status"
+        )));
+    }
+}
