@@ -193,6 +193,19 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
             .filter_map(|m| m.manager.clone())
             .collect();
         assert!(managers.contains(&"pinfed-hub".into()), "{managers:?}");
+        // The namespace the hub made there enforces Pod Security baseline: a slice written
+        // with the hub's credential cannot run a pod with host access or privileges.
+        let member_ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(member.clone())
+            .get(&ns.name)
+            .await
+            .unwrap();
+        assert_eq!(
+            member_ns
+                .labels()
+                .get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
+            Some("baseline")
+        );
         // The hub drops bundles into pinfed-drop; the agent materializes them next to
         // the slice, owned by it.
         let bundle = Api::<Secret>::namespaced(member.clone(), "pinfed-drop")

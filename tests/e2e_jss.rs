@@ -38,7 +38,9 @@ tokens:
   - {user: bob, token: bob-token, teams: [search]}
   - {user: carol, token: carol-token, teams: [reviewed]}
   - {user: dave, token: dave-token, teams: [platform]}
+  - {user: erin, token: erin-token, teams: [infra]}
 teams:
+  infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon]}
   ads: {namespaces: ["jss-*"], inline: true}
   search: {namespaces: ["search-*"], inline: false}
   reviewed: {namespaces: ["jss-*"], inline: false}
@@ -317,6 +319,68 @@ async fn jss_answers_403_for_the_wrong_team_namespace_or_inline_permission() {
     // Nothing reached the hub.
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
     assert!(api.get_opt("authz").await.unwrap().is_none());
+    ns.delete().await;
+}
+
+/// Host access, privileged containers, pinfed's ServiceAccounts and Daemons need the
+/// team's grant in the team file: refused with the field for a team without it, admitted
+/// for the team that has it (and only for what it has).
+#[tokio::test]
+async fn jss_admits_privileges_only_for_teams_granted_them() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-privileges").await;
+    let with = |team: &str, name: &str, pod: Value| {
+        let mut svc = service(name, team, 1, "10m");
+        for (k, v) in pod.as_object().unwrap() {
+            svc["spec"]["template"]["spec"][k] = v.clone();
+        }
+        svc
+    };
+    let host_path = json!({"volumes": [{"name": "host", "hostPath": {"path": "/var/log"}}]});
+    let privileged = json!({"containers": [{"name": "app", "image": "registry.example/app:1",
+        "securityContext": {"privileged": true}}]});
+    let submit = |token: &'static str, resource: Value| {
+        let (st, ns) = (&st, ns.name.clone());
+        async move {
+            st.client(Some(token))
+                .post_json(
+                    "/v1/submissions",
+                    &json!({"resource": resource, "namespace": ns}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    // ads has no grant: refused, naming the field and the privilege.
+    let r = submit("alice-token", with("ads", "logs", host_path.clone())).await;
+    assert_error(&r, 403, "Forbidden");
+    let msg = r.body["error"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.template.spec.volumes[0].hostPath") && msg.contains("\"hostPath\""),
+        "{}",
+        r.text
+    );
+    let r = submit("alice-token", with("ads", "root", privileged.clone())).await;
+    assert_error(&r, 403, "Forbidden");
+    assert!(
+        r.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("spec.template.spec.containers[0].securityContext.privileged"),
+        "{}",
+        r.text
+    );
+    // infra is granted hostPath (and Daemons), not privileged containers.
+    let r = submit("erin-token", with("infra", "logs", host_path)).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = submit("erin-token", with("infra", "root", privileged)).await;
+    assert_error(&r, 403, "Forbidden");
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    assert!(api.get_opt("logs").await.unwrap().is_some());
+    assert!(api.get_opt("root").await.unwrap().is_none());
+    let _ = api.delete("logs", &Default::default()).await;
     ns.delete().await;
 }
 

@@ -11,6 +11,7 @@ pub mod federation;
 pub mod jobset;
 pub mod kind;
 pub mod parse;
+pub mod pod_policy;
 pub mod quantity;
 pub mod ranges;
 pub mod runtime_profile;

@@ -20,6 +20,26 @@ pub async fn ensure_namespace(
     name: &str,
     field_manager: &str,
 ) -> Result<(), ApplyError> {
+    ensure_namespace_labelled(client, name, field_manager, &[]).await
+}
+
+/// Labels of a namespace the hub creates in a member for a workload: Pod Security
+/// `baseline` enforced, so a slice written with a stolen hub credential cannot run a pod
+/// with host access or privileges there. Privileged workloads (granted infrastructure
+/// teams) run in namespaces the member's admins made for them.
+pub const WORKLOAD_NAMESPACE_LABELS: &[(&str, &str)] = &[
+    ("pod-security.kubernetes.io/enforce", "baseline"),
+    ("app.kubernetes.io/managed-by", "pinfed"),
+];
+
+/// [`ensure_namespace`], with `labels` on a namespace it creates (one that exists is left
+/// as it is).
+pub async fn ensure_namespace_labelled(
+    client: &Client,
+    name: &str,
+    field_manager: &str,
+    labels: &[(&str, &str)],
+) -> Result<(), ApplyError> {
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     if let Ok(Some(_)) = api.get_opt(name).await {
         return Ok(());
@@ -27,6 +47,12 @@ pub async fn ensure_namespace(
     let ns = k8s_openapi::api::core::v1::Namespace {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_string()),
+            labels: (!labels.is_empty()).then(|| {
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
             ..Default::default()
         },
         ..Default::default()

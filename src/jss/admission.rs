@@ -121,6 +121,10 @@ pub fn admit(
     };
     let mut object =
         object.map_err(|e| Rejection::Internal(format!("serializing the workload: {e}")))?;
+    // Host access, privileged containers, pinfed's identities and Daemons need the
+    // team's grant.
+    let uses = crate::api::pod_policy::uses(w.kind(), &object);
+    super::auth::authorize_privileges(cfg, &team, &uses)?;
     if let Some(o) = object.as_object_mut() {
         o.remove("status");
     }

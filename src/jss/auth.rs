@@ -37,6 +37,11 @@ pub struct TeamPolicy {
     /// Groups (as the hub's TokenReview names them) whose members belong to the team.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// What the team's pods may do beyond an ordinary pod (`api::pod_policy`): hostPath,
+    /// privileged, hostNetwork, hostPID, hostIPC, pinfedServiceAccount, daemon (submitting
+    /// PinterestDaemons: infrastructure teams). None by default.
+    #[serde(default)]
+    pub privileges: Vec<String>,
 }
 
 /// The token and team file(s): `tokens:` and `teams:`, in YAML or JSON. Either part may
@@ -77,6 +82,13 @@ pub enum ConfigError {
     },
     #[error("team {team:?} is defined in more than one file")]
     DuplicateTeam { team: String },
+    #[error("{file}: teams.{team}.privileges: unknown privilege {privilege:?} (known: {known})")]
+    UnknownPrivilege {
+        file: String,
+        team: String,
+        privilege: String,
+        known: String,
+    },
 }
 
 pub fn digest(token: &str) -> [u8; 32] {
@@ -112,6 +124,20 @@ impl AuthConfig {
         let mut cfg = AuthConfig::default();
         for (file, f) in files {
             for (team, policy) in &f.teams {
+                if let Some(bad) = policy
+                    .privileges
+                    .iter()
+                    .find(|p| crate::api::pod_policy::Privilege::parse(p).is_none())
+                {
+                    return Err(ConfigError::UnknownPrivilege {
+                        file: file.clone(),
+                        team: team.clone(),
+                        privilege: bad.clone(),
+                        known: crate::api::pod_policy::Privilege::ALL
+                            .map(|p| p.as_str())
+                            .join(", "),
+                    });
+                }
                 if cfg.teams.insert(team.clone(), policy.clone()).is_some() {
                     return Err(ConfigError::DuplicateTeam { team: team.clone() });
                 }
@@ -231,6 +257,45 @@ pub enum Forbidden {
         teams: String,
         namespace: String,
     },
+    #[error(
+        "{field}: team {team:?} is not granted {privilege:?} (the team file's privileges: {granted})"
+    )]
+    Privilege {
+        team: String,
+        privilege: String,
+        field: String,
+        granted: String,
+    },
+}
+
+/// May `team`'s workload use what it uses? Every use needs the team's grant; the first
+/// one missing is named with its field.
+pub fn authorize_privileges(
+    cfg: &AuthConfig,
+    team: &str,
+    uses: &[crate::api::pod_policy::Use],
+) -> Result<(), Forbidden> {
+    let granted = cfg
+        .teams
+        .get(team)
+        .map(|p| p.privileges.clone())
+        .unwrap_or_default();
+    match uses
+        .iter()
+        .find(|u| !granted.iter().any(|g| g == u.privilege.as_str()))
+    {
+        None => Ok(()),
+        Some(u) => Err(Forbidden::Privilege {
+            team: team.to_string(),
+            privilege: u.privilege.as_str().to_string(),
+            field: u.field.clone(),
+            granted: if granted.is_empty() {
+                "none".into()
+            } else {
+                granted.join(", ")
+            },
+        }),
+    }
 }
 
 fn list(teams: &BTreeSet<String>) -> String {
@@ -419,6 +484,34 @@ teams:
         assert!(may_use_namespace(&c, &bob, "anything"), "ads-ml has *");
         assert!(!may_use_namespace(&c, &alice, "search"));
         assert!(authorize_namespace(&c, &alice, "search").is_err());
+    }
+
+    #[test]
+    fn privileges_need_the_teams_grant_and_unknown_grants_are_refused() {
+        use crate::api::pod_policy::{Privilege, Use};
+        let file = AuthFile::parse(
+            "t.yaml",
+            "teams:\n  infra: {namespaces: [x], privileges: [hostPath, daemon]}\n  ads: {namespaces: [x]}\n",
+        )
+        .unwrap();
+        let cfg = AuthConfig::merge(&[("t.yaml".into(), file)]).unwrap();
+        let host = Use {
+            privilege: Privilege::HostPath,
+            field: "spec.template.spec.volumes[0].hostPath".into(),
+        };
+        let privileged = Use {
+            privilege: Privilege::Privileged,
+            field: "spec.template.spec.containers[0].securityContext.privileged".into(),
+        };
+        assert!(authorize_privileges(&cfg, "infra", std::slice::from_ref(&host)).is_ok());
+        assert!(authorize_privileges(&cfg, "ads", &[]).is_ok());
+        let err = authorize_privileges(&cfg, "ads", std::slice::from_ref(&host)).unwrap_err();
+        assert!(err.to_string().contains("volumes[0].hostPath"), "{err}");
+        let err = authorize_privileges(&cfg, "infra", &[host, privileged]).unwrap_err();
+        assert!(err.to_string().contains("\"privileged\""), "{err}");
+        let bad = AuthFile::parse("b.yaml", "teams:\n  x: {privileges: [root]}\n").unwrap();
+        let err = AuthConfig::merge(&[("b.yaml".into(), bad)]).unwrap_err();
+        assert!(err.to_string().contains("teams.x.privileges"), "{err}");
     }
 
     #[test]

@@ -263,12 +263,17 @@ impl Target<'_> {
             .lock()
             .is_ok_and(|n| n.contains(&ns_key));
         if !current && !ns_known {
-            crate::controller::apply::ensure_namespace(self.client, &ns, HUB_FIELD_MANAGER)
-                .await
-                .map_err(|source| HubError::Propagate {
-                    cluster: self.cluster.to_string(),
-                    source,
-                })?;
+            crate::controller::apply::ensure_namespace_labelled(
+                self.client,
+                &ns,
+                HUB_FIELD_MANAGER,
+                crate::controller::apply::WORKLOAD_NAMESPACE_LABELS,
+            )
+            .await
+            .map_err(|source| HubError::Propagate {
+                cluster: self.cluster.to_string(),
+                source,
+            })?;
             if let Ok(mut n) = self.ctx.namespaces.lock() {
                 n.insert(ns_key.clone());
             }
