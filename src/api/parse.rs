@@ -45,6 +45,9 @@ pub enum ParseError {
     /// No document at all.
     #[error("no resource found (the input is empty)")]
     Empty,
+    /// Larger, deeper or more aliased than any resource needs (`api::yaml_budget`).
+    #[error(transparent)]
+    OverBudget(#[from] super::yaml_budget::OverBudget),
     /// A document that is not a mapping with `apiVersion` and `kind`.
     #[error("document {document}: {message}")]
     NotAResource { document: usize, message: String },
@@ -100,6 +103,8 @@ const KNOWN_KINDS: &[(&str, &str)] = &[
 /// Reads every document of a YAML (or JSON) stream. Empty documents are skipped.
 /// Documents are numbered from 1.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, ParseError> {
+    // Budgets first: nothing over them is expanded or read.
+    super::yaml_budget::check(text)?;
     // Pass 1: syntax and kinds, as untyped values.
     let mut kinds = Vec::new();
     for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -298,6 +303,32 @@ fn is_empty(v: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_over_budget_is_refused_before_it_is_read() {
+        let mut text =
+            String::from("apiVersion: compute.pinterest.com/v1alpha1\nkind: PinterestService\n");
+        text.push_str("x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n");
+        for i in 1..8 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "x{i}: &x{i} [*x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}]\n"
+            ));
+        }
+        let t = std::time::Instant::now();
+        let err = parse_documents(&text).unwrap_err();
+        assert!(matches!(err, ParseError::OverBudget(_)), "{err}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        let deep = format!("{}1{}", "[".repeat(30_000), "]".repeat(30_000));
+        assert!(matches!(
+            parse_documents(&deep),
+            Err(ParseError::OverBudget(_))
+        ));
+    }
 
     const SVC: &str = r#"
 apiVersion: compute.pinterest.com/v1alpha1

@@ -187,6 +187,7 @@ impl From<ParseError> for Rejection {
                 column: Some(*column),
             },
             ParseError::Empty => Detail::field("resource", "is empty"),
+            ParseError::OverBudget(b) => Detail::field("resource", b.to_string()),
             ParseError::NotAResource { message, .. } => Detail::field("resource", message),
             ParseError::UnknownKind { kind, expected, .. } => Detail::field(
                 "kind",
