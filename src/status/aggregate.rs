@@ -178,17 +178,33 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
         if let Some(s) = &m.status {
             // Counts come from the last observation even when stale; conditions say how far
             // to trust them. Completed shards are facts and are always kept.
-            out.replicas += s.replicas.unwrap_or(0);
-            out.ready_replicas += s.ready_replicas.unwrap_or(0);
-            out.available_replicas += s.available_replicas.unwrap_or(0);
-            out.shards_running += s.shards_running.unwrap_or(0);
-            out.shards_succeeded += s.shards_succeeded.unwrap_or(0);
-            out.shards_failed += s.shards_failed.unwrap_or(0);
+            // Member reports are input: sums saturate, and completed shards count only
+            // within the job set's shards (a report of 0-4294967294 is 0-(shards-1)).
+            out.replicas = out.replicas.saturating_add(s.replicas.unwrap_or(0));
+            out.ready_replicas = out
+                .ready_replicas
+                .saturating_add(s.ready_replicas.unwrap_or(0));
+            out.available_replicas = out
+                .available_replicas
+                .saturating_add(s.available_replicas.unwrap_or(0));
+            out.shards_running = out
+                .shards_running
+                .saturating_add(s.shards_running.unwrap_or(0));
+            out.shards_succeeded = out
+                .shards_succeeded
+                .saturating_add(s.shards_succeeded.unwrap_or(0));
+            out.shards_failed = out
+                .shards_failed
+                .saturating_add(s.shards_failed.unwrap_or(0));
             if let Some(done) = s
                 .completed_shards
                 .as_deref()
                 .and_then(|r| RangeSet::parse(r).ok())
             {
+                let done = match input.progress {
+                    Progress::Shards { total } => done.intersection(&RangeSet::full(total)),
+                    _ => done,
+                };
                 out.completed_shards = out.completed_shards.union(&done);
             }
             match s.state.as_deref() {
@@ -598,5 +614,43 @@ mod tests {
         assert_eq!(a.completed_shards.to_string(), "0-3,5-9");
         assert_eq!(a.shards_succeeded, 9, "shard 2 reported twice counts once");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn hostile_member_reports_are_bounded() {
+        let d = PlacementDecision {
+            strategy: None,
+            placements: vec![ClusterPlacement {
+                cluster: "a".into(),
+                replicas: None,
+                shards: Some("0-9".into()),
+            }],
+            unplaced: 0,
+            reason: None,
+        };
+        let mut sa = status("a", 0, i32::MAX, "Progressing");
+        sa.completed_shards = Some("0-4294967294".into());
+        sa.shards_succeeded = Some(i32::MAX);
+        let mut sb = status("b", 0, i32::MAX, "Progressing");
+        sb.shards_succeeded = Some(i32::MAX);
+        let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
+        let a = aggregate(&AggregateInput {
+            hub_generation: 1,
+            previous_observed_generation: None,
+            previous_completed: &RangeSet::new(),
+            progress: Progress::Shards { total: 10 },
+            decision: &d,
+            quota_exceeded: false,
+            members: &members,
+            now: &t(1),
+            stale_after_secs: 60,
+        });
+        assert_eq!(
+            a.completed_shards.to_string(),
+            "0-9",
+            "within the job set's shards"
+        );
+        assert_eq!(a.shards_succeeded, 10);
+        assert_eq!(a.available_replicas, i32::MAX, "sums saturate");
     }
 }
