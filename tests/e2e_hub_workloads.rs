@@ -679,3 +679,58 @@ async fn a_refused_slice_removal_keeps_the_finalizer_and_foreign_slices_are_left
         .await;
     ns.delete().await;
 }
+
+/// A name of 190 characters (legal for an object, too long for a label value) is placed,
+/// its slices written and reported back: the hub-name label is shortened, the slice keeps
+/// the name.
+#[tokio::test]
+async fn a_workload_with_a_long_dotted_name_is_placed_and_reported() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-long").await;
+    // A DNS subdomain: labels of at most 63 joined by dots.
+    let name = [
+        "long",
+        &"n".repeat(60),
+        &"m".repeat(60),
+        &"o".repeat(60),
+        "end",
+    ]
+    .join(".");
+    assert!(name.len() > 63 && name.len() <= 253);
+    let mut svc = serde_json::to_value(service(&name, 3)).unwrap();
+    svc["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "envFrom" && k != "env");
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(svc).unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually(WAIT, &format!("3 available\n{}", logs(daemons)), || {
+        let (api, name) = (api.clone(), name.clone());
+        async move { hub_status(&api, &name).await["availableReplicas"] == 3 }
+    })
+    .await;
+    let s = hub_status(&api, &name).await;
+    let ar = ApiResource::erase::<PinterestService>(&());
+    for p in s["placement"]["placements"].as_array().unwrap() {
+        let member = fed.client(p["cluster"].as_str().unwrap());
+        let slice = Api::<DynamicObject>::namespaced_with(member, &ns.name, &ar)
+            .get(&name)
+            .await
+            .unwrap();
+        assert!(slice.labels()["federation.pinterest.com/hub-name"].len() <= 63);
+    }
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "the long-named workload gone", || {
+        let (api, name) = (api.clone(), name.clone());
+        async move { api.get_opt(&name).await.unwrap().is_none() }
+    })
+    .await;
+    ns.delete().await;
+}

@@ -26,7 +26,7 @@ use crate::api::common::{
 use crate::api::federation::{MemberCluster, MemberClusterStatus};
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
-use crate::hub::slices::{self, LABEL_HUB_NAME, LABEL_HUB_NAMESPACE, SliceSummary};
+use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
@@ -420,9 +420,10 @@ pub async fn ensure_member(
                 | watcher::Event::InitApply(o)
                 | watcher::Event::Delete(o) = &ev
                 {
-                    let labels = o.labels();
+                    // A slice has its hub resource's name and namespace (the hub-name label
+                    // may be shortened to fit a label value).
                     if let (Some(name), Some(namespace)) =
-                        (labels.get(LABEL_HUB_NAME), labels.get(LABEL_HUB_NAMESPACE))
+                        (o.metadata.name.as_ref(), o.metadata.namespace.as_ref())
                     {
                         let _ = events.send(SliceEvent {
                             kind,

@@ -56,7 +56,13 @@ pub fn build_slice<K: PinterestKind>(hub: &K, share: &SliceShare) -> K {
     let mut slice = hub.clone();
     let meta = hub.meta();
     let mut labels = meta.labels.clone().unwrap_or_default();
-    labels.insert(LABEL_HUB_NAME.into(), meta.name.clone().unwrap_or_default());
+    // A label value holds 63 characters; names hold 253. The label marks and selects
+    // slices; which hub resource a slice belongs to is read from its own name and
+    // namespace (the same as the hub resource's).
+    labels.insert(
+        LABEL_HUB_NAME.into(),
+        crate::expand::names::label_value(meta.name.as_deref().unwrap_or_default()),
+    );
     labels.insert(
         LABEL_HUB_NAMESPACE.into(),
         meta.namespace.clone().unwrap_or_default(),
@@ -358,6 +364,21 @@ mod tests {
         assert_eq!(summary.hub_uid.as_deref(), Some("u-9"));
         assert_eq!(summary.hub_generation, Some(4));
         assert_eq!(summary.share, share);
+    }
+
+    #[test]
+    fn a_long_name_fits_the_hub_name_label() {
+        let mut hub = service(1);
+        let name = "n".repeat(200);
+        hub.metadata.name = Some(name.clone());
+        let s = build_slice(&hub, &SliceShare::default());
+        let label = &s.labels()[LABEL_HUB_NAME];
+        assert!(label.len() <= 63, "{} characters", label.len());
+        assert_eq!(
+            s.metadata.name.as_deref(),
+            Some(name.as_str()),
+            "the slice keeps the name"
+        );
     }
 
     #[test]
