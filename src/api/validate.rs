@@ -854,6 +854,14 @@ pub fn training_job(t: &PinterestTrainingJob) -> Result<(), Invalid> {
             format!("{f}.replicas"),
             "must be at least 0",
         );
+        // The CRD's maximum, enforced here too: the JSS and `pinfed expand` read
+        // resources the API server has not seen.
+        check!(
+            e,
+            r.replicas <= super::training::MAX_REPLICAS_PER_ROLE,
+            format!("{f}.replicas"),
+            format!("must be at most {}", super::training::MAX_REPLICAS_PER_ROLE),
+        );
         pod_template(
             &mut e,
             &r.template,
@@ -1152,5 +1160,25 @@ mod tests {
         }
         assert!(workload(WorkloadRef::Service(&service("ads"))).is_ok());
         assert!(workload(WorkloadRef::Service(&service("kubeflow"))).is_ok());
+    }
+
+    #[test]
+    fn training_roles_over_the_crd_maximum_are_refused_with_the_field() {
+        let job = |workers: i32| -> PinterestTrainingJob {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestTrainingJob",
+                "metadata": {"name": "tf", "namespace": "ml"},
+                "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "framework": "tensorflow",
+                         "replicaSpecs": {"Worker": {"replicas": workers, "template": {"spec": {
+                             "restartPolicy": "Never",
+                             "containers": [{"name": "w", "image": "w:1"}]}}}}}
+            }))
+            .unwrap()
+        };
+        assert!(training_job(&job(super::super::training::MAX_REPLICAS_PER_ROLE)).is_ok());
+        let err =
+            training_job(&job(super::super::training::MAX_REPLICAS_PER_ROLE + 1)).unwrap_err();
+        assert_eq!(err.first_field(), "spec.replicaSpecs.Worker.replicas");
+        assert!(err.to_string().contains("at most 10000"), "{err}");
     }
 }
