@@ -84,6 +84,14 @@ pub struct JssArgs {
     /// The hub's leader-election Lease the UI's fleet page shows (`namespace/name`).
     #[arg(long, env = "PINFED_JSS_HUB_LEASE", default_value = ui::DEFAULT_HUB_LEASE)]
     pub hub_lease: String,
+    /// Submissions parsed and admitted at once, on blocking threads (the rest wait; at
+    /// least 1).
+    #[arg(
+        long,
+        env = "PINFED_JSS_ADMISSION_CONCURRENCY",
+        default_value_t = server::DEFAULT_ADMISSION_CONCURRENCY
+    )]
+    pub admission_concurrency: usize,
 }
 
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
@@ -146,7 +154,8 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             metrics,
             args.body_limit,
             Duration::from_secs(args.request_timeout_secs),
-        ));
+        )
+        .with_admission_concurrency(args.admission_concurrency));
         ready.set(true);
         tracing::info!(
             listen = %args.listen,

@@ -112,7 +112,13 @@ pub struct Jss {
     ns_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// TokenReview answers, by token digest, for a minute.
     reviewed: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
+    /// Parsing and admission run on blocking threads, this many at once: a slow body
+    /// never holds an async worker, and a burst of them waits here.
+    admission: Arc<tokio::sync::Semaphore>,
 }
+
+/// Submissions parsed and admitted at once, by default.
+pub const DEFAULT_ADMISSION_CONCURRENCY: usize = 4;
 
 const REVIEW_TTL: Duration = Duration::from_secs(60);
 
@@ -185,7 +191,14 @@ impl Jss {
             timeout,
             ns_locks: Mutex::default(),
             reviewed: Mutex::default(),
+            admission: Arc::new(tokio::sync::Semaphore::new(DEFAULT_ADMISSION_CONCURRENCY)),
         }
+    }
+
+    /// How many submissions are parsed and admitted at once (at least one).
+    pub fn with_admission_concurrency(mut self, n: usize) -> Jss {
+        self.admission = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self
     }
 
     /// The caller of a request (also the UI's login, with the token it was given).
@@ -304,14 +317,32 @@ impl Jss {
             }
         };
         let profiles = self.hub.profiles();
-        let admitted = admit(
-            &self.auth,
-            &who,
-            &text,
-            sub.namespace.as_deref(),
-            artifact.as_ref(),
-            &profiles,
-        )?;
+        let admitted = {
+            let _permit = self
+                .admission
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| Rejection::Internal(e.to_string()))?;
+            let (auth, who, namespace, artifact) = (
+                self.auth.clone(),
+                who.clone(),
+                sub.namespace.clone(),
+                artifact.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                admit(
+                    &auth,
+                    &who,
+                    &text,
+                    namespace.as_deref(),
+                    artifact.as_ref(),
+                    &profiles,
+                )
+            })
+            .await
+            .map_err(|e| Rejection::Internal(format!("admission: {e}")))??
+        };
         audit.team = admitted.team.clone();
         audit.object = format!(
             "{}/{}/{}{}",
