@@ -241,6 +241,10 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         "tokens: [{user: bench, token: bench-token, teams: [bench]}]\n\
          teams: {bench: {namespaces: [\"jssb-*\"], inline: true}}\n",
     )?;
+    std::fs::set_permissions(
+        dir.join("tokens.yaml"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )?;
     pinfed::jss::artifacts::ArtifactStore::new(&store).publish(
         &pinfed::jss::artifacts::ArtifactRef {
             name: "bench-svc".into(),

@@ -90,6 +90,12 @@ fn setup(fed: &Federation) -> &'static Setup {
         let artifacts = dir.join("artifacts");
         std::fs::create_dir_all(&artifacts).unwrap();
         std::fs::write(dir.join("tokens.yaml"), TOKENS).unwrap();
+        // Token files must be private to their owner (the JSS refuses others).
+        std::fs::set_permissions(
+            dir.join("tokens.yaml"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         let (api, metrics) = (
             format!("127.0.0.1:{}", free_port()),
             format!("127.0.0.1:{}", free_port()),

@@ -63,6 +63,29 @@ impl Reply {
     }
 }
 
+/// A bearer token travels in clear over `http://`: allowed only to a loopback host
+/// (tests, a port-forward), refused with the URL otherwise.
+pub fn check_plain_http(server: &str) -> anyhow::Result<()> {
+    let Some(rest) = server.strip_prefix("http://") else {
+        return Ok(());
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    anyhow::ensure!(
+        loopback,
+        "{server}: plain http would send the token in clear to a host that is not loopback; \
+         use https:// (with --ca-cert)"
+    );
+    Ok(())
+}
+
 #[derive(Clone)]
 pub struct JssClient {
     base: String,
@@ -79,6 +102,7 @@ impl JssClient {
         token: Option<String>,
         ca_cert: Option<&Path>,
     ) -> anyhow::Result<JssClient> {
+        check_plain_http(server)?;
         let mut roots = rustls::RootCertStore::empty();
         if let Some(ca) = ca_cert {
             use rustls::pki_types::CertificateDer;
@@ -163,5 +187,32 @@ impl JssClient {
             Some(("application/json", body.to_string().into_bytes())),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod plain_http_tests {
+    use super::check_plain_http;
+
+    #[test]
+    fn plain_http_is_for_loopback_only() {
+        for ok in [
+            "http://127.0.0.1:8443",
+            "http://localhost:8443/",
+            "http://[::1]:8443",
+            "http://127.0.0.2",
+            "https://jss.example:8443",
+        ] {
+            assert!(check_plain_http(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://jss.example:8443",
+            "http://10.0.0.1:8443",
+            "http://[2001:db8::1]:8443",
+            "http://localhost.evil.example",
+        ] {
+            let err = check_plain_http(bad).unwrap_err().to_string();
+            assert!(err.contains(bad) && err.contains("https://"), "{err}");
+        }
     }
 }

@@ -23,7 +23,7 @@ pub mod ui;
 pub mod views;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,12 +97,48 @@ pub struct JssArgs {
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
     let mut files = Vec::new();
     for path in std::iter::once(&args.tokens).chain(args.teams.as_ref()) {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        check_private(path, &meta, effective_gid())?;
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let name = path.display().to_string();
         files.push((name.clone(), auth::AuthFile::parse(&name, &text)?));
     }
     Ok(auth::AuthConfig::merge(&files)?)
+}
+
+/// The process's effective group (from /proc: the standard library does not say).
+fn effective_gid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Gid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A token file holds credentials: nobody but its owner (and the process's own group,
+/// as a Kubernetes Secret mounted with fsGroup gives) may read it.
+fn check_private(path: &Path, meta: &std::fs::Metadata, egid: Option<u32>) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = meta.mode() & 0o777;
+    let others = mode & 0o007 != 0;
+    let foreign_group = mode & 0o070 != 0 && Some(meta.gid()) != egid;
+    anyhow::ensure!(
+        !others && !foreign_group,
+        "{} holds tokens but is readable by others (mode {mode:03o}{}): chmod 600 it (or 640 \
+         with the JSS's group; a Secret volume: defaultMode 0440 with fsGroup)",
+        path.display(),
+        if foreign_group && !others {
+            format!(", group {} is not the JSS's", meta.gid())
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }
 
 pub fn run(args: JssArgs) -> anyhow::Result<()> {
@@ -179,4 +215,34 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
+}
+
+#[cfg(test)]
+mod token_file_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn token_files_readable_by_others_are_refused() {
+        let path = std::env::temp_dir().join(format!("pinfed-tokens-{}", std::process::id()));
+        std::fs::write(&path, "tokens: []\n").unwrap();
+        let check = |mode: u32, egid: Option<u32>| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            check_private(&path, &std::fs::metadata(&path).unwrap(), egid)
+        };
+        use std::os::unix::fs::MetadataExt;
+        let own_gid = std::fs::metadata(&path).unwrap().gid();
+        assert!(check(0o600, Some(own_gid)).is_ok());
+        assert!(
+            check(0o440, Some(own_gid)).is_ok(),
+            "the process's own group"
+        );
+        let err = check(0o644, Some(own_gid)).unwrap_err().to_string();
+        assert!(
+            err.contains("mode 644") && err.contains("pinfed-tokens"),
+            "{err}"
+        );
+        assert!(check(0o640, Some(own_gid + 1)).is_err(), "a foreign group");
+        let _ = std::fs::remove_file(&path);
+    }
 }
