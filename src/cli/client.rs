@@ -23,7 +23,7 @@ pub enum Output {
 }
 
 /// How to reach the JSS.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct ServerArgs {
     /// The JSS URL (`https://jss.example:8443`; `http://` only for loopback).
     #[arg(
@@ -45,6 +45,19 @@ pub struct ServerArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for ServerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerArgs")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .field("ca_cert", &self.ca_cert)
+            .field("output", &self.output)
+            .finish()
+    }
 }
 
 impl ServerArgs {

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 /// One token of the token file. Either the token itself or its SHA-256 (hex), so the file
 /// need not hold secrets in the clear.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TokenEntry {
     pub user: String,
@@ -19,6 +19,18 @@ pub struct TokenEntry {
     pub token_sha256: Option<String>,
     #[serde(default)]
     pub teams: Vec<String>,
+}
+
+/// Never prints the token (logs and panics must not carry it); the digest is not secret.
+impl std::fmt::Debug for TokenEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenEntry")
+            .field("user", &self.user)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_sha256", &self.token_sha256)
+            .field("teams", &self.teams)
+            .finish()
+    }
 }
 
 /// What a team may do.
@@ -512,6 +524,21 @@ teams:
         let bad = AuthFile::parse("b.yaml", "teams:\n  x: {privileges: [root]}\n").unwrap();
         let err = AuthConfig::merge(&[("b.yaml".into(), bad)]).unwrap_err();
         assert!(err.to_string().contains("teams.x.privileges"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_never_shows_a_token() {
+        let file = AuthFile::parse(
+            "t.yaml",
+            "tokens:\n  - {user: alice, token: s3cr3t-value, teams: [ads]}\n",
+        )
+        .unwrap();
+        let shown = format!("{file:?}");
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
+        assert!(
+            shown.contains("alice") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -20,13 +20,23 @@ pub const COOKIE: &str = "pinfed_session";
 /// Sessions kept at most; past it, expired ones are dropped, then the oldest.
 const MAX_SESSIONS: usize = 10_000;
 
-/// One logged-in browser.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One logged-in browser. Its Debug output leaves the CSRF token out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Session {
     pub principal: Principal,
     /// Posted back by every form and sent by every script request.
     pub csrf: String,
     pub expires: Instant,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("principal", &self.principal)
+            .field("csrf", &"<redacted>")
+            .field("expires", &self.expires)
+            .finish()
+    }
 }
 
 /// 32 random bytes, URL-safe base64.
@@ -144,6 +154,23 @@ pub fn clear_cookie(secure: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_debug_never_shows_its_csrf_token() {
+        let s = Session {
+            principal: Principal {
+                user: "alice".into(),
+                teams: Default::default(),
+            },
+            csrf: "csrf-secret-value".into(),
+            expires: Instant::now(),
+        };
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("csrf-secret-value") && shown.contains("alice"),
+            "{shown}"
+        );
+    }
 
     fn alice() -> Principal {
         Principal {
