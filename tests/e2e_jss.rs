@@ -1048,3 +1048,90 @@ async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups(
     assert_error(&r, 401, "Unauthenticated");
     ns.delete().await;
 }
+
+/// With `--token-audience`, TokenReview asks for that audience: a hub token issued for it
+/// is accepted, one issued for the API server's default audience is refused (401), and a
+/// refused token is refused again from the JSS's memory.
+#[tokio::test]
+async fn a_token_review_audience_accepts_only_tokens_issued_for_it() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-sa-aud").await;
+    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "ci"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let token_for = |audiences: Value| {
+        let sas = sas.clone();
+        async move {
+            let tr = sas
+                .create_token_request(
+                    "ci",
+                    &PostParams::default(),
+                    &serde_json::from_value::<TokenRequest>(
+                        json!({"spec": {"audiences": audiences, "expirationSeconds": 600}}),
+                    )
+                    .unwrap(),
+                )
+                .await
+                .unwrap();
+            serde_json::to_value(tr.status).unwrap()["token"]
+                .as_str()
+                .expect("a token")
+                .to_string()
+        }
+    };
+    let for_jss = token_for(json!(["pinfed-jss-e2e"])).await;
+    let for_api_server = token_for(json!([])).await;
+    let api = format!("127.0.0.1:{}", free_port());
+    let jss = spawn_daemon(
+        &fed,
+        "jss-audience",
+        &[
+            s(&["jss", "--context", "hub", "--token-review"]),
+            vec![
+                "--token-audience".into(),
+                "pinfed-jss-e2e".into(),
+                "--listen".into(),
+                api.clone(),
+                "--metrics-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--tokens".into(),
+                st.dir.join("tokens.yaml").display().to_string(),
+                "--artifacts".into(),
+                st.artifacts.display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
+    wait_listening(&api, &jss);
+    let client =
+        |t: &str| JssClient::new(&format!("http://{api}"), Some(t.to_string()), None).unwrap();
+    let r = client(&for_jss)
+        .get(&format!("/v1/workloads/{}", ns.name))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}\n{}", r.text, jss.log_tail());
+    for _ in 0..2 {
+        let r = client(&for_api_server)
+            .get(&format!("/v1/workloads/{}", ns.name))
+            .await
+            .unwrap();
+        assert_error(&r, 401, "Unauthenticated");
+    }
+    // The shared JSS (no audience) takes the API server's token.
+    let r = st
+        .client(Some(&for_api_server))
+        .get(&format!("/v1/workloads/{}", ns.name))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    jss.kill();
+    ns.delete().await;
+}

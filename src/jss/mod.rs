@@ -92,6 +92,10 @@ pub struct JssArgs {
         default_value_t = server::DEFAULT_ADMISSION_CONCURRENCY
     )]
     pub admission_concurrency: usize,
+    /// With --token-review: the audience TokenReview asks for; a token not issued for it
+    /// is refused (e.g. `pinfed-jss`, as in `kubectl create token SA --audience pinfed-jss`).
+    #[arg(long, env = "PINFED_JSS_TOKEN_AUDIENCE")]
+    pub token_audience: Option<String>,
 }
 
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
@@ -191,7 +195,8 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             args.body_limit,
             Duration::from_secs(args.request_timeout_secs),
         )
-        .with_admission_concurrency(args.admission_concurrency));
+        .with_admission_concurrency(args.admission_concurrency)
+        .with_token_audience(args.token_audience.clone()));
         ready.set(true);
         tracing::info!(
             listen = %args.listen,

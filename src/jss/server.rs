@@ -112,6 +112,11 @@ pub struct Jss {
     ns_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// TokenReview answers, by token digest, for a minute.
     reviewed: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
+    /// Tokens TokenReview refused, by digest, for [`REFUSED_TTL`]: a bogus token costs
+    /// the hub one review, not one per request.
+    refused: Mutex<HashMap<[u8; 32], Instant>>,
+    /// The audience a reviewed token must carry (`--token-audience`).
+    token_audience: Option<String>,
     /// Parsing and admission run on blocking threads, this many at once: a slow body
     /// never holds an async worker, and a burst of them waits here.
     admission: Arc<tokio::sync::Semaphore>,
@@ -121,6 +126,25 @@ pub struct Jss {
 pub const DEFAULT_ADMISSION_CONCURRENCY: usize = 4;
 
 const REVIEW_TTL: Duration = Duration::from_secs(60);
+const REFUSED_TTL: Duration = Duration::from_secs(30);
+/// Most tokens remembered per cache (reviewed, refused): beyond it, expired entries go,
+/// and if none has expired, all of them (a flood of distinct tokens must not grow memory).
+const TOKEN_CACHE_MAX: usize = 10_000;
+
+fn remember<V>(
+    map: &mut HashMap<[u8; 32], V>,
+    key: [u8; 32],
+    value: V,
+    fresh: impl Fn(&V) -> bool,
+) {
+    if map.len() >= TOKEN_CACHE_MAX {
+        map.retain(|_, v| fresh(v));
+        if map.len() >= TOKEN_CACHE_MAX {
+            map.clear();
+        }
+    }
+    map.insert(key, value);
+}
 
 /// The audit record of one decision; logged once, on target `audit`.
 #[derive(Default)]
@@ -191,8 +215,16 @@ impl Jss {
             timeout,
             ns_locks: Mutex::default(),
             reviewed: Mutex::default(),
+            refused: Mutex::default(),
+            token_audience: None,
             admission: Arc::new(tokio::sync::Semaphore::new(DEFAULT_ADMISSION_CONCURRENCY)),
         }
+    }
+
+    /// The audience TokenReview asks for and a reviewed token must carry.
+    pub fn with_token_audience(mut self, audience: Option<String>) -> Jss {
+        self.token_audience = audience.filter(|a| !a.is_empty());
+        self
     }
 
     /// How many submissions are parsed and admitted at once (at least one).
@@ -220,10 +252,15 @@ impl Jss {
         {
             return Ok(p.clone());
         }
+        if let Some(at) = self.refused.lock().expect("lock").get(&digest)
+            && at.elapsed() < REFUSED_TTL
+        {
+            return Err(AuthError::Unknown.into());
+        }
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),
-                ..Default::default()
+                audiences: self.token_audience.clone().map(|a| vec![a]),
             },
             ..Default::default()
         };
@@ -232,7 +269,19 @@ impl Jss {
             .await
             .map_err(|e| Rejection::Hub(format!("TokenReview: {e}")))?;
         let status = out.status.unwrap_or_default();
-        if status.authenticated != Some(true) {
+        let audience_ok = self.token_audience.as_ref().is_none_or(|a| {
+            status
+                .audiences
+                .as_ref()
+                .is_some_and(|auds| auds.iter().any(|x| x == a))
+        });
+        if status.authenticated != Some(true) || !audience_ok {
+            remember(
+                &mut self.refused.lock().expect("lock"),
+                digest,
+                Instant::now(),
+                |at| at.elapsed() < REFUSED_TTL,
+            );
             return Err(AuthError::Unknown.into());
         }
         let user = status.user.unwrap_or_default();
@@ -242,10 +291,12 @@ impl Jss {
             teams: self.auth.teams_of_reviewed(&name, &groups),
             user: name,
         };
-        self.reviewed
-            .lock()
-            .expect("lock")
-            .insert(digest, (p.clone(), Instant::now()));
+        remember(
+            &mut self.reviewed.lock().expect("lock"),
+            digest,
+            (p.clone(), Instant::now()),
+            |(_, at)| at.elapsed() < REVIEW_TTL,
+        );
         Ok(p)
     }
 
