@@ -39,7 +39,9 @@ tokens:
   - {user: carol, token: carol-token, teams: [reviewed]}
   - {user: dave, token: dave-token, teams: [platform]}
   - {user: erin, token: erin-token, teams: [infra]}
+  - {user: gina, token: gina-token, teams: [governance]}
 teams:
+  governance: {namespaces: [], admin: true}
   infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon]}
   ads: {namespaces: ["jss-*"], inline: true}
   search: {namespaces: ["search-*"], inline: false}
@@ -814,6 +816,21 @@ async fn a_good_submission_runs_is_aggregated_and_delete_cleans_up_the_members()
             .any(|l| l.starts_with("reviewed") && l.contains(&format!("{}/web", ns.name))),
         "{owners}"
     );
+    // The owners report shows other teams' workloads only to admin teams: bob (search,
+    // search-* namespaces) does not see this one, gina (governance, admin) does.
+    let as_bob = st
+        .client(Some("bob-token"))
+        .get("/v1/owners")
+        .await
+        .unwrap();
+    assert_eq!(as_bob.status, 200, "{}", as_bob.text);
+    assert!(!as_bob.text.contains(&ns.name), "{}", as_bob.text);
+    let as_gina = st
+        .client(Some("gina-token"))
+        .get("/v1/owners")
+        .await
+        .unwrap();
+    assert!(as_gina.text.contains(&ns.name), "{}", as_gina.text);
 
     // Delete through the JSS: the slices go from every member, then the hub object.
     let out = std::process::Command::new(pinfed_bin())

@@ -54,6 +54,10 @@ pub struct TeamPolicy {
     /// PinterestDaemons: infrastructure teams). None by default.
     #[serde(default)]
     pub privileges: Vec<String>,
+    /// Members see every team's workloads in the owners report (platform and governance
+    /// teams); others see their teams' and their namespaces' only.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 /// The token and team file(s): `tokens:` and `teams:`, in YAML or JSON. Either part may
@@ -278,6 +282,16 @@ pub enum Forbidden {
         field: String,
         granted: String,
     },
+}
+
+/// May `p` see a workload of `team` in `namespace` in reports (owners)? Its own teams',
+/// its namespaces', or everything for a member of an admin team.
+pub fn may_see_workload(cfg: &AuthConfig, p: &Principal, team: &str, namespace: &str) -> bool {
+    p.teams.contains(team)
+        || p.teams
+            .iter()
+            .any(|t| cfg.teams.get(t).is_some_and(|pol| pol.admin))
+        || may_use_namespace(cfg, p, namespace)
 }
 
 /// May `team`'s workload use what it uses? Every use needs the team's grant; the first
@@ -539,6 +553,24 @@ teams:
             shown.contains("alice") && shown.contains("<redacted>"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn reports_show_own_teams_and_namespaces_or_everything_to_admins() {
+        let file = AuthFile::parse(
+            "t.yaml",
+            "teams:\n  ads: {namespaces: [ads]}\n  gov: {namespaces: [], admin: true}\n",
+        )
+        .unwrap();
+        let cfg = AuthConfig::merge(&[("t.yaml".into(), file)]).unwrap();
+        let who = |team: &str| Principal {
+            user: "u".into(),
+            teams: [team.to_string()].into(),
+        };
+        assert!(may_see_workload(&cfg, &who("ads"), "ads", "elsewhere"));
+        assert!(may_see_workload(&cfg, &who("ads"), "search", "ads"));
+        assert!(!may_see_workload(&cfg, &who("ads"), "search", "search"));
+        assert!(may_see_workload(&cfg, &who("gov"), "search", "search"));
     }
 
     #[test]

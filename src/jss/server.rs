@@ -558,12 +558,21 @@ impl Jss {
     }
 
     async fn owners(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
-        self.authenticate(headers).await?;
+        let who = self.authenticate(headers).await?;
         let rows: Vec<views::OwnedWorkload> = self
             .hub
             .list_workloads(None, None)
             .await?
             .iter()
+            // Other teams' workloads only for admin teams (`auth::may_see_workload`).
+            .filter(|(_, o)| {
+                auth::may_see_workload(
+                    &self.auth,
+                    &who,
+                    o.data["spec"]["owner"]["team"].as_str().unwrap_or("-"),
+                    &o.namespace().unwrap_or_default(),
+                )
+            })
             .map(|(k, o)| views::OwnedWorkload {
                 team: o.data["spec"]["owner"]["team"]
                     .as_str()

@@ -836,6 +836,15 @@ async fn owners(
             .as_str()
             .unwrap_or("-")
             .to_string();
+        // Other teams' workloads only for admin teams, as in the API.
+        if !crate::jss::auth::may_see_workload(
+            &ui.jss.auth,
+            &s.principal,
+            &team,
+            &o.namespace().unwrap_or_default(),
+        ) {
+            continue;
+        }
         let contact = o.data["spec"]["owner"]["contact"]
             .as_str()
             .unwrap_or("-")
