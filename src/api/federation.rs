@@ -228,6 +228,71 @@ pub struct MemberClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind", "namespace", "name"]))]
     pub pending_cleanups: Vec<PendingCleanup>,
+    /// What the member's agent reports itself (Pull members: the hub never reads the
+    /// member). Written by the agent; the hub derives capacity and version from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_report: Option<AgentReport>,
+    /// When the member's agent last renewed its Lease, as the hub last read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub agent_renew_time: Option<Time>,
+}
+
+/// A member's own report, written by its agent into the MemberCluster status on the hub.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentReport {
+    /// When the agent wrote this report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub time: Option<Time>,
+    /// The member's Kubernetes version (its API server's `/version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Whether the agent reaches its own API server.
+    #[serde(default)]
+    pub healthy: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The member's nodes, grouped into pools of the same labels, taints and size, each
+    /// node with what its pods request: enough for placement's per-node fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_pools: Vec<NodePoolReport>,
+}
+
+/// Nodes of one shape (labels other than the host name, taints, capacity, allocatable).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolReport {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<NodeTaintReport>,
+    pub capacity: ResourceAmounts,
+    pub allocatable: ResourceAmounts,
+    pub nodes: Vec<NodeReport>,
+}
+
+/// A taint of a pool's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTaintReport {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// One node of a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    pub name: String,
+    /// Ready and not cordoned.
+    pub schedulable: bool,
+    /// Requests of the node's non-terminated pods.
+    pub allocated: ResourceAmounts,
 }
 
 /// A slice left in a member by a hub resource that was deleted while the member was down.

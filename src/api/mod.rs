@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod federation;
 pub mod jobset;
 pub mod kind;
+pub mod member_slice;
 pub mod parse;
 pub mod pod_policy;
 pub mod quantity;

@@ -283,6 +283,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         RuntimeProfile::crd(),
         MemberCluster::crd(),
         FederatedQuota::crd(),
+        super::member_slice::MemberSlice::crd(),
     ];
     for crd in &mut all {
         for v in &mut crd.spec.versions {

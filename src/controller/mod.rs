@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod queue;
 pub mod retry;
+pub mod tokens;
 pub mod watch;
 pub mod write_gate;
 

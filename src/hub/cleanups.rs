@@ -8,12 +8,12 @@
 //! lock per process, so the member loop's status writes and concurrent deletions never
 //! drop each other's entries.
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::ApiResource;
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
 
 use crate::api::federation::{MemberCluster, PendingCleanup};
-use crate::hub::slices::LABEL_HUB_UID;
+use crate::api::workload::WorkloadKind;
+use crate::hub::slice_target::SliceTarget;
 
 pub const CLEANUP_FIELD_MANAGER: &str = "pinfed-hub-cleanups";
 
@@ -70,64 +70,27 @@ pub enum Removal {
     NotOurs(Option<String>),
 }
 
-/// Deletes the member's slice `namespace/name` only when it carries `hub_uid` (the hub
-/// resource it was written for), and only that object (uid precondition): a newer
-/// resource's slice of the same name, or one another hub wrote, is never removed. Only
-/// "not found" means gone; every other error is returned.
-pub async fn delete_own_slice(
-    member: &Client,
-    kind: &str,
-    namespace: &str,
-    name: &str,
-    hub_uid: &str,
-) -> Result<Removal, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(member.clone(), namespace, &slice_resource(kind));
-    let Some(slice) = api.get_metadata_opt(name).await? else {
-        return Ok(Removal::Gone);
-    };
-    let owner = slice.labels().get(LABEL_HUB_UID).cloned();
-    if owner.as_deref() != Some(hub_uid) {
-        return Ok(Removal::NotOurs(owner));
-    }
-    let params = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: slice.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::background()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(Removal::Gone),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Removal::Gone),
-        Err(e) => Err(e),
-    }
-}
-
-fn slice_resource(kind: &str) -> ApiResource {
-    ApiResource {
-        group: "compute.pinterest.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "compute.pinterest.com/v1alpha1".into(),
-        kind: kind.into(),
-        plural: format!("{}s", kind.to_lowercase()),
-    }
-}
-
 /// Removes the recorded slices from a reachable member and drops the records that are
 /// done. Returns how many were done.
 pub async fn process(
     hub: &Client,
     lock: &tokio::sync::Mutex<()>,
     member_name: &str,
-    member: &Client,
+    member: &SliceTarget,
     pending: &[PendingCleanup],
 ) -> Result<usize, kube::Error> {
     let mut done = Vec::new();
     for p in pending {
         // Any error but "not found" keeps the record. Gone already, or a newer resource's
         // slice of the same name: nothing to do.
-        if delete_own_slice(member, &p.kind, &p.namespace, &p.name, &p.hub_uid).await?
+        let Some(kind) = WorkloadKind::from_kind(&p.kind) else {
+            // Not a kind of ours: nothing of it can be in the member.
+            done.push(p.clone());
+            continue;
+        };
+        if member
+            .delete_own(kind, &p.namespace, &p.name, &p.hub_uid)
+            .await?
             == Removal::Gone
         {
             tracing::info!(member = %member_name, kind = %p.kind, namespace = %p.namespace, name = %p.name, "removed the slice of a hub resource deleted while the member was down");

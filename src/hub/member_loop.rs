@@ -40,12 +40,14 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     let name = mc.name_any();
     let (member, connect_error) = match members::ensure_member(&ctx.hub, &ctx.registry, &mc).await {
         Ok(m) => {
-            members::heartbeat(&m).await;
+            members::heartbeat(&ctx.hub, &m).await;
             // The token ages whether or not workloads change; a failed renewal is tried
-            // again next round (a third of the token's life is left for it).
-            if let Err(e) =
-                crate::hub::member_token::renew_if_due(&ctx.hub, &m.client, &mc, &m.kubeconfig)
-                    .await
+            // again next round (a third of the token's life is left for it). A pull
+            // member's agent renews its own token for the hub.
+            if let (Some(client), Some(kubeconfig)) = (m.push_client(), m.kubeconfig())
+                && let Err(e) =
+                    crate::hub::member_token::renew_if_due(&ctx.hub, client, &mc, kubeconfig)
+                        .await
             {
                 tracing::warn!(member = %name, error = %format!("{e:#}"), "could not renew the hub's token for the member");
             }
@@ -75,6 +77,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     let unchanged = mc.status.as_ref().is_some_and(|old| {
         let mut old = old.clone();
         old.pending_cleanups.clear();
+        old.agent_report = None;
         old == status
     });
     if !unchanged {
@@ -87,7 +90,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
         .map(|s| s.pending_cleanups.clone())
         .unwrap_or_default();
     if let (true, false, Some(m)) = (ready, pending.is_empty(), member.as_ref()) {
-        match crate::hub::cleanups::process(&ctx.hub, &ctx.cleanup_lock, &name, &m.client, &pending)
+        match crate::hub::cleanups::process(&ctx.hub, &ctx.cleanup_lock, &name, &m.target, &pending)
             .await
         {
             Ok(n) => {

@@ -5,12 +5,15 @@
 //! A member out of reach for longer than a token's life needs `pinfed join` again.
 
 use base64::Engine;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use crate::api::federation::MemberCluster;
+pub use crate::controller::tokens::{
+    kubeconfig_token, renewal_due, request_service_account_token, token_lifetime, who_am_i,
+    with_token,
+};
 use crate::controller::cluster_side::MEMBER_NAMESPACE;
 use crate::hub::join::HUB_SERVICE_ACCOUNT;
 use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
@@ -20,60 +23,11 @@ use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
 pub const MEMBER_TOKEN_SECS: i64 = 3 * 24 * 3600;
 const FIELD_MANAGER: &str = "pinfed-hub-token";
 
-/// The `iat` and `exp` claims (seconds) of a JWT, without checking its signature (the
-/// member's API server does that); `None` when it is not a JWT with both.
-pub fn token_lifetime(token: &str) -> Option<(i64, i64)> {
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Some((claims["iat"].as_i64()?, claims["exp"].as_i64()?))
-}
-
-/// Whether a token is due for renewal at `now`: two thirds of its life gone. Tokens that
-/// do not expire (the legacy Secret kind, or a user's own) are due at once, so a member
-/// joined by an older pinfed moves to an expiring token.
-pub fn renewal_due(token: &str, now: i64) -> bool {
-    match token_lifetime(token) {
-        Some((iat, exp)) if exp > iat => now >= iat + (exp - iat) * 2 / 3,
-        _ => true,
-    }
-}
-
-/// The bearer token of a kubeconfig's first user, if it has one.
-pub fn kubeconfig_token(text: &str) -> Option<String> {
-    let kc = kube::config::Kubeconfig::from_yaml(text).ok()?;
-    kc.auth_infos
-        .iter()
-        .find_map(|a| a.auth_info.as_ref()?.token.as_ref())
-        .map(|t| {
-            use secrecy::ExposeSecret;
-            t.expose_secret().to_string()
-        })
-}
-
-/// The same kubeconfig with every user's token replaced.
-pub fn with_token(text: &str, token: &str) -> Option<String> {
-    let old = kubeconfig_token(text)?;
-    Some(text.replace(&old, token))
-}
-
 /// Asks a member for a fresh token of the hub's ServiceAccount (as whoever `member`
 /// authenticates: the joining admin, or the hub with its current token).
 pub async fn request_token(member: &Client) -> Result<String, kube::Error> {
-    let api: Api<ServiceAccount> = Api::namespaced(member.clone(), MEMBER_NAMESPACE);
-    let req = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(MEMBER_TOKEN_SECS),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let got = api
-        .create_token_request(HUB_SERVICE_ACCOUNT, &PostParams::default(), &req)
-        .await?;
-    Ok(got.status.and_then(|s| s.token).unwrap_or_default())
+    request_service_account_token(member, MEMBER_NAMESPACE, HUB_SERVICE_ACCOUNT, MEMBER_TOKEN_SECS)
+        .await
 }
 
 /// The token of the member's kubeconfig Secret on the hub when it is for the same API
@@ -93,12 +47,7 @@ pub async fn reusable_token(hub: &Client, req: &crate::hub::join::JoinRequest) -
     let client = crate::hub::members::client_from_kubeconfig(&req.name, &text)
         .await
         .ok()?;
-    let review = k8s_openapi::api::authentication::v1::SelfSubjectReview::default();
-    let who = Api::<k8s_openapi::api::authentication::v1::SelfSubjectReview>::all(client)
-        .create(&PostParams::default(), &review)
-        .await
-        .ok()?;
-    let user = who.status?.user_info?.username?;
+    let user = who_am_i(&client).await.ok()?;
     (user == format!("system:serviceaccount:{MEMBER_NAMESPACE}:{HUB_SERVICE_ACCOUNT}"))
         .then_some(token)
 }

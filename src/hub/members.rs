@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,7 +23,9 @@ use tokio::task::JoinHandle;
 use crate::api::common::{
     Condition, ConditionStatus, LABEL_KIND, LABEL_WORKLOAD, condition_types as ct, set_condition,
 };
-use crate::api::federation::{MemberCluster, MemberClusterStatus};
+use crate::api::federation::{AgentReport, ClusterMode, MemberCluster, MemberClusterStatus};
+use crate::api::member_slice::{MemberSlice, agent_lease_name, pull_namespace};
+use crate::hub::slice_target::SliceTarget;
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
@@ -31,6 +33,8 @@ use crate::placement::capacity::{self, NodeUsage};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
 pub const HUB_NAMESPACE: &str = "pinfed-system";
+/// Namespace of pinfed's own objects in a member (the agent's Lease).
+const MEMBER_SYSTEM_NAMESPACE: &str = "pinfed-system";
 /// Key of the kubeconfig in a member Secret.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
 
@@ -66,7 +70,7 @@ pub struct SliceCache {
 }
 
 impl SliceCache {
-    /// Takes in one watch event.
+    /// Takes in one watch event of a push member's slices.
     pub fn ingest(&mut self, kind: WorkloadKind, event: &watcher::Event<DynamicObject>) {
         let key = |o: &DynamicObject| {
             (
@@ -74,28 +78,35 @@ impl SliceCache {
                 o.metadata.name.clone().unwrap_or_default(),
             )
         };
+        let summary = |o: &DynamicObject| Arc::new(slices::summarize_dynamic(kind, o));
         match event {
-            watcher::Event::Init => self.relisting = Some(HashMap::new()),
-            watcher::Event::InitApply(o) => {
-                let summary = Arc::new(slices::summarize_dynamic(kind, o));
-                self.relisting
-                    .get_or_insert_with(HashMap::new)
-                    .insert(key(o), summary);
-            }
-            watcher::Event::InitDone => {
-                if let Some(fresh) = self.relisting.take() {
-                    self.slices = fresh;
-                }
-                self.listed = true;
-            }
-            watcher::Event::Apply(o) => {
-                self.slices
-                    .insert(key(o), Arc::new(slices::summarize_dynamic(kind, o)));
-            }
-            watcher::Event::Delete(o) => {
-                self.slices.remove(&key(o));
-            }
+            watcher::Event::Init => self.begin_relist(),
+            watcher::Event::InitApply(o) => self.relisted(key(o), summary(o)),
+            watcher::Event::InitDone => self.end_relist(),
+            watcher::Event::Apply(o) => self.insert(key(o), summary(o)),
+            watcher::Event::Delete(o) => self.remove(&key(o)),
         }
+    }
+
+    fn begin_relist(&mut self) {
+        self.relisting = Some(HashMap::new());
+    }
+    fn relisted(&mut self, key: (String, String), summary: Arc<SliceSummary>) {
+        self.relisting
+            .get_or_insert_with(HashMap::new)
+            .insert(key, summary);
+    }
+    fn end_relist(&mut self) {
+        if let Some(fresh) = self.relisting.take() {
+            self.slices = fresh;
+        }
+        self.listed = true;
+    }
+    fn insert(&mut self, key: (String, String), summary: Arc<SliceSummary>) {
+        self.slices.insert(key, summary);
+    }
+    fn remove(&mut self, key: &(String, String)) {
+        self.slices.remove(key);
     }
 
     pub fn len(&self) -> usize {
@@ -110,21 +121,32 @@ impl SliceCache {
 /// A live connection to one member.
 pub struct Member {
     pub name: String,
-    pub client: Client,
-    pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
+    /// Where its slices are written (the member, or its namespace on the hub).
+    pub target: SliceTarget,
+    link: Link,
     /// The member's slices per kind (every object labelled with a hub name), summarized,
     /// from the same watches that report slice changes: reconciles read slices here
     /// instead of asking the member each time.
     slices: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>>,
-    /// Resource version of the Secret the client was built from (rebuild on change).
-    secret_version: String,
-    /// The kubeconfig the client was built from, for token renewal (`member_token`).
-    pub kubeconfig: String,
     /// When this connection was made (a member is not "lost" before it was ever asked).
     connected_at: Timestamp,
     state: Mutex<Heartbeat>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// How the hub knows a member.
+enum Link {
+    /// The hub connects: its client, node and pod caches, and the kubeconfig Secret's
+    /// version and text (rebuilt on change; the text for token renewal).
+    Push {
+        client: Client,
+        nodes: Store<Node>,
+        pods: Store<Pod>,
+        secret_version: String,
+        kubeconfig: String,
+    },
+    /// The member's agent reports into the MemberCluster; the hub never connects.
+    Pull { report: Mutex<Option<AgentReport>> },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -132,6 +154,10 @@ struct Heartbeat {
     last_ok: Option<Timestamp>,
     version: Option<String>,
     last_error: Option<String>,
+    /// The agent's Lease: its last renewal, or `None` while none was found.
+    agent_renewed: Option<Timestamp>,
+    /// Why the agent's Lease could not be read, when it could not.
+    agent_error: Option<String>,
 }
 
 impl Drop for Member {
@@ -143,6 +169,39 @@ impl Drop for Member {
 }
 
 impl Member {
+    /// The hub's client for a push member (none for a pull member).
+    pub fn push_client(&self) -> Option<&Client> {
+        match &self.link {
+            Link::Push { client, .. } => Some(client),
+            Link::Pull { .. } => None,
+        }
+    }
+
+    /// The kubeconfig a push member's client was built from.
+    pub fn kubeconfig(&self) -> Option<&str> {
+        match &self.link {
+            Link::Push { kubeconfig, .. } => Some(kubeconfig),
+            Link::Pull { .. } => None,
+        }
+    }
+
+    pub fn is_pull(&self) -> bool {
+        matches!(self.link, Link::Pull { .. })
+    }
+
+    /// When the member's agent last renewed its Lease (as last read).
+    pub fn agent_renewed(&self) -> Option<Timestamp> {
+        self.state.lock().ok().and_then(|s| s.agent_renewed)
+    }
+
+    /// The agent's Lease was seen and has not been renewed within `grace`: its statuses
+    /// are frozen, so the member counts as lost. (No Lease at all: no agent has run yet —
+    /// a push member's slices wait for one; a pull member is not Ready without it.)
+    pub fn agent_lost(&self, now: Timestamp, grace: Duration) -> bool {
+        self.agent_renewed()
+            .is_some_and(|t| now.as_second() - t.as_second() > grace.as_secs() as i64)
+    }
+
     /// The slice `namespace/name` of `kind` as this member's watch last saw it: `Ok(None)`
     /// when there is none, `Err(NotListed)` while the watch has not listed yet (ask the
     /// member).
@@ -174,10 +233,11 @@ impl Member {
         self.state.lock().map(|s| s.last_ok).unwrap_or(None)
     }
 
-    /// Whether the member answered within `grace`.
+    /// Whether the member answered within `grace` and its agent is not lost.
     pub fn is_ready(&self, now: Timestamp, grace: Duration) -> bool {
         self.last_heartbeat()
             .is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
+            && !self.agent_lost(now, grace)
     }
 
     pub fn node_usage(&self) -> Vec<NodeUsage> {
@@ -186,9 +246,20 @@ impl Member {
 
     /// Node usage not counting the pods of `workload` (namespace, kind, name): a re-plan
     /// moves those pods, so the room they hold is the workload's own.
+    ///
+    /// A pull member reports per-node allocation, not pods: its own pods are counted
+    /// (a re-plan there is conservative).
     pub fn node_usage_without(&self, workload: Option<(&str, &str, &str)>) -> Vec<NodeUsage> {
-        let nodes = self.nodes.state();
-        let pods = self.pods.state();
+        let (nodes, pods) = match &self.link {
+            Link::Push { nodes, pods, .. } => (nodes.state(), pods.state()),
+            Link::Pull { report } => {
+                return report
+                    .lock()
+                    .ok()
+                    .and_then(|r| r.as_ref().map(|r| capacity::from_pools(&r.node_pools)))
+                    .unwrap_or_default();
+            }
+        };
         let own = |p: &Pod| {
             workload.is_some_and(|(ns, kind, name)| {
                 p.metadata.namespace.as_deref() == Some(ns)
@@ -268,19 +339,12 @@ impl MemberRegistry {
 
 /// Builds a client from a kubeconfig text (its current context).
 pub async fn client_from_kubeconfig(member: &str, text: &str) -> Result<Client, MemberError> {
-    let bad = |message: String| MemberError::Kubeconfig {
-        member: member.to_string(),
-        message,
-    };
-    let kc = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    crate::controller::tokens::client_from_kubeconfig(text)
         .await
-        .map_err(|e| bad(e.to_string()))?;
-    // A lost member must fail fast, not hang the loops that talk to it; but a loaded
-    // member takes seconds to accept a TLS connection (3 s failed bursts of requests).
-    cfg.connect_timeout = Some(Duration::from_secs(10));
-    cfg.read_timeout = Some(Duration::from_secs(20));
-    crate::controller::write_gate::client(cfg).map_err(|e| bad(e.to_string()))
+        .map_err(|message| MemberError::Kubeconfig {
+            member: member.to_string(),
+            message,
+        })
 }
 
 async fn read_kubeconfig(
@@ -367,15 +431,22 @@ fn trim_node(n: &mut Node) {
     }
 }
 
-/// Connects to a member (or returns the current connection when its Secret is unchanged).
+/// Connects to a member (or returns the current connection when nothing it was made
+/// from changed): a push member through its kubeconfig Secret, a pull member through its
+/// namespace on the hub.
 pub async fn ensure_member(
     hub: &Client,
     registry: &MemberRegistry,
     mc: &MemberCluster,
 ) -> Result<Arc<Member>, MemberError> {
+    if mc.spec.mode == Some(ClusterMode::Pull) {
+        return Ok(ensure_pull_member(hub, registry, mc));
+    }
     let name = mc.name_any();
     let (text, version) = read_kubeconfig(hub, mc).await?;
-    if let Some(m) = registry.get(&name).filter(|m| m.secret_version == version) {
+    if let Some(m) = registry.get(&name).filter(|m| {
+        matches!(&m.link, Link::Push { secret_version, .. } if *secret_version == version)
+    }) {
         return Ok(m);
     }
     let client = client_from_kubeconfig(&name, &text).await?;
@@ -439,12 +510,15 @@ pub async fn ensure_member(
     }
     let member = Member {
         name: name.clone(),
-        client,
-        nodes,
-        pods,
+        target: SliceTarget::Push(client.clone()),
+        link: Link::Push {
+            client,
+            nodes,
+            pods,
+            secret_version: version,
+            kubeconfig: text,
+        },
         slices,
-        secret_version: version,
-        kubeconfig: text,
         // A new connection to a member already known (its Secret changed) keeps what the
         // old one learned: the member did not go anywhere.
         connected_at: Timestamp::now(),
@@ -459,8 +533,10 @@ pub async fn ensure_member(
     // Placement must not see a member whose node and pod caches are still filling: it
     // would look empty (all room) or full (no room).
     let synced = tokio::time::timeout(Duration::from_secs(15), async {
-        let _ = member.nodes.wait_until_ready().await;
-        let _ = member.pods.wait_until_ready().await;
+        if let Link::Push { nodes, pods, .. } = &member.link {
+            let _ = nodes.wait_until_ready().await;
+            let _ = pods.wait_until_ready().await;
+        }
     })
     .await
     .is_ok();
@@ -471,22 +547,177 @@ pub async fn ensure_member(
     Ok(registry.insert(member))
 }
 
-/// One heartbeat: `/version` within a short timeout.
-pub async fn heartbeat(member: &Member) {
-    let result =
-        tokio::time::timeout(Duration::from_secs(5), member.client.apiserver_version()).await;
-    let mut s = match member.state.lock() {
-        Ok(s) => s,
-        Err(_) => return,
-    };
-    match result {
-        Ok(Ok(info)) => {
-            s.last_ok = Some(Timestamp::now());
-            s.version = Some(info.git_version);
-            s.last_error = None;
+/// The key of the slice a MemberSlice carries, and its kind.
+fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, (String, String))> {
+    let s = &ms.spec.slice;
+    let kind = WorkloadKind::from_kind(s["kind"].as_str()?)?;
+    let meta = &s["metadata"];
+    Some((
+        kind,
+        (
+            meta["namespace"].as_str()?.to_string(),
+            meta["name"].as_str()?.to_string(),
+        ),
+    ))
+}
+
+/// A pull member: its slices are the MemberSlices in its namespace on the hub, watched
+/// there; what it has room for is what its agent reports.
+fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluster) -> Arc<Member> {
+    let name = mc.name_any();
+    let report = mc.status.as_ref().and_then(|s| s.agent_report.clone());
+    if let Some(m) = registry.get(&name).filter(|m| m.is_pull()) {
+        if let Link::Pull { report: r } = &m.link
+            && let Ok(mut r) = r.lock()
+        {
+            *r = report;
         }
-        Ok(Err(e)) => s.last_error = Some(e.to_string()),
-        Err(_) => s.last_error = Some("no answer within 5s".into()),
+        return m;
+    }
+    let namespace = pull_namespace(&name);
+    let caches: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>> = WorkloadKind::ALL
+        .into_iter()
+        .map(|k| (k, Arc::new(Mutex::new(SliceCache::default()))))
+        .collect();
+    let events = registry.slice_events.clone();
+    let stream = {
+        let caches = caches.clone();
+        watcher(
+            Api::<MemberSlice>::namespaced(hub.clone(), &namespace),
+            watcher::Config::default(),
+        )
+        .backoff(crate::controller::watch::backoff())
+        .for_each(move |ev| {
+            let Ok(ev) = ev else {
+                return futures::future::ready(());
+            };
+            let each = |f: &dyn Fn(&mut SliceCache)| {
+                for c in caches.values() {
+                    if let Ok(mut c) = c.lock() {
+                        f(&mut c);
+                    }
+                }
+            };
+            let one = |ms: &MemberSlice, f: &dyn Fn(&mut SliceCache, (String, String), Arc<SliceSummary>)| {
+                if let Some((kind, key)) = carried(ms) {
+                    let summary = Arc::new(slices::summarize_member_slice(kind, ms));
+                    if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
+                        f(&mut c, key.clone(), summary);
+                    }
+                    let _ = events.send(SliceEvent {
+                        kind,
+                        namespace: key.0,
+                        name: key.1,
+                    });
+                }
+            };
+            match &ev {
+                watcher::Event::Init => each(&|c| c.begin_relist()),
+                watcher::Event::InitApply(ms) => one(ms, &|c, k, s| c.relisted(k, s)),
+                watcher::Event::InitDone => each(&|c| c.end_relist()),
+                watcher::Event::Apply(ms) => one(ms, &|c, k, s| c.insert(k, s)),
+                watcher::Event::Delete(ms) => one(ms, &|c, k, _| c.remove(&k)),
+            }
+            futures::future::ready(())
+        })
+    };
+    let member = Member {
+        name: name.clone(),
+        target: SliceTarget::Pull {
+            hub: hub.clone(),
+            namespace,
+        },
+        link: Link::Pull {
+            report: Mutex::new(report),
+        },
+        slices: caches,
+        connected_at: Timestamp::now(),
+        state: Mutex::new(
+            registry
+                .get(&name)
+                .and_then(|old| old.state.lock().ok().map(|h| h.clone()))
+                .unwrap_or_default(),
+        ),
+        tasks: vec![tokio::spawn(stream)],
+    };
+    tracing::info!(member = %name, "pull member: watching its slices on the hub");
+    registry.insert(member)
+}
+
+/// When a Lease was last renewed; `Ok(None)` when there is none.
+async fn lease_renewed(client: &Client, namespace: &str, name: &str) -> Result<Option<Timestamp>, String> {
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        Api::<Lease>::namespaced(client.clone(), namespace).get_opt(name),
+    )
+    .await;
+    match got {
+        Ok(Ok(lease)) => Ok(lease.and_then(|l| {
+            let spec = l.spec?;
+            spec.renew_time.or(spec.acquire_time).map(|t| t.0)
+        })),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 5s".into()),
+    }
+}
+
+/// One heartbeat. Push: `/version` within a short timeout, and the agent's Lease in the
+/// member. Pull: the agent's Lease in the member's namespace on the hub is the heartbeat,
+/// and the version is what the agent reported.
+pub async fn heartbeat(hub: &Client, member: &Member) {
+    let lease = agent_lease_name(&member.name);
+    match &member.link {
+        Link::Push { client, .. } => {
+            let version =
+                tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await;
+            let agent = lease_renewed(client, MEMBER_SYSTEM_NAMESPACE, &lease).await;
+            let Ok(mut s) = member.state.lock() else {
+                return;
+            };
+            match version {
+                Ok(Ok(info)) => {
+                    s.last_ok = Some(Timestamp::now());
+                    s.version = Some(info.git_version);
+                    s.last_error = None;
+                }
+                Ok(Err(e)) => s.last_error = Some(e.to_string()),
+                Err(_) => s.last_error = Some("no answer within 5s".into()),
+            }
+            record_agent(&mut s, agent);
+        }
+        Link::Pull { report } => {
+            let agent = lease_renewed(hub, &pull_namespace(&member.name), &lease).await;
+            let version = report
+                .lock()
+                .ok()
+                .and_then(|r| r.as_ref().and_then(|r| r.kubernetes_version.clone()));
+            let Ok(mut s) = member.state.lock() else {
+                return;
+            };
+            record_agent(&mut s, agent);
+            s.last_ok = s.agent_renewed;
+            if version.is_some() {
+                s.version = version;
+            }
+            s.last_error = Some(match &s.agent_error {
+                Some(e) => format!("reading the agent's Lease: {e}"),
+                None if s.agent_renewed.is_none() => "its agent has not connected yet".into(),
+                None => "its agent stopped renewing its Lease".into(),
+            });
+        }
+    }
+}
+
+fn record_agent(s: &mut Heartbeat, agent: Result<Option<Timestamp>, String>) {
+    match agent {
+        Ok(t) => {
+            // A Lease deleted after it was seen keeps the last renewal: the agent is gone.
+            if t.is_some() {
+                s.agent_renewed = t;
+            }
+            s.agent_error = None;
+        }
+        Err(e) => s.agent_error = Some(e),
     }
 }
 
@@ -535,12 +766,34 @@ pub fn member_status(
             if let Some(last) = hb.last_ok {
                 s.last_heartbeat_time = Some(Time(last));
             }
+            s.agent_renew_time = hb.agent_renewed.map(Time);
             if m.is_ready(now, grace) {
                 Condition::new(
                     ct::READY,
                     ConditionStatus::True,
-                    "HeartbeatOK",
+                    if m.is_pull() {
+                        "AgentHeartbeatOK"
+                    } else {
+                        "HeartbeatOK"
+                    },
                     "",
+                    generation,
+                    &t,
+                )
+            } else if m.is_pull() || m.agent_lost(now, grace) {
+                let why = match (hb.agent_renewed, &hb.agent_error) {
+                    (_, Some(e)) => format!("its agent's Lease cannot be read: {e}"),
+                    (None, None) => "its agent has not connected yet".to_string(),
+                    (Some(t), None) => format!(
+                        "its agent has not renewed its Lease for over {}s (last at {t})",
+                        grace.as_secs()
+                    ),
+                };
+                Condition::new(
+                    ct::READY,
+                    ConditionStatus::False,
+                    "AgentLost",
+                    why,
                     generation,
                     &t,
                 )
@@ -569,8 +822,10 @@ pub fn member_status(
     } else if was_ready || s.lost_time.is_some() {
         s.lost_time.get_or_insert_with(|| t.clone());
     }
-    // Pending clean-ups have their own writer (field manager); this loop never applies them.
+    // Pending clean-ups and the agent's report have their own writers (field managers);
+    // this loop never applies them.
     s.pending_cleanups.clear();
+    s.agent_report = None;
     set_condition(&mut s.conditions, ready_cond);
     if let Some(m) = member.filter(|m| m.is_ready(now, grace)) {
         let usage = m.node_usage();

@@ -258,6 +258,75 @@ pub fn slice_is_current<K: PinterestKind>(found: &SliceSummary, slice: &K) -> bo
         && subset(&want.annotations, &found.annotations)
 }
 
+/// The name of the MemberSlice carrying the slice `namespace/name` of `kind` for a pull
+/// member: `kind.namespace.name` in lower case, shortened with a hash past 253.
+pub fn member_slice_name(kind: WorkloadKind, namespace: &str, name: &str) -> String {
+    let full = format!("{}.{namespace}.{name}", kind.as_str().to_lowercase());
+    if full.len() <= 253 {
+        return full;
+    }
+    let hash = crate::expand::names::short_hash(&full);
+    let head: String = full.chars().take(253 - 1 - hash.len()).collect();
+    format!("{}-{hash}", head.trim_end_matches(['.', '-']))
+}
+
+/// The MemberSlice for a pull member's namespace on the hub that carries `slice` (as the
+/// hub would write it into a push member). It has the slice's labels, so the hub selects
+/// and checks ownership of MemberSlices as it does slices.
+pub fn wrap_slice(kind: WorkloadKind, slice: &serde_json::Value, pull_namespace: &str) -> serde_json::Value {
+    let meta = &slice["metadata"];
+    let name = member_slice_name(
+        kind,
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default(),
+    );
+    serde_json::json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1",
+        "kind": "MemberSlice",
+        "metadata": {"name": name, "namespace": pull_namespace, "labels": meta["labels"].clone()},
+        "spec": {"slice": slice},
+    })
+}
+
+/// The summary of a pull member's slice from its MemberSlice: what the hub wrote (spec,
+/// labels, annotations: whether a write is due) and what the agent last reported of the
+/// slice in the member (generation, the hub generation it was written from, status).
+pub fn summarize_member_slice(
+    kind: WorkloadKind,
+    ms: &crate::api::member_slice::MemberSlice,
+) -> SliceSummary {
+    let mut object = ms.spec.slice.clone();
+    let reported = ms.status.as_ref().filter(|s| s.slice_generation.is_some());
+    // Not reported yet: the MemberSlice's own generation, which no status has observed.
+    object["metadata"]["generation"] = serde_json::json!(
+        reported
+            .and_then(|s| s.slice_generation)
+            .or(ms.metadata.generation)
+            .unwrap_or(1)
+    );
+    if let Some(st) = reported.and_then(|s| s.slice.clone()) {
+        object["status"] = st;
+    }
+    let mut summary = match serde_json::from_value::<kube::api::DynamicObject>(object) {
+        Ok(o) => summarize_dynamic(kind, &o),
+        Err(_) => SliceSummary {
+            hub_uid: None,
+            generation: None,
+            hub_generation: None,
+            spec_digest: 0,
+            labels: Default::default(),
+            annotations: Default::default(),
+            share: SliceShare::default(),
+            report: SliceReport {
+                state: member_state::PROGRESSING,
+                ..Default::default()
+            },
+        },
+    };
+    summary.hub_generation = reported.and_then(|s| s.hub_generation);
+    summary
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -418,5 +487,40 @@ mod tests {
             member_workload_status("a", &behind, &t).state.as_deref(),
             Some("Progressing")
         );
+    }
+
+    #[test]
+    fn a_member_slice_wraps_the_slice_and_reports_what_the_agent_saw() {
+        use crate::api::member_slice::{MemberSlice, MemberSliceStatus};
+        let share = SliceShare {
+            replicas: Some(3),
+            ..Default::default()
+        };
+        let slice = build_slice(&service(10), &share);
+        let v = serde_json::to_value(&slice).unwrap();
+        let wrapped = wrap_slice(WorkloadKind::Service, &v, "pinfed-member-x");
+        assert_eq!(wrapped["metadata"]["name"], "pinterestservice.ads.web");
+        assert_eq!(wrapped["metadata"]["labels"][LABEL_HUB_UID], "u-9");
+        let mut ms: MemberSlice = serde_json::from_value(wrapped).unwrap();
+        ms.metadata.generation = Some(1);
+        let s = summarize_member_slice(WorkloadKind::Service, &ms);
+        assert!(slice_is_current(&s, &slice), "what the hub wrote is current");
+        assert!(!s.processed(), "nothing reported yet");
+        assert_eq!(s.hub_generation, None);
+        ms.status = Some(MemberSliceStatus {
+            slice: Some(serde_json::json!({"observedGeneration": 2, "replicas": 3,
+                "readyReplicas": 3, "availableReplicas": 3,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})),
+            slice_generation: Some(2),
+            hub_generation: Some(4),
+            ..Default::default()
+        });
+        let s = summarize_member_slice(WorkloadKind::Service, &ms);
+        assert!(s.processed());
+        assert_eq!((s.report.state, s.hub_generation), ("Ready", Some(4)));
+        assert_eq!(s.report.counts.available_replicas, Some(3));
+        let long = member_slice_name(WorkloadKind::JobSet, &"n".repeat(63), &"x".repeat(253));
+        assert!(long.len() <= 253 && long.starts_with("pinterestjobset.nnn"), "{long}");
     }
 }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
-use crate::api::federation::{Amounts, ResourceAmounts};
+use crate::api::federation::{
+    Amounts, NodePoolReport, NodeReport, NodeTaintReport, ResourceAmounts,
+};
 use crate::api::quantity::Milli;
 
 pub const GPU: &str = "nvidia.com/gpu";
@@ -220,6 +222,92 @@ pub fn totals(nodes: &[NodeUsage]) -> Totals {
     })
 }
 
+/// The node label that names one node: left out of a pool's shape, put back per node.
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+fn res_of(a: &ResourceAmounts) -> Res {
+    let a = a.parse().unwrap_or_default();
+    Res {
+        cpu: a.cpu.unwrap_or_default(),
+        memory: a.memory.unwrap_or_default(),
+        pods: a.pods.unwrap_or_default(),
+        gpus: a.gpus.unwrap_or_default(),
+    }
+}
+
+/// Groups nodes into pools of one shape (labels but the host name, taints, capacity,
+/// allocatable), each node with its allocation: a pull member's agent reports this, and
+/// [`from_pools`] gives placement the same nodes back.
+pub fn to_pools(nodes: &[NodeUsage]) -> Vec<NodePoolReport> {
+    let mut pools: Vec<NodePoolReport> = Vec::new();
+    for n in nodes {
+        let mut labels = n.labels.clone();
+        labels.remove(HOSTNAME_LABEL);
+        let taints: Vec<NodeTaintReport> = n
+            .taints
+            .iter()
+            .map(|t| NodeTaintReport {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect();
+        let capacity = n.capacity.to_resource_amounts();
+        let allocatable = n.allocatable.to_resource_amounts();
+        let node = NodeReport {
+            name: n.name.clone(),
+            schedulable: n.schedulable,
+            allocated: n.allocated.to_resource_amounts(),
+        };
+        match pools.iter_mut().find(|p| {
+            p.labels == labels
+                && p.taints == taints
+                && p.capacity == capacity
+                && p.allocatable == allocatable
+        }) {
+            Some(p) => p.nodes.push(node),
+            None => pools.push(NodePoolReport {
+                labels,
+                taints,
+                capacity,
+                allocatable,
+                nodes: vec![node],
+            }),
+        }
+    }
+    pools
+}
+
+/// The nodes of pool reports, as placement sees nodes (see [`to_pools`]).
+pub fn from_pools(pools: &[NodePoolReport]) -> Vec<NodeUsage> {
+    pools
+        .iter()
+        .flat_map(|p| {
+            p.nodes.iter().map(move |n| {
+                let mut labels = p.labels.clone();
+                labels.insert(HOSTNAME_LABEL.to_string(), n.name.clone());
+                NodeUsage {
+                    name: n.name.clone(),
+                    labels,
+                    taints: p
+                        .taints
+                        .iter()
+                        .map(|t| NodeTaint {
+                            key: t.key.clone(),
+                            value: t.value.clone(),
+                            effect: t.effect.clone(),
+                        })
+                        .collect(),
+                    schedulable: n.schedulable,
+                    capacity: res_of(&p.capacity),
+                    allocatable: res_of(&p.allocatable),
+                    allocated: res_of(&n.allocated),
+                }
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,5 +395,53 @@ mod tests {
             .unwrap(),
         ]);
         assert_eq!(pod_requests(&p).cpu, Milli(3000));
+    }
+
+    #[test]
+    fn pools_give_back_the_nodes_they_were_made_of() {
+        let node = |name: &str, pool: &str, cpu: i64, used: i64, tainted: bool| NodeUsage {
+            name: name.into(),
+            labels: [
+                ("pool".to_string(), pool.to_string()),
+                (HOSTNAME_LABEL.to_string(), name.to_string()),
+            ]
+            .into(),
+            taints: if tainted {
+                vec![NodeTaint {
+                    key: "dedicated".into(),
+                    value: Some("gpu".into()),
+                    effect: "NoSchedule".into(),
+                }]
+            } else {
+                vec![]
+            },
+            schedulable: name != "c",
+            capacity: Res {
+                cpu: Milli(cpu * 1000),
+                pods: Milli(110_000),
+                ..Default::default()
+            },
+            allocatable: Res {
+                cpu: Milli(cpu * 1000),
+                pods: Milli(110_000),
+                ..Default::default()
+            },
+            allocated: Res {
+                cpu: Milli(used),
+                pods: Milli(1000),
+                ..Default::default()
+            },
+        };
+        let nodes = vec![
+            node("a", "general", 8, 500, false),
+            node("b", "general", 8, 7500, false),
+            node("c", "general", 8, 0, false),
+            node("g", "gpu", 32, 0, true),
+        ];
+        let pools = to_pools(&nodes);
+        assert_eq!(pools.len(), 2, "{pools:?}");
+        assert_eq!(pools[0].nodes.len(), 3);
+        assert!(!pools[0].labels.contains_key(HOSTNAME_LABEL));
+        assert_eq!(from_pools(&pools), nodes);
     }
 }

@@ -28,13 +28,15 @@ pub async fn remove_slices<K: PinterestKind>(
         let member = ctx
             .registry
             .get(&member_name)
-            .filter(|m| m.is_ready(now, ctx.member_grace));
+            // A pull member's slices are on the hub: removed at once, reachable or not
+            // (its agent removes what they carried when it is back).
+            .filter(|m| m.is_pull() || m.is_ready(now, ctx.member_grace));
         match member {
             // Only "not found" means gone: a refusal or an overloaded member keeps the
             // finalizer until the slice is really removed, shown in a condition and a
             // metric. Only our own slice goes.
             Some(m) => {
-                match cleanups::delete_own_slice(&m.client, K::KIND.as_str(), &ns, &name, &hub_uid)
+                match m.target.delete_own(K::KIND, &ns, &name, &hub_uid)
                     .await
                 {
                     Ok(cleanups::Removal::Gone) => {}

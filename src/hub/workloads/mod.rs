@@ -313,11 +313,18 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Aggregate and write.
     let started = std::time::Instant::now();
+    let agent_times = ctx
+        .registry
+        .all()
+        .iter()
+        .filter_map(|m| Some((m.name.clone(), Time(m.agent_renewed()?))))
+        .collect();
     let observations = rollout::observations(
         &decided.decision,
         &standings,
         &slices,
         &stored_status,
+        &agent_times,
         &now_time,
     );
     let api_decision = decide::to_api_decision(&decided.decision);

@@ -30,7 +30,11 @@ pub async fn propagate_profiles(ctx: &HubContext) {
                 meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
             }
             v.as_object_mut().map(|o| o.remove("status"));
-            let api: Api<DynamicObject> = Api::all_with(m.client.clone(), &ar);
+            // A pull member's agent reads the hub's profiles itself.
+            let Some(client) = m.push_client() else {
+                continue;
+            };
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
             if let Err(e) = api
                 .patch(
                     &p.name_any(),

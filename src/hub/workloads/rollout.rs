@@ -9,18 +9,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::ApiResource;
+use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 
 use super::decide::Placed;
 use super::health::Standings;
 use super::{HubContext, HubError, workload_key};
 use crate::api::kind::{PinterestKind, SliceShare};
 use crate::api::ranges::RangeSet;
-use crate::api::workload::{WorkloadKind, WorkloadRef};
-use crate::controller::apply::{HUB_FIELD_MANAGER, apply_json};
+use crate::api::workload::WorkloadRef;
+use crate::hub::slice_target::SliceTarget;
 use crate::expand::bundle::{self, ConfigKind, ConfigRef};
 use crate::hub::slices::{self, SliceSummary};
 use crate::placement::failover::{self, Share, SliceSeen, SliceStep, TransitionInput};
@@ -28,10 +27,6 @@ use crate::status::MemberObservation;
 
 /// The workload's slice in each member it has one in.
 pub type Slices = BTreeMap<String, Arc<SliceSummary>>;
-
-pub fn slice_api<K: PinterestKind>(client: &Client, ns: &str) -> Api<K> {
-    Api::namespaced(client.clone(), ns)
-}
 
 /// The slices of every reachable member, from the hub's watch of them (a write of ours
 /// not seen there yet is written again, which changes nothing); asked directly, all at
@@ -53,10 +48,7 @@ pub async fn read_slices<K: PinterestKind>(
             async move {
                 let got = match m.cached_slice(K::KIND, ns, name) {
                     Ok(cached) => Ok(cached),
-                    Err(_) => dynamic_api(&m.client, K::KIND, ns)
-                        .get_opt(name)
-                        .await
-                        .map(|o| o.map(|o| Arc::new(slices::summarize_dynamic(K::KIND, &o)))),
+                    Err(_) => m.target.get(K::KIND, ns, name).await,
                 };
                 (m.name.clone(), got)
             }
@@ -72,11 +64,6 @@ pub async fn read_slices<K: PinterestKind>(
         }
     }
     Ok(found)
-}
-
-fn dynamic_api(client: &Client, kind: WorkloadKind, ns: &str) -> Api<DynamicObject> {
-    let ar = crate::api::kind::with_kind!(kind, K => ApiResource::erase::<K>(&()));
-    Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 /// Moves the slices toward the decision, every member at once (each step touches only its
@@ -122,7 +109,7 @@ pub async fn roll_out<K: PinterestKind>(
             };
             let target = Target {
                 ctx,
-                client: &member.client,
+                target: &member.target,
                 cluster,
             };
             match step {
@@ -193,7 +180,7 @@ fn config_of<K: PinterestKind>(obj: &K) -> BTreeSet<ConfigRef> {
 /// One member a roll-out step writes to.
 struct Target<'a> {
     ctx: &'a HubContext,
-    client: &'a Client,
+    target: &'a SliceTarget,
     cluster: &'a str,
 }
 
@@ -211,14 +198,10 @@ impl Target<'_> {
         let ns = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         tracing::info!(workload = %workload_key(obj), member = %self.cluster, "removing the slice of a cluster that left the placement");
-        let removal = crate::hub::cleanups::delete_own_slice(
-            self.client,
-            K::KIND.as_str(),
-            &ns,
-            &name,
-            &obj.uid().unwrap_or_default(),
-        )
-        .await
+        let removal = self
+            .target
+            .delete_own(K::KIND, &ns, &name, &obj.uid().unwrap_or_default())
+            .await
         .map_err(|source| HubError::RemoveSlice {
             cluster: self.cluster.to_string(),
             source,
@@ -239,8 +222,7 @@ impl Target<'_> {
         config: &BTreeSet<ConfigRef>,
     ) -> Result<Option<(String, Arc<SliceSummary>)>, HubError> {
         let ns = obj.namespace().unwrap_or_default();
-        let name = obj.name_any();
-        // Only our own slice is overwritten: one written for another resource of this
+                // Only our own slice is overwritten: one written for another resource of this
         // name (deleted while the member was down: its clean-up removes it) waits.
         let uid = obj.uid();
         if let Some(f) = found.filter(|f| f.hub_uid != uid) {
@@ -263,13 +245,9 @@ impl Target<'_> {
             .lock()
             .is_ok_and(|n| n.contains(&ns_key));
         if !current && !ns_known {
-            crate::controller::apply::ensure_namespace_labelled(
-                self.client,
-                &ns,
-                HUB_FIELD_MANAGER,
-                crate::controller::apply::WORKLOAD_NAMESPACE_LABELS,
-            )
-            .await
+            self.target
+                .ensure_namespace(&ns)
+                .await
             .map_err(|source| HubError::Propagate {
                 cluster: self.cluster.to_string(),
                 source,
@@ -283,19 +261,12 @@ impl Target<'_> {
         }
         let mut written = None;
         if !current {
-            let stored = slice_api::<K>(self.client, &ns)
-                .patch(
-                    &name,
-                    // Forced over our own slice (a change made in the member is undone);
-                    // not forced when none of ours is seen, so an object of this name
-                    // that someone else wrote there is a conflict, not overwritten.
-                    &if found.is_some() {
-                        PatchParams::apply(HUB_FIELD_MANAGER).force()
-                    } else {
-                        PatchParams::apply(HUB_FIELD_MANAGER)
-                    },
-                    &Patch::Apply(&slice),
-                )
+            // Forced over our own slice (a change made in the member is undone); not
+            // forced when none of ours is seen, so an object of this name that someone
+            // else wrote there is a conflict, not overwritten.
+            let stored = self
+                .target
+                .apply(&slice, found.is_some())
                 .await
                 .map_err(|source| {
                     if matches!(&source, kube::Error::Api(s) if s.code == 404)
@@ -305,10 +276,7 @@ impl Target<'_> {
                     }
                     self.member_error(source)
                 })?;
-            written = Some((
-                self.cluster.to_string(),
-                Arc::new(slices::summarize(&stored)),
-            ));
+            written = Some((self.cluster.to_string(), stored));
             self.ctx
                 .hub_metrics
                 .slice_writes
@@ -370,7 +338,8 @@ impl Target<'_> {
             let Some(source) = got else { continue };
             match bundle::bundle(r.kind, &source) {
                 Ok(b) => {
-                    apply_json(self.client, &b, HUB_FIELD_MANAGER)
+                    self.target
+                        .drop_bundle(&b)
                         .await
                         .map_err(|source| HubError::Propagate {
                             cluster: self.cluster.to_string(),
@@ -390,12 +359,15 @@ impl Target<'_> {
 }
 
 /// What the hub knows of each placed cluster for aggregation: the slice's report, or for
-/// a lost member the last status the hub showed (aggregation marks it).
+/// a lost member the last status the hub showed (aggregation marks it). A report is as
+/// old as the member's agent's last sign of life (its Lease), not as the hub's read:
+/// a silent agent's status ages and turns Unknown.
 pub fn observations(
     decision: &crate::placement::Decision,
     standings: &Standings,
     slices: &Slices,
     stored_status: &serde_json::Value,
+    agent_times: &BTreeMap<String, Time>,
     now: &Time,
 ) -> Vec<MemberObservation> {
     decision
@@ -405,7 +377,14 @@ pub fn observations(
             let member_ready = standings.reachable.contains(&p.cluster);
             let (status, hub_gen, processed) = match slices.get(&p.cluster) {
                 Some(s) => (
-                    Some(slices::member_workload_status(&p.cluster, s, now)),
+                    Some(slices::member_workload_status(
+                        &p.cluster,
+                        s,
+                        agent_times
+                            .get(&p.cluster)
+                            .filter(|t| t.0 < now.0)
+                            .unwrap_or(now),
+                    )),
                     s.hub_generation,
                     s.processed(),
                 ),

@@ -1,0 +1,85 @@
+//! Pull mode: the hub never connects to a pull member. It writes each slice for that
+//! member into the member's namespace on the hub, wrapped in a `MemberSlice`; the
+//! member's agent applies the wrapped slice into its cluster (the slice contract is
+//! unchanged, so expansion is too) and writes the slice's status back into the
+//! MemberSlice. Types only; the builders are in `hub::slices`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{embedded_object_schema, optional_date_time_schema, preserved_object_schema};
+
+/// The hub namespace of a pull member's slices, Lease and bundles.
+pub fn pull_namespace(member: &str) -> String {
+    format!("pinfed-member-{member}")
+}
+
+/// The Lease a member's agent renews (in the member's pull namespace on the hub, or in
+/// `pinfed-system` of a push member): the hub's evidence that the agent runs.
+pub fn agent_lease_name(member: &str) -> String {
+    format!("pinfed-agent-{member}")
+}
+
+/// A slice addressed to a pull member, held on the hub.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "federation.pinterest.com",
+    version = "v1alpha1",
+    kind = "MemberSlice",
+    namespaced,
+    status = "MemberSliceStatus",
+    shortname = "mslice",
+    category = "pinterest",
+    derive = "PartialEq",
+    doc = "A slice of a hub workload for a member in Pull mode, in that member's namespace on the hub: the member's agent applies spec.slice in its cluster and reports the slice's status here.",
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.slice.kind"),
+    printcolumn(
+        name = "Namespace",
+        type_ = "string",
+        json_path = ".spec.slice.metadata.namespace"
+    ),
+    printcolumn(
+        name = "Reported",
+        type_ = "date",
+        json_path = ".status.reportedTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSliceSpec {
+    /// The slice as the hub would write it into a push member: apiVersion, kind,
+    /// metadata (name, namespace, labels, annotations) and spec.
+    #[schemars(schema_with = "embedded_object_schema")]
+    pub slice: serde_json::Value,
+}
+
+/// What the member's agent last saw of the slice in its cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSliceStatus {
+    /// The slice's status in the member, as its agent wrote it there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object_schema")]
+    pub slice: Option<serde_json::Value>,
+    /// The slice's `metadata.generation` in the member (its status's observedGeneration
+    /// refers to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_generation: Option<i64>,
+    /// The hub generation the slice in the member was written from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub_generation: Option<i64>,
+    /// When the agent wrote this status (staleness is judged by it, never by when the hub
+    /// read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub reported_time: Option<Time>,
+    /// Why the agent could not apply the slice, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
