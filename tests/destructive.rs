@@ -90,6 +90,7 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
     .chain([format!("127.0.0.1:{}", support::free_port())])
     .collect();
     let hub = support::spawn_daemon(&fed, "hub-health", &args);
+    let _agents = support::spawn_agents(&fed);
     let member = fed.member_names()[1].clone();
     let api: kube::Api<MemberCluster> = kube::Api::all(fed.hub());
     let ready_is = |want: ConditionStatus| {

@@ -94,17 +94,7 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
             spawn_daemon(
                 &fed,
                 &format!("agent-ha-{m}"),
-                &[
-                    "agent",
-                    "--context",
-                    m,
-                    "--cluster-name",
-                    m,
-                    "--no-leader-election",
-                    "--metrics-addr",
-                    &format!("127.0.0.1:{}", support::free_port()),
-                ]
-                .map(String::from),
+                &support::agent_args(&fed, m),
             )
         })
         .collect();

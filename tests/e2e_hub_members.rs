@@ -33,6 +33,9 @@ async fn joined_members_report_ready_version_and_capacity() {
         .chain([format!("127.0.0.1:{port}")])
         .collect::<Vec<_>>(),
     );
+    // Every member's agent renews the Lease the hub reads as its sign of life; a pull
+    // member's agent is also the only source of its capacity and version.
+    let _agents = support::spawn_agents(&fed);
     let api: Api<MemberCluster> = Api::all(fed.hub());
     for m in &fed.topology.members {
         let name = m.name.clone();
@@ -76,6 +79,31 @@ async fn joined_members_report_ready_version_and_capacity() {
             },
         )
         .await;
+        let mc = api.get(&name).await.unwrap();
+        let status = mc.status.clone().unwrap();
+        assert!(
+            status.agent_renew_time.is_some(),
+            "{name}: the agent's Lease renewal is shown"
+        );
+        if fed.is_pull(&name) {
+            // The hub holds no credential for a pull member; its capacity is the agent's report.
+            assert!(mc.spec.secret_ref.is_none(), "{name}: {:?}", mc.spec);
+            let report = status.agent_report.expect("the agent's report");
+            assert!(
+                report.healthy && !report.node_pools.is_empty(),
+                "{report:?}"
+            );
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(fed.hub(), support::SYSTEM_NAMESPACE);
+            assert!(
+                secrets
+                    .get_opt(&format!("member-{name}"))
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "no kubeconfig Secret for pull member {name} on the hub"
+            );
+        }
     }
     // The hub serves its metrics, including per-member health.
     let url = format!("http://127.0.0.1:{port}/metrics");

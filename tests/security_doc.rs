@@ -125,7 +125,7 @@ fn render() -> String {
         );
     }
     objects.extend(
-        pinfed::hub::join::member_rbac()
+        pinfed::hub::join::member_rbac("MEMBER")
             .into_iter()
             .map(|o| ("member cluster", o)),
     );

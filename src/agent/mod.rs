@@ -4,6 +4,7 @@
 pub mod applied;
 pub mod bundles;
 pub mod kinds;
+pub mod pull;
 pub mod reconcile;
 pub mod status;
 
@@ -73,6 +74,17 @@ pub struct AgentArgs {
     /// in flight than the member API server serves only queues there and costs memory.
     #[arg(long, env = "PINFED_AGENT_CONCURRENCY", default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// push: the hub writes this member's slices. pull: the agent fetches them from the
+    /// hub with the kubeconfig in the Secret pinfed-system/pinfed-hub-kubeconfig (left
+    /// by `pinfed join NAME --mode pull`), reports status and capacity there.
+    #[arg(long, env = "PINFED_AGENT_MODE", value_enum, default_value = "push")]
+    pub mode: AgentMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentMode {
+    Push,
+    Pull,
 }
 
 fn labels() -> watcher::Config {
@@ -299,38 +311,61 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             ready.clone(),
         ));
         let cluster = args.cluster_name.clone();
+        let identity = args
+            .identity
+            .clone()
+            .unwrap_or_else(leader::default_identity);
         let work = {
             let client = client.clone();
+            let identity = identity.clone();
+            let mode = args.mode;
             move || {
-                run_controllers(
+                let controllers = run_controllers(
                     client.clone(),
                     cluster.clone(),
                     metrics.clone(),
                     queues.clone(),
                     ready.clone(),
                     args.concurrency,
-                )
+                );
+                let pull = pull::run(client.clone(), cluster.clone(), identity.clone());
+                async move {
+                    match mode {
+                        AgentMode::Push => controllers.await,
+                        // Only the leading agent talks to the hub.
+                        AgentMode::Pull => tokio::select! {
+                            r = controllers => r,
+                            () = pull => Ok(()),
+                        },
+                    }
+                }
             }
         };
         let cfg = (!args.no_leader_election).then(|| LeaderConfig {
             namespace: args.lease_namespace.clone(),
             lease_name: format!("pinfed-agent-{}", args.cluster_name),
-            identity: args
-                .identity
-                .clone()
-                .unwrap_or_else(leader::default_identity),
+            identity: identity.clone(),
             duration_secs: 10,
             // Renewed at half its life, well before the write gate shuts.
             grace_secs: 5,
         });
-        if cfg.is_some() {
-            crate::controller::apply::ensure_namespace(
-                &client,
-                &args.lease_namespace,
-                crate::controller::apply::AGENT_FIELD_MANAGER,
-            )
-            .await?;
-        }
+        crate::controller::apply::ensure_namespace(
+            &client,
+            &args.lease_namespace,
+            crate::controller::apply::AGENT_FIELD_MANAGER,
+        )
+        .await?;
+        // The Lease is also the hub's evidence that this agent runs: a single agent
+        // without leader election renews it all the same.
+        let _heartbeat = cfg.is_none().then(|| {
+            crate::controller::mirror::Watching::spawn(leader::renew_forever(
+                client.clone(),
+                args.lease_namespace.clone(),
+                crate::api::member_slice::agent_lease_name(&args.cluster_name),
+                identity.clone(),
+                10,
+            ))
+        });
         leader::run_until_shutdown(client, cfg, work).await
     })
 }

@@ -10,6 +10,27 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{embedded_object_schema, optional_date_time_schema, preserved_object_schema};
+use super::workload::WorkloadKind;
+
+/// The slice contract: labels and annotations that tie a slice to its hub resource
+/// (owner references cannot cross clusters).
+pub const LABEL_HUB_NAME: &str = "federation.pinterest.com/hub-name";
+pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
+pub const LABEL_HUB_UID: &str = "federation.pinterest.com/hub-uid";
+pub const LABEL_SLICE_OF: &str = "federation.pinterest.com/slice-of";
+pub const ANNOTATION_HUB_GENERATION: &str = "federation.pinterest.com/hub-generation";
+
+/// The name of the MemberSlice carrying the slice `namespace/name` of `kind` for a pull
+/// member: `kind.namespace.name` in lower case, shortened with a hash past 253.
+pub fn member_slice_name(kind: WorkloadKind, namespace: &str, name: &str) -> String {
+    let full = format!("{}.{namespace}.{name}", kind.as_str().to_lowercase());
+    if full.len() <= 253 {
+        return full;
+    }
+    let hash = crate::expand::names::short_hash(&full);
+    let head: String = full.chars().take(253 - 1 - hash.len()).collect();
+    format!("{}-{hash}", head.trim_end_matches(['.', '-']))
+}
 
 /// The hub namespace of a pull member's slices, Lease and bundles.
 pub fn pull_namespace(member: &str) -> String {
@@ -40,11 +61,7 @@ pub fn agent_lease_name(member: &str) -> String {
         type_ = "string",
         json_path = ".spec.slice.metadata.namespace"
     ),
-    printcolumn(
-        name = "Reported",
-        type_ = "date",
-        json_path = ".status.reportedTime"
-    ),
+    printcolumn(name = "Reported", type_ = "date", json_path = ".status.reportedTime"),
     printcolumn(
         name = "Age",
         type_ = "date",

@@ -49,6 +49,15 @@ pub struct JoinArgs {
     /// or member name (without it, join stops before changing anything).
     #[arg(long, requires = "install_agent")]
     pub replace_agent: bool,
+    /// push: the hub connects to the member with a ServiceAccount made there. pull: the
+    /// hub never connects; the member's agent pulls its slices from the hub with an
+    /// identity of the member's own namespace there (docs/federation.md).
+    #[arg(long, value_enum, default_value = "push")]
+    pub mode: crate::agent::AgentMode,
+    /// Pull mode: the hub API server URL as the member's agent reaches it (default: from
+    /// the hub context).
+    #[arg(long)]
+    pub hub_server: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -82,6 +91,9 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         args.region = args.region.or(m.region.clone());
         args.zone = args.zone.or(m.zone.clone());
         args.weight = args.weight.or(i32::try_from(m.weight).ok());
+        if m.mode == crate::api::federation::ClusterMode::Pull {
+            args.mode = crate::agent::AgentMode::Pull;
+        }
         let mut labels: Vec<(String, String)> = m.labels.clone().into_iter().collect();
         labels.extend(args.labels.clone());
         args.labels = labels;
@@ -90,7 +102,12 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         let hub_ctx = args.hub_context.clone().or(args.kube.context.clone());
         let hub = args.kube.client_for(hub_ctx.as_deref()).await.context("connecting to the hub")?;
         let member = args.kube.client_for(Some(&args.member_context)).await.context("connecting to the member")?;
-        let (server, ca_pem) = args.kube.server_and_ca(&args.member_context).await?;
+        let pull = args.mode == crate::agent::AgentMode::Pull;
+        let (server, ca_pem) = if pull {
+            (String::new(), Vec::new())
+        } else {
+            args.kube.server_and_ca(&args.member_context).await?
+        };
         let req = JoinRequest {
             name: name.clone(),
             region: args.region.clone(),
@@ -109,10 +126,24 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         } else {
             None
         };
-        eprintln!("joining {name} ({}) to the hub", req.server);
-        join(&hub, &member, &req).await?;
+        if pull {
+            let hub_ctx = hub_ctx.clone().or_else(|| {
+                kube::config::Kubeconfig::read().ok().and_then(|k| k.current_context)
+            });
+            let hub_ctx = hub_ctx.context("no hub context: pass --hub-context")?;
+            let (hub_server, hub_ca) = args.kube.server_and_ca(&hub_ctx).await?;
+            let endpoint = crate::hub::join_pull::HubEndpoint {
+                server: args.hub_server.clone().unwrap_or(hub_server),
+                ca_pem: hub_ca,
+            };
+            eprintln!("joining {name} to the hub in pull mode: its agent connects to {}", endpoint.server);
+            crate::hub::join_pull::join_pull(&hub, &member, &req, &endpoint).await?;
+        } else {
+            eprintln!("joining {name} ({}) to the hub", req.server);
+            join(&hub, &member, &req).await?;
+        }
         if args.install_agent {
-            let applied = crate::hub::join::install_agent(&member, &name, &args.agent_image).await?;
+            let applied = crate::hub::join::install_agent(&member, &name, &args.agent_image, pull).await?;
             let verb = match &existing {
                 Some(e) if e.image != args.agent_image => format!("upgraded from {}", e.image),
                 Some(_) => "updated".to_string(),
@@ -123,7 +154,16 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
                 eprintln!("  {line}");
             }
         }
-        eprintln!("joined: MemberCluster {name} created; the hub connects with ServiceAccount pinfed-system/pinfed-hub");
+        if pull {
+            eprintln!(
+                "joined: MemberCluster {name} (Pull) created; the hub holds no credential for it. Its agent \
+                 (run with --mode pull) connects to the hub as {ns}/pinfed-agent with the kubeconfig in the \
+                 member's Secret pinfed-system/pinfed-hub-kubeconfig",
+                ns = crate::api::member_slice::pull_namespace(&name)
+            );
+        } else {
+            eprintln!("joined: MemberCluster {name} created; the hub connects with ServiceAccount pinfed-system/pinfed-hub");
+        }
         Ok(())
     })
 }

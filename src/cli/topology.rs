@@ -31,14 +31,18 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         let gpu: u32 = nodes.iter().map(|n| n.gpu).sum();
         let pods: u32 = nodes.iter().map(|n| n.pods).sum();
         println!(
-            "member {} zone={} nodes={} cpu={} memory={}Gi pods={} gpu={}",
+            "member {} zone={} nodes={} cpu={} memory={}Gi pods={} gpu={} mode={}",
             m.name,
             m.zone.as_deref().unwrap_or("-"),
             nodes.len(),
             cpu,
             mem.units() >> 30,
             pods,
-            gpu
+            gpu,
+            match m.mode {
+                crate::api::federation::ClusterMode::Push => "push",
+                crate::api::federation::ClusterMode::Pull => "pull",
+            }
         );
     }
     Ok(())

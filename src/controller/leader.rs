@@ -183,3 +183,45 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
 }
+
+/// Renews the Lease `namespace/name` for `identity` every third of `duration_secs`, for
+/// a process without leader election whose Lease others read as its sign of life (the
+/// hub reads the agent's). Failures are logged and retried.
+pub async fn renew_forever(
+    client: Client,
+    namespace: String,
+    name: String,
+    identity: String,
+    duration_secs: i32,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let every =
+        std::time::Duration::from_secs(u64::try_from(duration_secs / 3).unwrap_or(1).max(1));
+    let mut failures = 0u32;
+    loop {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "holderIdentity": identity,
+                "leaseDurationSeconds": duration_secs,
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+            },
+        });
+        let params = kube::api::PatchParams::apply(&format!("{name}-lease")).force();
+        match api
+            .patch(&name, &params, &kube::api::Patch::Apply(&lease))
+            .await
+        {
+            Ok(_) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(12) {
+                    tracing::warn!(lease = %name, error = %e, "could not renew the Lease");
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}

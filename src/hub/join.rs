@@ -44,7 +44,7 @@ pub struct JoinRequest {
 /// ServiceAccount there); renew its own token. It may not read any other Secret, create
 /// Pods or RBAC, patch namespaces or delete Jobs: the member's agent materializes
 /// bundles and stops moved shards (`docs/security.md`).
-pub fn member_rbac() -> Vec<serde_json::Value> {
+pub fn member_rbac(member: &str) -> Vec<serde_json::Value> {
     let rw = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
@@ -87,7 +87,11 @@ pub fn member_rbac() -> Vec<serde_json::Value> {
         serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": HUB_MEMBER_ROLE, "namespace": MEMBER_NAMESPACE},
             "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
-                       "resourceNames": [HUB_SERVICE_ACCOUNT], "verbs": ["create"]}]}),
+                       "resourceNames": [HUB_SERVICE_ACCOUNT], "verbs": ["create"]},
+                      // The agent's Lease: the hub's evidence that the agent runs.
+                      {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "resourceNames": [crate::api::member_slice::agent_lease_name(member)],
+                       "verbs": ["get"]}]}),
         binding("Role", HUB_MEMBER_ROLE, Some(MEMBER_NAMESPACE)),
         // The member's agent reads the bundles here (it writes the copies elsewhere). Made
         // with the namespace, by join, so a kustomize overlay that moves the agent's own
@@ -368,8 +372,17 @@ pub async fn install_agent(
     member: &Client,
     name: &str,
     image: &str,
+    pull: bool,
 ) -> anyhow::Result<Vec<String>> {
-    let objs = agent_manifests(name, image)?;
+    let mut objs = agent_manifests(name, image)?;
+    if pull {
+        for o in objs.iter_mut().filter(|o| o["kind"] == "Deployment") {
+            if let Some(env) = o["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut()
+            {
+                env.push(serde_json::json!({"name": "PINFED_AGENT_MODE", "value": "pull"}));
+            }
+        }
+    }
     apply_all(member, &objs)
         .await
         .context("installing the agent in the member")?;
@@ -418,7 +431,7 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
         .await
         .context("installing CRDs in the member")?;
     wait_drop_namespace_gone_if_terminating(member).await?;
-    apply_all(member, &member_rbac())
+    apply_all(member, &member_rbac(&req.name))
         .await
         .context("creating the hub's ServiceAccount in the member")?;
     // An expiring token (TokenRequest) the hub renews itself; the Secret-held token of
@@ -491,7 +504,7 @@ mod tests {
             })
             .collect();
         assert!(shipped.contains(&"pinfed-hub".to_string()), "{shipped:?}");
-        let objects = member_rbac();
+        let objects = member_rbac("use1a");
         let created: Vec<&str> = objects
             .iter()
             .filter(|o| o["kind"] == "ServiceAccount")
@@ -622,7 +635,7 @@ mod tests {
 
     #[test]
     fn the_hub_may_not_touch_member_workload_status_or_rbac() {
-        let rbac = member_rbac();
+        let rbac = member_rbac("use1a");
         let role = rbac.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
         let text = role.to_string();
         assert!(

@@ -46,8 +46,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
             // member's agent renews its own token for the hub.
             if let (Some(client), Some(kubeconfig)) = (m.push_client(), m.kubeconfig())
                 && let Err(e) =
-                    crate::hub::member_token::renew_if_due(&ctx.hub, client, &mc, kubeconfig)
-                        .await
+                    crate::hub::member_token::renew_if_due(&ctx.hub, client, &mc, kubeconfig).await
             {
                 tracing::warn!(member = %name, error = %format!("{e:#}"), "could not renew the hub's token for the member");
             }

@@ -10,11 +10,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use crate::api::federation::MemberCluster;
+use crate::controller::cluster_side::MEMBER_NAMESPACE;
 pub use crate::controller::tokens::{
     kubeconfig_token, renewal_due, request_service_account_token, token_lifetime, who_am_i,
     with_token,
 };
-use crate::controller::cluster_side::MEMBER_NAMESPACE;
 use crate::hub::join::HUB_SERVICE_ACCOUNT;
 use crate::hub::members::{HUB_NAMESPACE, KUBECONFIG_KEY};
 
@@ -26,8 +26,13 @@ const FIELD_MANAGER: &str = "pinfed-hub-token";
 /// Asks a member for a fresh token of the hub's ServiceAccount (as whoever `member`
 /// authenticates: the joining admin, or the hub with its current token).
 pub async fn request_token(member: &Client) -> Result<String, kube::Error> {
-    request_service_account_token(member, MEMBER_NAMESPACE, HUB_SERVICE_ACCOUNT, MEMBER_TOKEN_SECS)
-        .await
+    request_service_account_token(
+        member,
+        MEMBER_NAMESPACE,
+        HUB_SERVICE_ACCOUNT,
+        MEMBER_TOKEN_SECS,
+    )
+    .await
 }
 
 /// The token of the member's kubeconfig Secret on the hub when it is for the same API

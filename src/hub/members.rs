@@ -25,9 +25,9 @@ use crate::api::common::{
 };
 use crate::api::federation::{AgentReport, ClusterMode, MemberCluster, MemberClusterStatus};
 use crate::api::member_slice::{MemberSlice, agent_lease_name, pull_namespace};
-use crate::hub::slice_target::SliceTarget;
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
 
@@ -387,50 +387,6 @@ pub async fn member_client(hub: &Client, mc: &MemberCluster) -> Result<Client, M
     client_from_kubeconfig(&mc.name_any(), &text).await
 }
 
-/// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror.
-fn trim_pod(p: &mut Pod) {
-    p.managed_fields_mut().clear();
-    p.annotations_mut().clear();
-    // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods.
-    p.labels_mut()
-        .retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND);
-    p.metadata.owner_references = None;
-    if let Some(spec) = p.spec.as_mut() {
-        spec.volumes = None;
-        spec.affinity = None;
-        spec.tolerations = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.command = None;
-            c.args = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-        }
-    }
-    if let Some(s) = p.status.as_mut() {
-        s.conditions = None;
-        s.container_statuses = None;
-        s.init_container_statuses = None;
-    }
-}
-
-fn trim_node(n: &mut Node) {
-    n.managed_fields_mut().clear();
-    n.annotations_mut().clear();
-    if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
-    }
-}
-
 /// Connects to a member (or returns the current connection when nothing it was made
 /// from changed): a push member through its kubeconfig Secret, a pull member through its
 /// namespace on the hub.
@@ -444,9 +400,9 @@ pub async fn ensure_member(
     }
     let name = mc.name_any();
     let (text, version) = read_kubeconfig(hub, mc).await?;
-    if let Some(m) = registry.get(&name).filter(|m| {
-        matches!(&m.link, Link::Push { secret_version, .. } if *secret_version == version)
-    }) {
+    if let Some(m) = registry.get(&name).filter(
+        |m| matches!(&m.link, Link::Push { secret_version, .. } if *secret_version == version),
+    ) {
         return Ok(m);
     }
     let client = client_from_kubeconfig(&name, &text).await?;
@@ -454,12 +410,12 @@ pub async fn ensure_member(
     let (pods, pod_writer) = reflector::store();
     let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .backoff(crate::controller::watch::backoff())
-        .modify(trim_node)
+        .modify(capacity::trim_node)
         .reflect(node_writer)
         .for_each(|_| futures::future::ready(()));
     let pod_stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .backoff(crate::controller::watch::backoff())
-        .modify(trim_pod)
+        .modify(capacity::trim_pod)
         .reflect(pod_writer)
         .for_each(|_| futures::future::ready(()));
     let mut tasks = vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)];
@@ -598,19 +554,21 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
                     }
                 }
             };
-            let one = |ms: &MemberSlice, f: &dyn Fn(&mut SliceCache, (String, String), Arc<SliceSummary>)| {
-                if let Some((kind, key)) = carried(ms) {
-                    let summary = Arc::new(slices::summarize_member_slice(kind, ms));
-                    if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
-                        f(&mut c, key.clone(), summary);
+            let one =
+                |ms: &MemberSlice,
+                 f: &dyn Fn(&mut SliceCache, (String, String), Arc<SliceSummary>)| {
+                    if let Some((kind, key)) = carried(ms) {
+                        let summary = Arc::new(slices::summarize_member_slice(kind, ms));
+                        if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
+                            f(&mut c, key.clone(), summary);
+                        }
+                        let _ = events.send(SliceEvent {
+                            kind,
+                            namespace: key.0,
+                            name: key.1,
+                        });
                     }
-                    let _ = events.send(SliceEvent {
-                        kind,
-                        namespace: key.0,
-                        name: key.1,
-                    });
-                }
-            };
+                };
             match &ev {
                 watcher::Event::Init => each(&|c| c.begin_relist()),
                 watcher::Event::InitApply(ms) => one(ms, &|c, k, s| c.relisted(k, s)),
@@ -645,7 +603,11 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
 }
 
 /// When a Lease was last renewed; `Ok(None)` when there is none.
-async fn lease_renewed(client: &Client, namespace: &str, name: &str) -> Result<Option<Timestamp>, String> {
+async fn lease_renewed(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Timestamp>, String> {
     let got = tokio::time::timeout(
         Duration::from_secs(5),
         Api::<Lease>::namespaced(client.clone(), namespace).get_opt(name),
@@ -759,6 +721,10 @@ pub fn member_status(
             &t,
         ),
         (Some(m), None) => {
+            let api_answers = |m: &Member| {
+                m.last_heartbeat()
+                    .is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
+            };
             let hb = m.state.lock().map(|h| h.clone()).unwrap_or_default();
             if let Some(v) = &hb.version {
                 s.kubernetes_version = Some(v.clone());
@@ -780,7 +746,7 @@ pub fn member_status(
                     generation,
                     &t,
                 )
-            } else if m.is_pull() || m.agent_lost(now, grace) {
+            } else if m.is_pull() || (api_answers(m) && m.agent_lost(now, grace)) {
                 let why = match (hb.agent_renewed, &hb.agent_error) {
                     (_, Some(e)) => format!("its agent's Lease cannot be read: {e}"),
                     (None, None) => "its agent has not connected yet".to_string(),

@@ -3,6 +3,7 @@
 
 pub mod cleanups;
 pub mod join;
+pub mod join_pull;
 pub mod member_loop;
 pub mod member_token;
 pub mod members;

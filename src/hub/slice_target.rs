@@ -40,13 +40,18 @@ impl SliceTarget {
         name: &str,
     ) -> Result<Option<Arc<SliceSummary>>, kube::Error> {
         Ok(match self {
-            SliceTarget::Push(client) => {
-                Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &slice_resource(kind))
-                    .get_opt(name)
-                    .await?
-                    .map(|o| Arc::new(slices::summarize_dynamic(kind, &o)))
-            }
-            SliceTarget::Pull { hub, namespace: pull } => Self::member_slices(hub, pull)
+            SliceTarget::Push(client) => Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                namespace,
+                &slice_resource(kind),
+            )
+            .get_opt(name)
+            .await?
+            .map(|o| Arc::new(slices::summarize_dynamic(kind, &o))),
+            SliceTarget::Pull {
+                hub,
+                namespace: pull,
+            } => Self::member_slices(hub, pull)
                 .get_opt(&slices::member_slice_name(kind, namespace, name))
                 .await?
                 .map(|ms| Arc::new(slices::summarize_member_slice(kind, &ms))),
@@ -101,10 +106,17 @@ impl SliceTarget {
     ) -> Result<Removal, kube::Error> {
         let (api, name) = match self {
             SliceTarget::Push(client) => (
-                Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &slice_resource(kind)),
+                Api::<DynamicObject>::namespaced_with(
+                    client.clone(),
+                    namespace,
+                    &slice_resource(kind),
+                ),
                 name.to_string(),
             ),
-            SliceTarget::Pull { hub, namespace: pull } => (
+            SliceTarget::Pull {
+                hub,
+                namespace: pull,
+            } => (
                 Api::<DynamicObject>::namespaced_with(
                     hub.clone(),
                     pull,
@@ -155,7 +167,9 @@ impl SliceTarget {
     /// member's agent picks it up: the member's drop namespace, or the pull namespace.
     pub async fn drop_bundle(&self, bundle: &serde_json::Value) -> Result<(), ApplyError> {
         match self {
-            SliceTarget::Push(client) => apply_json(client, bundle, HUB_FIELD_MANAGER).await.map(drop),
+            SliceTarget::Push(client) => apply_json(client, bundle, HUB_FIELD_MANAGER)
+                .await
+                .map(drop),
             SliceTarget::Pull { hub, namespace } => {
                 let mut b = bundle.clone();
                 b["metadata"]["namespace"] = namespace.as_str().into();

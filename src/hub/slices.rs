@@ -11,13 +11,10 @@ use crate::api::kind::{PinterestKind, SliceCounts, SliceShare};
 use crate::api::workload::WorkloadKind;
 use crate::status::member_state;
 
-/// Labels and annotations that tie a slice to its hub resource (owner references cannot
-/// cross clusters).
-pub const LABEL_HUB_NAME: &str = "federation.pinterest.com/hub-name";
-pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
-pub const LABEL_HUB_UID: &str = "federation.pinterest.com/hub-uid";
-pub const LABEL_SLICE_OF: &str = "federation.pinterest.com/slice-of";
-pub const ANNOTATION_HUB_GENERATION: &str = "federation.pinterest.com/hub-generation";
+pub use crate::api::member_slice::{
+    ANNOTATION_HUB_GENERATION, LABEL_HUB_NAME, LABEL_HUB_NAMESPACE, LABEL_HUB_UID, LABEL_SLICE_OF,
+    member_slice_name,
+};
 /// Finalizer on hub resources: their slices are removed before the resource goes.
 pub const FINALIZER: &str = "federation.pinterest.com/slices";
 
@@ -258,22 +255,14 @@ pub fn slice_is_current<K: PinterestKind>(found: &SliceSummary, slice: &K) -> bo
         && subset(&want.annotations, &found.annotations)
 }
 
-/// The name of the MemberSlice carrying the slice `namespace/name` of `kind` for a pull
-/// member: `kind.namespace.name` in lower case, shortened with a hash past 253.
-pub fn member_slice_name(kind: WorkloadKind, namespace: &str, name: &str) -> String {
-    let full = format!("{}.{namespace}.{name}", kind.as_str().to_lowercase());
-    if full.len() <= 253 {
-        return full;
-    }
-    let hash = crate::expand::names::short_hash(&full);
-    let head: String = full.chars().take(253 - 1 - hash.len()).collect();
-    format!("{}-{hash}", head.trim_end_matches(['.', '-']))
-}
-
 /// The MemberSlice for a pull member's namespace on the hub that carries `slice` (as the
 /// hub would write it into a push member). It has the slice's labels, so the hub selects
 /// and checks ownership of MemberSlices as it does slices.
-pub fn wrap_slice(kind: WorkloadKind, slice: &serde_json::Value, pull_namespace: &str) -> serde_json::Value {
+pub fn wrap_slice(
+    kind: WorkloadKind,
+    slice: &serde_json::Value,
+    pull_namespace: &str,
+) -> serde_json::Value {
     let meta = &slice["metadata"];
     let name = member_slice_name(
         kind,
@@ -504,7 +493,10 @@ mod tests {
         let mut ms: MemberSlice = serde_json::from_value(wrapped).unwrap();
         ms.metadata.generation = Some(1);
         let s = summarize_member_slice(WorkloadKind::Service, &ms);
-        assert!(slice_is_current(&s, &slice), "what the hub wrote is current");
+        assert!(
+            slice_is_current(&s, &slice),
+            "what the hub wrote is current"
+        );
         assert!(!s.processed(), "nothing reported yet");
         assert_eq!(s.hub_generation, None);
         ms.status = Some(MemberSliceStatus {
@@ -521,6 +513,9 @@ mod tests {
         assert_eq!((s.report.state, s.hub_generation), ("Ready", Some(4)));
         assert_eq!(s.report.counts.available_replicas, Some(3));
         let long = member_slice_name(WorkloadKind::JobSet, &"n".repeat(63), &"x".repeat(253));
-        assert!(long.len() <= 253 && long.starts_with("pinterestjobset.nnn"), "{long}");
+        assert!(
+            long.len() <= 253 && long.starts_with("pinterestjobset.nnn"),
+            "{long}"
+        );
     }
 }

@@ -82,6 +82,83 @@ async fn slices_in(member: &Client) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+fn is_pull(mc: &MemberCluster) -> bool {
+    mc.spec.mode == Some(crate::api::federation::ClusterMode::Pull)
+}
+
+/// MemberSlices left in a pull member's namespace on the hub.
+async fn member_slices_of(hub: &Client, member: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<crate::api::member_slice::MemberSlice> = Api::namespaced(
+        hub.clone(),
+        &crate::api::member_slice::pull_namespace(member),
+    );
+    Ok(api
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .collect())
+}
+
+/// A pull member: drained like any (the hub removes its MemberSlices, its agent the
+/// slices), then its namespace on the hub, its agent's hub identity and, with the
+/// member's admin context, the Secret and rights the agent had for pulling.
+async fn unjoin_pull_member(
+    hub: &Client,
+    mc: &MemberCluster,
+    timeout: Duration,
+    member_admin: Option<&Client>,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Unjoined> {
+    let name = mc.name_any();
+    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_DRAINING: "true"}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    progress(&format!(
+        "{name} draining: the hub moves its workloads to other members"
+    ));
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let placed = placed_on(hub, &name).await?;
+        let left = member_slices_of(hub, &name).await?;
+        if placed.is_empty() && left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "{name} still runs {} workload(s) and holds {} MemberSlice(s) after {}s: placed: \
+                 {placed:?}; MemberSlices: {left:?}",
+                placed.len(),
+                left.len(),
+                timeout.as_secs()
+            );
+        }
+        progress(&format!(
+            "waiting: {} workload(s) still placed on {name}, {} MemberSlice(s) left",
+            placed.len(),
+            left.len()
+        ));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // The agent removes the slices of MemberSlices that are gone; give it a moment to
+    // see the last ones before its identity goes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    crate::hub::join_pull::unjoin_pull(hub, member_admin, &name).await?;
+    remove_registration(hub, mc).await?;
+    progress(&format!(
+        "{name} unjoined: no workload left there; its namespace and agent identity on the hub \
+         removed{}; MemberCluster deleted",
+        if member_admin.is_some() {
+            ", and the agent's hub kubeconfig and pull rights in the member"
+        } else {
+            " (pass --member-context to remove the agent's hub kubeconfig and pull rights in the member)"
+        }
+    ));
+    Ok(Unjoined::default())
+}
+
 async fn remove_registration(hub: &Client, mc: &MemberCluster) -> anyhow::Result<()> {
     let name = mc.name_any();
     if let Some(r) = &mc.spec.secret_ref {
@@ -127,12 +204,18 @@ pub async fn unjoin(
             .unwrap_or_default();
         result.still_placed = placed_on(hub, name).await?;
         remove_registration(hub, &mc).await?;
+        if is_pull(&mc) {
+            crate::hub::join_pull::unjoin_pull(hub, None, name).await?;
+        }
         progress(&format!(
             "{name} detached: MemberCluster and kubeconfig Secret deleted; the hub re-places what ran there"
         ));
         return Ok(result);
     }
 
+    if is_pull(&mc) {
+        return unjoin_pull_member(hub, &mc, timeout, member_admin, progress).await;
+    }
     let member = members::member_client(hub, &mc)
         .await
         .with_context(|| format!("connecting to {name} (use --force for a member that is gone)"))?;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
+use crate::api::common::{LABEL_KIND, LABEL_WORKLOAD};
 use crate::api::federation::{
     Amounts, NodePoolReport, NodeReport, NodeTaintReport, ResourceAmounts,
 };
@@ -222,6 +223,51 @@ pub fn totals(nodes: &[NodeUsage]) -> Totals {
     })
 }
 
+/// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror.
+pub fn trim_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    p.metadata.annotations = None;
+    // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods.
+    if let Some(l) = p.metadata.labels.as_mut() {
+        l.retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND);
+    }
+    p.metadata.owner_references = None;
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+        }
+    }
+    if let Some(s) = p.status.as_mut() {
+        s.conditions = None;
+        s.container_statuses = None;
+        s.init_container_statuses = None;
+    }
+}
+
+pub fn trim_node(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    n.metadata.annotations = None;
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+    }
+}
+
 /// The node label that names one node: left out of a pool's shape, put back per node.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -399,7 +445,7 @@ mod tests {
 
     #[test]
     fn pools_give_back_the_nodes_they_were_made_of() {
-        let node = |name: &str, pool: &str, cpu: i64, used: i64, tainted: bool| NodeUsage {
+        let node = |name: &str, pool: &str, cpu: i128, used: i128, tainted: bool| NodeUsage {
             name: name.into(),
             labels: [
                 ("pool".to_string(), pool.to_string()),

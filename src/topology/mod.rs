@@ -48,6 +48,10 @@ pub struct Member {
     pub taints: Vec<Taint>,
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// Push (default): the hub connects to the member. Pull: the member's agent connects
+    /// to the hub (`pinfed join --mode pull`).
+    #[serde(default)]
+    pub mode: crate::api::federation::ClusterMode,
     pub node_pools: Vec<NodePool>,
 }
 

@@ -75,6 +75,14 @@ impl Federation {
             .clone()
     }
 
+    /// Whether the topology has member `m` join in pull mode.
+    pub fn is_pull(&self, m: &str) -> bool {
+        self.topology
+            .members
+            .iter()
+            .any(|t| t.name == m && t.mode == pinfed::api::federation::ClusterMode::Pull)
+    }
+
     pub fn hub(&self) -> Client {
         self.client(&self.topology.hub.name)
     }
@@ -248,6 +256,9 @@ pub fn join_all(fed: &Federation) {
         for l in &labels {
             args.extend(["--label", l]);
         }
+        if m.mode == pinfed::api::federation::ClusterMode::Pull {
+            args.extend(["--mode", "pull"]);
+        }
         let out = pinfed(fed, &args);
         assert!(
             out.status.success(),
@@ -284,24 +295,31 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
 pub fn spawn_agents(fed: &Federation) -> Vec<Daemon> {
     fed.member_names()
         .into_iter()
-        .map(|m| {
-            let port = free_port().to_string();
-            let args: Vec<String> = [
-                "agent",
-                "--context",
-                &m,
-                "--cluster-name",
-                &m,
-                "--no-leader-election",
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-            ]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-            spawn_daemon(fed, &format!("agent-{m}"), &args)
-        })
+        .map(|m| spawn_daemon(fed, &format!("agent-{m}"), &agent_args(fed, &m)))
         .collect()
+}
+
+/// The arguments of the agent of member `m` as the e2e federations run it (no leader
+/// election, metrics on a free port, `--mode pull` for a pull member of the topology).
+pub fn agent_args(fed: &Federation, m: &str) -> Vec<String> {
+    let port = free_port().to_string();
+    let mut args: Vec<String> = [
+        "agent",
+        "--context",
+        m,
+        "--cluster-name",
+        m,
+        "--no-leader-election",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    if fed.is_pull(m) {
+        args.extend(["--mode".to_string(), "pull".to_string()]);
+    }
+    args
 }
 
 pub fn free_port() -> u16 {

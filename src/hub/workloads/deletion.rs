@@ -35,26 +35,22 @@ pub async fn remove_slices<K: PinterestKind>(
             // Only "not found" means gone: a refusal or an overloaded member keeps the
             // finalizer until the slice is really removed, shown in a condition and a
             // metric. Only our own slice goes.
-            Some(m) => {
-                match m.target.delete_own(K::KIND, &ns, &name, &hub_uid)
-                    .await
-                {
-                    Ok(cleanups::Removal::Gone) => {}
-                    Ok(cleanups::Removal::NotOurs(other)) => {
-                        tracing::warn!(member = %m.name, workload = %key, other_hub_uid = ?other, "a slice of this name in the member was not written for this resource; left alone");
-                    }
-                    Err(e) => {
-                        tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
-                        ctx.hub_metrics
-                            .slice_removal_failures
-                            .get_or_create(&crate::hub::member_loop::MemberLabels {
-                                member: m.name.clone(),
-                            })
-                            .inc();
-                        failures.push(format!("{}: {e}", m.name));
-                    }
+            Some(m) => match m.target.delete_own(K::KIND, &ns, &name, &hub_uid).await {
+                Ok(cleanups::Removal::Gone) => {}
+                Ok(cleanups::Removal::NotOurs(other)) => {
+                    tracing::warn!(member = %m.name, workload = %key, other_hub_uid = ?other, "a slice of this name in the member was not written for this resource; left alone");
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(member = %m.name, error = %e, "slice not removed yet; will retry");
+                    ctx.hub_metrics
+                        .slice_removal_failures
+                        .get_or_create(&crate::hub::member_loop::MemberLabels {
+                            member: m.name.clone(),
+                        })
+                        .inc();
+                    failures.push(format!("{}: {e}", m.name));
+                }
+            },
             None => {
                 let record = PendingCleanup {
                     kind: K::KIND.as_str().into(),

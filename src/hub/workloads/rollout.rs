@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::ResourceExt;
 
 use super::decide::Placed;
 use super::health::Standings;
@@ -19,8 +19,8 @@ use super::{HubContext, HubError, workload_key};
 use crate::api::kind::{PinterestKind, SliceShare};
 use crate::api::ranges::RangeSet;
 use crate::api::workload::WorkloadRef;
-use crate::hub::slice_target::SliceTarget;
 use crate::expand::bundle::{self, ConfigKind, ConfigRef};
+use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, SliceSummary};
 use crate::placement::failover::{self, Share, SliceSeen, SliceStep, TransitionInput};
 use crate::status::MemberObservation;
@@ -202,10 +202,10 @@ impl Target<'_> {
             .target
             .delete_own(K::KIND, &ns, &name, &obj.uid().unwrap_or_default())
             .await
-        .map_err(|source| HubError::RemoveSlice {
-            cluster: self.cluster.to_string(),
-            source,
-        })?;
+            .map_err(|source| HubError::RemoveSlice {
+                cluster: self.cluster.to_string(),
+                source,
+            })?;
         if let crate::hub::cleanups::Removal::NotOurs(other) = removal {
             tracing::warn!(workload = %workload_key(obj), member = %self.cluster, other_hub_uid = ?other, "a slice of this name there was not written for this resource; left alone");
         }
@@ -222,7 +222,7 @@ impl Target<'_> {
         config: &BTreeSet<ConfigRef>,
     ) -> Result<Option<(String, Arc<SliceSummary>)>, HubError> {
         let ns = obj.namespace().unwrap_or_default();
-                // Only our own slice is overwritten: one written for another resource of this
+        // Only our own slice is overwritten: one written for another resource of this
         // name (deleted while the member was down: its clean-up removes it) waits.
         let uid = obj.uid();
         if let Some(f) = found.filter(|f| f.hub_uid != uid) {
@@ -248,10 +248,10 @@ impl Target<'_> {
             self.target
                 .ensure_namespace(&ns)
                 .await
-            .map_err(|source| HubError::Propagate {
-                cluster: self.cluster.to_string(),
-                source,
-            })?;
+                .map_err(|source| HubError::Propagate {
+                    cluster: self.cluster.to_string(),
+                    source,
+                })?;
             if let Ok(mut n) = self.ctx.namespaces.lock() {
                 n.insert(ns_key.clone());
             }

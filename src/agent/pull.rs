@@ -1,0 +1,766 @@
+//! Pull mode: the hub cannot reach this member (NAT, firewall) or holds no credential for
+//! it. The agent connects to the hub instead, with a ServiceAccount of the member's own
+//! namespace there (`pinfed join NAME --mode pull` makes it and leaves a kubeconfig for
+//! it in the member's Secret `pinfed-system/pinfed-hub-kubeconfig`), and:
+//!
+//! - mirrors the MemberSlices of its namespace into the member as slices (the slice
+//!   contract is unchanged, so expansion is too), with the bundles they reference and
+//!   the hub's RuntimeProfiles; removes what the hub removed;
+//! - writes each slice's status back into its MemberSlice;
+//! - renews its Lease there (the hub's evidence that it runs) and reports the member's
+//!   capacity, version and health into the MemberCluster status;
+//! - renews its own token before it expires.
+//!
+//! The hub being out of reach stops none of the member's workloads: the agent keeps
+//! reconciling them and catches up (a relist) when the hub is back.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use base64::Engine;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::core::ApiResource;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::api::federation::{AgentReport, MemberCluster};
+use crate::api::member_slice::{MemberSlice, MemberSliceStatus, agent_lease_name, pull_namespace};
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::WorkloadKind;
+use crate::controller::tokens;
+use crate::expand::bundle::{DROP_NAMESPACE, LABEL_BUNDLE};
+use crate::placement::capacity;
+
+/// The member Secret holding the agent's kubeconfig for the hub (key `kubeconfig`).
+pub const HUB_KUBECONFIG_SECRET: &str = "pinfed-hub-kubeconfig";
+/// Where that Secret lives in the member.
+pub const AGENT_NAMESPACE: &str = "pinfed-system";
+/// The agent's ServiceAccount on the hub, in the member's pull namespace.
+pub const PULL_SERVICE_ACCOUNT: &str = "pinfed-agent";
+/// Field manager of everything the agent mirrors from the hub into the member, and of
+/// what it writes on the hub (MemberSlice status, its Lease).
+pub const PULL_FIELD_MANAGER: &str = "pinfed-agent-pull";
+/// Field manager of the agent's report in the MemberCluster status.
+pub const REPORT_FIELD_MANAGER: &str = "pinfed-agent-report";
+/// How long the agent's token for the hub lives (renewed at two thirds).
+pub const HUB_TOKEN_SECS: i64 = 3 * 24 * 3600;
+const KUBECONFIG_KEY: &str = "kubeconfig";
+/// The Lease is renewed this often; the hub judges the agent lost after its grace.
+const LEASE_EVERY: Duration = Duration::from_secs(5);
+const LEASE_DURATION_SECS: i32 = 15;
+/// The member report is written this often (and at once on a change of nodes).
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Why the agent cannot use its hub credential: each says which.
+#[derive(Debug, thiserror::Error)]
+pub enum HubCredentialError {
+    #[error(
+        "the member has no Secret {AGENT_NAMESPACE}/{HUB_KUBECONFIG_SECRET} with a `kubeconfig` \
+         key: join this member in pull mode (`pinfed join NAME --mode pull`)"
+    )]
+    Missing,
+    #[error("the kubeconfig in {AGENT_NAMESPACE}/{HUB_KUBECONFIG_SECRET} is invalid: {0}")]
+    Invalid(String),
+    #[error(
+        "the hub refused the credential in {AGENT_NAMESPACE}/{HUB_KUBECONFIG_SECRET} \
+         (expired or revoked): {0}; join this member again with `pinfed join NAME --mode pull`"
+    )]
+    Refused(String),
+    #[error(
+        "the credential in {AGENT_NAMESPACE}/{HUB_KUBECONFIG_SECRET} is {found:?} on the hub, \
+         not member {member:?}'s agent ({expected:?}): it belongs to another member's namespace"
+    )]
+    OtherMember {
+        member: String,
+        found: String,
+        expected: String,
+    },
+    #[error("the hub cannot be reached: {0}")]
+    Unreachable(String),
+}
+
+/// The hub identity a member's agent must have.
+pub fn expected_identity(member: &str) -> String {
+    format!(
+        "system:serviceaccount:{}:{PULL_SERVICE_ACCOUNT}",
+        pull_namespace(member)
+    )
+}
+
+/// Checks who the hub says a credential is against the member it is for.
+pub fn check_identity(member: &str, found: &str) -> Result<(), HubCredentialError> {
+    let expected = expected_identity(member);
+    if found == expected {
+        return Ok(());
+    }
+    Err(HubCredentialError::OtherMember {
+        member: member.to_string(),
+        found: found.to_string(),
+        expected,
+    })
+}
+
+/// The hub kubeconfig from the member's Secret.
+async fn read_hub_kubeconfig(member: &Client) -> Result<String, HubCredentialError> {
+    let secret = Api::<Secret>::namespaced(member.clone(), AGENT_NAMESPACE)
+        .get_opt(HUB_KUBECONFIG_SECRET)
+        .await
+        .map_err(|e| HubCredentialError::Invalid(format!("reading it: {e}")))?
+        .ok_or(HubCredentialError::Missing)?;
+    let bytes = secret
+        .data
+        .and_then(|mut d| d.remove(KUBECONFIG_KEY))
+        .ok_or(HubCredentialError::Missing)?;
+    String::from_utf8(bytes.0).map_err(|e| HubCredentialError::Invalid(e.to_string()))
+}
+
+/// A client for the hub, checked to be this member's agent there.
+pub async fn connect(
+    member: &Client,
+    cluster: &str,
+) -> Result<(Client, String), HubCredentialError> {
+    let text = read_hub_kubeconfig(member).await?;
+    let hub = tokens::client_from_kubeconfig(&text)
+        .await
+        .map_err(HubCredentialError::Invalid)?;
+    let who = tokens::who_am_i(&hub).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.code == 401 => HubCredentialError::Refused(s.message.clone()),
+        _ => HubCredentialError::Unreachable(crate::controller::Chain(&e).to_string()),
+    })?;
+    check_identity(cluster, &who)?;
+    Ok((hub, text))
+}
+
+/// Runs the pull side until the process ends: connects, mirrors, reports; on a refused
+/// or broken credential it says which and tries again (the member's workloads keep
+/// running meanwhile).
+pub async fn run(member: Client, cluster: String, identity: String) {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match connect(&member, &cluster).await {
+            Ok((hub, kubeconfig)) => {
+                tracing::info!(hub_namespace = %pull_namespace(&cluster), "connected to the hub (pull mode)");
+                wait = Duration::from_secs(1);
+                let why = run_connected(&hub, &member, &cluster, &identity, &kubeconfig).await;
+                tracing::warn!(reason = %format!("{why:#}"), "pull connection ended; connecting again");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot use the hub credential");
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Everything the agent does while connected; returns why it stopped (a renewed token or
+/// a changed kubeconfig: connect again).
+async fn run_connected(
+    hub: &Client,
+    member: &Client,
+    cluster: &str,
+    identity: &str,
+    kubeconfig: &str,
+) -> anyhow::Error {
+    let ns = pull_namespace(cluster);
+    tokio::select! {
+        e = renew_lease(hub, member, &ns, cluster, identity) => e,
+        e = report(hub, member, cluster) => e,
+        e = mirror_slices(hub, member, &ns) => e,
+        e = report_slice_status(hub, member, &ns) => e,
+        e = mirror_bundles::<Secret>(hub, member, &ns) => e,
+        e = mirror_bundles::<ConfigMap>(hub, member, &ns) => e,
+        e = mirror_profiles(hub, member) => e,
+        e = renew_token(hub, member, &ns, kubeconfig) => e,
+    }
+}
+
+/// Renews the agent's Lease in its namespace on the hub — only while the member's API
+/// server answers: to the hub, a member that is down and an agent that is down are both
+/// lost (it cannot reach the member to tell them apart).
+async fn renew_lease(
+    hub: &Client,
+    member: &Client,
+    ns: &str,
+    cluster: &str,
+    identity: &str,
+) -> anyhow::Error {
+    let api: Api<Lease> = Api::namespaced(hub.clone(), ns);
+    let name = agent_lease_name(cluster);
+    let mut failures = 0u32;
+    loop {
+        let answers = tokio::time::timeout(Duration::from_secs(3), member.apiserver_version())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !answers {
+            tracing::warn!(
+                "the member's API server does not answer; the agent's Lease on the hub is not renewed"
+            );
+            tokio::time::sleep(LEASE_EVERY).await;
+            continue;
+        }
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "holderIdentity": identity,
+                "leaseDurationSeconds": LEASE_DURATION_SECS,
+                "renewTime": MicroTime(Timestamp::now()),
+            },
+        });
+        match api
+            .patch(
+                &name,
+                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                &Patch::Apply(&lease),
+            )
+            .await
+        {
+            Ok(_) => failures = 0,
+            Err(kube::Error::Api(s)) if s.code == 401 => {
+                return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
+            }
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(12) {
+                    tracing::warn!(error = %crate::controller::Chain(&e), "could not renew the agent's Lease on the hub");
+                }
+            }
+        }
+        tokio::time::sleep(LEASE_EVERY).await;
+    }
+}
+
+/// The member's capacity, version and health, into the MemberCluster status on the hub.
+async fn report(hub: &Client, member: &Client, cluster: &str) -> anyhow::Error {
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let node_changes = Arc::new(tokio::sync::Notify::new());
+    let nodes_watch = {
+        let changed = node_changes.clone();
+        watcher(Api::<Node>::all(member.clone()), watcher::Config::default())
+            .backoff(crate::controller::watch::backoff())
+            .modify(capacity::trim_node)
+            .reflect(node_writer)
+            .for_each(move |_| {
+                changed.notify_one();
+                futures::future::ready(())
+            })
+    };
+    let pods_watch = watcher(Api::<Pod>::all(member.clone()), watcher::Config::default())
+        .backoff(crate::controller::watch::backoff())
+        .modify(capacity::trim_pod)
+        .reflect(pod_writer)
+        .for_each(|_| futures::future::ready(()));
+    let _watches = (
+        crate::controller::mirror::Watching::spawn(nodes_watch),
+        crate::controller::mirror::Watching::spawn(pods_watch),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(15), async {
+        let _ = nodes.wait_until_ready().await;
+        let _ = pods.wait_until_ready().await;
+    })
+    .await;
+    let api: Api<MemberCluster> = Api::all(hub.clone());
+    loop {
+        let report = member_report(member, &nodes, &pods).await;
+        let patch = serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "status": {"agentReport": report},
+        });
+        match api
+            .patch_status(
+                cluster,
+                &PatchParams::apply(REPORT_FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 401 => {
+                return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::controller::Chain(&e), "could not write the member report on the hub")
+            }
+        }
+        // At once when nodes change (a pool added or cordoned), else on the timer.
+        let _ = tokio::time::timeout(REPORT_EVERY, node_changes.notified()).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn member_report(member: &Client, nodes: &Store<Node>, pods: &Store<Pod>) -> AgentReport {
+    let version = tokio::time::timeout(Duration::from_secs(5), member.apiserver_version()).await;
+    let (version, message) = match version {
+        Ok(Ok(v)) => (Some(v.git_version), None),
+        Ok(Err(e)) => (None, Some(format!("the member's API server: {e}"))),
+        Err(_) => (
+            None,
+            Some("the member's API server did not answer within 5s".into()),
+        ),
+    };
+    let nodes = nodes.state();
+    let pods = pods.state();
+    let usage = capacity::node_usage(
+        nodes.iter().map(|n| n.as_ref()),
+        pods.iter().map(|p| p.as_ref()),
+    );
+    AgentReport {
+        time: Some(Time(Timestamp::now())),
+        healthy: version.is_some(),
+        kubernetes_version: version,
+        message,
+        node_pools: capacity::to_pools(&usage),
+    }
+}
+
+fn slice_resource(kind: WorkloadKind) -> ApiResource {
+    crate::api::kind::with_kind!(kind, K => ApiResource::erase::<K>(&()))
+}
+
+/// The kind and (namespace, name) of the slice a MemberSlice carries.
+fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, String, String)> {
+    let s = &ms.spec.slice;
+    Some((
+        WorkloadKind::from_kind(s["kind"].as_str()?)?,
+        s["metadata"]["namespace"].as_str()?.to_string(),
+        s["metadata"]["name"].as_str()?.to_string(),
+    ))
+}
+
+/// Applies a MemberSlice's slice into the member (its namespace made first); a failure is
+/// written into the MemberSlice's status for the hub to show.
+async fn apply_slice(hub: &Client, member: &Client, ns: &str, ms: &MemberSlice) {
+    let Some((kind, namespace, name)) = carried(ms) else {
+        tracing::warn!(member_slice = %ms.name_any(), "a MemberSlice without a slice of a known kind; ignored");
+        return;
+    };
+    let result = async {
+        crate::controller::apply::ensure_namespace_labelled(
+            member,
+            &namespace,
+            PULL_FIELD_MANAGER,
+            crate::controller::apply::WORKLOAD_NAMESPACE_LABELS,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Api::<DynamicObject>::namespaced_with(member.clone(), &namespace, &slice_resource(kind))
+            .patch(
+                &name,
+                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                &Patch::Apply(&ms.spec.slice),
+            )
+            .await
+            .map_err(|e| crate::controller::Chain(&e).to_string())
+    }
+    .await;
+    let error = result.err();
+    if let Some(e) = &error {
+        tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %e, "could not apply the slice in the member");
+    }
+    let had = ms.status.as_ref().and_then(|s| s.error.clone());
+    if had != error {
+        let patch = serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberSlice",
+            "status": {"error": error},
+        });
+        let _ = Api::<MemberSlice>::namespaced(hub.clone(), ns)
+            .patch_status(
+                &ms.name_any(),
+                &PatchParams::apply(&format!("{PULL_FIELD_MANAGER}-errors")).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+    }
+}
+
+/// Deletes the member's slice `namespace/name` of `kind` when the hub wrote it for
+/// `hub_uid` (or for any hub resource, when `hub_uid` is `None`); only that object.
+async fn delete_slice(
+    member: &Client,
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+    hub_uid: Option<&str>,
+) {
+    let api =
+        Api::<DynamicObject>::namespaced_with(member.clone(), namespace, &slice_resource(kind));
+    let Ok(Some(found)) = api.get_metadata_opt(name).await else {
+        return;
+    };
+    let owner = found
+        .labels()
+        .get(crate::api::member_slice::LABEL_HUB_UID)
+        .cloned();
+    if owner.is_none() || hub_uid.is_some_and(|u| owner.as_deref() != Some(u)) {
+        return;
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: found.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => tracing::info!(kind = %kind, namespace, name, "removed a slice the hub removed"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(kind = %kind, namespace, name, error = %e, "could not remove a slice the hub removed")
+        }
+    }
+}
+
+/// Mirrors the MemberSlices of the agent's hub namespace into the member; after every
+/// (re)list, removes the member's slices the hub no longer has (the hub removed them
+/// while this agent was away).
+async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error {
+    let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
+    let mut stream = watcher(api, watcher::Config::default())
+        .backoff(crate::controller::watch::backoff())
+        .boxed();
+    let mut listing: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
+            Ok(watcher::Event::InitApply(ms)) => {
+                if let (Some(l), Some(key)) = (listing.as_mut(), carried(&ms)) {
+                    l.insert(key);
+                }
+                apply_slice(hub, member, ns, &ms).await;
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(wanted) = listing.take() {
+                    remove_unwanted(member, &wanted).await;
+                }
+            }
+            Ok(watcher::Event::Apply(ms)) => apply_slice(hub, member, ns, &ms).await,
+            Ok(watcher::Event::Delete(ms)) => {
+                if let Some((kind, namespace, name)) = carried(&ms) {
+                    let uid = ms
+                        .labels()
+                        .get(crate::api::member_slice::LABEL_HUB_UID)
+                        .cloned();
+                    delete_slice(member, kind, &namespace, &name, uid.as_deref()).await;
+                }
+            }
+            Err(kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(s)))
+            | Err(kube::runtime::watcher::Error::WatchStartFailed(kube::Error::Api(s)))
+                if s.code == 401 =>
+            {
+                return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
+            }
+            Err(e) => tracing::debug!(error = %e, "MemberSlice watch error (retrying)"),
+        }
+    }
+    anyhow::anyhow!("the MemberSlice watch ended")
+}
+
+/// Removes the member's hub-written slices that are not in `wanted`.
+async fn remove_unwanted(member: &Client, wanted: &BTreeSet<(WorkloadKind, String, String)>) {
+    for kind in WorkloadKind::ALL {
+        let api = Api::<DynamicObject>::all_with(member.clone(), &slice_resource(kind));
+        let Ok(list) = api
+            .list_metadata(&ListParams::default().labels(crate::api::member_slice::LABEL_HUB_NAME))
+            .await
+        else {
+            continue;
+        };
+        for o in list.items {
+            let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+            if !wanted.contains(&(kind, namespace.clone(), name.clone())) {
+                delete_slice(member, kind, &namespace, &name, None).await;
+            }
+        }
+    }
+}
+
+/// The MemberSlice status for a slice as the member stores it.
+pub fn slice_report(o: &DynamicObject, now: Timestamp) -> MemberSliceStatus {
+    MemberSliceStatus {
+        slice: o.data.get("status").cloned().filter(|s| !s.is_null()),
+        slice_generation: o.metadata.generation,
+        hub_generation: o
+            .annotations()
+            .get(crate::api::member_slice::ANNOTATION_HUB_GENERATION)
+            .and_then(|g| g.parse().ok()),
+        reported_time: Some(Time(now)),
+        error: None,
+    }
+}
+
+/// Writes the status of every hub-written slice in the member into its MemberSlice, when
+/// it changed (the agent's Lease, not a rewrite, says the report is current).
+async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow::Error {
+    let written: Arc<Mutex<HashMap<String, MemberSliceStatus>>> = Default::default();
+    let streams = WorkloadKind::ALL.into_iter().map(|kind| {
+        watcher(
+            Api::<DynamicObject>::all_with(member.clone(), &slice_resource(kind)),
+            watcher::Config::default().labels(crate::api::member_slice::LABEL_HUB_NAME),
+        )
+        .backoff(crate::controller::watch::backoff())
+        .applied_objects()
+        .filter_map(|o| futures::future::ready(o.ok()))
+        .map(move |o| (kind, o))
+        .boxed()
+    });
+    let mut all = futures::stream::select_all(streams);
+    let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
+    while let Some((kind, o)) = all.next().await {
+        let name = crate::api::member_slice::member_slice_name(
+            kind,
+            &o.namespace().unwrap_or_default(),
+            &o.name_any(),
+        );
+        let mut status = slice_report(&o, Timestamp::now());
+        let same = written.lock().ok().is_some_and(|w| {
+            w.get(&name).is_some_and(|old| {
+                old.slice == status.slice
+                    && old.slice_generation == status.slice_generation
+                    && old.hub_generation == status.hub_generation
+            })
+        });
+        if same {
+            continue;
+        }
+        let patch = serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberSlice",
+            "status": {
+                "slice": status.slice.take(),
+                "sliceGeneration": status.slice_generation,
+                "hubGeneration": status.hub_generation,
+                "reportedTime": status.reported_time.clone(),
+            },
+        });
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                status.slice = patch["status"]["slice"]
+                    .as_object()
+                    .map(|_| patch["status"]["slice"].clone());
+                if let Ok(mut w) = written.lock() {
+                    w.insert(name, status);
+                }
+            }
+            // The hub removed the MemberSlice: the slice goes too (mirror_slices).
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 401 => {
+                return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
+            }
+            Err(e) => {
+                tracing::warn!(member_slice = %name, error = %crate::controller::Chain(&e), "could not report a slice's status to the hub")
+            }
+        }
+    }
+    anyhow::anyhow!("the slice watches ended")
+}
+
+/// Mirrors the bundles (ConfigMaps or Secrets the hub dropped for this member's slices)
+/// from the agent's hub namespace into the member's drop namespace, where the agent
+/// materializes them next to the workloads as in push mode.
+async fn mirror_bundles<K>(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(hub.clone(), ns);
+    let into: Api<K> = Api::namespaced(member.clone(), DROP_NAMESPACE);
+    let mut stream = watcher(api, watcher::Config::default().labels(LABEL_BUNDLE))
+        .backoff(crate::controller::watch::backoff())
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        let (obj, deleted) = match ev {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),
+            Ok(watcher::Event::Delete(o)) => (o, true),
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "bundle watch error (retrying)");
+                continue;
+            }
+        };
+        let name = obj.name_any();
+        if deleted {
+            let _ = into.delete(&name, &DeleteParams::default()).await;
+            continue;
+        }
+        let mut v = match serde_json::to_value(&obj) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if let Some(meta) = v["metadata"].as_object_mut() {
+            meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
+            meta.insert("namespace".into(), DROP_NAMESPACE.into());
+        }
+        if let Err(e) = into
+            .patch(
+                &name,
+                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                &Patch::Apply(&v),
+            )
+            .await
+        {
+            tracing::warn!(bundle = %name, error = %crate::controller::Chain(&e), "could not copy a bundle into the member");
+        }
+    }
+    anyhow::anyhow!("the bundle watch ended")
+}
+
+/// Mirrors the hub's RuntimeProfiles into the member (and removes those the hub removed).
+async fn mirror_profiles(hub: &Client, member: &Client) -> anyhow::Error {
+    let into: Api<RuntimeProfile> = Api::all(member.clone());
+    let mut stream = watcher(
+        Api::<RuntimeProfile>::all(hub.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(crate::controller::watch::backoff())
+    .boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                let mut v = match serde_json::to_value(&p) {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                };
+                if let Some(meta) = v["metadata"].as_object_mut() {
+                    meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
+                }
+                v.as_object_mut().map(|o| o.remove("status"));
+                if let Err(e) = into
+                    .patch(
+                        &p.name_any(),
+                        &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                        &Patch::Apply(&v),
+                    )
+                    .await
+                {
+                    tracing::warn!(profile = %p.name_any(), error = %e, "could not copy a RuntimeProfile into the member");
+                }
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                let _ = into.delete(&p.name_any(), &DeleteParams::default()).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "RuntimeProfile watch error (retrying)"),
+        }
+    }
+    anyhow::anyhow!("the RuntimeProfile watch ended")
+}
+
+/// Renews the agent's token for the hub at two thirds of its life (asked of the hub with
+/// the current token), stores the new kubeconfig in the member's Secret and ends, so the
+/// agent connects again with it. Also ends when someone else changed that Secret.
+async fn renew_token(hub: &Client, member: &Client, ns: &str, kubeconfig: &str) -> anyhow::Error {
+    loop {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        match read_hub_kubeconfig(member).await {
+            Ok(now) if now != kubeconfig => {
+                return anyhow::anyhow!("the hub kubeconfig Secret changed");
+            }
+            _ => {}
+        }
+        let Some(token) = tokens::kubeconfig_token(kubeconfig) else {
+            continue;
+        };
+        if !tokens::renewal_due(&token, Timestamp::now().as_second()) {
+            continue;
+        }
+        let fresh = match tokens::request_service_account_token(
+            hub,
+            ns,
+            PULL_SERVICE_ACCOUNT,
+            HUB_TOKEN_SECS,
+        )
+        .await
+        {
+            Ok(t) if !t.is_empty() => t,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not renew the agent's token for the hub; trying again");
+                continue;
+            }
+        };
+        let Some(text) = tokens::with_token(kubeconfig, &fresh) else {
+            continue;
+        };
+        let patch = serde_json::json!({
+            "data": {KUBECONFIG_KEY: base64::engine::general_purpose::STANDARD.encode(&text)}
+        });
+        match Api::<Secret>::namespaced(member.clone(), AGENT_NAMESPACE)
+            .patch(
+                HUB_KUBECONFIG_SECRET,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .context("storing the renewed hub kubeconfig")
+        {
+            Ok(_) => {
+                tracing::info!("renewed the agent's token for the hub");
+                return anyhow::anyhow!("the agent's token for the hub was renewed");
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "could not store the renewed token; trying again")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_of_another_member_is_refused_naming_both() {
+        check_identity(
+            "use1c",
+            "system:serviceaccount:pinfed-member-use1c:pinfed-agent",
+        )
+        .unwrap();
+        let e = check_identity(
+            "use1c",
+            "system:serviceaccount:pinfed-member-use1a:pinfed-agent",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pinfed-member-use1a") && e.contains("\"use1c\""),
+            "{e}"
+        );
+        assert!(check_identity("use1c", "kubernetes-admin").is_err());
+    }
+
+    #[test]
+    fn a_slice_report_carries_status_generation_and_hub_generation() {
+        let o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "namespace": "ads", "generation": 3,
+                "annotations": {"federation.pinterest.com/hub-generation": "7"}},
+            "spec": {}, "status": {"observedGeneration": 3, "readyReplicas": 2}
+        }))
+        .unwrap();
+        let r = slice_report(&o, Timestamp::from_second(1_800_000_000).unwrap());
+        assert_eq!((r.slice_generation, r.hub_generation), (Some(3), Some(7)));
+        assert_eq!(r.slice.unwrap()["readyReplicas"], 2);
+    }
+}

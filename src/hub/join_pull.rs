@@ -1,0 +1,385 @@
+//! `pinfed join NAME --mode pull`: a member the hub never connects to. On the hub: the
+//! member's namespace `pinfed-member-NAME`, its agent's ServiceAccount there with a Role
+//! on that namespace only (read its MemberSlices and bundles, write their status, renew
+//! its Lease, renew its own token) and a ClusterRole on its own MemberCluster and the
+//! RuntimeProfiles; the hub's own Role in that namespace; the MemberCluster (mode Pull,
+//! no Secret). In the member: the agent's extra rights to apply what it pulls, and the
+//! Secret with its kubeconfig for the hub (an expiring token the agent renews). No
+//! credential for the member exists on the hub. The builders are pure; [`join_pull`]
+//! applies them.
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::api::member_slice::{agent_lease_name, pull_namespace};
+use crate::controller::apply::apply_json;
+use crate::controller::cluster_side::MEMBER_NAMESPACE;
+use crate::controller::tokens;
+use crate::hub::join::{AGENT_BUNDLES_ROLE, JOIN_FIELD_MANAGER, JoinRequest, install_crds};
+
+/// The agent's ServiceAccount on the hub, in the member's pull namespace.
+pub const PULL_AGENT: &str = "pinfed-agent";
+/// The member Secret with the agent's kubeconfig for the hub.
+pub const HUB_KUBECONFIG_SECRET: &str = "pinfed-hub-kubeconfig";
+/// The member-side ClusterRole (and Role) that let a pull agent apply what it pulls.
+pub const PULL_AGENT_ROLE: &str = "pinfed-agent-pull";
+/// The hub's Role in a pull namespace.
+pub const HUB_PULL_ROLE: &str = "pinfed-hub-pull";
+/// The hub's ServiceAccount in the hub cluster (deploy/hub/rbac.yaml).
+pub const HUB_ACCOUNT: &str = "pinfed-hub";
+/// How long the agent's token lives; it renews it at two thirds.
+pub const AGENT_TOKEN_SECS: i64 = 3 * 24 * 3600;
+
+/// The hub side of the API server as the member's agent reaches it.
+#[derive(Debug, Clone)]
+pub struct HubEndpoint {
+    pub server: String,
+    pub ca_pem: Vec<u8>,
+}
+
+fn rbac(kind: &str, name: &str, ns: Option<&str>, rules: serde_json::Value) -> serde_json::Value {
+    let mut o = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+        "metadata": {"name": name}, "rules": rules});
+    if let Some(ns) = ns {
+        o["metadata"]["namespace"] = ns.into();
+    }
+    o
+}
+
+fn binding(kind: &str, name: &str, ns: Option<&str>, sa: (&str, &str)) -> serde_json::Value {
+    let mut b = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": format!("{kind}Binding"),
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": sa.1, "namespace": sa.0}]});
+    if let Some(ns) = ns {
+        b["metadata"]["namespace"] = ns.into();
+    }
+    b
+}
+
+/// What a pull member's agent may do on the hub: its own namespace only (no Secret or
+/// slice of another member is readable), its own MemberCluster, the RuntimeProfiles.
+pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
+    let ns = pull_namespace(&req.name);
+    let agent = (ns.as_str(), PULL_AGENT);
+    let cluster_role = format!("pinfed-agent-{}", req.name);
+    let read = ["get", "list", "watch"];
+    let rw = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let mut spec = serde_json::json!({"mode": "Pull"});
+    if !req.labels.is_empty() {
+        spec["labels"] = serde_json::to_value(&req.labels).unwrap_or_default();
+    }
+    if let Some(r) = &req.region {
+        spec["region"] = r.clone().into();
+    }
+    if let Some(z) = &req.zone {
+        spec["zone"] = z.clone().into();
+    }
+    if let Some(w) = req.weight {
+        spec["weight"] = w.into();
+    }
+    vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns,
+            "labels": {"app.kubernetes.io/part-of": "pinfed", "federation.pinterest.com/member": req.name}}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": PULL_AGENT, "namespace": ns}}),
+        rbac(
+            "Role",
+            PULL_AGENT,
+            Some(&ns),
+            serde_json::json!([
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberslices"], "verbs": read},
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberslices/status"],
+                 "verbs": ["get", "patch", "update"]},
+                // The bundles the hub drops for this member's slices.
+                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": read},
+                // Its Lease: created once, then only this one renewed.
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": [agent_lease_name(&req.name)], "verbs": ["get", "update", "patch"]},
+                // A fresh token for itself before the current one expires.
+                {"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                 "resourceNames": [PULL_AGENT], "verbs": ["create"]},
+            ]),
+        ),
+        binding("Role", PULL_AGENT, Some(&ns), agent),
+        rbac(
+            "ClusterRole",
+            &cluster_role,
+            None,
+            serde_json::json!([
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberclusters"],
+                 "resourceNames": [req.name], "verbs": ["get"]},
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberclusters/status"],
+                 "resourceNames": [req.name], "verbs": ["get", "patch", "update"]},
+                {"apiGroups": ["compute.pinterest.com"], "resources": ["runtimeprofiles"], "verbs": read},
+            ]),
+        ),
+        binding("ClusterRole", &cluster_role, None, agent),
+        // The hub writes this member's slices and bundles here and reads the Lease.
+        rbac(
+            "Role",
+            HUB_PULL_ROLE,
+            Some(&ns),
+            serde_json::json!([
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberslices"], "verbs": rw},
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberslices/status"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": read},
+            ]),
+        ),
+        binding(
+            "Role",
+            HUB_PULL_ROLE,
+            Some(&ns),
+            (MEMBER_NAMESPACE, HUB_ACCOUNT),
+        ),
+        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": req.name}, "spec": spec}),
+    ]
+}
+
+/// A kubeconfig for the member's agent on the hub.
+pub fn agent_kubeconfig(member: &str, hub: &HubEndpoint, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&hub.ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {s}\n    certificate-authority-data: {ca}\n\
+         users:\n- name: {member}-agent\n  user:\n    token: {token}\n\
+         contexts:\n- name: hub\n  context:\n    cluster: hub\n    user: {member}-agent\n    namespace: {ns}\ncurrent-context: hub\n",
+        s = hub.server,
+        ns = pull_namespace(member),
+    )
+}
+
+/// What a pull member's agent needs in the member beyond a push agent's rights: apply the
+/// slices and profiles it pulls (and their namespaces), read nodes for its report, and
+/// read and renew its hub kubeconfig Secret — which this also holds.
+pub fn member_objects(member: &str, kubeconfig: &str) -> Vec<serde_json::Value> {
+    use base64::Engine;
+    let drop_ns = crate::expand::bundle::DROP_NAMESPACE;
+    let agent = (MEMBER_NAMESPACE, PULL_AGENT);
+    let rw = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": drop_ns,
+            "labels": {"app.kubernetes.io/part-of": "pinfed"}}}),
+        rbac(
+            "ClusterRole",
+            PULL_AGENT_ROLE,
+            None,
+            serde_json::json!([
+                {"apiGroups": ["compute.pinterest.com"], "resources": [
+                    "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
+                    "pinteresttrainingjobs", "pintereststatefulsets", "runtimeprofiles"], "verbs": rw},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            ]),
+        ),
+        binding("ClusterRole", PULL_AGENT_ROLE, None, agent),
+        rbac(
+            "Role",
+            PULL_AGENT_ROLE,
+            Some(MEMBER_NAMESPACE),
+            serde_json::json!([
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [HUB_KUBECONFIG_SECRET],
+                 "verbs": ["get", "patch"]},
+            ]),
+        ),
+        binding("Role", PULL_AGENT_ROLE, Some(MEMBER_NAMESPACE), agent),
+        rbac(
+            "Role",
+            AGENT_BUNDLES_ROLE,
+            Some(drop_ns),
+            serde_json::json!([
+                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
+            ]),
+        ),
+        binding("Role", AGENT_BUNDLES_ROLE, Some(drop_ns), agent),
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": HUB_KUBECONFIG_SECRET, "namespace": MEMBER_NAMESPACE,
+                "labels": {crate::expand::bundle::LABEL_CREDENTIAL: member}},
+            "data": {"kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig)}}),
+    ]
+}
+
+async fn apply_all(client: &Client, objs: &[serde_json::Value]) -> anyhow::Result<()> {
+    for o in objs {
+        apply_json(client, o, JOIN_FIELD_MANAGER)
+            .await
+            .with_context(|| {
+                format!(
+                    "applying {} {}",
+                    o["kind"].as_str().unwrap_or("?"),
+                    o["metadata"]["name"].as_str().unwrap_or("?")
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Joins a member in pull mode (see the module's text).
+pub async fn join_pull(
+    hub: &Client,
+    member: &Client,
+    req: &JoinRequest,
+    endpoint: &HubEndpoint,
+) -> anyhow::Result<()> {
+    install_crds(hub)
+        .await
+        .context("installing CRDs on the hub")?;
+    install_crds(member)
+        .await
+        .context("installing CRDs in the member")?;
+    apply_all(hub, &hub_objects(req))
+        .await
+        .context("registering the pull member on the hub")?;
+    let token = tokens::request_service_account_token(
+        hub,
+        &pull_namespace(&req.name),
+        PULL_AGENT,
+        AGENT_TOKEN_SECS,
+    )
+    .await
+    .context("requesting a token for the member's agent on the hub")?;
+    anyhow::ensure!(!token.is_empty(), "the hub returned an empty token");
+    apply_all(
+        member,
+        &member_objects(&req.name, &agent_kubeconfig(&req.name, endpoint, &token)),
+    )
+    .await
+    .context("leaving the agent's hub kubeconfig in the member")?;
+    // Joining again means using the member again: an unfinished unjoin's mark goes.
+    let undrain = serde_json::json!({"metadata": {"annotations": {crate::hub::workloads::ANNOTATION_DRAINING: null}}});
+    Api::<crate::api::federation::MemberCluster>::all(hub.clone())
+        .patch(&req.name, &PatchParams::default(), &Patch::Merge(&undrain))
+        .await
+        .context("clearing a draining mark")?;
+    Ok(())
+}
+
+/// Removes a pull member's registration: its namespace on the hub (MemberSlices,
+/// bundles, Lease, the agent's ServiceAccount and Roles go with it) and the agent's
+/// ClusterRole; in the member (when reachable), the Secret and the pull rights.
+pub async fn unjoin_pull(hub: &Client, member: Option<&Client>, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let gone = |r: Result<_, kube::Error>| match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    };
+    let cluster_role = format!("pinfed-agent-{name}");
+    gone(
+        Api::<ClusterRoleBinding>::all(hub.clone())
+            .delete(&cluster_role, &Default::default())
+            .await
+            .map(drop),
+    )?;
+    gone(
+        Api::<ClusterRole>::all(hub.clone())
+            .delete(&cluster_role, &Default::default())
+            .await
+            .map(drop),
+    )?;
+    gone(
+        Api::<Namespace>::all(hub.clone())
+            .delete(&pull_namespace(name), &Default::default())
+            .await
+            .map(drop),
+    )?;
+    if let Some(member) = member {
+        gone(
+            Api::<Secret>::namespaced(member.clone(), MEMBER_NAMESPACE)
+                .delete(HUB_KUBECONFIG_SECRET, &Default::default())
+                .await
+                .map(drop),
+        )?;
+        gone(
+            Api::<RoleBinding>::namespaced(member.clone(), MEMBER_NAMESPACE)
+                .delete(PULL_AGENT_ROLE, &Default::default())
+                .await
+                .map(drop),
+        )?;
+        gone(
+            Api::<Role>::namespaced(member.clone(), MEMBER_NAMESPACE)
+                .delete(PULL_AGENT_ROLE, &Default::default())
+                .await
+                .map(drop),
+        )?;
+        gone(
+            Api::<ClusterRoleBinding>::all(member.clone())
+                .delete(PULL_AGENT_ROLE, &Default::default())
+                .await
+                .map(drop),
+        )?;
+        gone(
+            Api::<ClusterRole>::all(member.clone())
+                .delete(PULL_AGENT_ROLE, &Default::default())
+                .await
+                .map(drop),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> JoinRequest {
+        JoinRequest {
+            name: "use1c".into(),
+            region: None,
+            zone: Some("us-east-1c".into()),
+            labels: Default::default(),
+            weight: None,
+            server: String::new(),
+            ca_pem: vec![],
+        }
+    }
+
+    #[test]
+    fn the_agent_may_read_only_its_own_namespace_on_the_hub() {
+        let objs = hub_objects(&req());
+        let role = objs
+            .iter()
+            .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == PULL_AGENT)
+            .unwrap();
+        assert_eq!(role["metadata"]["namespace"], "pinfed-member-use1c");
+        let cr = objs.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+        for rule in cr["rules"].as_array().unwrap() {
+            let res = rule["resources"][0].as_str().unwrap();
+            assert!(
+                res == "runtimeprofiles" || rule["resourceNames"] == serde_json::json!(["use1c"]),
+                "cluster-wide rule beyond its own MemberCluster: {rule}"
+            );
+            assert_ne!(res, "secrets");
+        }
+        let mc = objs.iter().find(|o| o["kind"] == "MemberCluster").unwrap();
+        assert_eq!(mc["spec"]["mode"], "Pull");
+        assert!(
+            mc["spec"].get("secretRef").is_none(),
+            "no credential for the member"
+        );
+    }
+
+    #[test]
+    fn the_agent_kubeconfig_points_at_its_namespace_on_the_hub() {
+        let hub = HubEndpoint {
+            server: "https://127.0.0.1:7000".into(),
+            ca_pem: b"ca".to_vec(),
+        };
+        let text = agent_kubeconfig("use1c", &hub, "tok");
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let ctx = kc.contexts[0].context.as_ref().unwrap();
+        assert_eq!(ctx.namespace.as_deref(), Some("pinfed-member-use1c"));
+        assert_eq!(tokens::kubeconfig_token(&text).as_deref(), Some("tok"));
+    }
+}
