@@ -68,6 +68,8 @@ async fn joined_members_report_ready_version_and_capacity() {
                         .and_then(|a| a.gpus.as_ref())
                         .and_then(|q| Milli::parse(&q.0).ok());
                     ready
+                        // The agent's Lease renewal, as the hub read it.
+                        && s.agent_renew_time.is_some()
                         && s.kubernetes_version.as_deref() == Some("v1.36.3")
                         && cpu == Some(expected_cpu)
                         && gpu == Some(Milli::from_units(expected_gpu.into()))
@@ -81,10 +83,6 @@ async fn joined_members_report_ready_version_and_capacity() {
         .await;
         let mc = api.get(&name).await.unwrap();
         let status = mc.status.clone().unwrap();
-        assert!(
-            status.agent_renew_time.is_some(),
-            "{name}: the agent's Lease renewal is shown"
-        );
         if fed.is_pull(&name) {
             // The hub holds no credential for a pull member; its capacity is the agent's report.
             assert!(mc.spec.secret_ref.is_none(), "{name}: {:?}", mc.spec);

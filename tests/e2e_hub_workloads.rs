@@ -192,7 +192,28 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
             .flatten()
             .filter_map(|m| m.manager.clone())
             .collect();
-        assert!(managers.contains(&"pinfed-hub".into()), "{managers:?}");
+        // A push member's slice is the hub's write; a pull member's, its agent's copy of the
+        // MemberSlice the hub wrote into the member's namespace on the hub.
+        let cluster = p["cluster"].as_str().unwrap();
+        if fed.is_pull(cluster) {
+            assert!(managers.contains(&"pinfed-agent-pull".into()), "{managers:?}");
+            let carried = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
+                fed.hub(),
+                &pinfed::api::member_slice::pull_namespace(cluster),
+            )
+            .get(&pinfed::api::member_slice::member_slice_name(
+                pinfed::api::workload::WorkloadKind::Service,
+                &ns.name,
+                "web",
+            ))
+            .await
+            .unwrap();
+            assert_eq!(carried.spec.slice["spec"]["replicas"], p["replicas"]);
+            let reported = carried.status.unwrap();
+            assert!(reported.reported_time.is_some() && reported.slice.is_some());
+        } else {
+            assert!(managers.contains(&"pinfed-hub".into()), "{managers:?}");
+        }
         // The namespace the hub made there enforces Pod Security baseline: a slice written
         // with the hub's credential cannot run a pod with host access or privileges.
         let member_ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(member.clone())
