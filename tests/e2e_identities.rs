@@ -113,12 +113,33 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
                 "the agent in {member} may not {allowed:?}"
             );
         }
+        // A pull member's agent applies what it pulls from the hub: slices, profiles, their
+        // namespaces; it reads nodes for its report and its own hub kubeconfig Secret.
+        let pull_rights = [
+            &["patch", "pinterestservices.compute.pinterest.com", "-A"][..],
+            &["create", "namespaces"],
+            &["list", "nodes"],
+            &[
+                "get",
+                "secrets/pinfed-hub-kubeconfig",
+                "-n",
+                "pinfed-system",
+            ],
+        ];
+        for right in pull_rights {
+            assert_eq!(
+                can_i(&kc, &member, right),
+                fed.is_pull(&member),
+                "the agent in {member} (pull: {}) may {right:?}",
+                fed.is_pull(&member)
+            );
+        }
         for denied in [
             &["get", "secrets", "-n", "kube-system"][..],
             &["list", "secrets", "-A"],
             &["get", "secrets", "-n", "default"],
+            &["get", "secrets", "-n", "pinfed-system"],
             &["create", "pods", "-n", "default"],
-            &["patch", "pinterestservices.compute.pinterest.com", "-A"],
             &["patch", "namespaces"],
             &["get", "namespaces/kube-system"],
             &[
@@ -201,13 +222,18 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
     join_all(&fed);
     let hub = fed.hub();
     for member in fed.member_names() {
-        let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        let stored = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
             hub.clone(),
             "pinfed-system",
         )
-        .get(&format!("member-{member}"))
+        .get_opt(&format!("member-{member}"))
         .await
         .unwrap();
+        if fed.is_pull(&member) {
+            assert!(stored.is_none(), "the hub holds a credential for pull member {member}");
+            continue;
+        }
+        let secret = stored.expect("a kubeconfig Secret for a push member");
         let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
         let kc = std::env::temp_dir().join(support::unique_name(&format!("hubcred-{member}")));
         std::fs::write(&kc, &text).unwrap();
@@ -250,6 +276,12 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
             &["create", "namespaces"],
             &["list", "nodes"],
             &["list", "pods", "-A"],
+            &[
+                "get",
+                &format!("leases.coordination.k8s.io/pinfed-agent-{member}"),
+                "-n",
+                "pinfed-system",
+            ],
             &[
                 "create",
                 "serviceaccounts/pinfed-hub-member",
@@ -341,5 +373,110 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
             "a service-account-token Secret in {member}"
         );
         let _ = std::fs::remove_file(&kc);
+    }
+}
+
+/// A pull member's agent holds a credential for the hub (the kubeconfig `pinfed join
+/// --mode pull` left in the member's Secret): the hub's API server grants it its own
+/// namespace there — its MemberSlices and their status, the bundles, its Lease, its own
+/// token — its own MemberCluster's status and the RuntimeProfiles, and nothing of any
+/// other member, no Secret elsewhere, no workload on the hub.
+#[tokio::test]
+async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let pull: Vec<String> = fed
+        .member_names()
+        .into_iter()
+        .filter(|m| fed.is_pull(m))
+        .collect();
+    assert!(!pull.is_empty(), "the topology has no pull member");
+    let other = fed
+        .member_names()
+        .into_iter()
+        .find(|m| !fed.is_pull(m))
+        .expect("a push member");
+    for member in pull {
+        let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            fed.client(&member),
+            "pinfed-system",
+        )
+        .get("pinfed-hub-kubeconfig")
+        .await
+        .unwrap();
+        let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+        let kc = std::env::temp_dir().join(support::unique_name(&format!("pullcred-{member}")));
+        std::fs::write(&kc, &text).unwrap();
+        let (ok, who) = auth(
+            &kc,
+            "hub",
+            &["whoami", "-o", "jsonpath={.status.userInfo.username}"],
+        );
+        assert!(ok, "kubectl auth whoami on the hub: {who}");
+        let own = format!("pinfed-member-{member}");
+        assert_eq!(
+            who.trim(),
+            format!("system:serviceaccount:{own}:pinfed-agent")
+        );
+        let lease = format!("leases.coordination.k8s.io/pinfed-agent-{member}");
+        let mc = format!("memberclusters.federation.pinterest.com/{member}");
+        let other_mc = format!("memberclusters.federation.pinterest.com/{other}");
+        let other_ns = format!("pinfed-member-{other}");
+        for allowed in [
+            &["list", "memberslices.federation.pinterest.com", "-n", &own][..],
+            &[
+                "patch",
+                "memberslices.federation.pinterest.com",
+                "--subresource=status",
+                "-n",
+                &own,
+            ],
+            &["watch", "secrets", "-n", &own],
+            &["patch", &lease, "-n", &own],
+            &["patch", &mc, "--subresource=status"],
+            &["list", "runtimeprofiles.compute.pinterest.com"],
+            &[
+                "create",
+                "serviceaccounts/pinfed-agent",
+                "--subresource=token",
+                "-n",
+                &own,
+            ],
+        ] {
+            assert!(
+                can_i(&kc, "hub", allowed),
+                "{member}'s agent may not {allowed:?} on the hub"
+            );
+        }
+        for denied in [
+            &["create", "memberslices.federation.pinterest.com", "-n", &own][..],
+            &["list", "memberslices.federation.pinterest.com", "-n", &other_ns],
+            &["list", "memberslices.federation.pinterest.com", "-A"],
+            &["get", "secrets", "-n", &other_ns],
+            &["get", "secrets", "-n", "pinfed-system"],
+            &["list", "secrets", "-A"],
+            &["patch", &other_mc, "--subresource=status"],
+            &["list", "memberclusters.federation.pinterest.com"],
+            &["patch", &mc],
+            &["list", "pinterestservices.compute.pinterest.com", "-A"],
+            &["create", "pods", "-n", &own],
+            &["create", "rolebindings.rbac.authorization.k8s.io", "-n", &own],
+            &[
+                "create",
+                "serviceaccounts/default",
+                "--subresource=token",
+                "-n",
+                &own,
+            ],
+        ] {
+            assert!(
+                !can_i(&kc, "hub", denied),
+                "{member}'s agent may {denied:?} on the hub"
+            );
+        }
+        // The token expires (three days at most) and the agent renews it.
+        let token = pinfed::controller::tokens::kubeconfig_token(&text).unwrap();
+        let (iat, exp) = pinfed::controller::tokens::token_lifetime(&token).unwrap();
+        assert!(exp > iat && exp - iat <= 3 * 24 * 3600, "{iat}..{exp}");
     }
 }

@@ -339,20 +339,29 @@ fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, String, String)> {
 
 /// Applies a MemberSlice's slice into the member (its namespace made first); a failure is
 /// written into the MemberSlice's status for the hub to show.
-async fn apply_slice(hub: &Client, member: &Client, ns: &str, ms: &MemberSlice) {
+async fn apply_slice(
+    hub: &Client,
+    member: &Client,
+    ns: &str,
+    ms: &MemberSlice,
+    namespaces: &mut BTreeSet<String>,
+) {
     let Some((kind, namespace, name)) = carried(ms) else {
         tracing::warn!(member_slice = %ms.name_any(), "a MemberSlice without a slice of a known kind; ignored");
         return;
     };
+    let known = namespaces.contains(&namespace);
     let result = async {
-        crate::controller::apply::ensure_namespace_labelled(
-            member,
-            &namespace,
-            PULL_FIELD_MANAGER,
-            crate::controller::apply::WORKLOAD_NAMESPACE_LABELS,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        if !known {
+            crate::controller::apply::ensure_namespace_labelled(
+                member,
+                &namespace,
+                PULL_FIELD_MANAGER,
+                crate::controller::apply::WORKLOAD_NAMESPACE_LABELS,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
         Api::<DynamicObject>::namespaced_with(member.clone(), &namespace, &slice_resource(kind))
             .patch(
                 &name,
@@ -364,6 +373,12 @@ async fn apply_slice(hub: &Client, member: &Client, ns: &str, ms: &MemberSlice) 
     }
     .await;
     let error = result.err();
+    if error.is_none() {
+        namespaces.insert(namespace.clone());
+    } else {
+        // A namespace deleted meanwhile is made again next time.
+        namespaces.remove(&namespace);
+    }
     if let Some(e) = &error {
         tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %e, "could not apply the slice in the member");
     }
@@ -429,6 +444,7 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
         .backoff(crate::controller::watch::backoff())
         .boxed();
     let mut listing: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
+    let mut namespaces = BTreeSet::new();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
@@ -436,14 +452,14 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                 if let (Some(l), Some(key)) = (listing.as_mut(), carried(&ms)) {
                     l.insert(key);
                 }
-                apply_slice(hub, member, ns, &ms).await;
+                apply_slice(hub, member, ns, &ms, &mut namespaces).await;
             }
             Ok(watcher::Event::InitDone) => {
                 if let Some(wanted) = listing.take() {
                     remove_unwanted(member, &wanted).await;
                 }
             }
-            Ok(watcher::Event::Apply(ms)) => apply_slice(hub, member, ns, &ms).await,
+            Ok(watcher::Event::Apply(ms)) => apply_slice(hub, member, ns, &ms, &mut namespaces).await,
             Ok(watcher::Event::Delete(ms)) => {
                 if let Some((kind, namespace, name)) = carried(&ms) {
                     let uid = ms

@@ -178,7 +178,8 @@ pub fn member_objects(member: &str, kubeconfig: &str) -> Vec<serde_json::Value> 
                 {"apiGroups": ["compute.pinterest.com"], "resources": [
                     "pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons",
                     "pinteresttrainingjobs", "pintereststatefulsets", "runtimeprofiles"], "verbs": rw},
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
+                // Create only: it reads no namespace, and one that exists is never changed.
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
             ]),
         ),

@@ -197,9 +197,16 @@ impl Member {
     /// The agent's Lease was seen and has not been renewed within `grace`: its statuses
     /// are frozen, so the member counts as lost. (No Lease at all: no agent has run yet —
     /// a push member's slices wait for one; a pull member is not Ready without it.)
+    ///
+    /// Not before this hub has watched the member for `grace`: a hub that starts after
+    /// its agent was restarted must give the agent that long to renew, or it would
+    /// record a loss (and a return, which takes no new work for the failback window)
+    /// that never happened.
     pub fn agent_lost(&self, now: Timestamp, grace: Duration) -> bool {
-        self.agent_renewed()
-            .is_some_and(|t| now.as_second() - t.as_second() > grace.as_secs() as i64)
+        self.connected_for(now) >= grace
+            && self
+                .agent_renewed()
+                .is_some_and(|t| now.as_second() - t.as_second() > grace.as_secs() as i64)
     }
 
     /// The slice `namespace/name` of `kind` as this member's watch last saw it: `Ok(None)`
@@ -697,8 +704,10 @@ pub fn member_status(
     // Connected moments ago (this hub just started, or the member's Secret changed) and
     // not asked yet: say nothing new. Recording it as lost here would make its first
     // answer a "return", and a returned member takes no new work for the failback window.
+    // Likewise while a heartbeat or the agent's Lease is not current yet within the grace
+    // after connecting (a stale Lease left by an agent since restarted).
     if connect_error.is_none()
-        && member.is_some_and(|m| m.last_heartbeat().is_none() && m.connected_for(now) < grace)
+        && member.is_some_and(|m| !m.is_ready(now, grace) && m.connected_for(now) < grace)
     {
         return s;
     }
