@@ -196,7 +196,10 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         // MemberSlice the hub wrote into the member's namespace on the hub.
         let cluster = p["cluster"].as_str().unwrap();
         if fed.is_pull(cluster) {
-            assert!(managers.contains(&"pinfed-agent-pull".into()), "{managers:?}");
+            assert!(
+                managers.contains(&"pinfed-agent-pull".into()),
+                "{managers:?}"
+            );
             let carried = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
                 fed.hub(),
                 &pinfed::api::member_slice::pull_namespace(cluster),

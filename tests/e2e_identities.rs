@@ -230,7 +230,10 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
         .await
         .unwrap();
         if fed.is_pull(&member) {
-            assert!(stored.is_none(), "the hub holds a credential for pull member {member}");
+            assert!(
+                stored.is_none(),
+                "the hub holds a credential for pull member {member}"
+            );
             continue;
         }
         let secret = stored.expect("a kubeconfig Secret for a push member");
@@ -449,8 +452,18 @@ async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
             );
         }
         for denied in [
-            &["create", "memberslices.federation.pinterest.com", "-n", &own][..],
-            &["list", "memberslices.federation.pinterest.com", "-n", &other_ns],
+            &[
+                "create",
+                "memberslices.federation.pinterest.com",
+                "-n",
+                &own,
+            ][..],
+            &[
+                "list",
+                "memberslices.federation.pinterest.com",
+                "-n",
+                &other_ns,
+            ],
             &["list", "memberslices.federation.pinterest.com", "-A"],
             &["get", "secrets", "-n", &other_ns],
             &["get", "secrets", "-n", "pinfed-system"],
@@ -460,7 +473,12 @@ async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
             &["patch", &mc],
             &["list", "pinterestservices.compute.pinterest.com", "-A"],
             &["create", "pods", "-n", &own],
-            &["create", "rolebindings.rbac.authorization.k8s.io", "-n", &own],
+            &[
+                "create",
+                "rolebindings.rbac.authorization.k8s.io",
+                "-n",
+                &own,
+            ],
             &[
                 "create",
                 "serviceaccounts/default",

@@ -459,7 +459,9 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                     remove_unwanted(member, &wanted).await;
                 }
             }
-            Ok(watcher::Event::Apply(ms)) => apply_slice(hub, member, ns, &ms, &mut namespaces).await,
+            Ok(watcher::Event::Apply(ms)) => {
+                apply_slice(hub, member, ns, &ms, &mut namespaces).await
+            }
             Ok(watcher::Event::Delete(ms)) => {
                 if let Some((kind, namespace, name)) = carried(&ms) {
                     let uid = ms
@@ -688,7 +690,7 @@ async fn mirror_profiles(hub: &Client, member: &Client) -> anyhow::Error {
 /// agent connects again with it. Also ends when someone else changed that Secret.
 async fn renew_token(hub: &Client, member: &Client, ns: &str, kubeconfig: &str) -> anyhow::Error {
     loop {
-        tokio::time::sleep(Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
         match read_hub_kubeconfig(member).await {
             Ok(now) if now != kubeconfig => {
                 return anyhow::anyhow!("the hub kubeconfig Secret changed");

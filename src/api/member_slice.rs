@@ -4,6 +4,9 @@
 //! unchanged, so expansion is too) and writes the slice's status back into the
 //! MemberSlice. Types only; the builders are in `hub::slices`.
 
+// kube's `printcolumn(...)` repeats the same keys by design.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;

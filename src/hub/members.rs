@@ -118,6 +118,9 @@ impl SliceCache {
     }
 }
 
+/// What a MemberSlice event does to one kind's cache.
+type CacheStep<'a> = &'a dyn Fn(&mut SliceCache, (String, String), Arc<SliceSummary>);
+
 /// A live connection to one member.
 pub struct Member {
     pub name: String,
@@ -561,21 +564,19 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
                     }
                 }
             };
-            let one =
-                |ms: &MemberSlice,
-                 f: &dyn Fn(&mut SliceCache, (String, String), Arc<SliceSummary>)| {
-                    if let Some((kind, key)) = carried(ms) {
-                        let summary = Arc::new(slices::summarize_member_slice(kind, ms));
-                        if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
-                            f(&mut c, key.clone(), summary);
-                        }
-                        let _ = events.send(SliceEvent {
-                            kind,
-                            namespace: key.0,
-                            name: key.1,
-                        });
+            let one = |ms: &MemberSlice, f: CacheStep<'_>| {
+                if let Some((kind, key)) = carried(ms) {
+                    let summary = Arc::new(slices::summarize_member_slice(kind, ms));
+                    if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
+                        f(&mut c, key.clone(), summary);
                     }
-                };
+                    let _ = events.send(SliceEvent {
+                        kind,
+                        namespace: key.0,
+                        name: key.1,
+                    });
+                }
+            };
             match &ev {
                 watcher::Event::Init => each(&|c| c.begin_relist()),
                 watcher::Event::InitApply(ms) => one(ms, &|c, k, s| c.relisted(k, s)),

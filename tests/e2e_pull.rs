@@ -1,0 +1,423 @@
+//! Pull mode and agent liveness on local-3, where use1c joins in pull mode: the hub holds
+//! no credential for it and never connects to it. Destructive (agents are killed and a
+//! credential broken), so they run one at a time with the other destructive tests.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use pinfed::api::common::ConditionStatus;
+use pinfed::api::federation::MemberCluster;
+use pinfed::api::service::PinterestService;
+use support::{Daemon, Federation, TestNamespace, eventually, spawn_daemon};
+
+/// Member grace of the test hub: a member whose agent has not renewed its Lease for this
+/// long is AgentLost.
+const GRACE: u64 = 8;
+
+fn hub(fed: &Federation, tag: &str) -> Daemon {
+    let args: Vec<String> = [
+        "hub",
+        "--context",
+        "hub",
+        "--no-leader-election",
+        "--heartbeat-secs",
+        "1",
+        "--member-grace-secs",
+        &GRACE.to_string(),
+        "--failback-window-secs",
+        "5",
+        "--metrics-addr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("127.0.0.1:{}", support::free_port())])
+    .collect();
+    spawn_daemon(fed, &format!("hub-{tag}"), &args)
+}
+
+fn agent(fed: &Federation, m: &str, tag: &str) -> Daemon {
+    spawn_daemon(
+        fed,
+        &format!("agent-{tag}-{m}"),
+        &support::agent_args(fed, m),
+    )
+}
+
+fn pull_member(fed: &Federation) -> String {
+    fed.member_names()
+        .into_iter()
+        .find(|m| fed.is_pull(m))
+        .expect("the topology has a pull member (clusters/local-3.yaml: use1c)")
+}
+
+fn push_member(fed: &Federation) -> String {
+    fed.member_names()
+        .into_iter()
+        .find(|m| !fed.is_pull(m))
+        .expect("a push member")
+}
+
+/// A service of 6 replicas spread over all three members that moves off a lost member at
+/// once (failover grace 0).
+fn service(name: &str) -> PinterestService {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": 6,
+            "placement": {"spread": {"minClusters": 3}, "failover": {"gracePeriodSeconds": 0}},
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+        }
+    }))
+    .unwrap()
+}
+
+async fn status(api: &Api<PinterestService>, name: &str) -> serde_json::Value {
+    api.get(name)
+        .await
+        .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
+        .unwrap_or_default()
+}
+
+fn placed_on(s: &serde_json::Value) -> Vec<String> {
+    s["placement"]["placements"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter(|p| p["replicas"].as_i64().unwrap_or(0) > 0)
+                .filter_map(|p| p["cluster"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cluster_state(s: &serde_json::Value, cluster: &str) -> Option<String> {
+    s["clusters"]
+        .as_array()?
+        .iter()
+        .find(|c| c["cluster"] == cluster)?["state"]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn ready_reason(mc: &MemberCluster) -> Option<(ConditionStatus, String)> {
+    mc.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status, c.reason.clone()))
+}
+
+async fn wait_ready_everywhere(api: &Api<PinterestService>, name: &str, logs: &dyn Fn() -> String) {
+    eventually(
+        Duration::from_secs(120),
+        &format!("{name} placed on all three members and Ready\n{}", logs()),
+        || async {
+            let s = status(api, name).await;
+            placed_on(&s).len() == 3
+                && s["availableReplicas"].as_i64() == Some(6)
+                && s["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        },
+    )
+    .await;
+}
+
+/// Stopping a pull member's agent (its API server stays up) makes the member AgentLost
+/// and its share fails over within the grace + 10 s; a push member whose agent is killed
+/// shows Unknown, never a stale Ready; both come back when their agents do.
+#[tokio::test]
+async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_ready() {
+    let fed = Federation::connect().await;
+    support::join_all(&fed);
+    let (pull, push) = (pull_member(&fed), push_member(&fed));
+    let hub_d = hub(&fed, "liveness");
+    let mut agents: std::collections::BTreeMap<String, Daemon> = fed
+        .member_names()
+        .into_iter()
+        .map(|m| {
+            let d = agent(&fed, &m, "liveness");
+            (m, d)
+        })
+        .collect();
+    let logs = || hub_d.log_tail();
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "pull-liveness").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("web"))
+        .await
+        .unwrap();
+    wait_ready_everywhere(&api, "web", &logs).await;
+    let members: Api<MemberCluster> = Api::all(hub.clone());
+
+    // The pull member's agent stops: AgentLost, and its share moves.
+    let stopped = Instant::now();
+    agents.remove(&pull).unwrap().kill();
+    eventually(
+        Duration::from_secs(GRACE + 30),
+        &format!("{pull} AgentLost and web off it\n{}", logs()),
+        || async {
+            let lost = members
+                .get(&pull)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, r)| s == ConditionStatus::False && r == "AgentLost");
+            let s = status(&api, "web").await;
+            lost && !placed_on(&s).contains(&pull) && placed_on(&s).len() == 2
+        },
+    )
+    .await;
+    let failed_over = stopped.elapsed();
+    assert!(
+        failed_over <= Duration::from_secs(GRACE + 10),
+        "{pull}'s share moved {failed_over:?} after its agent stopped (grace {GRACE}s + 10s allowed)"
+    );
+    // The member's own API server was never touched: its slice is still there (nothing
+    // can remove it until the agent is back), and the hub did not connect to it.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let left = Api::<DynamicObject>::namespaced_with(fed.client(&pull), &ns.name, &ar)
+        .get_opt("web")
+        .await
+        .unwrap();
+    assert!(left.is_some(), "the stopped agent's member keeps its slice");
+
+    // The agent is back: Ready again, and after the failback window the share returns
+    // to it and is reported Ready from there.
+    agents.insert(pull.clone(), agent(&fed, &pull, "liveness-again"));
+    eventually(
+        Duration::from_secs(60),
+        &format!("{pull} Ready again with its share back\n{}", logs()),
+        || async {
+            let ready = members
+                .get(&pull)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, _)| s == ConditionStatus::True);
+            let s = status(&api, "web").await;
+            ready
+                && placed_on(&s).contains(&pull)
+                && cluster_state(&s, &pull).as_deref() == Some("Ready")
+        },
+    )
+    .await;
+
+    // A push member's agent is killed: its entry turns Unknown and never shows Ready
+    // while the agent is gone (its statuses are frozen).
+    agents.remove(&push).unwrap().kill();
+    let killed = Instant::now();
+    eventually(
+        Duration::from_secs(GRACE + 30),
+        &format!("{push} AgentLost\n{}", logs()),
+        || async {
+            members
+                .get(&push)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, r)| s == ConditionStatus::False && r == "AgentLost")
+        },
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let s = status(&api, "web").await;
+        let state = cluster_state(&s, &push);
+        assert_ne!(
+            state.as_deref(),
+            Some("Ready"),
+            "{push} shows Ready {:?} after its agent was killed: {s}",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    agents.insert(push.clone(), agent(&fed, &push, "liveness-again"));
+    eventually(
+        Duration::from_secs(60),
+        &format!("{push} Ready again\n{}", logs()),
+        || async {
+            members
+                .get(&push)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, _)| s == ConditionStatus::True)
+        },
+    )
+    .await;
+    ns.delete().await;
+}
+
+/// A pull agent whose hub credential is broken keeps its member's workloads running,
+/// says why it cannot connect, and catches up when a fresh credential arrives: what the
+/// hub removed meanwhile is removed. Another member's credential is refused by name.
+#[tokio::test]
+async fn destructive_a_disconnected_pull_agent_keeps_its_workloads_and_catches_up() {
+    let fed = Federation::connect().await;
+    support::join_all(&fed);
+    let pull = pull_member(&fed);
+    let push = push_member(&fed);
+    let hub_d = hub(&fed, "disconnect");
+    let agents: Vec<Daemon> = fed
+        .member_names()
+        .into_iter()
+        .map(|m| agent(&fed, &m, "disconnect"))
+        .collect();
+    let pull_agent = agents
+        .iter()
+        .zip(fed.member_names())
+        .find(|(_, m)| *m == pull)
+        .map(|(d, _)| d)
+        .unwrap();
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "pull-disconnect").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("keep"))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &service("drop"))
+        .await
+        .unwrap();
+    let logs = || {
+        format!(
+            "{}\n--- pull agent ---\n{}",
+            hub_d.log_tail(),
+            pull_agent.log_tail()
+        )
+    };
+    wait_ready_everywhere(&api, "keep", &logs).await;
+    wait_ready_everywhere(&api, "drop", &logs).await;
+
+    // Break the agent's hub credential in the member.
+    let secrets: Api<Secret> = Api::namespaced(fed.client(&pull), "pinfed-system");
+    let good = secrets.get("pinfed-hub-kubeconfig").await.unwrap();
+    let text = String::from_utf8(good.data.as_ref().unwrap()["kubeconfig"].0.clone()).unwrap();
+    let token = pinfed::controller::tokens::kubeconfig_token(&text).unwrap();
+    let broken = text.replace(&token, "not-a-token");
+    let set = |text: String| {
+        let secrets = secrets.clone();
+        async move {
+            use base64::Engine;
+            let patch = serde_json::json!({"data": {"kubeconfig":
+                base64::engine::general_purpose::STANDARD.encode(text)}});
+            secrets
+                .patch(
+                    "pinfed-hub-kubeconfig",
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set(broken).await;
+    eventually(
+        Duration::from_secs(60),
+        &format!(
+            "the pull agent says the hub refused its credential\n{}",
+            logs()
+        ),
+        || async {
+            pull_agent
+                .log_tail()
+                .contains("the hub refused the credential")
+        },
+    )
+    .await;
+    // Meanwhile the hub deletes one workload; the member, unreachable for the hub and
+    // cut off from it, keeps running both (nothing removes them behind the agent's back).
+    api.delete("drop", &Default::default()).await.unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(fed.client(&pull), &ns.name);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let running = deployments.list(&Default::default()).await.unwrap();
+    assert!(
+        running.items.len() >= 2,
+        "the disconnected member keeps its workloads: {:?}",
+        running
+            .items
+            .iter()
+            .map(|d| d.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let slices = Api::<DynamicObject>::namespaced_with(fed.client(&pull), &ns.name, &ar);
+    assert!(slices.get_opt("drop").await.unwrap().is_some());
+
+    // A fresh credential (join again): the agent reconnects and catches up.
+    set(text).await;
+    eventually(
+        Duration::from_secs(90),
+        &format!(
+            "the pull agent catches up: drop removed, keep Ready\n{}",
+            logs()
+        ),
+        || async {
+            let dropped = slices.get_opt("drop").await.is_ok_and(|o| o.is_none());
+            let s = status(&api, "keep").await;
+            dropped
+                && placed_on(&s).contains(&pull)
+                && cluster_state(&s, &pull).as_deref() == Some("Ready")
+        },
+    )
+    .await;
+
+    drop(agents);
+    // An agent given another member's hub credential is refused, naming both: the
+    // push member's agent run in pull mode with the pull member's kubeconfig.
+    let push_secrets: Api<Secret> = Api::namespaced(fed.client(&push), "pinfed-system");
+    let mut foreign = good.clone();
+    foreign.metadata = kube::api::ObjectMeta {
+        name: Some("pinfed-hub-kubeconfig".into()),
+        ..Default::default()
+    };
+    push_secrets
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(support::unique_name("wrong-member-agent"));
+    let mut cmd = std::process::Command::new(support::pinfed_bin());
+    cmd.args([
+        "agent",
+        "--context",
+        &push,
+        "--cluster-name",
+        &push,
+        "--mode",
+        "pull",
+        "--no-leader-election",
+        "--metrics-addr",
+        &format!("127.0.0.1:{}", support::free_port()),
+    ])
+    .env("KUBECONFIG", &fed.kubeconfig);
+    let wrong = Daemon::spawn("wrong-member-agent", cmd, &log).unwrap();
+    let expected = format!("pinfed-member-{pull}");
+    eventually(
+        Duration::from_secs(30),
+        &format!(
+            "an agent with another member's credential is refused\n{}",
+            wrong.log_tail()
+        ),
+        || async {
+            let t = wrong.log_tail();
+            t.contains("belongs to another member's namespace") && t.contains(&expected)
+        },
+    )
+    .await;
+    wrong.kill();
+    push_secrets
+        .delete("pinfed-hub-kubeconfig", &Default::default())
+        .await
+        .unwrap();
+    ns.delete().await;
+}
