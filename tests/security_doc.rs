@@ -129,6 +129,28 @@ fn render() -> String {
             .into_iter()
             .map(|o| ("member cluster", o)),
     );
+    // Pull mode: the member's agent on the hub, the hub in the member's namespace there,
+    // and the agent's extra rights in its member.
+    let pull = pinfed::hub::join::JoinRequest {
+        name: "MEMBER".into(),
+        region: None,
+        zone: None,
+        labels: Default::default(),
+        weight: None,
+        server: String::new(),
+        ca_pem: vec![],
+    };
+    objects.extend(
+        pinfed::hub::join_pull::hub_objects(&pull)
+            .into_iter()
+            .map(|o| ("hub cluster (pull member)", o)),
+    );
+    objects.extend(
+        pinfed::hub::join_pull::member_objects("MEMBER", "")
+            .into_iter()
+            .filter(|o| o["kind"] != "Secret")
+            .map(|o| ("pull member cluster", o)),
+    );
     let mut text = String::new();
     for ((cluster, who), rows) in identities(&objects) {
         text.push_str(&format!("\n#### `{who}` in the {cluster}\n\n"));
