@@ -182,7 +182,10 @@ async fn a_login_leads_to_the_fleet_with_every_member_and_its_capacity() {
         assert!(meters.as_u64().unwrap() >= 3, "{}: capacity bars", m.name);
         let zone = b.text(&format!("{row} td:nth-child(3)")).await;
         assert!(zone.contains(m.zone.as_deref().unwrap()), "{zone}");
-        assert_eq!(b.text(&format!("{row} td:nth-child(2)")).await, "Push");
+        assert_eq!(
+            b.text(&format!("{row} td:nth-child(2)")).await,
+            if fed.is_pull(&m.name) { "Pull" } else { "Push" }
+        );
     }
     let rows = b
         .js("return document.querySelectorAll('table.fleet tbody tr').length")
