@@ -29,6 +29,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     fed.join_all()?;
     let hub = fed.spawn_hub("bench-hub")?;
     hub.wait_http("/readyz", fed.s.timeout).await?;
+    // A pull member's slices reach it and their status reaches the hub only through its
+    // agent: run it mirroring only (--pull-only), so it expands nothing and the bench
+    // writes the status there as for the others.
+    let pull_agents = fed.hub_only_agents().await?;
     fed.members_ready().await?;
     let ns = fed.create_namespace("bench-agg").await?;
     let hub_api = fed.services(fed.s.hub_name(), &ns);
@@ -113,8 +117,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     println!(
         "config: {n} PinterestServices × {replicas} replicas spread over {spread} members = \
          {} slices; status writes paced at {rate}/s, {rounds} rounds; hub (leader election on), \
-         no agents (the bench writes each slice's status as an agent would); {}",
+         no agents but {} pull agent(s) mirroring only (the bench writes each slice's status \
+         as an agent would); {}",
         keys.len(),
+        pull_agents.len(),
         fed.s.describe()
     );
     let load_before = load_line();
@@ -176,6 +182,16 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             .iter()
             .filter_map(|(k, at, v)| latency(&s, k, *at, *v))
             .collect();
+        for mode in ["push", "pull"] {
+            let of_mode: Vec<Duration> = patched
+                .iter()
+                .filter(|(k, _, _)| fed.s.mode_of(&k.1) == mode)
+                .filter_map(|(k, at, v)| latency(&s, k, *at, *v))
+                .collect();
+            if !of_mode.is_empty() && of_mode.len() < lat.len() {
+                println!("    {}", Dist::new(of_mode).line(&format!("… from {mode} members")));
+            }
+        }
         let missing = patched.len() - lat.len();
         println!(
             "  {}",
@@ -196,6 +212,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     );
     println!("load: before {load_before}; after {}", load_line());
     drop(watches);
+    drop(pull_agents);
     progress(&format!("aggregation: cleaning up {ns}"));
     fed.clean_up(&ns).await;
     report_logs(&[&hub]);

@@ -205,6 +205,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         let since_created =
             |nm: &str, at: Instant| o.created.get(nm).map(|c| at.saturating_duration_since(*c));
         let mut slice_lat = Vec::new();
+        // The same, split by the member's mode (push: the hub writes into it; pull: the
+        // hub writes a MemberSlice on the hub and the member's agent copies it in).
+        let mut slice_lat_by_mode: std::collections::BTreeMap<&str, Vec<Duration>> =
+            Default::default();
         let mut missing = 0;
         let mut expected = 0;
         for nm in &names {
@@ -215,7 +219,13 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             for (m, _) in ps {
                 expected += 1;
                 match o.slice_seen.get(&(nm.clone(), m.clone())) {
-                    Some(at) => slice_lat.extend(since_created(nm, *at)),
+                    Some(at) => {
+                        slice_lat.extend(since_created(nm, *at));
+                        slice_lat_by_mode
+                            .entry(fed.s.mode_of(m))
+                            .or_default()
+                            .extend(since_created(nm, *at));
+                    }
                     None => missing += 1,
                 }
             }
@@ -241,12 +251,18 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             .iter()
             .filter_map(|nm| since_created(nm, *o.hub_ready.get(nm)?))
             .collect();
-        let agg: Vec<Duration> = o
+        let agg_with_mode: Vec<(&str, Duration)> = o
             .hub_member_ready
             .iter()
             .filter(|(k, _)| names.contains(&k.0))
-            .filter_map(|(k, at)| Some(at.saturating_duration_since(*o.slice_available.get(k)?)))
+            .filter_map(|(k, at)| {
+                Some((
+                    fed.s.mode_of(&k.1),
+                    at.saturating_duration_since(*o.slice_available.get(k)?),
+                ))
+            })
             .collect();
+        let agg: Vec<Duration> = agg_with_mode.iter().map(|(_, d)| *d).collect();
         let pacing_desc = match rate {
             None => format!("burst ({concurrency} concurrent creates, took {took:.1?})"),
             Some(r) => format!("steady {r}/s (took {took:.1?})"),
@@ -270,6 +286,14 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             "  {}",
             Dist::new(slice_lat).line("create returned → slice present in member, per slice")
         );
+        if slice_lat_by_mode.len() > 1 {
+            for (mode, lat) in &slice_lat_by_mode {
+                println!(
+                    "    {}",
+                    Dist::new(lat.clone()).line(&format!("… to a {mode} member"))
+                );
+            }
+        }
         println!(
             "  {}",
             Dist::new(all_slices).line("create returned → every slice present, per workload")
@@ -291,6 +315,18 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                 "slice fully available in member → hub clusters[] entry Ready (end-to-end aggregation)"
             )
         );
+        let modes: std::collections::BTreeSet<&str> =
+            agg_with_mode.iter().map(|(m, _)| *m).collect();
+        if modes.len() > 1 {
+            for mode in modes {
+                let lat: Vec<Duration> = agg_with_mode
+                    .iter()
+                    .filter(|(m, _)| *m == mode)
+                    .map(|(_, d)| *d)
+                    .collect();
+                println!("    {}", Dist::new(lat).line(&format!("… from a {mode} member")));
+            }
+        }
         if missing > 0 {
             println!("  MISSING: {missing} of {expected} expected slices never seen");
         }

@@ -89,6 +89,9 @@ impl Fed {
             for (k, v) in &m.labels {
                 args.extend(["--label".into(), format!("{k}={v}")]);
             }
+            if self.s.is_pull(&m.name) {
+                args.extend(["--mode".into(), "pull".into()]);
+            }
             let out = std::process::Command::new(&self.s.pinfed)
                 .args(&args)
                 .env("KUBECONFIG", &self.s.kubeconfig)
@@ -136,9 +139,44 @@ impl Fed {
             .collect()
     }
 
-    /// An agent for `member` without leader election, on a free loopback port.
+    /// An agent for `member` without leader election, on a free loopback port (in pull
+    /// mode for a pull member).
     pub fn spawn_agent(&self, member: &str) -> anyhow::Result<Daemon> {
-        let args: Vec<String> = vec![
+        self.spawn_agent_with(member, &[])
+    }
+
+    /// For the scenarios that time the hub alone (no agent expands anything): a push
+    /// member's agent Lease left by an earlier scenario is deleted (a member without one
+    /// is judged by its API server alone; a stale one would make it AgentLost), and a
+    /// pull member gets an agent that only mirrors (`--pull-only`), its only link to the
+    /// hub. Returns those agents, ready.
+    pub async fn hub_only_agents(&self) -> anyhow::Result<Vec<Daemon>> {
+        let mut agents = Vec::new();
+        for m in self.s.members() {
+            if self.s.is_pull(&m) {
+                agents.push(self.spawn_agent_with(&m, &["--pull-only"])?);
+                continue;
+            }
+            let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                Api::namespaced(self.client(&m), "pinfed-system");
+            match leases
+                .delete(&format!("pinfed-agent-{m}"), &Default::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e).context(format!("deleting the agent Lease in {m}")),
+            }
+        }
+        for a in &agents {
+            a.wait_http("/readyz", self.s.timeout).await?;
+        }
+        Ok(agents)
+    }
+
+    /// [`Fed::spawn_agent`] with extra flags.
+    pub fn spawn_agent_with(&self, member: &str, extra: &[&str]) -> anyhow::Result<Daemon> {
+        let mut args: Vec<String> = vec![
             "agent".into(),
             "--context".into(),
             member.into(),
@@ -148,6 +186,10 @@ impl Fed {
             "--metrics-addr".into(),
             format!("127.0.0.1:{}", testkit::free_port()?),
         ];
+        if self.s.is_pull(member) {
+            args.extend(["--mode".into(), "pull".into()]);
+        }
+        args.extend(extra.iter().map(|a| a.to_string()));
         self.spawn(&format!("agent-{member}"), &args)
     }
 

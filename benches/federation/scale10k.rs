@@ -68,6 +68,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
 
+    let _agents = fed.hub_only_agents().await?;
     let load_before = load_line();
     let started = Instant::now();
     let hub = fed.spawn_hub("bench-hub")?;

@@ -75,6 +75,19 @@ impl Settings {
         &self.topology.hub.name
     }
 
+    /// Whether member `m` joins in pull mode (its agent pulls from the hub).
+    pub fn is_pull(&self, m: &str) -> bool {
+        self.topology
+            .members
+            .iter()
+            .any(|t| t.name == m && t.mode == pinfed::api::federation::ClusterMode::Pull)
+    }
+
+    /// "push" or "pull", for figures split by mode.
+    pub fn mode_of(&self, m: &str) -> &'static str {
+        if self.is_pull(m) { "pull" } else { "push" }
+    }
+
     pub fn members(&self) -> Vec<String> {
         self.topology
             .members

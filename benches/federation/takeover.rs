@@ -35,6 +35,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let spread = fed.s.members().len() as i64;
     progress("takeover: joining members, starting two hubs with leader election");
     fed.join_all()?;
+    let _agents = fed.hub_only_agents().await?;
     let leases: Api<Lease> = Api::namespaced(fed.hub(), &lease_ns);
     let ids = ["bench-hub-a", "bench-hub-b"];
     let mut hubs: Vec<Option<Daemon>> = vec![Some(fed.spawn_hub(ids[0])?), None];

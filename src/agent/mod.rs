@@ -79,6 +79,10 @@ pub struct AgentArgs {
     /// by `pinfed join NAME --mode pull`), reports status and capacity there.
     #[arg(long, env = "PINFED_AGENT_MODE", value_enum, default_value = "push")]
     pub mode: AgentMode,
+    /// Pull mode only: mirror slices and report, but expand nothing (the aggregation
+    /// benchmark writes slice status itself, to time the pull path alone).
+    #[arg(long)]
+    pub pull_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -294,6 +298,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
          member-name.yaml, or `pinfed join NAME --install-agent`)",
         args.cluster_name
     );
+    anyhow::ensure!(
+        !args.pull_only || args.mode == AgentMode::Pull,
+        "--pull-only needs --mode pull"
+    );
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = args.kube.client().await?;
         let side = crate::controller::cluster_side::read(&client)
@@ -319,6 +327,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             let client = client.clone();
             let identity = identity.clone();
             let mode = args.mode;
+            let pull_only = args.pull_only;
+            let ready_now = ready.clone();
             move || {
                 let controllers = run_controllers(
                     client.clone(),
@@ -329,9 +339,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     args.concurrency,
                 );
                 let pull = pull::run(client.clone(), cluster.clone(), identity.clone());
+                let ready_now = ready_now.clone();
                 async move {
                     match mode {
                         AgentMode::Push => controllers.await,
+                        AgentMode::Pull if pull_only => {
+                            drop(controllers);
+                            ready_now.set(true);
+                            pull.await;
+                            Ok(())
+                        }
                         // Only the leading agent talks to the hub.
                         AgentMode::Pull => tokio::select! {
                             r = controllers => r,

@@ -243,6 +243,15 @@ impl Member {
         self.state.lock().map(|s| s.last_ok).unwrap_or(None)
     }
 
+    /// Whether the hub can write the member's slices: a pull member's are on the hub; a
+    /// push member's API server answered within `grace` (its agent may be lost).
+    pub fn is_writable(&self, now: Timestamp, grace: Duration) -> bool {
+        self.is_pull()
+            || self
+                .last_heartbeat()
+                .is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
+    }
+
     /// Whether the member answered within `grace` and its agent is not lost.
     pub fn is_ready(&self, now: Timestamp, grace: Duration) -> bool {
         self.last_heartbeat()

@@ -28,9 +28,10 @@ pub async fn remove_slices<K: PinterestKind>(
         let member = ctx
             .registry
             .get(&member_name)
-            // A pull member's slices are on the hub: removed at once, reachable or not
-            // (its agent removes what they carried when it is back).
-            .filter(|m| m.is_pull() || m.is_ready(now, ctx.member_grace));
+            // Whatever can be written: a pull member's slices are on the hub (its agent
+            // removes what they carried when it is back); a push member whose agent is
+            // lost still takes the delete.
+            .filter(|m| m.is_writable(now, ctx.member_grace));
         match member {
             // Only "not found" means gone: a refusal or an overloaded member keeps the
             // finalizer until the slice is really removed, shown in a condition and a

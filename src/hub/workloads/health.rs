@@ -20,8 +20,13 @@ use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffe
 /// The members' standings for one workload at one moment.
 pub struct Standings {
     pub standings: BTreeMap<String, Standing>,
-    /// Members this reconcile reads and writes slices in.
+    /// Members this reconcile reads and writes slices in: a push member whose API server
+    /// answers (even while its agent is lost: the fence must reach it before its agent,
+    /// back, runs what moved away), every pull member (its slices are on the hub).
     pub reachable: BTreeSet<String>,
+    /// Members whose reports count (Ready, Settling or Draining, their agent alive):
+    /// the others' statuses show Unknown.
+    pub ready: BTreeSet<String>,
     /// Members back from a loss, within the failback window.
     pub settling: BTreeSet<String>,
     /// When a standing changes by the clock (end of a failover grace or of the failback
@@ -44,13 +49,21 @@ impl Standings {
             .min()
             .map(|s| Duration::from_secs(s.unsigned_abs() + 1).min(ctx.resync))
             .unwrap_or(ctx.resync);
-        let reachable = standings
+        let ready: BTreeSet<String> = standings
             .iter()
             .filter(|(n, s)| {
                 matches!(s, Standing::Ready | Standing::Settling | Standing::Draining)
                     && ctx.registry.get(n).is_some()
             })
             .map(|(n, _)| n.clone())
+            .collect();
+        let reachable = ctx
+            .registry
+            .all()
+            .iter()
+            .filter(|m| standings.contains_key(&m.name) && m.is_writable(now, ctx.member_grace))
+            .map(|m| m.name.clone())
+            .chain(ready.iter().cloned())
             .collect();
         let settling = standings
             .iter()
@@ -60,6 +73,7 @@ impl Standings {
         Standings {
             standings,
             reachable,
+            ready,
             settling,
             requeue,
         }

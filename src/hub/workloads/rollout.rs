@@ -374,7 +374,7 @@ pub fn observations(
         .placements
         .iter()
         .map(|p| {
-            let member_ready = standings.reachable.contains(&p.cluster);
+            let member_ready = standings.ready.contains(&p.cluster);
             let (status, hub_gen, processed) = match slices.get(&p.cluster) {
                 Some(s) => (
                     Some(slices::member_workload_status(
