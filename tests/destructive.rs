@@ -112,23 +112,28 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
     };
     // Ready with its agent running (the agent renewed its Lease just now): an agent that
     // starts while the member is stopped exits, and the member would stay AgentLost.
-    support::eventually(Duration::from_secs(30), "member Ready with its agent", || {
-        let (api, member) = (api.clone(), member.clone());
-        async move {
-            api.get(&member)
-                .await
-                .ok()
-                .and_then(|m| m.status)
-                .is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
-                        && s.agent_renew_time.is_some_and(|t| {
-                            k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second() < 4
-                        })
-                })
-        }
-    })
+    support::eventually(
+        Duration::from_secs(30),
+        "member Ready with its agent",
+        || {
+            let (api, member) = (api.clone(), member.clone());
+            async move {
+                api.get(&member)
+                    .await
+                    .ok()
+                    .and_then(|m| m.status)
+                    .is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
+                            && s.agent_renew_time.is_some_and(|t| {
+                                k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()
+                                    < 4
+                            })
+                    })
+            }
+        },
+    )
     .await;
     let stopped = std::time::Instant::now();
     let out = run_harness(&["stop", &member]);

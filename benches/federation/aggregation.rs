@@ -189,7 +189,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                 .filter_map(|(k, at, v)| latency(&s, k, *at, *v))
                 .collect();
             if !of_mode.is_empty() && of_mode.len() < lat.len() {
-                println!("    {}", Dist::new(of_mode).line(&format!("… from {mode} members")));
+                println!(
+                    "    {}",
+                    Dist::new(of_mode).line(&format!("… from {mode} members"))
+                );
             }
         }
         let missing = patched.len() - lat.len();

@@ -324,7 +324,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                     .filter(|(m, _)| *m == mode)
                     .map(|(_, d)| *d)
                     .collect();
-                println!("    {}", Dist::new(lat).line(&format!("… from a {mode} member")));
+                println!(
+                    "    {}",
+                    Dist::new(lat).line(&format!("… from a {mode} member"))
+                );
             }
         }
         if missing > 0 {
@@ -333,7 +336,80 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         progress(&format!("distribution ({pacing}): cleaning up {ns}"));
         fed.clean_up(&ns).await;
     }
+    if with_agents {
+        idle_writes(fed).await;
+    }
     report_logs(&[&hub]);
     report_logs(&agents.iter().collect::<Vec<_>>());
     Ok(())
+}
+
+/// What keeping the federation alive costs the hub's API server with nothing to do: the
+/// writes per identity over an idle window, from the hub's audit log (topologies with
+/// `hub.audit: true`, e.g. local-3; reads are not audited). A pull agent renews its Lease
+/// and writes its report there; a push member's agent writes nothing on the hub.
+async fn idle_writes(fed: &Fed) {
+    let Some(log) = fed
+        .s
+        .kubeconfig
+        .parent()
+        .map(|d| d.join("logs/hub-audit.log"))
+    else {
+        return;
+    };
+    if !log.is_file() {
+        println!(
+            "\n(idle writes: no hub audit log at {}; the topology does not audit)",
+            log.display()
+        );
+        return;
+    }
+    const WINDOW: Duration = Duration::from_secs(60);
+    progress(
+        "distribution: measuring the idle writes on the hub API server (60 s, then the audit flush)",
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let from = k8s_openapi::jiff::Timestamp::now();
+    tokio::time::sleep(WINDOW).await;
+    let to = k8s_openapi::jiff::Timestamp::now();
+    // The audit log is written in batches (at most every 30 s by default).
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let Ok(text) = std::fs::read_to_string(&log) else {
+        return;
+    };
+    let mut by: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if e["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let Some(at) = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        else {
+            continue;
+        };
+        if at < from || at >= to {
+            continue;
+        }
+        let user = e["user"]["username"].as_str().unwrap_or("?").to_string();
+        let r = &e["objectRef"];
+        let resource = match r["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or("?")),
+            None => r["resource"].as_str().unwrap_or("?").to_string(),
+        };
+        *by.entry((user, resource)).or_default() += 1;
+    }
+    let secs = WINDOW.as_secs_f64();
+    println!("\n== idle writes on the hub API server ({secs:.0} s, nothing submitted) ==");
+    println!(
+        "members: {} push, {} pull",
+        fed.s.members().iter().filter(|m| !fed.s.is_pull(m)).count(),
+        fed.s.members().iter().filter(|m| fed.s.is_pull(m)).count()
+    );
+    for ((user, resource), n) in &by {
+        println!("  {user:<60} {resource:<28} {:.2}/s", *n as f64 / secs);
+    }
 }
