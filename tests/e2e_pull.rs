@@ -229,6 +229,14 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
         },
     )
     .await;
+    // The workload's status follows the member's within a reconcile (the hub reconciles
+    // every workload when a member's health changes); from then on, never Ready.
+    eventually(
+        Duration::from_secs(5),
+        &format!("web's {push} entry no longer Ready\n{}", logs()),
+        || async { cluster_state(&status(&api, "web").await, &push).as_deref() != Some("Ready") },
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let s = status(&api, "web").await;
