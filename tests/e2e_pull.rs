@@ -429,3 +429,116 @@ async fn destructive_a_disconnected_pull_agent_keeps_its_workloads_and_catches_u
         .unwrap();
     ns.delete().await;
 }
+
+/// `pinfed unjoin` of a pull member removes everything `join --mode pull` made: its
+/// namespace on the hub (MemberSlices, bundles, Lease, the agent's identity), the agent's
+/// ClusterRole there, and in the member the agent's hub kubeconfig and pull rights — its
+/// old token is refused from then on. Joining again restores it.
+#[tokio::test]
+async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_credential() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let fed = Federation::connect().await;
+    support::join_all(&fed);
+    let pull = pull_member(&fed);
+    let hub_d = hub(&fed, "unjoin-pull");
+    let _agent = agent(&fed, &pull, "unjoin-pull");
+    let hub = fed.hub();
+    let members: Api<MemberCluster> = Api::all(hub.clone());
+    eventually(
+        Duration::from_secs(60),
+        &format!("{pull} Ready\n{}", hub_d.log_tail()),
+        || async {
+            members
+                .get(&pull)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, _)| s == ConditionStatus::True)
+        },
+    )
+    .await;
+    let secret = Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
+        .get("pinfed-hub-kubeconfig")
+        .await
+        .unwrap();
+    let old = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let out = support::pinfed(
+        &fed,
+        &[
+            "unjoin",
+            &pull,
+            "--context",
+            "hub",
+            "--member-context",
+            &pull,
+            "--timeout-secs",
+            "120",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "unjoin {pull}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        hub_d.log_tail()
+    );
+    assert!(members.get_opt(&pull).await.unwrap().is_none());
+    let ns = pinfed::api::member_slice::pull_namespace(&pull);
+    eventually(
+        Duration::from_secs(60),
+        &format!("namespace {ns} gone from the hub"),
+        || async {
+            Api::<Namespace>::all(hub.clone())
+                .get_opt(&ns)
+                .await
+                .is_ok_and(|n| n.is_none())
+        },
+    )
+    .await;
+    assert!(
+        Api::<ClusterRole>::all(hub.clone())
+            .get_opt(&format!("pinfed-agent-{pull}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
+            .get_opt("pinfed-hub-kubeconfig")
+            .await
+            .unwrap()
+            .is_none(),
+        "the agent's hub kubeconfig is gone from the member"
+    );
+    assert!(
+        Api::<ClusterRole>::all(fed.client(&pull))
+            .get_opt("pinfed-agent-pull")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The old credential no longer works on the hub: its ServiceAccount is gone.
+    let client = pinfed::controller::tokens::client_from_kubeconfig(&old)
+        .await
+        .unwrap();
+    let refused = pinfed::controller::tokens::who_am_i(&client).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 401),
+        "{refused:?}"
+    );
+    // Joined again: Ready again.
+    support::join_all(&fed);
+    eventually(
+        Duration::from_secs(90),
+        &format!("{pull} Ready after joining again\n{}", hub_d.log_tail()),
+        || async {
+            members
+                .get(&pull)
+                .await
+                .ok()
+                .and_then(|mc| ready_reason(&mc))
+                .is_some_and(|(s, _)| s == ConditionStatus::True)
+        },
+    )
+    .await;
+}
