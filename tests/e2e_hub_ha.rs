@@ -68,6 +68,14 @@ async fn want_slices(
     Some(want)
 }
 
+/// One agent per member for every test of this binary, alive until the binary ends: a hub
+/// that runs on while a member's agent is gone records the member AgentLost, and its
+/// return keeps new work off it for the failback window — in the tests that follow too.
+fn agents(fed: &Federation) -> &'static Vec<support::Daemon> {
+    static AGENTS: std::sync::OnceLock<Vec<support::Daemon>> = std::sync::OnceLock::new();
+    AGENTS.get_or_init(|| support::spawn_agents(fed))
+}
+
 #[tokio::test]
 async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     let fed = Federation::connect().await;
@@ -87,17 +95,7 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease));
     // Agents make slices available: a slice that left a placement goes only once its
     // replacement is available.
-    let _agents: Vec<_> = fed
-        .member_names()
-        .iter()
-        .map(|m| {
-            spawn_daemon(
-                &fed,
-                &format!("agent-ha-{m}"),
-                &support::agent_args(&fed, m),
-            )
-        })
-        .collect();
+    agents(&fed);
 
     let ns = TestNamespace::create(&hub, "ha").await;
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
@@ -267,6 +265,7 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
     let hub = fed.hub();
     let lease = unique_name("stop-lease");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
+    agents(&fed);
     let leader = spawn_daemon(&fed, "hub-stop-a", &hub_args("hub-a", &lease));
     eventually(
         Duration::from_secs(30),

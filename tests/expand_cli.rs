@@ -241,7 +241,7 @@ fn crds_prints_every_crd() {
     let o = pinfed(&["crds"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert_eq!(out.matches("kind: CustomResourceDefinition").count(), 9);
+    assert_eq!(out.matches("kind: CustomResourceDefinition").count(), 10);
     for kind in [
         "PinterestService",
         "PinterestJobSet",
@@ -252,6 +252,7 @@ fn crds_prints_every_crd() {
         "RuntimeProfile",
         "MemberCluster",
         "FederatedQuota",
+        "MemberSlice",
     ] {
         assert!(out.contains(&format!("kind: {kind}\n")), "{kind}");
     }
