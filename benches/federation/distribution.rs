@@ -54,10 +54,12 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     });
     fed.join_all()?;
     let hub = fed.spawn_hub("bench-hub")?;
+    // Without agents, a pull member still gets one that only mirrors (`--pull-only`): its
+    // only link to the hub, so its slices arrive through it.
     let agents = if with_agents {
         fed.spawn_agents()?
     } else {
-        Vec::new()
+        fed.hub_only_agents().await?
     };
     hub.wait_http("/readyz", fed.s.timeout).await?;
     for a in &agents {
