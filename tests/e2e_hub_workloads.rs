@@ -173,11 +173,21 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     let ar = ApiResource::erase::<PinterestService>(&());
     for p in &placements {
         let member = fed.client(p["cluster"].as_str().unwrap());
-        let slice = Api::<DynamicObject>::namespaced_with(member.clone(), &ns.name, &ar)
-            .get("web")
-            .await
-            .unwrap();
-        assert_eq!(slice.data["spec"]["replicas"], p["replicas"]);
+        let slices = Api::<DynamicObject>::namespaced_with(member.clone(), &ns.name, &ar);
+        // A share that shrank in a re-plan (a member connected late) shrinks once the
+        // others' grown shares are available: moments after the status says Ready.
+        eventually(
+            Duration::from_secs(30),
+            &format!("{}'s slice at its share {}", p["cluster"], p["replicas"]),
+            || async {
+                slices
+                    .get("web")
+                    .await
+                    .is_ok_and(|o| o.data["spec"]["replicas"] == p["replicas"])
+            },
+        )
+        .await;
+        let slice = slices.get("web").await.unwrap();
         let labels = slice.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
             labels

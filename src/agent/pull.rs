@@ -345,10 +345,10 @@ async fn apply_slice(
     ns: &str,
     ms: &MemberSlice,
     namespaces: &mut BTreeSet<String>,
-) {
+) -> bool {
     let Some((kind, namespace, name)) = carried(ms) else {
         tracing::warn!(member_slice = %ms.name_any(), "a MemberSlice without a slice of a known kind; ignored");
-        return;
+        return false;
     };
     let known = namespaces.contains(&namespace);
     let result = async {
@@ -396,6 +396,7 @@ async fn apply_slice(
             )
             .await;
     }
+    error.is_none()
 }
 
 /// Deletes the member's slice `namespace/name` of `kind` when the hub wrote it for
@@ -445,6 +446,8 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
         .boxed();
     let mut listing: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
     let mut namespaces = BTreeSet::new();
+    // MemberSlice → the generation last applied without error.
+    let mut applied: HashMap<String, i64> = HashMap::new();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
@@ -452,17 +455,26 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                 if let (Some(l), Some(key)) = (listing.as_mut(), carried(&ms)) {
                     l.insert(key);
                 }
-                apply_slice(hub, member, ns, &ms, &mut namespaces).await;
+                if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
+                    applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                }
             }
             Ok(watcher::Event::InitDone) => {
                 if let Some(wanted) = listing.take() {
                     remove_unwanted(member, &wanted).await;
                 }
             }
+            // A MemberSlice's own status write (ours) comes back as an event too: its spec
+            // (generation) is unchanged, so there is nothing to apply again.
+            Ok(watcher::Event::Apply(ms))
+                if applied.get(&ms.name_any()) == ms.metadata.generation.as_ref() => {}
             Ok(watcher::Event::Apply(ms)) => {
-                apply_slice(hub, member, ns, &ms, &mut namespaces).await
+                if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
+                    applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                }
             }
             Ok(watcher::Event::Delete(ms)) => {
+                applied.remove(&ms.name_any());
                 if let Some((kind, namespace, name)) = carried(&ms) {
                     let uid = ms
                         .labels()
