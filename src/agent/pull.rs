@@ -15,7 +15,7 @@
 //! reconciling them and catches up (a relist) when the hub is back.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -529,9 +529,12 @@ pub fn slice_report(o: &DynamicObject, now: Timestamp) -> MemberSliceStatus {
 }
 
 /// Writes the status of every hub-written slice in the member into its MemberSlice, when
-/// it changed (the agent's Lease, not a rewrite, says the report is current).
+/// it changed (the agent's Lease, not a rewrite, says the report is current). Changes are
+/// taken in batches, the latest per slice, and written 16 at a time: one by one, a burst
+/// of status changes queued for seconds behind the hub's round trips. A failed write is
+/// tried again with the next batch (or after 2 s).
 async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow::Error {
-    let written: Arc<Mutex<HashMap<String, MemberSliceStatus>>> = Default::default();
+    let mut written: HashMap<String, MemberSliceStatus> = HashMap::new();
     let streams = WorkloadKind::ALL.into_iter().map(|kind| {
         watcher(
             Api::<DynamicObject>::all_with(member.clone(), &slice_resource(kind)),
@@ -543,57 +546,80 @@ async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow:
         .map(move |o| (kind, o))
         .boxed()
     });
-    let mut all = futures::stream::select_all(streams);
+    let mut batches = futures::stream::select_all(streams).ready_chunks(256);
     let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
-    while let Some((kind, o)) = all.next().await {
-        let name = crate::api::member_slice::member_slice_name(
-            kind,
-            &o.namespace().unwrap_or_default(),
-            &o.name_any(),
-        );
-        let mut status = slice_report(&o, Timestamp::now());
-        let same = written.lock().ok().is_some_and(|w| {
-            w.get(&name).is_some_and(|old| {
-                old.slice == status.slice
-                    && old.slice_generation == status.slice_generation
-                    && old.hub_generation == status.hub_generation
-            })
-        });
-        if same {
-            continue;
+    let mut retry: HashMap<String, MemberSliceStatus> = HashMap::new();
+    loop {
+        let batch = if retry.is_empty() {
+            batches.next().await
+        } else {
+            tokio::select! {
+                b = batches.next() => b,
+                () = tokio::time::sleep(Duration::from_secs(2)) => Some(Vec::new()),
+            }
+        };
+        let Some(batch) = batch else { break };
+        let mut latest = std::mem::take(&mut retry);
+        for (kind, o) in batch {
+            let name = crate::api::member_slice::member_slice_name(
+                kind,
+                &o.namespace().unwrap_or_default(),
+                &o.name_any(),
+            );
+            latest.insert(name, slice_report(&o, Timestamp::now()));
         }
-        let patch = serde_json::json!({
-            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberSlice",
-            "status": {
-                "slice": status.slice.take(),
-                "sliceGeneration": status.slice_generation,
-                "hubGeneration": status.hub_generation,
-                "reportedTime": status.reported_time.clone(),
-            },
-        });
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                status.slice = patch["status"]["slice"]
-                    .as_object()
-                    .map(|_| patch["status"]["slice"].clone());
-                if let Ok(mut w) = written.lock() {
-                    w.insert(name, status);
+        let due: Vec<(String, MemberSliceStatus)> = latest
+            .into_iter()
+            .filter(|(name, status)| {
+                !written.get(name).is_some_and(|old| {
+                    old.slice == status.slice
+                        && old.slice_generation == status.slice_generation
+                        && old.hub_generation == status.hub_generation
+                })
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(due.into_iter().map(|(name, status)| {
+            let api = api.clone();
+            async move {
+                let patch = serde_json::json!({
+                    "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberSlice",
+                    "status": {
+                        "slice": status.slice,
+                        "sliceGeneration": status.slice_generation,
+                        "hubGeneration": status.hub_generation,
+                        "reportedTime": status.reported_time,
+                    },
+                });
+                let result = api
+                    .patch_status(
+                        &name,
+                        &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await;
+                (name, status, result)
+            }
+        }))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+        for (name, status, result) in results {
+            match result {
+                Ok(_) => {
+                    written.insert(name, status);
                 }
-            }
-            // The hub removed the MemberSlice: the slice goes too (mirror_slices).
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(kube::Error::Api(s)) if s.code == 401 => {
-                return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
-            }
-            Err(e) => {
-                tracing::warn!(member_slice = %name, error = %crate::controller::Chain(&e), "could not report a slice's status to the hub")
+                // The hub removed the MemberSlice: the slice goes too (mirror_slices).
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) if s.code == 401 => {
+                    return anyhow::anyhow!(
+                        "the hub refused the agent's credential: {}",
+                        s.message
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(member_slice = %name, error = %crate::controller::Chain(&e), "could not report a slice's status to the hub; trying again");
+                    retry.insert(name, status);
+                }
             }
         }
     }
