@@ -517,15 +517,22 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
             .unwrap()
             .is_none()
     );
-    // The old credential no longer works on the hub: its ServiceAccount is gone.
+    // The old credential no longer works on the hub: its ServiceAccount is gone (the
+    // API server's ServiceAccount lookup follows the deletion within moments).
     let client = pinfed::controller::tokens::client_from_kubeconfig(&old)
         .await
         .unwrap();
-    let refused = pinfed::controller::tokens::who_am_i(&client).await;
-    assert!(
-        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 401),
-        "{refused:?}"
-    );
+    eventually(
+        Duration::from_secs(30),
+        "the old agent token refused by the hub (401)",
+        || async {
+            matches!(
+                pinfed::controller::tokens::who_am_i(&client).await,
+                Err(kube::Error::Api(s)) if s.code == 401
+            )
+        },
+    )
+    .await;
     // Joined again: Ready again.
     support::join_all(&fed);
     eventually(
