@@ -115,6 +115,21 @@ fn ready_reason(mc: &MemberCluster) -> Option<(ConditionStatus, String)> {
         .map(|c| (c.status, c.reason.clone()))
 }
 
+/// Whether MemberCluster `name` is Ready=`want` (with `reason`, when given).
+async fn member_is(
+    members: &Api<MemberCluster>,
+    name: &str,
+    want: ConditionStatus,
+    reason: Option<&str>,
+) -> bool {
+    members
+        .get(name)
+        .await
+        .ok()
+        .and_then(|mc| ready_reason(&mc))
+        .is_some_and(|(s, r)| s == want && reason.is_none_or(|w| r == w))
+}
+
 async fn wait_ready_everywhere(api: &Api<PinterestService>, name: &str, logs: &dyn Fn() -> String) {
     eventually(
         Duration::from_secs(120),
@@ -166,12 +181,7 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
         Duration::from_secs(GRACE + 30),
         &format!("{pull} AgentLost and web off it\n{}", logs()),
         || async {
-            let lost = members
-                .get(&pull)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, r)| s == ConditionStatus::False && r == "AgentLost");
+            let lost = member_is(&members, &pull, ConditionStatus::False, Some("AgentLost")).await;
             let s = status(&api, "web").await;
             lost && !placed_on(&s).contains(&pull) && placed_on(&s).len() == 2
         },
@@ -198,12 +208,7 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
         Duration::from_secs(60),
         &format!("{pull} Ready again with its share back\n{}", logs()),
         || async {
-            let ready = members
-                .get(&pull)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, _)| s == ConditionStatus::True);
+            let ready = member_is(&members, &pull, ConditionStatus::True, None).await;
             let s = status(&api, "web").await;
             ready
                 && placed_on(&s).contains(&pull)
@@ -219,14 +224,7 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
     eventually(
         Duration::from_secs(GRACE + 30),
         &format!("{push} AgentLost\n{}", logs()),
-        || async {
-            members
-                .get(&push)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, r)| s == ConditionStatus::False && r == "AgentLost")
-        },
+        || async { member_is(&members, &push, ConditionStatus::False, Some("AgentLost")).await },
     )
     .await;
     // The workload's status follows the member's within a reconcile (the hub reconciles
@@ -253,14 +251,7 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
     eventually(
         Duration::from_secs(60),
         &format!("{push} Ready again\n{}", logs()),
-        || async {
-            members
-                .get(&push)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, _)| s == ConditionStatus::True)
-        },
+        || async { member_is(&members, &push, ConditionStatus::True, None).await },
     )
     .await;
     ns.delete().await;
@@ -448,14 +439,7 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
     eventually(
         Duration::from_secs(60),
         &format!("{pull} Ready\n{}", hub_d.log_tail()),
-        || async {
-            members
-                .get(&pull)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, _)| s == ConditionStatus::True)
-        },
+        || async { member_is(&members, &pull, ConditionStatus::True, None).await },
     )
     .await;
     let secret = Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
@@ -538,14 +522,7 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
     eventually(
         Duration::from_secs(90),
         &format!("{pull} Ready after joining again\n{}", hub_d.log_tail()),
-        || async {
-            members
-                .get(&pull)
-                .await
-                .ok()
-                .and_then(|mc| ready_reason(&mc))
-                .is_some_and(|(s, _)| s == ConditionStatus::True)
-        },
+        || async { member_is(&members, &pull, ConditionStatus::True, None).await },
     )
     .await;
 }

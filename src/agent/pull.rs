@@ -23,10 +23,9 @@ use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
-use kube::core::ApiResource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -207,15 +206,8 @@ async fn renew_lease(
             tokio::time::sleep(LEASE_EVERY).await;
             continue;
         }
-        let lease = serde_json::json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "holderIdentity": identity,
-                "leaseDurationSeconds": LEASE_DURATION_SECS,
-                "renewTime": MicroTime(Timestamp::now()),
-            },
-        });
+        let lease =
+            crate::controller::leader::lease_renewal(&name, ns, identity, LEASE_DURATION_SECS);
         match api
             .patch(
                 &name,
@@ -323,10 +315,6 @@ async fn member_report(member: &Client, nodes: &Store<Node>, pods: &Store<Pod>) 
     }
 }
 
-fn slice_resource(kind: WorkloadKind) -> ApiResource {
-    crate::api::kind::with_kind!(kind, K => ApiResource::erase::<K>(&()))
-}
-
 /// The kind and (namespace, name) of the slice a MemberSlice carries.
 fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, String, String)> {
     let s = &ms.spec.slice;
@@ -362,14 +350,18 @@ async fn apply_slice(
             .await
             .map_err(|e| e.to_string())?;
         }
-        Api::<DynamicObject>::namespaced_with(member.clone(), &namespace, &slice_resource(kind))
-            .patch(
-                &name,
-                &PatchParams::apply(PULL_FIELD_MANAGER).force(),
-                &Patch::Apply(&ms.spec.slice),
-            )
-            .await
-            .map_err(|e| crate::controller::Chain(&e).to_string())
+        Api::<DynamicObject>::namespaced_with(
+            member.clone(),
+            &namespace,
+            &crate::api::kind::api_resource(kind),
+        )
+        .patch(
+            &name,
+            &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+            &Patch::Apply(&ms.spec.slice),
+        )
+        .await
+        .map_err(|e| crate::controller::Chain(&e).to_string())
     }
     .await;
     let error = result.err();
@@ -408,8 +400,11 @@ async fn delete_slice(
     name: &str,
     hub_uid: Option<&str>,
 ) {
-    let api =
-        Api::<DynamicObject>::namespaced_with(member.clone(), namespace, &slice_resource(kind));
+    let api = Api::<DynamicObject>::namespaced_with(
+        member.clone(),
+        namespace,
+        &crate::api::kind::api_resource(kind),
+    );
     let Ok(Some(found)) = api.get_metadata_opt(name).await else {
         return;
     };
@@ -498,7 +493,8 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
 /// Removes the member's hub-written slices that are not in `wanted`.
 async fn remove_unwanted(member: &Client, wanted: &BTreeSet<(WorkloadKind, String, String)>) {
     for kind in WorkloadKind::ALL {
-        let api = Api::<DynamicObject>::all_with(member.clone(), &slice_resource(kind));
+        let api =
+            Api::<DynamicObject>::all_with(member.clone(), &crate::api::kind::api_resource(kind));
         let Ok(list) = api
             .list_metadata(&ListParams::default().labels(crate::api::member_slice::LABEL_HUB_NAME))
             .await
@@ -537,7 +533,7 @@ async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow:
     let mut written: HashMap<String, MemberSliceStatus> = HashMap::new();
     let streams = WorkloadKind::ALL.into_iter().map(|kind| {
         watcher(
-            Api::<DynamicObject>::all_with(member.clone(), &slice_resource(kind)),
+            Api::<DynamicObject>::all_with(member.clone(), &crate::api::kind::api_resource(kind)),
             watcher::Config::default().labels(crate::api::member_slice::LABEL_HUB_NAME),
         )
         .backoff(crate::controller::watch::backoff())

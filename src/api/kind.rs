@@ -143,6 +143,11 @@ macro_rules! with_kind {
 
 pub use crate::with_kind;
 
+/// The API resource (group, version, plural) of a workload kind, for dynamic clients.
+pub fn api_resource(kind: super::workload::WorkloadKind) -> kube::core::ApiResource {
+    with_kind!(kind, K => kube::core::ApiResource::erase::<K>(&()))
+}
+
 macro_rules! common {
     ($status:ty, $variant:ident) => {
         type Status = $status;

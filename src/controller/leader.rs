@@ -184,6 +184,26 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// The server-side apply body that renews Lease `namespace/name` for `identity` now.
+pub fn lease_renewal(
+    name: &str,
+    namespace: &str,
+    identity: &str,
+    duration_secs: i32,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "holderIdentity": identity,
+            "leaseDurationSeconds": duration_secs,
+            "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now()
+            ),
+        },
+    })
+}
+
 /// Renews the Lease `namespace/name` for `identity` every third of `duration_secs`, for
 /// a process without leader election whose Lease others read as its sign of life (the
 /// hub reads the agent's). Failures are logged and retried.
@@ -199,16 +219,7 @@ pub async fn renew_forever(
         std::time::Duration::from_secs(u64::try_from(duration_secs / 3).unwrap_or(1).max(1));
     let mut failures = 0u32;
     loop {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let lease = serde_json::json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "holderIdentity": identity,
-                "leaseDurationSeconds": duration_secs,
-                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
-            },
-        });
+        let lease = lease_renewal(&name, &namespace, &identity, duration_secs);
         let params = kube::api::PatchParams::apply(&format!("{name}-lease")).force();
         match api
             .patch(&name, &params, &kube::api::Patch::Apply(&lease))

@@ -126,14 +126,10 @@ pub fn member_secret_name(member: &str) -> String {
     format!("member-{member}")
 }
 
-/// The hub objects of a member: its kubeconfig Secret and the MemberCluster.
-pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value> {
-    use base64::Engine;
-    let secret_name = member_secret_name(&req.name);
-    let mut spec = serde_json::json!({
-        "secretRef": {"name": secret_name, "namespace": HUB_NAMESPACE},
-        "mode": "Push",
-    });
+/// A MemberCluster spec in `mode` (Push or Pull) with the request's region, zone, labels
+/// and weight.
+pub fn member_spec(req: &JoinRequest, mode: &str) -> serde_json::Value {
+    let mut spec = serde_json::json!({"mode": mode});
     if !req.labels.is_empty() {
         spec["labels"] = serde_json::to_value(&req.labels).unwrap_or_default();
     }
@@ -146,6 +142,15 @@ pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value
     if let Some(w) = req.weight {
         spec["weight"] = w.into();
     }
+    spec
+}
+
+/// The hub objects of a member: its kubeconfig Secret and the MemberCluster.
+pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value> {
+    use base64::Engine;
+    let secret_name = member_secret_name(&req.name);
+    let mut spec = member_spec(req, "Push");
+    spec["secretRef"] = serde_json::json!({"name": secret_name, "namespace": HUB_NAMESPACE});
     vec![
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NAMESPACE}}),
         serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",

@@ -69,19 +69,7 @@ pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
     let rw = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
-    let mut spec = serde_json::json!({"mode": "Pull"});
-    if !req.labels.is_empty() {
-        spec["labels"] = serde_json::to_value(&req.labels).unwrap_or_default();
-    }
-    if let Some(r) = &req.region {
-        spec["region"] = r.clone().into();
-    }
-    if let Some(z) = &req.zone {
-        spec["zone"] = z.clone().into();
-    }
-    if let Some(w) = req.weight {
-        spec["weight"] = w.into();
-    }
+    let spec = crate::hub::join::member_spec(req, "Pull");
     vec![
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns,
             "labels": {"app.kubernetes.io/part-of": "pinfed", "federation.pinterest.com/member": req.name}}}),

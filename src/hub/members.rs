@@ -342,6 +342,14 @@ impl MemberRegistry {
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
     }
+    /// What the current connection to `name` learned of its heartbeats (a new connection
+    /// to a member already known keeps it: the member did not go anywhere).
+    fn heartbeat_of(&self, name: &str) -> Heartbeat {
+        self.get(name)
+            .and_then(|old| old.state.lock().ok().map(|h| h.clone()))
+            .unwrap_or_default()
+    }
+
     fn insert(&self, m: Member) -> Arc<Member> {
         let m = Arc::new(m);
         if let Ok(mut map) = self.members.lock() {
@@ -497,12 +505,7 @@ pub async fn ensure_member(
         // A new connection to a member already known (its Secret changed) keeps what the
         // old one learned: the member did not go anywhere.
         connected_at: Timestamp::now(),
-        state: Mutex::new(
-            registry
-                .get(&name)
-                .and_then(|old| old.state.lock().ok().map(|h| h.clone()))
-                .unwrap_or_default(),
-        ),
+        state: Mutex::new(registry.heartbeat_of(&name)),
         tasks,
     };
     // Placement must not see a member whose node and pod caches are still filling: it
@@ -607,12 +610,7 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
         },
         slices: caches,
         connected_at: Timestamp::now(),
-        state: Mutex::new(
-            registry
-                .get(&name)
-                .and_then(|old| old.state.lock().ok().map(|h| h.clone()))
-                .unwrap_or_default(),
-        ),
+        state: Mutex::new(registry.heartbeat_of(&name)),
         tasks: vec![tokio::spawn(stream)],
     };
     tracing::info!(member = %name, "pull member: watching its slices on the hub");
@@ -740,10 +738,6 @@ pub fn member_status(
             &t,
         ),
         (Some(m), None) => {
-            let api_answers = |m: &Member| {
-                m.last_heartbeat()
-                    .is_some_and(|t| now.as_second() - t.as_second() <= grace.as_secs() as i64)
-            };
             let hb = m.state.lock().map(|h| h.clone()).unwrap_or_default();
             if let Some(v) = &hb.version {
                 s.kubernetes_version = Some(v.clone());
@@ -765,7 +759,7 @@ pub fn member_status(
                     generation,
                     &t,
                 )
-            } else if m.is_pull() || (api_answers(m) && m.agent_lost(now, grace)) {
+            } else if m.is_pull() || (m.is_writable(now, grace) && m.agent_lost(now, grace)) {
                 let why = match (hb.agent_renewed, &hb.agent_error) {
                     (_, Some(e)) => format!("its agent's Lease cannot be read: {e}"),
                     (None, None) => "its agent has not connected yet".to_string(),

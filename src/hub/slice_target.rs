@@ -23,10 +23,6 @@ pub enum SliceTarget {
     Pull { hub: Client, namespace: String },
 }
 
-fn slice_resource(kind: WorkloadKind) -> ApiResource {
-    crate::api::kind::with_kind!(kind, K => ApiResource::erase::<K>(&()))
-}
-
 impl SliceTarget {
     fn member_slices(hub: &Client, namespace: &str) -> Api<MemberSlice> {
         Api::namespaced(hub.clone(), namespace)
@@ -43,7 +39,7 @@ impl SliceTarget {
             SliceTarget::Push(client) => Api::<DynamicObject>::namespaced_with(
                 client.clone(),
                 namespace,
-                &slice_resource(kind),
+                &crate::api::kind::api_resource(kind),
             )
             .get_opt(name)
             .await?
@@ -109,7 +105,7 @@ impl SliceTarget {
                 Api::<DynamicObject>::namespaced_with(
                     client.clone(),
                     namespace,
-                    &slice_resource(kind),
+                    &crate::api::kind::api_resource(kind),
                 ),
                 name.to_string(),
             ),
