@@ -185,6 +185,8 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         ],
         &["create", "tokenreviews.authentication.k8s.io"],
         &["list", "memberclusters.federation.pinterest.com"],
+        // The UI's Drain for admins; the admission policy holds it to one annotation.
+        &["patch", "memberclusters.federation.pinterest.com"],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the JSS may not {allowed:?}");
     }
@@ -197,7 +199,12 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
             "-n",
             "default",
         ],
-        &["patch", "memberclusters.federation.pinterest.com"],
+        &[
+            "patch",
+            "memberclusters.federation.pinterest.com",
+            "--subresource=status",
+        ],
+        &["delete", "memberclusters.federation.pinterest.com"],
         &[
             "create",
             "leases.coordination.k8s.io",
@@ -208,6 +215,82 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
     ] {
         assert!(!can_i(&kc, &hub, denied), "the JSS may {denied:?}");
     }
+    jss_patches_of_a_member_stop_at_the_draining_mark(&fed, &kc, &hub).await;
+}
+
+/// `kubectl patch --dry-run=server` of a MemberCluster as `kubeconfig`'s identity:
+/// whether the API server (admission included) accepts it, and what it said.
+fn patch_member(
+    kubeconfig: &std::path::Path,
+    context: &str,
+    member: &str,
+    patch: &str,
+) -> (bool, String) {
+    let out = Command::new(kubectl_bin())
+        .args([
+            "--context",
+            context,
+            "patch",
+            "--dry-run=server",
+            "--type=merge",
+        ])
+        .args([
+            "memberclusters.federation.pinterest.com",
+            member,
+            "-p",
+            patch,
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run kubectl patch");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// RBAC lets the JSS patch MemberClusters (the UI's Drain); the shipped admission policy
+/// `pinfed-jss-drain-only` refuses every change but the draining mark, asked of the hub
+/// API server with server-side dry runs (nothing changes).
+async fn jss_patches_of_a_member_stop_at_the_draining_mark(
+    fed: &Federation,
+    kc: &std::path::Path,
+    hub: &str,
+) {
+    let member = fed.member_names()[0].clone();
+    let drain = r#"{"metadata":{"annotations":{"federation.pinterest.com/draining":"true"}}}"#;
+    let hostile = [
+        r#"{"spec":{"secretRef":{"name":"member-elsewhere"}}}"#,
+        r#"{"metadata":{"labels":{"pinfed-test":"x"}}}"#,
+        r#"{"metadata":{"annotations":{"pinfed-test":"x"}}}"#,
+        r#"{"metadata":{"finalizers":["pinfed-test/x"]}}"#,
+    ];
+    // A new policy takes a moment to be enforced: wait until a hostile patch is refused.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (ok, text) = patch_member(kc, hub, &member, hostile[0]);
+        if !ok {
+            assert!(
+                text.contains("pinfed-jss-drain-only") && text.contains("spec changed"),
+                "refused, but not by the policy: {text}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the JSS may point {member} at another credential: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    for p in &hostile[1..] {
+        let (ok, text) = patch_member(kc, hub, &member, p);
+        assert!(!ok, "the JSS may patch {member} with {p}: {text}");
+        assert!(text.contains("pinfed-jss-drain-only"), "{p}: {text}");
+    }
+    let (ok, text) = patch_member(kc, hub, &member, drain);
+    assert!(ok, "the JSS may not mark {member} draining: {text}");
 }
 
 /// The credential the hub stores for each member (its kubeconfig Secret on the hub, as

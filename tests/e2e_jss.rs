@@ -1152,3 +1152,161 @@ async fn a_token_review_audience_accepts_only_tokens_issued_for_it() {
     jss.kill();
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn artifacts_are_listed_to_their_owner_teams_and_to_admin_teams() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    st.publish(
+        &fed,
+        "scoped-ads",
+        "1.0.0",
+        &yaml(&service("scoped", "ads", 1, "10m")),
+    );
+    st.publish(
+        &fed,
+        "scoped-search",
+        "1.0.0",
+        &yaml(&service("scoped", "search", 1, "10m")),
+    );
+    let names = |token: &'static str| async move {
+        let r = st.client(Some(token)).get("/v1/artifacts").await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let alice = names("alice-token").await;
+    assert!(alice.contains(&"scoped-ads".to_string()), "{alice:?}");
+    assert!(!alice.contains(&"scoped-search".to_string()), "{alice:?}");
+    let bob = names("bob-token").await;
+    assert!(bob.contains(&"scoped-search".to_string()), "{bob:?}");
+    assert!(!bob.contains(&"scoped-ads".to_string()), "{bob:?}");
+    // governance is an admin team: every artifact.
+    let gina = names("gina-token").await;
+    assert!(
+        gina.contains(&"scoped-ads".to_string()) && gina.contains(&"scoped-search".to_string()),
+        "{gina:?}"
+    );
+}
+
+/// One raw HTTP/1.1 request on an open connection; the status code, or `None` when the
+/// server closed the connection without an answer.
+fn raw_get(stream: &mut std::net::TcpStream, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: jss\r\n\r\n");
+    if stream.write_all(req.as_bytes()).is_err() {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).ok()?;
+    let head = String::from_utf8_lossy(&buf[..n]);
+    head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+#[tokio::test]
+async fn failed_authentications_are_rate_limited_per_address_and_connections_are_capped() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let (api, metrics) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let jss = spawn_daemon(
+        &fed,
+        "jss-limits",
+        &[
+            s(&["jss", "--context", "hub", "--token-review"]),
+            s(&[
+                "--failed-auth-burst",
+                "3",
+                "--failed-auth-per-sec",
+                "0.5",
+                "--max-connections-per-ip",
+                "4",
+            ]),
+            vec![
+                "--listen".into(),
+                api.clone(),
+                "--metrics-addr".into(),
+                metrics.clone(),
+                "--tokens".into(),
+                st.dir.join("tokens.yaml").display().to_string(),
+                "--artifacts".into(),
+                st.artifacts.display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
+    wait_listening(&api, &jss);
+    let get = |token: &str| {
+        let client =
+            JssClient::new(&format!("http://{api}"), Some(token.to_string()), None).unwrap();
+        async move { client.get("/v1/clusters").await.unwrap() }
+    };
+    // Three guesses are answered 401 (each one a TokenReview); the fourth is held back.
+    for i in 0..3 {
+        let r = get(&format!("guess-{i}")).await;
+        assert_error(&r, 401, "Unauthenticated");
+    }
+    let r = get("guess-3").await;
+    assert_error(&r, 429, "TooManyFailedAuthentications");
+    assert!(
+        r.body["error"].as_str().unwrap().contains("127.0.0.1"),
+        "{}",
+        r.text
+    );
+    // A token known good still passes from the same address.
+    let r = get("alice-token").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // At 0.5/s, one more guess is allowed two seconds later.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_error(&get("guess-4").await, 401, "Unauthenticated");
+    assert_error(&get("guess-5").await, 429, "TooManyFailedAuthentications");
+    let m = support::http_get(&format!("http://{metrics}/metrics")).await;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pinfed_jss_failed_auth_limited_total ") && !l.ends_with(" 0")),
+        "{m}"
+    );
+
+    // Four connections from one address are served; a fifth is closed unanswered, and a
+    // slot given back is served again. (The clients above have closed theirs.)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut held: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| std::net::TcpStream::connect(&api).unwrap())
+        .collect();
+    for (i, c) in held.iter_mut().enumerate() {
+        assert_eq!(raw_get(c, "/healthz"), Some(200), "connection {i}");
+    }
+    let mut fifth = std::net::TcpStream::connect(&api).unwrap();
+    assert_eq!(
+        raw_get(&mut fifth, "/healthz"),
+        None,
+        "a fifth connection answered"
+    );
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..20 {
+        let mut c = std::net::TcpStream::connect(&api).unwrap();
+        again = raw_get(&mut c, "/healthz");
+        if again.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(again, Some(200), "a slot given back is served");
+    let m = support::http_get(&format!("http://{metrics}/metrics")).await;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pinfed_jss_connections_refused_total ") && !l.ends_with(" 0")),
+        "{m}"
+    );
+    jss.kill();
+}

@@ -388,6 +388,21 @@ async fn a_submitted_service_shows_its_split_and_turns_ready_live() {
         b.text("#actions").await.contains("Delete"),
         "the owner team may delete it"
     );
+    // The hub's own Event of its decision (written as it places; read when the page is).
+    let page = format!("/ui/workloads/{}/service/web", ns.name);
+    let mut events = String::new();
+    for _ in 0..15 {
+        events = b.text("#events").await;
+        if events.contains("Placed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        b.goto(&page).await;
+    }
+    assert!(
+        events.contains("Placed") && parts.iter().all(|(c, _, _)| events.contains(c.as_str())),
+        "the hub's Placed event names every cluster of the split: {events}"
+    );
     b.screenshot("workload-service").await;
     b.assert_no_console_errors("the workloads and workload pages")
         .await;

@@ -21,6 +21,17 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The strings of a YAML list (none when absent).
+fn list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// (cluster, identity) → rows of (scope, resources, verbs), from roles and their bindings.
 fn identities(objects: &[(&str, Value)]) -> BTreeMap<(String, String), Vec<[String; 3]>> {
     let roles: BTreeMap<(String, String, String), &Value> = objects
@@ -72,15 +83,6 @@ fn identities(objects: &[(&str, Value)]) -> BTreeMap<(String, String), Vec<[Stri
             );
             let rows = out.entry((cluster.to_string(), who)).or_default();
             for r in role["rules"].as_array().unwrap() {
-                let list = |v: &Value| {
-                    v.as_array()
-                        .map(|a| {
-                            a.iter()
-                                .map(|x| x.as_str().unwrap_or("").to_string())
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                };
                 let groups = list(&r["apiGroups"]);
                 let names = list(&r["resourceNames"]);
                 let resources: Vec<String> = list(&r["resources"])
@@ -158,6 +160,53 @@ fn render() -> String {
         for [scope, resources, verbs] in rows {
             text.push_str(&format!("| {scope} | {resources} | {verbs} |\n"));
         }
+    }
+    text.push_str(&admission_policies(&objects));
+    text
+}
+
+/// What RBAC cannot say (which fields a patch may touch), the shipped admission policies
+/// say: each with whom it applies to and what it refuses.
+fn admission_policies(objects: &[(&str, Value)]) -> String {
+    let mut text = String::new();
+    for (cluster, p) in objects {
+        if p["kind"] != "ValidatingAdmissionPolicy" {
+            continue;
+        }
+        text.push_str(&format!(
+            "\n#### Admission policy `{}` in the {cluster}\n\n",
+            p["metadata"]["name"].as_str().unwrap()
+        ));
+        for rule in p["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            text.push_str(&format!(
+                "- on {} of `{}`\n",
+                list(&rule["operations"]).join(", "),
+                list(&rule["resources"]).join("`, `")
+            ));
+        }
+        for c in p["spec"]["matchConditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            text.push_str(&format!("- when `{}`\n", c["expression"].as_str().unwrap()));
+        }
+        for v in p["spec"]["validations"].as_array().into_iter().flatten() {
+            text.push_str(&format!("- refuses: {}\n", v["message"].as_str().unwrap()));
+        }
+        let bound = objects.iter().any(|(_, b)| {
+            b["kind"] == "ValidatingAdmissionPolicyBinding"
+                && b["spec"]["policyName"] == p["metadata"]["name"]
+        });
+        assert!(
+            bound,
+            "admission policy {} has no binding",
+            p["metadata"]["name"]
+        );
     }
     text
 }

@@ -251,6 +251,16 @@ impl ArtifactStore {
     }
 
     /// Every artifact in the store (name, version), sorted; unreadable entries skipped.
+    /// The owner team an artifact names (`spec.owner.team`), when it reads, verifies and
+    /// parses as a workload.
+    pub fn owner_team(&self, r: &ArtifactRef) -> Option<String> {
+        let a = self.read(r).ok()?;
+        match crate::api::parse::parse_one(&a.text).ok()? {
+            crate::api::parse::Document::Workload(w) => Some(w.as_ref().owner().team.clone()),
+            _ => None,
+        }
+    }
+
     pub fn list(&self) -> Vec<ArtifactRef> {
         let mut out = Vec::new();
         let Ok(names) = std::fs::read_dir(&self.root) else {

@@ -287,11 +287,14 @@ pub enum Forbidden {
 /// May `p` see a workload of `team` in `namespace` in reports (owners)? Its own teams',
 /// its namespaces', or everything for a member of an admin team.
 pub fn may_see_workload(cfg: &AuthConfig, p: &Principal, team: &str, namespace: &str) -> bool {
-    p.teams.contains(team)
-        || p.teams
-            .iter()
-            .any(|t| cfg.teams.get(t).is_some_and(|pol| pol.admin))
-        || may_use_namespace(cfg, p, namespace)
+    p.teams.contains(team) || is_admin(cfg, p) || may_use_namespace(cfg, p, namespace)
+}
+
+/// Is `p` in an admin team (sees every team's workloads, may drain members)?
+pub fn is_admin(cfg: &AuthConfig, p: &Principal) -> bool {
+    p.teams
+        .iter()
+        .any(|t| cfg.teams.get(t).is_some_and(|pol| pol.admin))
 }
 
 /// May `team`'s workload use what it uses? Every use needs the team's grant; the first

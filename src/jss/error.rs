@@ -76,6 +76,12 @@ pub enum Rejection {
     Hub(String),
     #[error("the JSS is not ready (hub caches are still loading)")]
     NotReady,
+    /// Too many failed authentications from the caller's address.
+    #[error("too many failed authentications from {client}: retry in {retry_after_secs} s")]
+    TooManyFailedAuths {
+        client: String,
+        retry_after_secs: u64,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -96,6 +102,7 @@ impl Rejection {
             Rejection::Timeout(_) => 503,
             Rejection::Hub(_) => 502,
             Rejection::NotReady => 503,
+            Rejection::TooManyFailedAuths { .. } => 429,
             Rejection::Internal(_) => 500,
         }
     }
@@ -117,6 +124,7 @@ impl Rejection {
             Rejection::Timeout(_) => "Timeout",
             Rejection::Hub(_) => "HubError",
             Rejection::NotReady => "NotReady",
+            Rejection::TooManyFailedAuths { .. } => "TooManyFailedAuthentications",
             Rejection::Internal(_) => "Internal",
         }
     }

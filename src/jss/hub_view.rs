@@ -293,6 +293,21 @@ impl Hub {
             .map(|_| ())
             .map_err(rejection)
     }
+
+    /// Marks a member draining (the hub moves every workload off it and places nothing
+    /// new there) or clears the mark. Only the annotation changes: the JSS's patch right
+    /// on MemberClusters is held to that by the admission policy `deploy/jss` ships.
+    pub async fn set_draining(&self, member: &str, draining: bool) -> Result<(), Rejection> {
+        let value = draining.then_some("true");
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {crate::api::federation::ANNOTATION_DRAINING: value}}
+        });
+        Api::<MemberCluster>::all(self.client.clone())
+            .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(rejection)
+    }
 }
 
 /// What one hub workload requests (zero when it cannot be read or sized: the hub does

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod hub_view;
+pub mod limits;
 pub mod quota;
 pub mod request;
 pub mod server;
@@ -96,6 +97,27 @@ pub struct JssArgs {
     /// is refused (e.g. `pinfed-jss`, as in `kubectl create token SA --audience pinfed-jss`).
     #[arg(long, env = "PINFED_JSS_TOKEN_AUDIENCE")]
     pub token_audience: Option<String>,
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, env = "PINFED_JSS_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Connections one client address may hold at once; more are closed at once.
+    #[arg(
+        long,
+        env = "PINFED_JSS_MAX_CONNECTIONS_PER_IP",
+        default_value_t = limits::DEFAULT_MAX_CONNECTIONS_PER_IP
+    )]
+    pub max_connections_per_ip: usize,
+    /// Failed authentications a client address may make in a burst before it gets 429
+    /// (a token already known good still passes).
+    #[arg(long, env = "PINFED_JSS_FAILED_AUTH_BURST", default_value_t = limits::DEFAULT_FAILED_AUTH_BURST)]
+    pub failed_auth_burst: u32,
+    /// Failed authentications per second a client address regains after its burst.
+    #[arg(
+        long,
+        env = "PINFED_JSS_FAILED_AUTH_PER_SEC",
+        default_value_t = limits::DEFAULT_FAILED_AUTH_PER_SEC
+    )]
+    pub failed_auth_per_sec: f64,
 }
 
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
@@ -196,7 +218,8 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             Duration::from_secs(args.request_timeout_secs),
         )
         .with_admission_concurrency(args.admission_concurrency)
-        .with_token_audience(args.token_audience.clone()));
+        .with_token_audience(args.token_audience.clone())
+        .with_failed_auth_limit(args.failed_auth_burst, args.failed_auth_per_sec));
         ready.set(true);
         tracing::info!(
             listen = %args.listen,
@@ -213,9 +236,14 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
                 hub_lease: args.hub_lease.clone(),
             },
         );
-        let app = ui::mount(server::router(jss, ready), ui);
+        let refused = jss.metrics.connections_refused.clone();
+        let app = ui::mount(server::router(jss.clone(), ready), ui).layer(
+            axum::middleware::from_fn_with_state(jss, server::failed_auth_guard),
+        );
+        let limits =
+            limits::ConnectionLimits::new(args.max_connections, args.max_connections_per_ip);
         tokio::select! {
-            r = server::serve(listener, app, tls) => r,
+            r = server::serve(listener, app, tls, limits, refused) => r,
             r = metrics_server => r?,
             _ = tokio::signal::ctrl_c() => Ok(()),
         }

@@ -34,6 +34,8 @@ use super::auth::{
 };
 use super::error::Rejection;
 use super::hub_view::Hub;
+use super::limits;
+use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
 use super::quota::{check_all, requested};
 use super::request::{Source, parse_kind, parse_submission};
 use super::views;
@@ -59,6 +61,10 @@ struct RouteLabel {
 /// Submission and request metrics.
 #[derive(Clone)]
 pub struct JssMetrics {
+    /// Requests refused because their address failed authentication too often.
+    pub failed_auth_limited: Counter,
+    /// Connections closed at once: their address held its maximum.
+    pub connections_refused: Counter,
     submissions: Family<OutcomeLabel, Counter>,
     submission_seconds: Histogram,
     requests: Family<RouteLabels, Counter>,
@@ -68,6 +74,8 @@ pub struct JssMetrics {
 impl JssMetrics {
     pub fn register(registry: &mut Registry) -> JssMetrics {
         let m = JssMetrics {
+            failed_auth_limited: Counter::default(),
+            connections_refused: Counter::default(),
             submissions: Family::default(),
             submission_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             requests: Family::default(),
@@ -95,6 +103,16 @@ impl JssMetrics {
             "HTTP request latency by route",
             m.request_seconds.clone(),
         );
+        registry.register(
+            "failed_auth_limited",
+            "Requests refused (429) because their client address failed authentication too often",
+            m.failed_auth_limited.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because their client address held its maximum",
+            m.connections_refused.clone(),
+        );
         m
     }
 }
@@ -120,6 +138,8 @@ pub struct Jss {
     /// Parsing and admission run on blocking threads, this many at once: a slow body
     /// never holds an async worker, and a burst of them waits here.
     admission: Arc<tokio::sync::Semaphore>,
+    /// Failed authentications per client address (`--failed-auth-burst`, `-per-sec`).
+    failed_auths: Mutex<FailedAuths>,
 }
 
 /// Submissions parsed and admitted at once, by default.
@@ -218,7 +238,35 @@ impl Jss {
             refused: Mutex::default(),
             token_audience: None,
             admission: Arc::new(tokio::sync::Semaphore::new(DEFAULT_ADMISSION_CONCURRENCY)),
+            failed_auths: Mutex::new(FailedAuths::new(
+                limits::DEFAULT_FAILED_AUTH_BURST,
+                limits::DEFAULT_FAILED_AUTH_PER_SEC,
+            )),
         }
+    }
+
+    /// How many failed authentications a client address may make in a burst, and per
+    /// second after it.
+    pub fn with_failed_auth_limit(mut self, burst: u32, per_sec: f64) -> Jss {
+        self.failed_auths = Mutex::new(FailedAuths::new(burst, per_sec));
+        self
+    }
+
+    /// Whether `headers` carry a token already known good (the token file, or a
+    /// TokenReview answer still cached): such a caller is never held back by its address.
+    fn known_good(&self, headers: &HeaderMap) -> bool {
+        let Ok(token) = auth::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        else {
+            return false;
+        };
+        if auth::authenticate(&self.auth, token).is_ok() {
+            return true;
+        }
+        self.reviewed
+            .lock()
+            .expect("lock")
+            .get(&auth::digest(token))
+            .is_some_and(|(_, at)| at.elapsed() < REVIEW_TTL)
     }
 
     /// The audience TokenReview asks for and a reviewed token must carry.
@@ -592,12 +640,21 @@ impl Jss {
         Ok((StatusCode::OK, views::owners(&rows)))
     }
 
+    /// The artifacts the caller's teams own (`spec.owner.team`), or all for an admin team:
+    /// another team's artifact names say what it runs.
     async fn artifacts(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
-        self.authenticate(headers).await?;
+        let who = self.authenticate(headers).await?;
+        let all = auth::is_admin(&self.auth, &who);
         let store = self.store.clone();
-        let list = tokio::task::spawn_blocking(move || store.list())
-            .await
-            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        let list = tokio::task::spawn_blocking(move || {
+            store
+                .list()
+                .into_iter()
+                .filter(|r| all || store.owner_team(r).is_some_and(|t| who.teams.contains(&t)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Rejection::Internal(e.to_string()))?;
         Ok((StatusCode::OK, json!({ "items": list })))
     }
 }
@@ -734,6 +791,48 @@ async fn observe(State(s): Shared, req: Request, next: Next) -> Response {
     resp
 }
 
+/// Failed authentications per client address: an address that used up its failures
+/// gets 429 for anything that would authenticate anew (a known-good token still passes,
+/// so users behind the same address are not locked out by a guesser); every 401 answered
+/// spends one failure. Wraps the API and the UI (the UI's failed login is a 401 too).
+pub async fn failed_auth_guard(State(s): Shared, req: Request, next: Next) -> Response {
+    let Some(ip) = req.extensions().get::<ClientAddr>().map(|c| c.0.ip()) else {
+        return next.run(req).await;
+    };
+    let blocked = s
+        .failed_auths
+        .lock()
+        .expect("lock")
+        .check(ip, Instant::now());
+    // Only what brings a credential to check is held back: health checks, assets and
+    // requests without a token cost nothing to answer.
+    let authenticates = (req.headers().contains_key(header::AUTHORIZATION)
+        && !s.known_good(req.headers()))
+        || (req.method() == Method::POST && req.uri().path() == "/ui/login");
+    if let Err(wait) = blocked
+        && authenticates
+    {
+        s.metrics.failed_auth_limited.inc();
+        let secs = wait.as_secs() + 1;
+        let mut resp = error_response(&Rejection::TooManyFailedAuths {
+            client: ip.to_string(),
+            retry_after_secs: secs,
+        });
+        if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    let resp = next.run(req).await;
+    if resp.status() == StatusCode::UNAUTHORIZED {
+        s.failed_auths
+            .lock()
+            .expect("lock")
+            .charge(ip, Instant::now());
+    }
+    resp
+}
+
 /// The JSS's routes.
 pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
     Router::new()
@@ -811,16 +910,23 @@ pub fn tls_config(
     Ok(cfg)
 }
 
-/// Serves `app` on `listener` until the process ends, over TLS when `tls` is given.
+/// Serves `app` on `listener` until the process ends, over TLS when `tls` is given. At
+/// most `limits.total` connections are served at once (the rest wait in the backlog) and
+/// at most `limits.per_ip` per client address (more are closed at once, counted in
+/// `refused`). Each request carries its [`ClientAddr`].
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ConnectionLimits,
+    refused: Counter,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt;
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
+        let permit = limits.total.clone().acquire_owned().await?;
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -829,10 +935,22 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(slot) = IpSlot::take(&limits, peer.ip()) else {
+            refused.inc();
+            tracing::debug!(%peer, max = limits.per_ip, "connection refused: its address holds its maximum");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let svc = TowerToHyperService::new(app.clone());
+        let svc = TowerToHyperService::new(app.clone().map_request(
+            move |mut r: axum::http::Request<hyper::body::Incoming>| {
+                r.extensions_mut().insert(ClientAddr(peer));
+                r
+            },
+        ));
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let _held = (permit, slot);
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10));

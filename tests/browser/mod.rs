@@ -19,13 +19,16 @@ use crate::support::{
 };
 
 /// Users of the UI tests and their teams: `ads` and `reviewed` share the `ui-ads-*`
-/// namespaces (only `ads` may change what `ads` owns), `search` has `ui-search-*`.
+/// namespaces (only `ads` may change what `ads` owns), `search` has `ui-search-*`,
+/// `platform` is an admin team (sees everything, may drain members).
 pub const TOKENS: &str = r#"
 tokens:
   - {user: alice, token: alice-token, teams: [ads]}
   - {user: bob, token: bob-token, teams: [search]}
   - {user: carol, token: carol-token, teams: [reviewed]}
+  - {user: dana, token: dana-token, teams: [platform]}
 teams:
+  platform: {namespaces: [], admin: true}
   ads: {namespaces: ["ui-ads-*"], inline: true}
   search: {namespaces: ["ui-search-*"], inline: true}
   reviewed: {namespaces: ["ui-ads-*"], inline: false}

@@ -40,7 +40,7 @@ use self::model::{Filter, Grouping, HubStatus, WorkloadRow, WorkloadState};
 use self::pages::{Leader, Palette};
 use self::session::{Session, Sessions};
 use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
-use super::auth::{authorize_change_of_existing, authorize_namespace, may_use_namespace};
+use super::auth::{authorize_change_of_existing, authorize_namespace, is_admin, may_use_namespace};
 use super::request::parse_kind;
 use super::server::Jss;
 use crate::api::common::find_condition;
@@ -432,11 +432,19 @@ async fn leader(ui: &Ui) -> Leader {
     }
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub struct FleetQuery {
+    pub fragment: Option<String>,
+    /// A member just marked draining, or cleared (`undrained`).
+    pub drained: Option<String>,
+    pub undrained: Option<String>,
+}
+
 async fn fleet(
     State(ui): Shared,
     headers: HeaderMap,
     OriginalUri(uri): OriginalUri,
-    Query(q): Query<PageQuery>,
+    Query(q): Query<FleetQuery>,
 ) -> Response {
     let fragment = q.fragment.is_some();
     let s = session_or_login!(ui, headers, uri, fragment);
@@ -456,6 +464,14 @@ async fn fleet(
         .map(|m| model::member_row(m, counts.get(&m.name_any()).copied().unwrap_or(0), now))
         .collect();
     let leader = leader(&ui).await;
+    let flash = match (non_empty(&q.drained), non_empty(&q.undrained)) {
+        (Some(m), _) => Some(format!(
+            "{m} is draining: the hub moves its workloads to other members and places nothing new there."
+        )),
+        (None, Some(m)) => Some(format!("{m} takes new work again.")),
+        (None, None) => None,
+    };
+    let admin = is_admin(&ui.jss.auth, &s.principal);
     render(
         StatusCode::OK,
         "Fleet",
@@ -463,8 +479,76 @@ async fn fleet(
         Some(&s),
         Some("fleet"),
         fragment,
-        pages::fleet(&rows, &leader, now),
+        pages::fleet(
+            &rows,
+            &leader,
+            now,
+            flash.as_deref(),
+            admin.then_some(s.csrf.as_str()),
+        ),
     )
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct DrainForm {
+    pub csrf: Option<String>,
+    /// `true` drains, `false` clears the mark.
+    pub drain: Option<String>,
+}
+
+/// Drains a member (or clears the mark): for admin teams only. The hub does the moving;
+/// the rest of an unjoin (the member's RBAC, the hub's Secret) stays with `pinfed unjoin`,
+/// which holds the member's credential the JSS must not.
+async fn drain_member(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Path(member): Path<String>,
+    form: Result<Form<DrainForm>, FormRejection>,
+) -> Response {
+    let s = session_or_login!(ui, headers, uri, false);
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let drain = match form.drain.as_deref() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                Some(&s),
+                false,
+                "drain: expected true or false",
+            );
+        }
+    };
+    let action = if drain { "drain" } else { "undrain" };
+    let object = format!("MemberCluster/{member}");
+    let refuse = |code: StatusCode, reason: &str, msg: &str| {
+        audit(&s.principal.user, action, &object, reason, msg);
+        problem(code, Some(&s), false, msg)
+    };
+    if let Err(why) = check_action(&headers, &s, form.csrf.as_deref()) {
+        return refuse(StatusCode::FORBIDDEN, "Forbidden", why);
+    }
+    if !is_admin(&ui.jss.auth, &s.principal) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            "draining a member is for admin teams (admin: true in the JSS team file)",
+        );
+    }
+    if !ui.feed.members().iter().any(|m| m.name_any() == member) {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("member {member} has not joined the hub"),
+        );
+    }
+    if let Err(r) = ui.jss.hub.set_draining(&member, drain).await {
+        return refuse(StatusCode::BAD_GATEWAY, r.reason(), &r.to_string());
+    }
+    audit(&s.principal.user, action, &object, "Done", "");
+    let key = if drain { "drained" } else { "undrained" };
+    Redirect::to(&format!("/ui/fleet?{key}={}", html::url_part(&member))).into_response()
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -545,41 +629,17 @@ async fn workloads(
     ready_or_503!(ui, s, fragment);
     let now = Timestamp::now();
     let members = ui.feed.members();
-    let visible: Vec<WorkloadRow> = ui
-        .feed
-        .workloads()
-        .iter()
-        .filter(|(_, o)| {
-            may_use_namespace(
-                &ui.jss.auth,
-                &s.principal,
-                &o.namespace().unwrap_or_default(),
-            )
-        })
-        .map(|(k, o)| WorkloadRow::of(*k, o))
-        .collect();
-    let set = |f: fn(&WorkloadRow) -> String| -> Vec<String> {
-        visible
-            .iter()
-            .map(f)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect()
-    };
-    let mut clusters: BTreeSet<String> = members.iter().map(|m| m.name_any()).collect();
-    clusters.extend(
-        visible
-            .iter()
-            .flat_map(|r| r.split.iter().map(|p| p.cluster.clone())),
-    );
-    let choices = pages::FilterChoices {
-        namespaces: set(|r| r.namespace.clone()),
-        teams: set(|r| r.team.clone()),
-        clusters: clusters.into_iter().collect(),
-    };
-    let page = model::page_of(visible, &filter);
+    let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
     let flash = non_empty(&q.deleted)
         .map(|d| format!("Deleted {d}: the hub removes its slices from every member."));
+    let body = pages::workloads_page(
+        &ui.feed.workloads(),
+        |ns| may_use_namespace(&ui.jss.auth, &s.principal, ns),
+        &names,
+        &filter,
+        flash.as_deref(),
+        now,
+    );
     render(
         StatusCode::OK,
         "Workloads",
@@ -587,14 +647,7 @@ async fn workloads(
         Some(&s),
         Some("workloads"),
         fragment,
-        pages::workloads(
-            &page,
-            &filter,
-            &choices,
-            &palette(&members),
-            flash.as_deref(),
-            now,
-        ),
+        body,
     )
 }
 
@@ -1024,6 +1077,7 @@ pub fn router(ui: Arc<Ui>) -> Router {
             "/workloads/{namespace}/{kind}/{name}/delete",
             post(delete_workload),
         )
+        .route("/members/{name}/drain", post(drain_member))
         .route("/quotas", get(quotas))
         .route("/owners", get(owners))
         .route("/live", get(live))
