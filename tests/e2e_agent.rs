@@ -625,3 +625,77 @@ async fn completed_shard_jobs_are_left_to_their_ttl_and_never_recreated() {
     agent.kill();
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_tensorflow_job_writes_its_cluster_spec_once_and_every_pod_refers_to_it() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use pinfed::api::training::PinterestTrainingJob;
+    let fed = Federation::connect().await;
+    let (agent, _) = shared_agent(&fed);
+    let client = fed.client(&fed.member_names()[0]);
+    let ns = TestNamespace::create(&client, "agent-tf").await;
+    let api: Api<PinterestTrainingJob> = Api::namespaced(client.clone(), &ns.name);
+    let container = serde_json::json!({"containers": [{"name": "t", "image": "registry.example/tf:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]});
+    let job: PinterestTrainingJob = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestTrainingJob",
+        "metadata": {"name": "tf"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "framework": "tensorflow",
+                 "replicaSpecs": {"Chief": {"replicas": 1, "template": {"spec": container.clone()}},
+                                  "Worker": {"replicas": 12, "template": {"spec": container}}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &job).await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    eventually(WAIT, "13 Jobs and the cluster ConfigMap", || {
+        let (jobs, maps) = (jobs.clone(), maps.clone());
+        async move {
+            let n = jobs
+                .list(&ListParams::default().labels("pinterest.com/workload=tf"))
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0);
+            n == 13 && maps.get_opt("tf-tf-cluster").await.ok().flatten().is_some()
+        }
+    })
+    .await;
+    let cm = maps.get("tf-tf-cluster").await.unwrap();
+    let cluster: serde_json::Value =
+        serde_json::from_str(&cm.data.unwrap()["cluster"]).expect("the cluster spec is JSON");
+    assert_eq!(cluster["worker"].as_array().unwrap().len(), 12);
+    assert_eq!(cluster["chief"][0], "tf-chief-0.tf:2222");
+    // Every Job the API server accepted carries the reference, never the spec itself.
+    for j in jobs
+        .list(&ListParams::default().labels("pinterest.com/workload=tf"))
+        .await
+        .unwrap()
+        .items
+    {
+        let c = &j.spec.unwrap().template.spec.unwrap().containers[0];
+        let env = c.env.clone().unwrap();
+        let from = env
+            .iter()
+            .find(|e| e.name == "PINFED_TF_CLUSTER")
+            .and_then(|e| e.value_from.clone())
+            .and_then(|v| v.config_map_key_ref)
+            .expect("PINFED_TF_CLUSTER from the ConfigMap");
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("tf-tf-cluster", "cluster")
+        );
+        let tf = env
+            .iter()
+            .find(|e| e.name == "TF_CONFIG")
+            .and_then(|e| e.value.clone())
+            .unwrap();
+        assert!(
+            tf.starts_with("{\"cluster\":$(PINFED_TF_CLUSTER),\"task\":"),
+            "{tf}"
+        );
+        assert!(!tf.contains("tf-worker-"), "no host list in a pod: {tf}");
+    }
+    assert!(agent.alive(), "{}", agent.log_tail());
+    api.delete("tf", &DeleteParams::default()).await.unwrap();
+    ns.delete().await;
+}

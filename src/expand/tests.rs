@@ -498,15 +498,43 @@ fn pytorch_replicas_get_rank_and_master_address() {
     );
 }
 
+/// `TF_CONFIG` as the kubelet gives it to the container: `$(PINFED_TF_CLUSTER)` replaced
+/// by the ConfigMap key the variable refers to.
+fn tf_config(objs: &[DynamicObject], c: &Container) -> Value {
+    let reference = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == crate::expand::training::TF_CLUSTER_ENV)
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.config_map_key_ref.as_ref())
+        .expect("PINFED_TF_CLUSTER from a ConfigMap");
+    let cm = objs
+        .iter()
+        .find(|o| kind_of(o) == "ConfigMap" && o.metadata.name.as_deref() == Some(&reference.name))
+        .expect("the cluster ConfigMap is generated");
+    let cluster = cm.data["data"][&reference.key].as_str().unwrap();
+    let raw = env(c, "TF_CONFIG").unwrap();
+    let position = |name: &str| c.env.iter().flatten().position(|e| e.name == name).unwrap();
+    assert!(
+        position(crate::expand::training::TF_CLUSTER_ENV) < position("TF_CONFIG"),
+        "a dependent variable must come after the one it refers to"
+    );
+    serde_json::from_str(&raw.replace("$(PINFED_TF_CLUSTER)", cluster)).unwrap()
+}
+
 #[test]
 fn tensorflow_replicas_get_their_own_tf_config() {
     let w = workload(TENSORFLOW);
     let objs = run(&w);
-    assert_eq!(kinds(&objs), ["Service", "Job", "Job", "Job", "Job", "Job"]);
+    assert_eq!(
+        kinds(&objs),
+        ["Service", "ConfigMap", "Job", "Job", "Job", "Job", "Job"]
+    );
     let mut tasks = vec![];
-    for o in &objs[1..] {
+    for o in &objs[2..] {
         let p = pod_spec(o).unwrap();
-        let tf: Value = serde_json::from_str(env(&p.containers[0], "TF_CONFIG").unwrap()).unwrap();
+        let tf = tf_config(&objs, &p.containers[0]);
         assert_eq!(
             tf["cluster"]["ps"],
             serde_json::json!([
@@ -524,6 +552,62 @@ fn tensorflow_replicas_get_their_own_tf_config() {
         assert!(env(&p.containers[0], "RANK").is_none());
     }
     assert_eq!(tasks, ["chief/0", "ps/0", "ps/1", "worker/0", "worker/1"]);
+}
+
+/// A TensorFlow job with `workers` workers (and the example's chief and parameter servers).
+fn tensorflow_with_workers(workers: i32) -> AnyWorkload {
+    let mut v: Value = serde_yaml::from_str(TENSORFLOW).unwrap();
+    v["spec"]["replicaSpecs"]["Worker"]["replicas"] = workers.into();
+    workload(&serde_yaml::to_string(&v).unwrap())
+}
+
+#[test]
+fn no_tensorflow_object_grows_with_the_gang_and_the_cluster_spec_is_written_once() {
+    let size = |o: &DynamicObject| serde_json::to_vec(o).unwrap().len();
+    let small = run(&tensorflow_with_workers(10));
+    let large = run(&tensorflow_with_workers(2_000));
+    let largest_job = |objs: &[DynamicObject]| {
+        objs.iter()
+            .filter(|o| kind_of(o) == "Job")
+            .map(size)
+            .max()
+            .unwrap()
+    };
+    // A pod of a 2,000-worker gang is as big as one of a 10-worker gang (names aside).
+    assert!(
+        largest_job(&large) <= largest_job(&small) + 16,
+        "{} vs {}",
+        largest_job(&large),
+        largest_job(&small)
+    );
+    let maps: Vec<&DynamicObject> = large.iter().filter(|o| kind_of(o) == "ConfigMap").collect();
+    assert_eq!(maps.len(), 1, "one cluster spec");
+    // The whole output grows linearly: the cluster spec once plus one Job per replica.
+    let total: usize = large.iter().map(size).sum();
+    assert!(total < 2_003 * 8 * 1024, "{total} bytes for 2,003 replicas");
+    // And the last worker's TF_CONFIG still names all 2,000 workers and itself.
+    let last = pod_spec(large.last().unwrap()).unwrap();
+    let tf = tf_config(&large, &last.containers[0]);
+    assert_eq!(tf["cluster"]["worker"].as_array().unwrap().len(), 2_000);
+    assert_eq!(
+        tf["task"],
+        serde_json::json!({"type": "worker", "index": 1999})
+    );
+}
+
+#[test]
+fn a_tensorflow_cluster_too_large_for_tf_config_is_refused_with_its_size() {
+    let w = tensorflow_with_workers(5_000);
+    let err = expand(&ExpandInput {
+        cluster: Some("use1a"),
+        ..ExpandInput::new(w.as_ref())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("spec.replicaSpecs") && err.contains("5003 replicas") && err.contains("byte"),
+        "{err}"
+    );
 }
 
 #[test]

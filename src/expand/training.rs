@@ -3,11 +3,19 @@
 //! Worker, Evaluator). PyTorch pods get literal `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`
 //! and `RANK`; TensorFlow pods their own `TF_CONFIG`. Pod hostnames plus the Service's
 //! subdomain give every replica a stable DNS name `<job>-<role>-<i>.<service>`.
+//!
+//! TensorFlow's cluster spec names every replica, so it is written once, into a ConfigMap
+//! `<job>-tf-cluster`; each pod's `TF_CONFIG` refers to it through a dependent environment
+//! variable (`$(PINFED_TF_CLUSTER)`, expanded by the kubelet), so no pod grows with the
+//! gang. A cluster spec larger than one environment variable may be (Linux: 128 KiB per
+//! string of a process's environment) could never start, and is refused with its size.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapKeySelector, EnvVar, EnvVarSource, Service, ServicePort, ServiceSpec,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
@@ -16,6 +24,14 @@ use super::runtime::{env_literal, force_env};
 use super::{BuildError, Ctx, Out, runtime};
 use crate::api::common::{LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE};
 use crate::api::training::{Framework, PinterestTrainingJob};
+use crate::api::validate::Invalid;
+
+/// The environment variable carrying the cluster spec from the ConfigMap, and its key.
+pub const TF_CLUSTER_ENV: &str = "PINFED_TF_CLUSTER";
+pub const TF_CLUSTER_KEY: &str = "cluster";
+/// Largest `TF_CONFIG` a process can be started with: Linux refuses an environment string
+/// over 128 KiB (MAX_ARG_STRLEN); the task and the variable's name need the rest.
+pub const MAX_TF_CLUSTER_BYTES: usize = 128 * 1024 - 512;
 
 /// Kubeflow's names for the port replicas talk on; a container port with this name
 /// overrides the framework default.
@@ -97,6 +113,30 @@ pub(crate) fn expand(
         .first()
         .map(|(_, _, h)| address(h))
         .unwrap_or_default();
+    let tf_cluster_map = if fw == Framework::TensorFlow {
+        let cluster = serde_json::to_string(&tf_cluster).unwrap_or_default();
+        if cluster.len() > MAX_TF_CLUSTER_BYTES {
+            return Err(BuildError::Spec(Invalid::one(
+                "spec.replicaSpecs",
+                format!(
+                    "a TensorFlow cluster of {world_size} replicas needs a {}-byte cluster spec in \
+                     TF_CONFIG; a process's environment variable holds at most {} bytes, so no \
+                     replica could start (fewer replicas, or a shorter name)",
+                    cluster.len(),
+                    MAX_TF_CLUSTER_BYTES
+                ),
+            )));
+        }
+        let name = names::child_name(ctx.name, "tf-cluster", MAX_NAME, false);
+        out.push(ConfigMap {
+            metadata: ctx.meta(name.clone(), &[]),
+            data: Some(BTreeMap::from([(TF_CLUSTER_KEY.to_string(), cluster)])),
+            ..Default::default()
+        });
+        Some(name)
+    } else {
+        None
+    };
 
     for (rank, (role, index, host)) in replicas.iter().enumerate() {
         let Some(rs) = spec.replica_specs.get(*role) else {
@@ -115,12 +155,27 @@ pub(crate) fn expand(
                 env_literal("RANK", rank.to_string()),
             ],
             Framework::TensorFlow => {
-                let tf_config = json!({
-                    "cluster": tf_cluster,
-                    "task": {"type": role.to_lowercase(), "index": index},
-                    "environment": "cloud",
-                });
-                vec![env_literal("TF_CONFIG", tf_config.to_string())]
+                let task = json!({"type": role.to_lowercase(), "index": index});
+                vec![
+                    EnvVar {
+                        name: TF_CLUSTER_ENV.to_string(),
+                        value_from: Some(EnvVarSource {
+                            config_map_key_ref: Some(ConfigMapKeySelector {
+                                name: tf_cluster_map.clone().unwrap_or_default(),
+                                key: TF_CLUSTER_KEY.to_string(),
+                                optional: Some(false),
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    env_literal(
+                        "TF_CONFIG",
+                        format!(
+                            "{{\"cluster\":$({TF_CLUSTER_ENV}),\"task\":{task},\"environment\":\"cloud\"}}"
+                        ),
+                    ),
+                ]
             }
         };
         if let Some(p) = pod.spec.as_mut() {
