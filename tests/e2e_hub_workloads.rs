@@ -88,6 +88,18 @@ fn service(name: &str, replicas: i32) -> PinterestService {
     .unwrap()
 }
 
+/// `pinfed grant-secrets -n NS NAMES...` with the topology's admin credential.
+fn grant_secrets(fed: &Federation, ns: &str, names: &[&str]) {
+    let mut args = vec!["grant-secrets", "--context", "hub", "-n", ns];
+    args.extend(names);
+    let out = support::pinfed(fed, &args);
+    assert!(
+        out.status.success(),
+        "pinfed grant-secrets: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 async fn hub_status<
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -127,6 +139,8 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
+    // The hub reads only the Secrets a team grants it, by name.
+    grant_secrets(&fed, &ns.name, &["app-db"]);
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
     api.create(&PostParams::default(), &service("web", 9))
         .await
@@ -766,5 +780,104 @@ async fn a_workload_with_a_long_dotted_name_is_placed_and_reported() {
         async move { api.get_opt(&name).await.unwrap().is_none() }
     })
     .await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_how_to_grant_it() {
+    use k8s_openapi::api::core::v1::Event;
+    let fed = Federation::connect().await;
+    let _daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-grant").await;
+    for obj in [
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "app-settings", "namespace": ns.name}, "data": {"MODE": "x"}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "app-db", "namespace": ns.name}, "stringData": {"password": "p"}}),
+    ] {
+        pinfed::controller::apply::apply_json(&hub, &obj, "e2e")
+            .await
+            .unwrap();
+    }
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &service("web", 3))
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(hub.clone(), &ns.name);
+    let not_granted = || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("SecretNotGranted"))
+                .filter_map(|e| e.message)
+                .next()
+        }
+    };
+    eventually(WAIT, "a SecretNotGranted event", || async {
+        not_granted().await.is_some()
+    })
+    .await;
+    let msg = not_granted().await.unwrap();
+    assert!(
+        msg.contains(&format!("pinfed grant-secrets -n {} app-db", ns.name)),
+        "{msg}"
+    );
+    // Nothing of it reached any member's drop namespace; the ConfigMap did.
+    let placed = |api: Api<PinterestService>| async move {
+        hub_status(&api, "web").await["placement"]["placements"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["cluster"].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let members = placed(api.clone()).await;
+    assert!(!members.is_empty());
+    for m in &members {
+        if fed.is_pull(m) {
+            continue; // its bundles wait on the hub for its agent
+        }
+        let drop = Api::<Secret>::namespaced(fed.client(m), "pinfed-drop");
+        assert!(
+            drop.get_opt(&format!("{}.app-db", ns.name))
+                .await
+                .unwrap()
+                .is_none(),
+            "the ungranted Secret reached {m}"
+        );
+    }
+    // Granted, it follows with the next rollout (a change of the workload here).
+    grant_secrets(&fed, &ns.name, &["app-db"]);
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .unwrap();
+    let m = members
+        .iter()
+        .find(|m| !fed.is_pull(m))
+        .cloned()
+        .expect("a push member among the placed");
+    let drop = Api::<Secret>::namespaced(fed.client(&m), "pinfed-drop");
+    let key = format!("{}.app-db", ns.name);
+    eventually(
+        WAIT,
+        &format!("the granted Secret dropped into {m}"),
+        || {
+            let (drop, key) = (drop.clone(), key.clone());
+            async move { drop.get_opt(&key).await.ok().flatten().is_some() }
+        },
+    )
+    .await;
+    api.delete("web", &Default::default()).await.unwrap();
     ns.delete().await;
 }

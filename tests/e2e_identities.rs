@@ -63,11 +63,19 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
             "pinfed-system",
         ],
         &["create", "events.events.k8s.io", "-n", "default"],
+        // Member kubeconfig Secrets, in its own namespace only.
+        &["get", "secrets", "-n", "pinfed-system"],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the hub may not {allowed:?}");
     }
     for denied in [
         &["create", "secrets", "-n", "pinfed-system"][..],
+        // No Secret a team did not grant it by name.
+        &["get", "secrets", "-n", "default"],
+        &["get", "secrets", "-n", "kube-system"],
+        &["list", "secrets", "-A"],
+        &["watch", "secrets", "-n", "pinfed-system"],
+        &["list", "configmaps", "-A"],
         &["create", "pods", "-n", "default"],
         &["create", "leases.coordination.k8s.io", "-n", "default"],
         &["delete", "pinterestservices.compute.pinterest.com", "-A"],
@@ -76,6 +84,44 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
     ] {
         assert!(!can_i(&kc, &hub, denied), "the hub may {denied:?}");
     }
+    // `pinfed grant-secrets` lets it read exactly the named Secrets of one namespace.
+    let ns = support::TestNamespace::create(&fed.hub(), "grant").await;
+    let grant = |extra: &[&str]| {
+        let mut args = vec![
+            "grant-secrets",
+            "--context",
+            hub.as_str(),
+            "-n",
+            ns.name.as_str(),
+        ];
+        args.extend(extra);
+        let out = support::pinfed(&fed, &args);
+        assert!(
+            out.status.success(),
+            "pinfed {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    grant(&["db", "tls"]);
+    let secret = |name: &str| format!("secrets/{name}");
+    for name in ["db", "tls"] {
+        assert!(
+            can_i(&kc, &hub, &["get", &secret(name), "-n", &ns.name]),
+            "granted {name}"
+        );
+    }
+    assert!(!can_i(
+        &kc,
+        &hub,
+        &["get", &secret("other"), "-n", &ns.name]
+    ));
+    assert!(!can_i(&kc, &hub, &["list", "secrets", "-n", &ns.name]));
+    grant(&["--revoke", "db"]);
+    assert!(!can_i(&kc, &hub, &["get", &secret("db"), "-n", &ns.name]));
+    assert!(can_i(&kc, &hub, &["get", &secret("tls"), "-n", &ns.name]));
+    grant(&["--revoke", "tls"]);
+    assert!(!can_i(&kc, &hub, &["get", &secret("tls"), "-n", &ns.name]));
+    ns.delete().await;
 }
 
 #[tokio::test]

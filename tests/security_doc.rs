@@ -153,6 +153,15 @@ fn render() -> String {
             .filter(|o| o["kind"] != "Secret")
             .map(|o| ("pull member cluster", o)),
     );
+    // Secrets a team lets the hub read and propagate (`pinfed grant-secrets`), by name.
+    objects.extend(
+        pinfed::hub::secret_grant::grant_objects(
+            "NAMESPACE",
+            &["SECRET".to_string()].into_iter().collect(),
+        )
+        .into_iter()
+        .map(|o| ("hub cluster (a namespace that granted Secrets)", o)),
+    );
     let mut text = String::new();
     for ((cluster, who), rows) in identities(&objects) {
         text.push_str(&format!("\n#### `{who}` in the {cluster}\n\n"));

@@ -7,6 +7,7 @@ mod artifact;
 pub mod client;
 mod crds;
 mod expand;
+mod grant;
 mod join;
 mod overview;
 mod plan;
@@ -41,6 +42,9 @@ pub enum Command {
     Unjoin(unjoin::UnjoinArgs),
     /// Run the federation hub controller.
     Hub(crate::hub::HubArgs),
+    /// Let the hub read named Secrets of a namespace (to propagate them to the members
+    /// that run workloads referencing them); --revoke takes it back.
+    GrantSecrets(grant::GrantArgs),
     /// Offline: the placement decision for one workload on a topology (JSON on stdout).
     Plan(plan::PlanArgs),
     /// Members and workloads as the hub sees them: health, room, splits, status.
@@ -75,6 +79,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Join(args) => join::run(args),
         Command::Unjoin(args) => unjoin::run(args),
         Command::Hub(args) => crate::hub::run(args),
+        Command::GrantSecrets(args) => grant::run(args),
         Command::Agent(args) => crate::agent::run(args),
         Command::Overview(args) => overview::run(args),
         Command::Plan(args) => plan::run(args),

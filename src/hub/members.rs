@@ -49,6 +49,10 @@ pub enum MemberError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "spec.secretRef: Secret {namespace}/{name} is outside {HUB_NAMESPACE}, the only namespace the hub reads member credentials from"
+    )]
+    SecretElsewhere { namespace: String, name: String },
     #[error("Secret {0} has no `kubeconfig` key")]
     NoKubeconfig(String),
     #[error("kubeconfig of member {member} is invalid: {message}")]
@@ -388,6 +392,14 @@ async fn read_kubeconfig(
         .namespace
         .clone()
         .unwrap_or_else(|| HUB_NAMESPACE.to_string());
+    // The hub reads Secrets of its own namespace only: a MemberCluster naming one elsewhere
+    // would make it read (and use) a credential nobody gave it.
+    if ns != HUB_NAMESPACE {
+        return Err(MemberError::SecretElsewhere {
+            namespace: ns,
+            name: r.name.clone(),
+        });
+    }
     let secret = Api::<Secret>::namespaced(hub.clone(), &ns)
         .get(&r.name)
         .await

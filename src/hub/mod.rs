@@ -9,6 +9,7 @@ pub mod member_token;
 pub mod members;
 pub mod quota_book;
 mod run;
+pub mod secret_grant;
 pub mod slice_target;
 pub mod slices;
 pub mod unjoin;

@@ -327,12 +327,27 @@ impl Target<'_> {
                     .map_err(HubError::ReadConfig)?
                     .map(serde_json::to_value)
                     .transpose()?,
-                ConfigKind::Secret => Api::<Secret>::namespaced(hub.clone(), &ns)
+                ConfigKind::Secret => match Api::<Secret>::namespaced(hub.clone(), &ns)
                     .get_opt(&r.name)
                     .await
-                    .map_err(HubError::ReadConfig)?
-                    .map(serde_json::to_value)
-                    .transpose()?,
+                {
+                    // The hub reads only the Secrets a team granted it by name.
+                    Err(kube::Error::Api(e)) if e.code == 403 => {
+                        let note = format!(
+                            "Secret {} not propagated: the hub may not read it; grant it with \
+                             `pinfed grant-secrets -n {ns} {}`",
+                            r.name, r.name
+                        );
+                        self.ctx
+                            .event(obj, EventType::Warning, "SecretNotGranted", note)
+                            .await;
+                        continue;
+                    }
+                    got => got
+                        .map_err(HubError::ReadConfig)?
+                        .map(serde_json::to_value)
+                        .transpose()?,
+                },
             };
             // Missing on the hub: the pods wait for it in the member as they would here.
             let Some(source) = got else { continue };
