@@ -72,6 +72,8 @@ pub struct UiConfig {
 pub struct Ui {
     jss: Arc<Jss>,
     feed: Arc<Feed>,
+    /// The workloads table's rows, rebuilt per object change only.
+    rows: std::sync::Mutex<model::RowCache>,
     sessions: Sessions,
     cfg: UiConfig,
 }
@@ -83,6 +85,7 @@ impl Ui {
         Arc::new(Ui {
             jss,
             feed,
+            rows: Default::default(),
             sessions: Sessions::new(cfg.session_ttl),
             cfg,
         })
@@ -632,14 +635,12 @@ async fn workloads(
     let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
     let flash = non_empty(&q.deleted)
         .map(|d| format!("Deleted {d}: the hub removes its slices from every member."));
-    let body = pages::workloads_page(
-        &ui.feed.workloads(),
-        |ns| may_use_namespace(&ui.jss.auth, &s.principal, ns),
-        &names,
-        &filter,
-        flash.as_deref(),
-        now,
-    );
+    let rows = ui.rows.lock().expect("lock").rows(&ui.feed.workloads());
+    let visible = rows
+        .into_iter()
+        .filter(|r| may_use_namespace(&ui.jss.auth, &s.principal, &r.namespace))
+        .collect();
+    let body = pages::workloads_page(visible, &names, &filter, flash.as_deref(), now);
     render(
         StatusCode::OK,
         "Workloads",

@@ -433,25 +433,19 @@ fn pager(h: &mut String, page: &Page, f: &Filter) {
     h.push_str("</nav>");
 }
 
-/// The workloads page from the hub's workloads as the UI's cache holds them: the rows the
-/// viewer may see (`visible` namespaces), the filter choices over them, one page. Pure, so
-/// its cost at 10,000 workloads is measured (`cargo bench --bench ui`).
+/// The workloads page from the rows of the hub's workloads the viewer may see (built
+/// once per object change by `model::RowCache`): the filter choices over them, one page.
+/// Pure, so its cost at 10,000 workloads is measured (`cargo bench --bench ui`).
 pub fn workloads_page(
-    objects: &[(WorkloadKind, std::sync::Arc<kube::api::DynamicObject>)],
-    visible: impl Fn(&str) -> bool,
+    rows: Vec<std::sync::Arc<WorkloadRow>>,
     members: &[String],
     filter: &Filter,
     flash: Option<&str>,
     now: Timestamp,
 ) -> String {
-    let rows: Vec<WorkloadRow> = objects
-        .iter()
-        .filter(|(_, o)| visible(o.metadata.namespace.as_deref().unwrap_or_default()))
-        .map(|(k, o)| WorkloadRow::of(*k, o))
-        .collect();
     let set = |f: fn(&WorkloadRow) -> &str| -> Vec<String> {
         rows.iter()
-            .map(f)
+            .map(|r| f(r))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .map(str::to_string)
