@@ -47,6 +47,9 @@ fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
                     "--no-leader-election",
                     "--heartbeat-secs",
                     "1",
+                    // Bundles nothing references go within two sweeps (4 s here).
+                    "--bundle-gc-secs",
+                    "2",
                 ]),
                 vec!["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")],
             ]
@@ -838,8 +841,12 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
             .filter_map(|p| p["cluster"].as_str().map(str::to_string))
             .collect::<Vec<_>>()
     };
+    eventually(WAIT, "web placed", || {
+        let api = api.clone();
+        async move { !placed(api).await.is_empty() }
+    })
+    .await;
     let members = placed(api.clone()).await;
-    assert!(!members.is_empty());
     for m in &members {
         if fed.is_pull(m) {
             continue; // its bundles wait on the hub for its agent
@@ -878,6 +885,22 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
         },
     )
     .await;
+    // With nothing referencing them any more, the bundles leave the drop namespace.
     api.delete("web", &Default::default()).await.unwrap();
+    let cm_drop = Api::<ConfigMap>::namespaced(fed.client(&m), "pinfed-drop");
+    let cm_key = format!("{}.app-settings", ns.name);
+    eventually(
+        WAIT,
+        &format!("the unreferenced bundles removed from {m}"),
+        || {
+            let (drop, key, cm_drop, cm_key) =
+                (drop.clone(), key.clone(), cm_drop.clone(), cm_key.clone());
+            async move {
+                drop.get_opt(&key).await.ok().flatten().is_none()
+                    && cm_drop.get_opt(&cm_key).await.ok().flatten().is_none()
+            }
+        },
+    )
+    .await;
     ns.delete().await;
 }

@@ -220,6 +220,77 @@ pub fn bundle(kind: ConfigKind, source: &Value) -> Result<Value, NotBundled> {
     Ok(out)
 }
 
+/// The clusters a hub workload (as JSON) is on: its placement, and any cluster that still
+/// reports a slice (a share moving away keeps its bundles until it is gone).
+pub fn placed_clusters(workload: &Value) -> BTreeSet<String> {
+    let status = &workload["status"];
+    status["placement"]["placements"]
+        .as_array()
+        .into_iter()
+        .chain(status["clusters"].as_array())
+        .flatten()
+        .filter_map(|p| p["cluster"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The bundles each member needs: `(member, kind) → bundle names`, for every workload
+/// placed there and every ConfigMap or Secret it references.
+pub fn wanted_bundles(workloads: &[Value]) -> BTreeSet<(String, ConfigKind, String)> {
+    let mut out = BTreeSet::new();
+    for w in workloads {
+        let Some(ns) = w["metadata"]["namespace"].as_str() else {
+            continue;
+        };
+        let refs = workload_config(w);
+        for member in placed_clusters(w) {
+            for r in &refs {
+                out.insert((member.clone(), r.kind, bundle_name(ns, &r.name)));
+            }
+        }
+    }
+    out
+}
+
+/// Bundles nobody wants are removed on the second sweep that finds them unwanted: a
+/// workload placed between the hub's read of the workloads and its list of bundles must
+/// not lose the bundle it was just given.
+#[derive(Debug, Default)]
+pub struct BundleSweep {
+    suspects: BTreeSet<(String, ConfigKind, String)>,
+}
+
+impl BundleSweep {
+    /// Given what is dropped in `member` now and what is wanted, the bundles to remove now.
+    pub fn sweep(
+        &mut self,
+        member: &str,
+        dropped: &[(ConfigKind, String)],
+        wanted: &BTreeSet<(String, ConfigKind, String)>,
+    ) -> Vec<(ConfigKind, String)> {
+        let mut remove = Vec::new();
+        let mut suspects = BTreeSet::new();
+        for (kind, name) in dropped {
+            let key = (member.to_string(), *kind, name.clone());
+            if wanted.contains(&key) {
+                continue;
+            }
+            if self.suspects.contains(&key) {
+                remove.push((*kind, name.clone()));
+            } else {
+                suspects.insert(key);
+            }
+        }
+        self.suspects.retain(|(m, _, _)| m != member);
+        self.suspects.extend(suspects);
+        remove
+    }
+
+    /// Forgets a member (it left).
+    pub fn forget_others(&mut self, members: &BTreeSet<String>) {
+        self.suspects.retain(|(m, _, _)| members.contains(m));
+    }
+}
+
 /// The copy of a bundle in the workload's namespace, under the name the pod template
 /// uses, owned by `owner` (a slice). Applied with one field manager per owner, so each
 /// slice holds its own owner reference and the copy goes with the last of them.
@@ -258,6 +329,65 @@ pub fn release_patch(owner_uid: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_member_wants_the_bundles_of_the_workloads_placed_there_and_unwanted_go_on_the_second_sweep()
+     {
+        let svc = |name: &str, clusters: &[&str], moving: &[&str]| {
+            json!({
+                "metadata": {"name": name, "namespace": "ads"},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i",
+                    "envFrom": [{"configMapRef": {"name": format!("{name}-cm")}}],
+                    "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "p"}}}]}]}}},
+                "status": {
+                    "placement": {"placements": clusters.iter().map(|c| json!({"cluster": c})).collect::<Vec<_>>()},
+                    "clusters": moving.iter().map(|c| json!({"cluster": c})).collect::<Vec<_>>()
+                }
+            })
+        };
+        let wanted = wanted_bundles(&[svc("web", &["a"], &["b"]), svc("api", &["c"], &[])]);
+        let has =
+            |m: &str, k: ConfigKind, n: &str| wanted.contains(&(m.to_string(), k, n.to_string()));
+        assert!(has("a", ConfigKind::ConfigMap, "ads.web-cm"));
+        assert!(has("a", ConfigKind::Secret, "ads.db"));
+        assert!(
+            has("b", ConfigKind::ConfigMap, "ads.web-cm"),
+            "a share moving away keeps it"
+        );
+        assert!(has("c", ConfigKind::ConfigMap, "ads.api-cm"));
+        assert!(!has("a", ConfigKind::ConfigMap, "ads.api-cm"));
+
+        let mut sweep = BundleSweep::default();
+        let dropped = vec![
+            (ConfigKind::ConfigMap, "ads.web-cm".to_string()),
+            (ConfigKind::ConfigMap, "ads.old".to_string()),
+            (ConfigKind::Secret, "ads.db".to_string()),
+        ];
+        assert!(
+            sweep.sweep("a", &dropped, &wanted).is_empty(),
+            "suspected first"
+        );
+        assert_eq!(
+            sweep.sweep("a", &dropped, &wanted),
+            [(ConfigKind::ConfigMap, "ads.old".to_string())]
+        );
+        // Wanted again before the second sweep: not removed.
+        let mut sweep = BundleSweep::default();
+        sweep.sweep("c", &[(ConfigKind::Secret, "ads.db".into())], &wanted);
+        let now_wanted: BTreeSet<_> =
+            [("c".to_string(), ConfigKind::Secret, "ads.db".to_string())].into();
+        assert!(
+            sweep
+                .sweep("c", &[(ConfigKind::Secret, "ads.db".into())], &now_wanted)
+                .is_empty()
+        );
+        assert!(
+            sweep
+                .sweep("c", &[(ConfigKind::Secret, "ads.db".into())], &wanted)
+                .is_empty(),
+            "suspected afresh"
+        );
+    }
 
     #[test]
     fn every_kind_of_reference_is_found() {

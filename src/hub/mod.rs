@@ -1,6 +1,7 @@
 //! The hub: member registry and health, placement, slices and status aggregation.
 //! [`run`] wires the process: its caches, loops and leader election.
 
+pub mod bundle_gc;
 pub mod cleanups;
 pub mod join;
 pub mod join_pull;

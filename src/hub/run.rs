@@ -53,6 +53,10 @@ pub struct HubArgs {
     /// failback window each trigger the workloads concerned at once.
     #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "20")]
     pub resync_secs: u64,
+    /// How often bundles no workload on their member references any more are looked for
+    /// (seconds); one found unwanted twice in a row is removed.
+    #[arg(long, env = "PINFED_BUNDLE_GC_SECS", default_value = "120", value_parser = clap::value_parser!(u64).range(1..))]
+    pub bundle_gc_secs: u64,
     /// Reconciles in flight per workload kind. Each holds a connection to every member
     /// it reads or writes; more in flight than the API servers serve only queues there.
     #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
@@ -214,6 +218,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         tokio::join!(
             profiles_loop(&wctx),
             quota_status_loop(&wctx),
+            crate::hub::bundle_gc::run(&wctx, Duration::from_secs(args.bundle_gc_secs)),
             workloads::watch_member_health(wctx.clone()),
             workloads::run_kind::<PinterestService>(wctx.clone()),
             workloads::run_kind::<PinterestJobSet>(wctx.clone()),

@@ -12,6 +12,7 @@ use crate::api::kind::PinterestKind;
 use crate::api::member_slice::MemberSlice;
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::{ApplyError, HUB_FIELD_MANAGER, apply_json};
+use crate::expand::bundle::{ConfigKind, DROP_NAMESPACE, LABEL_BUNDLE};
 use crate::hub::cleanups::Removal;
 use crate::hub::slices::{self, LABEL_HUB_UID, SliceSummary};
 
@@ -156,6 +157,48 @@ impl SliceTarget {
                 .await
             }
             SliceTarget::Pull { .. } => Ok(()),
+        }
+    }
+
+    fn bundle_api(&self, kind: ConfigKind) -> Api<DynamicObject> {
+        let ar = match kind {
+            ConfigKind::ConfigMap => {
+                ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+            }
+            ConfigKind::Secret => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        };
+        match self {
+            SliceTarget::Push(client) => Api::namespaced_with(client.clone(), DROP_NAMESPACE, &ar),
+            SliceTarget::Pull { hub, namespace } => {
+                Api::namespaced_with(hub.clone(), namespace, &ar)
+            }
+        }
+    }
+
+    /// The names of the bundles of `kind` dropped for this member (metadata only: a
+    /// Secret's data is not read to be listed).
+    pub async fn list_bundles(&self, kind: ConfigKind) -> Result<Vec<String>, kube::Error> {
+        let lp = kube::api::ListParams::default().labels(LABEL_BUNDLE);
+        Ok(self
+            .bundle_api(kind)
+            .list_metadata(&lp)
+            .await?
+            .items
+            .into_iter()
+            .map(|m| m.name_any())
+            .collect())
+    }
+
+    /// Removes one bundle; only a 404 counts as already gone.
+    pub async fn delete_bundle(&self, kind: ConfigKind, name: &str) -> Result<(), kube::Error> {
+        match self
+            .bundle_api(kind)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

@@ -80,6 +80,15 @@ pub struct HubMetrics {
         crate::hub::member_loop::MemberLabels,
         prometheus_client::metrics::counter::Counter,
     >,
+    /// Bundles removed because no workload on their member references them any more.
+    pub bundles_removed: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    pub bundle_removal_failures: prometheus_client::metrics::family::Family<
+        crate::hub::member_loop::MemberLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
 }
 
 impl HubMetrics {
@@ -91,6 +100,8 @@ impl HubMetrics {
             slice_writes: Default::default(),
             aggregation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             slice_removal_failures: Default::default(),
+            bundles_removed: Default::default(),
+            bundle_removal_failures: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -116,6 +127,16 @@ impl HubMetrics {
             "slice_removal_failures",
             "Slice removals a member refused or failed (the finalizer or clean-up stays)",
             m.slice_removal_failures.clone(),
+        );
+        registry.register(
+            "bundles_removed",
+            "Bundles removed from a member because no workload there references them",
+            m.bundles_removed.clone(),
+        );
+        registry.register(
+            "bundle_removal_failures",
+            "Bundle removals a member refused or failed (retried on the next sweep)",
+            m.bundle_removal_failures.clone(),
         );
         m
     }
