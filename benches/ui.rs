@@ -41,7 +41,8 @@ fn hub_objects(n: usize) -> Vec<(WorkloadKind, Arc<DynamicObject>)> {
             let o: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
                 "metadata": {"name": format!("svc-{i:05}"), "namespace": format!("ns-{}", i % 50),
-                    "uid": format!("uid-{i}"), "creationTimestamp": "2026-11-25T09:00:00Z"},
+                    "uid": format!("uid-{i}"), "resourceVersion": format!("{}", 1000 + i),
+                    "creationTimestamp": "2026-11-25T09:00:00Z"},
                 "spec": {
                     "owner": {"team": team, "contact": "team@pinterest.com"},
                     "replicas": 6,
