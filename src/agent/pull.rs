@@ -393,27 +393,31 @@ async fn apply_slice(
 
 /// Deletes the member's slice `namespace/name` of `kind` when the hub wrote it for
 /// `hub_uid` (or for any hub resource, when `hub_uid` is `None`); only that object.
+/// Whether it is done (gone, or not the hub's to remove); `false` when the member did not
+/// answer, to be retried.
 async fn delete_slice(
     member: &Client,
     kind: WorkloadKind,
     namespace: &str,
     name: &str,
     hub_uid: Option<&str>,
-) {
+) -> bool {
     let api = Api::<DynamicObject>::namespaced_with(
         member.clone(),
         namespace,
         &crate::api::kind::api_resource(kind),
     );
-    let Ok(Some(found)) = api.get_metadata_opt(name).await else {
-        return;
+    let found = match api.get_metadata_opt(name).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return true,
+        Err(_) => return false,
     };
     let owner = found
         .labels()
         .get(crate::api::member_slice::LABEL_HUB_UID)
         .cloned();
     if owner.is_none() || hub_uid.is_some_and(|u| owner.as_deref() != Some(u)) {
-        return;
+        return true;
     }
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -423,13 +427,20 @@ async fn delete_slice(
         ..DeleteParams::background()
     };
     match api.delete(name, &params).await {
-        Ok(_) => tracing::info!(kind = %kind, namespace, name, "removed a slice the hub removed"),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Ok(_) => {
+            tracing::info!(kind = %kind, namespace, name, "removed a slice the hub removed");
+            true
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => true,
         Err(e) => {
-            tracing::warn!(kind = %kind, namespace, name, error = %e, "could not remove a slice the hub removed")
+            tracing::warn!(kind = %kind, namespace, name, error = %e, "could not remove a slice the hub removed (retried)");
+            false
         }
     }
 }
+
+/// How often applies and removals the member refused (or did not answer) are retried.
+const RETRY_EVERY: Duration = Duration::from_secs(3);
 
 /// Mirrors the MemberSlices of the agent's hub namespace into the member; after every
 /// (re)list, removes the member's slices the hub no longer has (the hub removed them
@@ -443,7 +454,42 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
     let mut namespaces = BTreeSet::new();
     // MemberSlice → the generation last applied without error.
     let mut applied: HashMap<String, i64> = HashMap::new();
-    while let Some(ev) = stream.next().await {
+    // What the member refused or did not answer (its API server restarting): the latest
+    // MemberSlice to apply, the slice to remove, and whether the orphan sweep is owed.
+    // Retried on a timer: no further event may come for them.
+    let mut failed: HashMap<String, MemberSlice> = HashMap::new();
+    let mut removals: HashMap<String, (WorkloadKind, String, String, Option<String>)> =
+        HashMap::new();
+    let mut sweep_owed: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
+    let mut retry = tokio::time::interval(RETRY_EVERY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = retry.tick() => {
+                for (name, ms) in std::mem::take(&mut failed) {
+                    if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
+                        applied.insert(name, ms.metadata.generation.unwrap_or(0));
+                    } else {
+                        failed.insert(name, ms);
+                    }
+                }
+                for (name, (kind, namespace, slice, uid)) in std::mem::take(&mut removals) {
+                    if !delete_slice(member, kind, &namespace, &slice, uid.as_deref()).await {
+                        removals.insert(name, (kind, namespace, slice, uid));
+                    }
+                }
+                if let Some(wanted) = sweep_owed.take()
+                    && !remove_unwanted(member, &wanted).await
+                {
+                    sweep_owed = Some(wanted);
+                }
+                continue;
+            }
+        };
         match ev {
             Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
             Ok(watcher::Event::InitApply(ms)) => {
@@ -452,11 +498,16 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                 }
                 if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
                     applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                    failed.remove(&ms.name_any());
+                } else {
+                    failed.insert(ms.name_any(), ms);
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                if let Some(wanted) = listing.take() {
-                    remove_unwanted(member, &wanted).await;
+                if let Some(wanted) = listing.take()
+                    && !remove_unwanted(member, &wanted).await
+                {
+                    sweep_owed = Some(wanted);
                 }
             }
             // A MemberSlice's own status write (ours) comes back as an event too: its spec
@@ -464,18 +515,31 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
             Ok(watcher::Event::Apply(ms))
                 if applied.get(&ms.name_any()) == ms.metadata.generation.as_ref() => {}
             Ok(watcher::Event::Apply(ms)) => {
+                // An owed orphan sweep must not take what arrived since its list.
+                if let (Some(w), Some(key)) = (sweep_owed.as_mut(), carried(&ms)) {
+                    w.insert(key);
+                }
                 if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
                     applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                    failed.remove(&ms.name_any());
+                } else {
+                    failed.insert(ms.name_any(), ms);
                 }
             }
             Ok(watcher::Event::Delete(ms)) => {
                 applied.remove(&ms.name_any());
+                failed.remove(&ms.name_any());
                 if let Some((kind, namespace, name)) = carried(&ms) {
+                    if let Some(w) = sweep_owed.as_mut() {
+                        w.remove(&(kind, namespace.clone(), name.clone()));
+                    }
                     let uid = ms
                         .labels()
                         .get(crate::api::member_slice::LABEL_HUB_UID)
                         .cloned();
-                    delete_slice(member, kind, &namespace, &name, uid.as_deref()).await;
+                    if !delete_slice(member, kind, &namespace, &name, uid.as_deref()).await {
+                        removals.insert(ms.name_any(), (kind, namespace, name, uid));
+                    }
                 }
             }
             Err(kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(s)))
@@ -491,7 +555,12 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
 }
 
 /// Removes the member's hub-written slices that are not in `wanted`.
-async fn remove_unwanted(member: &Client, wanted: &BTreeSet<(WorkloadKind, String, String)>) {
+/// Whether every kind was listed and every removal done (else the sweep is owed again).
+async fn remove_unwanted(
+    member: &Client,
+    wanted: &BTreeSet<(WorkloadKind, String, String)>,
+) -> bool {
+    let mut done = true;
     for kind in WorkloadKind::ALL {
         let api =
             Api::<DynamicObject>::all_with(member.clone(), &crate::api::kind::api_resource(kind));
@@ -499,15 +568,17 @@ async fn remove_unwanted(member: &Client, wanted: &BTreeSet<(WorkloadKind, Strin
             .list_metadata(&ListParams::default().labels(crate::api::member_slice::LABEL_HUB_NAME))
             .await
         else {
+            done = false;
             continue;
         };
         for o in list.items {
             let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
             if !wanted.contains(&(kind, namespace.clone(), name.clone())) {
-                delete_slice(member, kind, &namespace, &name, None).await;
+                done &= delete_slice(member, kind, &namespace, &name, None).await;
             }
         }
     }
+    done
 }
 
 /// The MemberSlice status for a slice as the member stores it.

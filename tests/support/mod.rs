@@ -217,8 +217,12 @@ impl Federation {
 }
 
 /// The `pinfed` binary under test.
+/// The `pinfed` binary the daemons run: this build's, or `PINFED_BIN` (e2e/bench runs
+/// the chaos test against the release binary).
 pub fn pinfed_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_pinfed"))
+    std::env::var_os("PINFED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pinfed")))
 }
 
 /// Runs `pinfed ARGS` against the topology's kubeconfig and returns its output.

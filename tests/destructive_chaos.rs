@@ -1,0 +1,556 @@
+//! The chaos run, reduced for CI (issue "Trust", part 8): workloads of all six kinds rolled
+//! out through two hubs sharing a Lease while the leader is SIGKILLed again and again
+//! (and restarted as the new standby) and a member's API server is stopped and started.
+//! At the end, asked of the real API servers:
+//! - every workload's slices are exactly where its placement says, none twice, none left
+//!   anywhere else (no slice whose hub workload is gone);
+//! - no native object in a member without the slice (or CronJob) that owns it;
+//! - no pending clean-up left on any MemberCluster;
+//! - no job-set shard completed twice; a completion cut off by a member's restart (its
+//!   Job finished there before the fence arrived) is counted and named, as the spec allows.
+//!
+//! Knobs (the bench-sized run on clusters/bench.yaml sets them larger):
+//! PINFED_CHAOS_WORKLOADS (default 100), PINFED_CHAOS_KILLS (3),
+//! PINFED_CHAOS_MEMBER_RESTARTS (1 per chosen member), PINFED_CHAOS_RESTART_MEMBERS (1).
+//! Destructive: the README's test command runs it after every other test.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
+use pinfed::api::federation::MemberCluster;
+use pinfed::api::member_slice::LABEL_HUB_UID;
+use pinfed::api::workload::WorkloadKind;
+use serde_json::{Value, json};
+use support::{
+    Daemon, Federation, TestNamespace, eventually, join_all, run_harness, spawn_daemon, unique_name,
+};
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn hub_args(identity: &str, lease: &str) -> Vec<String> {
+    [
+        "hub",
+        "--context",
+        "hub",
+        "--heartbeat-secs",
+        "1",
+        "--member-grace-secs",
+        "6",
+        "--failback-window-secs",
+        "15",
+        "--lease-duration-secs",
+        "4",
+        "--lease-name",
+        lease,
+        "--identity",
+        identity,
+        "--metrics-addr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("127.0.0.1:{}", support::free_port())])
+    .collect()
+}
+
+fn container(cpu: &str) -> Value {
+    json!({"name": "c", "image": "registry.example/chaos:1",
+           "resources": {"requests": {"cpu": cpu, "memory": "8Mi"}}})
+}
+
+/// Workload `i` of the mix: half services, a fifth job sets, the rest spread over the
+/// other four kinds.
+fn workload(i: usize) -> (WorkloadKind, Value) {
+    let owner = json!({"team": "chaos", "contact": "chaos@pinterest.com"});
+    let pod = json!({"spec": {"containers": [container("5m")]}});
+    let (kind, spec) = match i % 10 {
+        0..=4 => (
+            WorkloadKind::Service,
+            json!({"owner": owner, "replicas": 3, "placement": {"spread": {"minClusters": 2}},
+                   "template": pod}),
+        ),
+        5 | 6 => (
+            WorkloadKind::JobSet,
+            json!({"owner": owner, "shards": 6, "parallelism": 3,
+                   "template": {"metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "8s"}},
+                                "spec": {"containers": [container("5m")]}}}),
+        ),
+        7 => (
+            WorkloadKind::CronJob,
+            json!({"owner": owner, "schedule": "*/5 * * * *", "template": pod}),
+        ),
+        8 if i % 20 == 8 => (
+            WorkloadKind::Daemon,
+            json!({"owner": owner, "template": {"spec": {"tolerations": [{"operator": "Exists"}],
+                   "containers": [container("1m")]}}}),
+        ),
+        8 => (
+            WorkloadKind::StatefulSet,
+            json!({"owner": owner, "replicas": 2, "template": pod}),
+        ),
+        _ => (
+            WorkloadKind::TrainingJob,
+            json!({"owner": owner, "framework": "pytorch",
+                   "replicaSpecs": {"Master": {"replicas": 1, "template": pod.clone()},
+                                    "Worker": {"replicas": 2, "template": pod}}}),
+        ),
+    };
+    let obj = json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1",
+        "kind": kind.as_str(),
+        "metadata": {"name": format!("{}-{i:04}", kind.as_str().to_lowercase().trim_start_matches("pinterest"))},
+        "spec": spec,
+    });
+    (kind, obj)
+}
+
+fn api(client: &Client, ns: &str, kind: WorkloadKind) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &pinfed::api::kind::api_resource(kind))
+}
+
+async fn holder(leases: &Api<Lease>, lease: &str) -> Option<String> {
+    leases
+        .get_opt(lease)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+/// The hub workloads of the namespace: uid → (kind/name, clusters with a share).
+async fn placements(
+    hub: &Client,
+    ns: &str,
+) -> Option<BTreeMap<String, (String, BTreeSet<String>)>> {
+    let mut out = BTreeMap::new();
+    for kind in WorkloadKind::ALL {
+        for o in api(hub, ns, kind)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+        {
+            let clusters: BTreeSet<String> = o.data["status"]["placement"]["placements"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| {
+                    p["replicas"].as_i64().is_none_or(|r| r > 0)
+                        && p["shards"].as_str().is_none_or(|s| !s.is_empty())
+                })
+                .filter_map(|p| p["cluster"].as_str().map(str::to_string))
+                .collect();
+            out.insert(
+                o.uid().unwrap_or_default(),
+                (format!("{}/{}", kind.as_str(), o.name_any()), clusters),
+            );
+        }
+    }
+    Some(out)
+}
+
+/// Slices in each member: hub uid → members holding one (a member twice is a duplicate).
+async fn slices(
+    fed: &Federation,
+    ns: &str,
+) -> Option<(
+    BTreeMap<String, Vec<String>>,
+    BTreeMap<String, BTreeSet<String>>,
+)> {
+    let mut by_hub_uid: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per member, the uids of its own slices (owners of native objects).
+    let mut member_uids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for m in fed.member_names() {
+        for kind in WorkloadKind::ALL {
+            let lp = ListParams::default().labels(LABEL_HUB_UID);
+            for o in api(&fed.client(&m), ns, kind).list(&lp).await.ok()?.items {
+                let hub_uid = o.labels().get(LABEL_HUB_UID).cloned().unwrap_or_default();
+                by_hub_uid.entry(hub_uid).or_default().push(m.clone());
+                member_uids
+                    .entry(m.clone())
+                    .or_default()
+                    .insert(o.uid().unwrap_or_default());
+            }
+        }
+    }
+    Some((by_hub_uid, member_uids))
+}
+
+/// Differences between where the hub placed each workload and where its slices are.
+fn slice_problems(
+    want: &BTreeMap<String, (String, BTreeSet<String>)>,
+    got: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (uid, (name, clusters)) in want {
+        let have = got.get(uid).cloned().unwrap_or_default();
+        let set: BTreeSet<String> = have.iter().cloned().collect();
+        if set.len() != have.len() {
+            out.push(format!("{name}: a slice twice in one member: {have:?}"));
+        }
+        if &set != clusters {
+            out.push(format!("{name}: placed on {clusters:?}, slices in {set:?}"));
+        }
+    }
+    for (uid, members) in got {
+        if !want.contains_key(uid) {
+            out.push(format!(
+                "a slice of a workload the hub does not have (uid {uid}) in {members:?}"
+            ));
+        }
+    }
+    out
+}
+
+/// Native objects pinfed generated in the members whose owner (a slice, or the CronJob
+/// that made a Job) is not there.
+async fn orphans(
+    fed: &Federation,
+    ns: &str,
+    member_uids: &BTreeMap<String, BTreeSet<String>>,
+) -> Option<Vec<String>> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=pinfed");
+    let mut out = Vec::new();
+    for m in fed.member_names() {
+        let c = fed.client(&m);
+        let mut owners = member_uids.get(&m).cloned().unwrap_or_default();
+        let mut objects: Vec<(String, Vec<String>)> = Vec::new();
+        let ars = [
+            ApiResource::erase::<Deployment>(&()),
+            ApiResource::erase::<StatefulSet>(&()),
+            ApiResource::erase::<DaemonSet>(&()),
+            ApiResource::erase::<CronJob>(&()),
+            ApiResource::erase::<Job>(&()),
+        ];
+        for ar in &ars {
+            for o in Api::<DynamicObject>::namespaced_with(c.clone(), ns, ar)
+                .list(&lp)
+                .await
+                .ok()?
+                .items
+            {
+                if ar.kind == "CronJob" {
+                    owners.insert(o.uid().unwrap_or_default());
+                }
+                let refs = o
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .map(|r| r.uid.clone())
+                    .collect();
+                objects.push((format!("{m}: {} {}", ar.kind, o.name_any()), refs));
+            }
+        }
+        for (name, refs) in objects {
+            if !refs.iter().any(|u| owners.contains(u)) {
+                out.push(name);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Shards whose Job completed in more than one member: (job set, shard, members).
+async fn shards_completed_twice(fed: &Federation, ns: &str) -> Vec<(String, String, Vec<String>)> {
+    use k8s_openapi::api::batch::v1::Job;
+    let mut done: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for m in fed.member_names() {
+        let jobs: Api<Job> = Api::namespaced(fed.client(&m), ns);
+        let lp = ListParams::default().labels(pinfed::api::common::LABEL_SHARD);
+        for j in jobs.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let succeeded = j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0;
+            if !succeeded {
+                continue;
+            }
+            let labels = j.labels();
+            let set = labels
+                .get(pinfed::api::common::LABEL_WORKLOAD)
+                .cloned()
+                .unwrap_or_default();
+            let shard = labels
+                .get(pinfed::api::common::LABEL_SHARD)
+                .cloned()
+                .unwrap_or_default();
+            done.entry((set, shard)).or_default().push(m.clone());
+        }
+    }
+    done.into_iter()
+        .filter(|(_, ms)| ms.len() > 1)
+        .map(|((s, i), ms)| (s, i, ms))
+        .collect()
+}
+
+#[tokio::test]
+async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_member_restarts() {
+    let n = knob("PINFED_CHAOS_WORKLOADS", 100);
+    let kills = knob("PINFED_CHAOS_KILLS", 3);
+    let restarts = knob("PINFED_CHAOS_MEMBER_RESTARTS", 1);
+    let restart_members = knob("PINFED_CHAOS_RESTART_MEMBERS", 1);
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let hub = fed.hub();
+    let lease = unique_name("chaos-lease");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
+    let mut hubs: BTreeMap<String, Daemon> = BTreeMap::new();
+    let mut next_id = 0;
+    let mut spawn_hub = |hubs: &mut BTreeMap<String, Daemon>| {
+        let id = format!("chaos-hub-{next_id}");
+        next_id += 1;
+        hubs.insert(id.clone(), spawn_daemon(&fed, &id, &hub_args(&id, &lease)));
+    };
+    spawn_hub(&mut hubs);
+    spawn_hub(&mut hubs);
+    let agents = support::spawn_agents(&fed);
+    let ns = TestNamespace::create(&hub, "chaos").await;
+    let started = Instant::now();
+
+    // Roll out every workload while the chaos runs.
+    let creating = {
+        let (hub, ns) = (hub.clone(), ns.name.clone());
+        tokio::spawn(async move {
+            futures::stream::iter(0..n)
+                .map(|i| {
+                    let (hub, ns) = (hub.clone(), ns.clone());
+                    async move {
+                        let (kind, obj) = workload(i);
+                        let o: DynamicObject = serde_json::from_value(obj).unwrap();
+                        for _ in 0..30 {
+                            match api(&hub, &ns, kind)
+                                .create(&PostParams::default(), &o)
+                                .await
+                            {
+                                Ok(_) => return,
+                                Err(kube::Error::Api(e)) if e.code == 409 => return,
+                                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                            }
+                        }
+                        panic!("could not create {}", o.name_any());
+                    }
+                })
+                .buffer_unordered(8)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+
+    // The chaos: leader kills (each killed hub comes back as a standby) interleaved with
+    // member API server restarts.
+    // From the last member back: the tests that run after this one use the first ones
+    // (a restarted member is "returned" for their hubs' failback window).
+    let members: Vec<String> = fed
+        .member_names()
+        .into_iter()
+        .rev()
+        .take(restart_members)
+        .collect();
+    let mut restarts_left: Vec<(String, usize)> =
+        members.iter().map(|m| (m.clone(), restarts)).collect();
+    let mut killed = 0;
+    let mut takeovers = Vec::new();
+    while killed < kills || restarts_left.iter().any(|(_, r)| *r > 0) {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        if killed < kills {
+            let Some(leader) = holder(&leases, &lease).await else {
+                continue;
+            };
+            let Some(d) = hubs.remove(&leader) else {
+                continue;
+            };
+            d.kill();
+            let at = Instant::now();
+            killed += 1;
+            spawn_hub(&mut hubs);
+            eventually(
+                Duration::from_secs(30),
+                "a standby takes the lease",
+                || async { holder(&leases, &lease).await.is_some_and(|h| h != leader) },
+            )
+            .await;
+            takeovers.push(at.elapsed());
+        }
+        if let Some((m, left)) = restarts_left.iter_mut().find(|(_, r)| *r > 0) {
+            let out = run_harness(&["stop", m]);
+            assert!(
+                out.status.success(),
+                "stop {m}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let out = run_harness(&["start", m]);
+            assert!(
+                out.status.success(),
+                "start {m}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            *left -= 1;
+        }
+    }
+    creating.await.unwrap();
+    let chaos_for = started.elapsed();
+
+    // Then: everything converges, and the invariants hold.
+    let last = std::sync::Mutex::new(Vec::<String>::new());
+    let converged = eventually(
+        Duration::from_secs(300),
+        "slices where their placements say, no orphans, no pending clean-up",
+        || async {
+            let mut problems = Vec::new();
+            let Some(want) = placements(&hub, &ns.name).await else {
+                return false;
+            };
+            if want.len() != n {
+                problems.push(format!("{} of {n} workloads on the hub", want.len()));
+            }
+            for (name, clusters) in want.values() {
+                if clusters.is_empty() {
+                    problems.push(format!("{name}: not placed"));
+                }
+            }
+            let Some((got, member_uids)) = slices(&fed, &ns.name).await else {
+                return false;
+            };
+            problems.extend(slice_problems(&want, &got));
+            let Some(orphaned) = orphans(&fed, &ns.name, &member_uids).await else {
+                return false;
+            };
+            problems.extend(orphaned.into_iter().map(|o| format!("orphan {o}")));
+            let mcs = Api::<MemberCluster>::all(hub.clone())
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            for mc in mcs {
+                let pending = mc
+                    .status
+                    .as_ref()
+                    .map(|s| s.pending_cleanups.clone())
+                    .unwrap_or_default();
+                if !pending.is_empty() {
+                    problems.push(format!(
+                        "{}: {} pending clean-ups",
+                        mc.name_any(),
+                        pending.len()
+                    ));
+                }
+            }
+            let ok = problems.is_empty();
+            *last.lock().unwrap() = problems;
+            ok
+        },
+    );
+    if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(converged))
+        .await
+        .is_err()
+    {
+        let problems = last.lock().unwrap().clone();
+        let leader = holder(&leases, &lease).await.unwrap_or_default();
+        panic!(
+            "after the chaos, {} problems: {:#?}\n--- leader {leader} ---\n{}",
+            problems.len(),
+            &problems[..problems.len().min(20)],
+            hubs.get(&leader).map(|d| d.log_tail()).unwrap_or_default()
+        );
+    }
+    let converged_after = started.elapsed() - chaos_for;
+
+    // Every job set finishes, each shard completed once on the hub; completions in two
+    // members are the cut-offs the spec allows (a member restarted under a running shard).
+    eventually(
+        Duration::from_secs(240),
+        "every job set complete",
+        || async {
+            api(&hub, &ns.name, WorkloadKind::JobSet)
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items.iter().all(|o| {
+                        pinfed::api::common::find_condition(
+                            &serde_json::from_value::<Vec<pinfed::api::common::Condition>>(
+                                o.data["status"]["conditions"].clone(),
+                            )
+                            .unwrap_or_default(),
+                            "Complete",
+                        )
+                        .is_some_and(|c| c.status == pinfed::api::common::ConditionStatus::True)
+                    })
+                })
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let twice = shards_completed_twice(&fed, &ns.name).await;
+    let restarted: BTreeSet<&String> = members.iter().collect();
+    for (set, shard, ms) in &twice {
+        assert!(
+            ms.iter().any(|m| restarted.contains(m)),
+            "{set} shard {shard} completed in {ms:?}, none of which was restarted: a shard ran twice"
+        );
+    }
+    eprintln!(
+        "chaos: {n} workloads, {killed} leader kills (takeovers {takeovers:?}), {} member restarts of {members:?}; \
+         chaos {chaos_for:?}, converged {converged_after:?} after; {} shard completions cut off by a restart: {twice:?}",
+        restarts * members.len(),
+        twice.len()
+    );
+    drop(agents);
+    for (_, d) in hubs {
+        d.kill();
+    }
+    ns.delete().await;
+    let _ = leases.delete(&lease, &Default::default()).await;
+}
+
+#[test]
+fn the_slice_check_names_missing_extra_duplicate_and_orphaned_slices() {
+    let want: BTreeMap<String, (String, BTreeSet<String>)> = [
+        (
+            "u1".to_string(),
+            (
+                "Service/a".to_string(),
+                ["m1".to_string(), "m2".to_string()].into(),
+            ),
+        ),
+        (
+            "u2".to_string(),
+            ("JobSet/b".to_string(), ["m1".to_string()].into()),
+        ),
+    ]
+    .into();
+    let fine: BTreeMap<String, Vec<String>> = [
+        ("u1".to_string(), vec!["m1".to_string(), "m2".to_string()]),
+        ("u2".to_string(), vec!["m1".to_string()]),
+    ]
+    .into();
+    assert!(slice_problems(&want, &fine).is_empty());
+    let bad: BTreeMap<String, Vec<String>> = [
+        ("u1".to_string(), vec!["m1".to_string(), "m1".to_string()]),
+        ("u3".to_string(), vec!["m2".to_string()]),
+    ]
+    .into();
+    let p = slice_problems(&want, &bad);
+    assert!(p.iter().any(|x| x.contains("twice")), "{p:?}");
+    assert!(
+        p.iter().any(|x| x.starts_with("Service/a: placed on")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter().any(|x| x.starts_with("JobSet/b: placed on")),
+        "{p:?}"
+    );
+    assert!(p.iter().any(|x| x.contains("uid u3")), "{p:?}");
+}
