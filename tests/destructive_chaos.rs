@@ -507,11 +507,28 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
         restarts * members.len(),
         twice.len()
     );
+    // Clean up while the hubs still run: every workload deleted and its slices removed,
+    // so the tests after this one start from an empty federation.
+    let name = ns.name.clone();
+    ns.delete().await;
+    eventually(
+        Duration::from_secs(240),
+        "the chaos workloads deleted",
+        || async {
+            let Some(left) = placements(&hub, &name).await else {
+                return false;
+            };
+            let Some((slices_left, _)) = slices(&fed, &name).await else {
+                return false;
+            };
+            left.is_empty() && slices_left.is_empty()
+        },
+    )
+    .await;
     drop(agents);
     for (_, d) in hubs {
         d.kill();
     }
-    ns.delete().await;
     let _ = leases.delete(&lease, &Default::default()).await;
 }
 
