@@ -96,9 +96,13 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let pid = spawn(&argv, &log).unwrap();
-        // Until it has exec'd, the child is a copy of this process.
+        // Until it has exec'd `tail`, the child is a copy of this process or the shell (and
+        // while exec replaces the image its command line reads empty for a moment).
+        let settled = |pid| {
+            is_ours(pid, &marker) && sample::cmdline(pid).is_some_and(|c| c.starts_with("tail"))
+        };
         let start = Instant::now();
-        while !is_ours(pid, &marker) && start.elapsed() < Duration::from_secs(10) {
+        while !settled(pid) && start.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(is_ours(pid, &marker));
