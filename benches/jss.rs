@@ -250,7 +250,7 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
             name: "bench-svc".into(),
             version: "1.0.0".into(),
         },
-        &serde_yaml::to_string(&service("bench-artifact"))?,
+        &pinfed::api::yaml::to_string(&service("bench-artifact"))?,
     )?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -74,10 +74,11 @@ fn render(overlay: &str, patches: &str) -> Rendered {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let (crds, objects): (Vec<_>, Vec<_>) = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
-        .filter(|v: &serde_json::Value| !v.is_null())
-        .partition(|v| v["kind"] == "CustomResourceDefinition");
+    let (crds, objects): (Vec<_>, Vec<_>) =
+        pinfed::api::yaml::documents::<serde_json::Value>(&text)
+            .expect("rendered YAML")
+            .into_iter()
+            .partition(|v| v["kind"] == "CustomResourceDefinition");
     Rendered {
         namespace: id,
         suffix,
@@ -88,7 +89,7 @@ fn render(overlay: &str, patches: &str) -> Rendered {
 
 fn to_yaml(objs: &[serde_json::Value]) -> String {
     objs.iter()
-        .map(|o| serde_yaml::to_string(o).expect("yaml"))
+        .map(|o| pinfed::api::yaml::to_string(o).expect("yaml"))
         .collect::<Vec<_>>()
         .join("---\n")
 }

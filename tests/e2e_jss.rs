@@ -191,7 +191,7 @@ fn service(name: &str, team: &str, replicas: i64, cpu: &str) -> Value {
 }
 
 fn yaml(v: &Value) -> String {
-    serde_yaml::to_string(v).unwrap()
+    pinfed::api::yaml::to_string(v).unwrap()
 }
 
 fn assert_error(r: &pinfed::jss::client::Reply, status: u16, reason: &str) {

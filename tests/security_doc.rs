@@ -13,12 +13,7 @@ const END: &str = "<!-- END generated: identities -->";
 
 fn yaml_docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| {
-            serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        })
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    pinfed::api::yaml::documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The strings of a YAML list (none when absent).

@@ -22,6 +22,7 @@ pub mod training;
 pub mod validate;
 pub mod validation;
 pub mod workload;
+pub mod yaml;
 pub mod yaml_budget;
 
 pub use workload::{AnyWorkload, Workload, WorkloadKind, WorkloadRef, crds, crds_yaml};

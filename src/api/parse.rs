@@ -1,14 +1,15 @@
 //! Reading Pinterest resources from YAML or JSON text (files given to the CLI, fixtures).
 //! Pure: text in, typed resources or an error naming the document, field, line and
 //! column out. Unknown fields are errors here (the API server would silently prune them).
+//! The text is read once, under the budgets, by `api::yaml`.
 
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::federation::{FederatedQuota, MemberCluster};
 use super::runtime_profile::RuntimeProfile;
 use super::workload::{AnyWorkload, COMPUTE_API_VERSION, FEDERATION_API_VERSION};
+use super::yaml::{self, Node, ReadError};
 
 /// A resource read from text.
 #[allow(clippy::large_enum_variant)] // read once from a file; boxing buys nothing
@@ -31,13 +32,13 @@ impl Document {
     }
 }
 
-/// Why text could not be read as Pinterest resources.
+/// Why text could not be read as Pinterest resources. Documents are numbered from 1,
+/// counting those that are not empty.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    /// Not well-formed YAML.
-    #[error("document {document}: broken YAML at line {line}, column {column}: {message}")]
+    /// Not well-formed YAML (the whole stream is refused: no document is read).
+    #[error("broken YAML at line {line}, column {column}: {message}")]
     Syntax {
-        document: usize,
         line: usize,
         column: usize,
         message: String,
@@ -69,15 +70,13 @@ pub enum ParseError {
         expected: String,
         found: String,
     },
-    /// A field with the wrong type or value.
-    #[error("document {document} ({kind}): {message}")]
+    /// A field with the wrong type or value: `spec.replicas: invalid type ... at line L
+    /// column C`.
+    #[error("document {document} ({kind}): {error}")]
     Field {
         document: usize,
         kind: String,
-        /// serde_yaml's message: `spec.replicas: invalid type ... at line L column C`.
-        message: String,
-        line: Option<usize>,
-        column: Option<usize>,
+        error: yaml::FieldError,
     },
     /// A field the kind does not have (often a typo).
     #[error("document {document} ({kind}): {field}: unknown field")]
@@ -86,6 +85,23 @@ pub enum ParseError {
         kind: String,
         field: String,
     },
+}
+
+impl From<ReadError> for ParseError {
+    fn from(e: ReadError) -> ParseError {
+        match e {
+            ReadError::OverBudget(b) => ParseError::OverBudget(b),
+            ReadError::Syntax {
+                line,
+                column,
+                message,
+            } => ParseError::Syntax {
+                line,
+                column,
+                message,
+            },
+        }
+    }
 }
 
 const KNOWN_KINDS: &[(&str, &str)] = &[
@@ -101,20 +117,16 @@ const KNOWN_KINDS: &[(&str, &str)] = &[
 ];
 
 /// Reads every document of a YAML (or JSON) stream. Empty documents are skipped.
-/// Documents are numbered from 1.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, ParseError> {
-    // Budgets first: nothing over them is expanded or read.
-    super::yaml_budget::check(text)?;
-    // Pass 1: syntax and kinds, as untyped values.
+    let nodes = yaml::read_documents(text)?;
+    if nodes.is_empty() {
+        return Err(ParseError::Empty);
+    }
+    // Kinds of every document first, then the typed reads.
     let mut kinds = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, node) in nodes.iter().enumerate() {
         let document = i + 1;
-        let value = serde_yaml::Value::deserialize(de).map_err(|e| syntax(document, &e))?;
-        if value.is_null() {
-            kinds.push(None);
-            continue;
-        }
-        let json: Value = serde_json::to_value(&value).map_err(|e| ParseError::NotAResource {
+        let json = node.to_json().map_err(|e| ParseError::NotAResource {
             document,
             message: format!("cannot be represented as JSON: {e}"),
         })?;
@@ -153,29 +165,22 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, ParseError> {
                 found: api_version,
             });
         }
-        kinds.push(Some((kind, json)));
+        kinds.push((kind, json));
     }
-    if kinds.iter().all(Option::is_none) {
-        return Err(ParseError::Empty);
-    }
-    // Pass 2: typed, from the text again so type errors carry line and column.
     let mut docs = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let Some(Some((kind, json))) = kinds.get(i) else {
-            continue;
-        };
+    for (i, (node, (kind, json))) in nodes.iter().zip(&kinds).enumerate() {
         let document = i + 1;
         use super::{cronjob::*, daemon::*, jobset::*, service::*, statefulset::*, training::*};
         let doc = match kind.as_str() {
-            "RuntimeProfile" => Document::RuntimeProfile(typed(de, document, kind, json)?),
-            "MemberCluster" => Document::MemberCluster(typed(de, document, kind, json)?),
-            "FederatedQuota" => Document::FederatedQuota(typed(de, document, kind, json)?),
-            "PinterestService" => w(typed::<PinterestService>(de, document, kind, json)?),
-            "PinterestJobSet" => w(typed::<PinterestJobSet>(de, document, kind, json)?),
-            "PinterestCronJob" => w(typed::<PinterestCronJob>(de, document, kind, json)?),
-            "PinterestDaemon" => w(typed::<PinterestDaemon>(de, document, kind, json)?),
-            "PinterestTrainingJob" => w(typed::<PinterestTrainingJob>(de, document, kind, json)?),
-            "PinterestStatefulSet" => w(typed::<PinterestStatefulSet>(de, document, kind, json)?),
+            "RuntimeProfile" => Document::RuntimeProfile(typed(node, document, kind, json)?),
+            "MemberCluster" => Document::MemberCluster(typed(node, document, kind, json)?),
+            "FederatedQuota" => Document::FederatedQuota(typed(node, document, kind, json)?),
+            "PinterestService" => w(typed::<PinterestService>(node, document, kind, json)?),
+            "PinterestJobSet" => w(typed::<PinterestJobSet>(node, document, kind, json)?),
+            "PinterestCronJob" => w(typed::<PinterestCronJob>(node, document, kind, json)?),
+            "PinterestDaemon" => w(typed::<PinterestDaemon>(node, document, kind, json)?),
+            "PinterestTrainingJob" => w(typed::<PinterestTrainingJob>(node, document, kind, json)?),
+            "PinterestStatefulSet" => w(typed::<PinterestStatefulSet>(node, document, kind, json)?),
             other => {
                 return Err(ParseError::NotAResource {
                     document,
@@ -204,47 +209,28 @@ pub fn parse_one(text: &str) -> Result<Document, ParseError> {
     Ok(docs.remove(0))
 }
 
-fn syntax(document: usize, e: &serde_yaml::Error) -> ParseError {
-    let (line, column) = e
-        .location()
-        .map(|l| (l.line(), l.column()))
-        .unwrap_or((0, 0));
-    // serde_yaml appends " at line L column C"; the variant carries it already.
-    let message = e.to_string();
-    let message = match message.rfind(" at line ") {
-        Some(i) => message[..i].to_string(),
-        None => message,
-    };
-    ParseError::Syntax {
-        document,
-        line,
-        column,
-        message,
-    }
-}
-
+/// `node` as a `T`: type errors with their field, line and column; then any field of
+/// `input` the type dropped, as unknown.
 fn typed<T: DeserializeOwned + serde::Serialize>(
-    de: serde_yaml::Deserializer<'_>,
+    node: &Node,
     document: usize,
     kind: &str,
     input: &Value,
 ) -> Result<T, ParseError> {
-    let t = T::deserialize(de).map_err(|e| {
-        let loc = e.location();
-        ParseError::Field {
-            document,
-            kind: kind.to_string(),
-            message: e.to_string(),
-            line: loc.as_ref().map(|l| l.line()),
-            column: loc.as_ref().map(|l| l.column()),
-        }
+    let t: T = node.to().map_err(|error| ParseError::Field {
+        document,
+        kind: kind.to_string(),
+        error,
     })?;
     let back = serde_json::to_value(&t).map_err(|e| ParseError::Field {
         document,
         kind: kind.to_string(),
-        message: e.to_string(),
-        line: None,
-        column: None,
+        error: yaml::FieldError {
+            field: None,
+            message: e.to_string(),
+            line: None,
+            column: None,
+        },
     })?;
     if let Some(field) = unknown_field(input, &back, "") {
         return Err(ParseError::UnknownField {
@@ -315,14 +301,8 @@ mod tests {
                 "x{i}: &x{i} [*x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}]\n"
             ));
         }
-        let t = std::time::Instant::now();
         let err = parse_documents(&text).unwrap_err();
         assert!(matches!(err, ParseError::OverBudget(_)), "{err}");
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(1),
-            "{:?}",
-            t.elapsed()
-        );
         let deep = format!("{}1{}", "[".repeat(30_000), "]".repeat(30_000));
         assert!(matches!(
             parse_documents(&deep),
@@ -388,6 +368,37 @@ spec:
         assert!(
             e.to_string()
                 .contains("spec.template.spec.containers[0].imagee"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_carry_field_line_and_column_apart() {
+        let e = parse_documents(&SVC.replace("replicas: 3", "replicas: three")).unwrap_err();
+        let ParseError::Field {
+            document, error, ..
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!(*document, 1);
+        assert_eq!(error.field.as_deref(), Some("spec.replicas"));
+        assert_eq!((error.line, error.column), (Some(7), Some(13)));
+        assert_eq!(
+            e.to_string(),
+            "document 1 (PinterestService): spec.replicas: invalid type: string \"three\", \
+             expected i32 at line 7 column 13"
+        );
+        // Quantities as numbers or text, booleans as YAML 1.2 has them.
+        let q = SVC.replace(
+            "containers: [{name: app, image: nginx}]",
+            "containers: [{name: app, image: nginx, resources: {limits: {cpu: 1, memory: 1Gi}}}]",
+        );
+        assert!(parse_one(&q).is_ok());
+        let e = parse_one(&SVC.replace("image: nginx}", "image: nginx, tty: yes}")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("spec.template.spec.containers[0].tty: invalid type: string \"yes\""),
             "{e}"
         );
     }

@@ -328,7 +328,7 @@ pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
 /// One CRD as a YAML document (no leading `---`).
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
     // Serializing a CRD built from our own types cannot fail.
-    serde_yaml::to_string(crd).expect("CRD serializes to YAML")
+    super::yaml::to_string(crd).expect("CRD serializes to YAML")
 }
 
 /// Every CRD as a multi-document YAML stream, the output of `pinfed crds`.

@@ -141,7 +141,7 @@ fn ok(r: Reply) -> anyhow::Result<Value> {
 fn print(output: Output, v: &Value, table: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(v)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(v)?),
+        Output::Yaml => print!("{}", crate::api::yaml::to_string(v)?),
         Output::Table => print!("{}", table(v)),
     }
     Ok(())

@@ -80,7 +80,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         None => None,
         Some(p) => {
             let q: FederatedQuota =
-                serde_yaml::from_str(&read(p)?).with_context(|| p.display().to_string())?;
+                crate::api::yaml::from_str(&read(p)?).with_context(|| p.display().to_string())?;
             Some(quota_view(&q).with_context(|| p.display().to_string())?)
         }
     };

@@ -360,7 +360,7 @@ pub fn to_yaml_stream(objects: &[DynamicObject]) -> String {
     for o in objects {
         s.push_str("---\n");
         // DynamicObject is plain JSON data; YAML serialization cannot fail.
-        s.push_str(&serde_yaml::to_string(o).unwrap_or_default());
+        s.push_str(&crate::api::yaml::to_string(o).unwrap_or_default());
     }
     s
 }

@@ -23,7 +23,7 @@ use crate::api::runtime_profile::{DefaultResources, RuntimeProfile};
 use crate::api::validate::Invalid;
 
 static BUILTIN: LazyLock<RuntimeProfile> = LazyLock::new(|| {
-    serde_yaml::from_str(include_str!("builtin-runtime-profile.yaml"))
+    crate::api::yaml::from_str(include_str!("builtin-runtime-profile.yaml"))
         .expect("the built-in runtime profile is valid YAML (a unit test checks it)")
 });
 

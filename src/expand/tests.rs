@@ -556,9 +556,9 @@ fn tensorflow_replicas_get_their_own_tf_config() {
 
 /// A TensorFlow job with `workers` workers (and the example's chief and parameter servers).
 fn tensorflow_with_workers(workers: i32) -> AnyWorkload {
-    let mut v: Value = serde_yaml::from_str(TENSORFLOW).unwrap();
+    let mut v: Value = crate::api::yaml::from_str(TENSORFLOW).unwrap();
     v["spec"]["replicaSpecs"]["Worker"]["replicas"] = workers.into();
-    workload(&serde_yaml::to_string(&v).unwrap())
+    workload(&crate::api::yaml::to_string(&v).unwrap())
 }
 
 #[test]

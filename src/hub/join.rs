@@ -220,14 +220,10 @@ pub fn agent_manifests(member: &str, image: &str) -> anyhow::Result<Vec<serde_js
     ];
     let mut out = Vec::new();
     for (file, text) in FILES {
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc)
-                .with_context(|| format!("{file} does not parse"))?;
-            if v.is_null() {
-                continue;
-            }
-            out.push(v);
-        }
+        out.extend(
+            crate::api::yaml::documents::<serde_json::Value>(text)
+                .with_context(|| format!("{file} does not parse"))?,
+        );
     }
     let deployment = out
         .iter_mut()

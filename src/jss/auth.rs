@@ -125,7 +125,7 @@ fn parse_hex32(s: &str) -> Option<[u8; 32]> {
 
 impl AuthFile {
     pub fn parse(file: &str, text: &str) -> Result<AuthFile, ConfigError> {
-        serde_yaml::from_str::<Option<AuthFile>>(text)
+        crate::api::yaml::from_str::<Option<AuthFile>>(text)
             .map(Option::unwrap_or_default)
             .map_err(|e| ConfigError::Syntax {
                 file: file.to_string(),

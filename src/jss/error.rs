@@ -187,7 +187,6 @@ impl From<ParseError> for Rejection {
                 line,
                 column,
                 message,
-                ..
             } => Detail::Field {
                 field: "resource".into(),
                 message: message.clone(),
@@ -204,24 +203,12 @@ impl From<ParseError> for Rejection {
             ParseError::WrongApiVersion {
                 expected, found, ..
             } => Detail::field("apiVersion", format!("must be {expected:?}, not {found:?}")),
-            ParseError::Field {
-                message,
-                line,
-                column,
-                ..
-            } => {
-                // serde_yaml's message starts with the field path: `spec.replicas: ...`.
-                let (field, msg) = message
-                    .split_once(": ")
-                    .filter(|(f, _)| !f.contains(' '))
-                    .unwrap_or(("resource", message.as_str()));
-                Detail::Field {
-                    field: field.to_string(),
-                    message: msg.to_string(),
-                    line: *line,
-                    column: *column,
-                }
-            }
+            ParseError::Field { error, .. } => Detail::Field {
+                field: error.field.clone().unwrap_or_else(|| "resource".into()),
+                message: error.message.clone(),
+                line: error.line,
+                column: error.column,
+            },
             ParseError::UnknownField { field, .. } => Detail::field(field, "unknown field"),
         };
         Rejection::Invalid {
@@ -280,7 +267,19 @@ mod tests {
         let r = Rejection::from(e);
         assert_eq!(r.status(), 422);
         let d = &r.body()["details"][0];
-        assert!(d["field"].as_str().unwrap().starts_with("spec"), "{d}");
+        assert_eq!(d["field"], "spec.replicas", "{d}");
+        assert_eq!(
+            (d["line"].as_u64(), d["column"].as_u64()),
+            (Some(4), Some(18)),
+            "{d}"
+        );
+        assert!(
+            d["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid type: string \"many\""),
+            "{d}"
+        );
         let e =
             crate::api::parse::parse_one("kind: Deployment\napiVersion: apps/v1\n").unwrap_err();
         assert_eq!(Rejection::from(e).body()["details"][0]["field"], "kind");

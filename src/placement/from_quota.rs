@@ -192,14 +192,14 @@ mod tests {
         let mut usage = Usage::default();
         usage.add(&u);
         assert_eq!(usage.total.cpu, Milli(2500));
-        let q: FederatedQuota = serde_yaml::from_str(
+        let q: FederatedQuota = crate::api::yaml::from_str(
             "apiVersion: federation.pinterest.com/v1alpha1\nkind: FederatedQuota\n\
              metadata: {name: q, namespace: ads}\nspec:\n  hard: {cpu: '4'}\n  perCluster:\n    a: {cpu: 2x}\n",
         )
         .unwrap();
         let err = quota_view(&q, Some(&usage)).unwrap_err();
         assert_eq!(err.field, "spec.perCluster.a");
-        let q: FederatedQuota = serde_yaml::from_str(
+        let q: FederatedQuota = crate::api::yaml::from_str(
             "apiVersion: federation.pinterest.com/v1alpha1\nkind: FederatedQuota\n\
              metadata: {name: q, namespace: ads}\nspec:\n  hard: {cpu: '4'}\n  perCluster:\n    a: {cpu: '2'}\n",
         )

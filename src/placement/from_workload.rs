@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_service_demand_counts_sidecars_and_its_policy_keeps_the_bounds() {
-        let svc: PinterestService = serde_yaml::from_str(
+        let svc: PinterestService = crate::api::yaml::from_str(
             r#"
 apiVersion: compute.pinterest.com/v1alpha1
 kind: PinterestService

@@ -134,10 +134,11 @@ pub struct NodeSpec {
 impl Topology {
     /// Parses and validates; `source_name` (usually the path) prefixes every error.
     pub fn from_yaml(source_name: &str, text: &str) -> Result<Topology, TopologyError> {
-        let topology: Topology = serde_yaml::from_str(text).map_err(|e| TopologyError::Syntax {
-            source_name: source_name.to_string(),
-            message: e.to_string(),
-        })?;
+        let topology: Topology =
+            crate::api::yaml::from_str(text).map_err(|e| TopologyError::Syntax {
+                source_name: source_name.to_string(),
+                message: e.to_string(),
+            })?;
         let errors = topology.validate();
         if errors.is_empty() {
             Ok(topology)

@@ -183,7 +183,7 @@ pub fn kubeconfig_as(fed: &Federation, daemon: Daemon) -> PathBuf {
         "kubeconfig-{}",
         daemon.service_account()
     )));
-    let text = serde_yaml::to_string(&kc).expect("serialize kubeconfig");
+    let text = pinfed::api::yaml::to_string(&kc).expect("serialize kubeconfig");
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     written.push((daemon, path.clone()));
     path

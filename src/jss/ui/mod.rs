@@ -755,7 +755,7 @@ async fn workload(
         failover: failover_history(&o, &st, now),
         shards,
         events,
-        yaml: serde_yaml::to_string(&*o).unwrap_or_else(|e| format!("# not shown: {e}")),
+        yaml: crate::api::yaml::to_string(&*o).unwrap_or_else(|e| format!("# not shown: {e}")),
         may_delete,
         csrf: &s.csrf,
         palette: &palette,
