@@ -495,6 +495,15 @@ async fn a_federated_quota_is_never_exceeded_and_frees_room_when_a_workload_goes
     .unwrap();
     let quotas: Api<FederatedQuota> = Api::namespaced(hub.clone(), &ns.name);
     quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // Every quota of the namespace holds, the tightest wins: a looser one named first
+    // changes nothing.
+    let loose: FederatedQuota = serde_json::from_value(serde_json::json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+        "metadata": {"name": "a-loose"},
+        "spec": {"hard": {"cpu": "1000"}},
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &loose).await.unwrap();
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
     let mut big = service("big", 100);
     big.spec.placement.spread = None;

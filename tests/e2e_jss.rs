@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use pinfed::api::federation::FederatedQuota;
 use pinfed::api::service::PinterestService;
@@ -521,6 +521,97 @@ async fn jss_answers_422_with_every_field_path_for_an_invalid_resource() {
     ns.delete().await;
 }
 
+/// Quota at submission is the hub's arithmetic: every quota of the namespace holds and
+/// per-cluster caps count too, so what the JSS accepts the hub can place within quota.
+#[tokio::test]
+async fn jss_checks_per_cluster_caps_of_every_quota_at_submission() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-caps").await;
+    // Totals leave room for 100 pods; the second quota lets each member run one.
+    let caps: serde_json::Map<String, Value> = fed
+        .member_names()
+        .into_iter()
+        .map(|m| (m, json!({"pods": "1"})))
+        .collect();
+    for (name, spec) in [
+        ("a-wide", json!({"hard": {"pods": "100"}})),
+        ("caps", json!({"hard": {"pods": "100"}, "perCluster": caps})),
+    ] {
+        let q: FederatedQuota = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        Api::<FederatedQuota>::namespaced(hub.clone(), &ns.name)
+            .create(&PostParams::default(), &q)
+            .await
+            .unwrap();
+    }
+    let members = fed.member_names().len() as i64;
+    let alice = st.client(Some("alice-token"));
+    let submit = |name: &'static str, replicas: i64| {
+        let alice = alice.clone();
+        let ns = ns.name.clone();
+        async move {
+            alice
+                .post_json(
+                    "/v1/submissions",
+                    &json!({"resource": service(name, "ads", replicas, "100m"), "namespace": ns}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    // One more replica than members: refused with the engine's reason (after the JSS's
+    // watch has seen both quotas).
+    let mut r = submit("over", members + 1).await;
+    for _ in 0..50 {
+        if r.status != 201 {
+            break;
+        }
+        alice
+            .delete(&format!("/v1/workloads/{}/service/over", ns.name))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        r = submit("over", members + 1).await;
+    }
+    assert_error(&r, 409, "QuotaExceeded");
+    let d = &r.body["details"][0];
+    assert_eq!(
+        d["quota"],
+        format!("{0}/a-wide+{0}/caps", ns.name),
+        "{}",
+        r.text
+    );
+    assert_eq!(d["resource"], "perCluster", "{}", r.text);
+    assert_eq!(
+        d["requested"], "1",
+        "one replica has no cluster: {}",
+        r.text
+    );
+    // One per member fits, and the hub places it whole.
+    let r = submit("fits", members).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let path = format!("/v1/workloads/{}/service/fits", ns.name);
+    eventually(WAIT, &format!("fits placed whole\n{}", st.logs()), || {
+        let alice = alice.clone();
+        let path = path.clone();
+        async move {
+            let r = alice.get(&path).await.unwrap();
+            let p = &r.body["status"]["placement"];
+            p["unplaced"] == 0
+                && p["placements"]
+                    .as_array()
+                    .is_some_and(|a| a.len() as i64 == members)
+        }
+    })
+    .await;
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn jss_rejects_a_submission_over_quota_with_requested_used_and_hard() {
     let fed = Federation::connect().await;
@@ -815,6 +906,39 @@ async fn a_good_submission_runs_is_aggregated_and_delete_cleans_up_the_members()
             .lines()
             .any(|l| l.starts_with("reviewed") && l.contains(&format!("{}/web", ns.name))),
         "{owners}"
+    );
+    // Expiry: nothing of this namespace is past it until its hub object says so; then
+    // `pinfed owners --expired` lists it with where it runs.
+    let expired = cli(&["owners", "--expired"]);
+    assert!(!expired.contains(&format!("{}/web", ns.name)), "{expired}");
+    Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "pinterest.com/expires-at": "2020-01-01T00:00:00Z"}}})),
+        )
+        .await
+        .unwrap();
+    let expired = cli(&["owners", "--expired"]);
+    let row = expired
+        .lines()
+        .find(|l| l.contains(&format!("{}/web", ns.name)))
+        .unwrap_or_else(|| panic!("web is not listed as expired:\n{expired}"));
+    assert!(row.ends_with("2020-01-01T00:00:00Z (expired)"), "{row}");
+    for c in &placements {
+        assert!(row.contains(c.as_str()), "{row}");
+    }
+    let as_json: Value =
+        serde_json::from_str(&cli(&["owners", "--expired", "-o", "json"])).unwrap();
+    assert!(
+        as_json["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["workloads"].as_array().unwrap())
+            .all(|w| w["expired"] == true),
+        "{as_json}"
     );
     // The owners report shows other teams' workloads only to admin teams: bob (search,
     // search-* namespaces) does not see this one, gina (governance, admin) does.

@@ -123,6 +123,16 @@ pub struct ListArgs {
     pub server: ServerArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct OwnersArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Only workloads past their expiry (`pinterest.com/expires-at`, else creation plus the
+    /// RuntimeProfile's `expiryDays`), with where they run.
+    #[arg(long)]
+    pub expired: bool,
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -598,7 +608,7 @@ pub fn owners_table(v: &Value) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}",
+        "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  EXPIRES",
         "TEAM", "KIND", "NAMESPACE/NAME", "CLUSTERS", "CPU", "MEMORY", "GPUS"
     );
     for t in v["teams"].as_array().into_iter().flatten() {
@@ -610,9 +620,14 @@ pub fn owners_table(v: &Value) -> String {
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
+            let expires = match (w["expiresAt"].as_str(), w["expired"].as_bool()) {
+                (Some(t), Some(true)) => format!("{t} (expired)"),
+                (Some(t), _) => t.to_string(),
+                (None, _) => "-".into(),
+            };
             let _ = writeln!(
                 out,
-                "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}",
+                "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  {}",
                 team,
                 w["kind"].as_str().unwrap_or("-"),
                 format!(
@@ -628,6 +643,7 @@ pub fn owners_table(v: &Value) -> String {
                 w["requested"]["cpu"].as_str().unwrap_or("-"),
                 w["requested"]["memory"].as_str().unwrap_or("-"),
                 w["requested"]["gpus"],
+                expires,
             );
         }
         let _ = writeln!(
@@ -655,15 +671,43 @@ pub fn owners_table(v: &Value) -> String {
     out
 }
 
-pub fn owners(args: ListArgs) -> anyhow::Result<()> {
+pub fn owners(args: OwnersArgs) -> anyhow::Result<()> {
     let client = args.server.client()?;
-    let v = ok(runtime()?.block_on(client.get("/v1/owners"))?)?;
+    let path = if args.expired {
+        "/v1/owners?expired=true"
+    } else {
+        "/v1/owners"
+    };
+    let v = ok(runtime()?.block_on(client.get(path))?)?;
     print(args.server.output, &v, owners_table)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owners_table_says_when_each_workload_expires() {
+        let v = json!({"teams": [{
+            "team": "ads", "contacts": ["a@x"], "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0},
+            "workloads": [
+                {"kind": "PinterestJobSet", "namespace": "ads", "name": "old", "clusters": ["a", "b"],
+                 "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0},
+                 "expiresAt": "2026-01-01T00:00:00Z", "expired": true},
+                {"kind": "PinterestService", "namespace": "ads", "name": "web", "clusters": [],
+                 "requested": {"cpu": "0", "memory": "0", "gpus": 0},
+                 "expiresAt": null, "expired": false}
+            ]
+        }]});
+        let t = owners_table(&v);
+        let old = t.lines().find(|l| l.contains("ads/old")).unwrap();
+        assert!(
+            old.contains("a,b") && old.ends_with("2026-01-01T00:00:00Z (expired)"),
+            "{t}"
+        );
+        let web = t.lines().find(|l| l.contains("ads/web")).unwrap();
+        assert!(web.ends_with(" -"), "{t}");
+    }
 
     #[test]
     fn get_table_shows_the_per_cluster_breakdown() {

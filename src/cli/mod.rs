@@ -67,8 +67,9 @@ pub enum Command {
     Clusters(client::ListArgs),
     /// FederatedQuotas of your namespaces: hard, used (placed) and requested, per cluster.
     Quota(client::ListArgs),
-    /// The governance report: what each team runs where, with requested cpu, memory, GPUs.
-    Owners(client::ListArgs),
+    /// The governance report: what each team runs where, with requested cpu, memory, GPUs
+    /// and when it expires (`--expired`: only what is past its expiry).
+    Owners(client::OwnersArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {

@@ -37,7 +37,7 @@ mod training;
 mod tests;
 
 pub use jobset::{admit_shards, pending_shards};
-pub use runtime::{ProfileError, builtin_profile, select_profile};
+pub use runtime::{ProfileError, builtin_profile, expires_at, select_profile};
 
 /// What to expand.
 #[derive(Clone, Copy, Debug)]

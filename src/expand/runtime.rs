@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{BuildError, Ctx};
@@ -165,29 +166,37 @@ fn field_ref(name: &str, path: &str) -> EnvVar {
 }
 
 /// When the workload may be garbage collected: its `pinterest.com/expires-at` annotation,
-/// else creation time plus the profile's `expiryDays`, else empty (unknown).
-fn expiry(ctx: &Ctx<'_>) -> Result<String, Invalid> {
-    let meta = ctx.workload_meta;
+/// else creation time plus the profile's `expiryDays`, else `None` (unknown). The one rule
+/// behind `PINTEREST_EXPIRY` and the expired-workloads report.
+pub fn expires_at(
+    meta: &ObjectMeta,
+    expiry_days: Option<i32>,
+) -> Result<Option<Timestamp>, Invalid> {
     if let Some(v) = meta
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_EXPIRES_AT))
     {
-        return v.parse::<Timestamp>().map(|t| t.to_string()).map_err(|e| {
+        return v.parse::<Timestamp>().map(Some).map_err(|e| {
             Invalid::one(
                 format!("metadata.annotations[{ANNOTATION_EXPIRES_AT}]"),
                 format!("{v:?} is not an RFC 3339 time: {e}"),
             )
         });
     }
-    match (ctx.profile.spec.expiry_days, &meta.creation_timestamp) {
-        (Some(days), Some(created)) => Ok(created
+    Ok(match (expiry_days, &meta.creation_timestamp) {
+        (Some(days), Some(created)) => created
             .0
             .checked_add(SignedDuration::from_hours(i64::from(days) * 24))
-            .map(|t| t.to_string())
-            .unwrap_or_default()),
-        _ => Ok(String::new()),
-    }
+            .ok(),
+        _ => None,
+    })
+}
+
+fn expiry(ctx: &Ctx<'_>) -> Result<String, Invalid> {
+    Ok(expires_at(ctx.workload_meta, ctx.profile.spec.expiry_days)?
+        .map(|t| t.to_string())
+        .unwrap_or_default())
 }
 
 /// Env vars the platform gives the workload's own containers: identity, owner and expiry,

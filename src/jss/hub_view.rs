@@ -145,19 +145,22 @@ impl Hub {
 
     /// Members a daemon could run in (for its quota count): the Ready ones, at least one.
     pub fn daemon_clusters(&self) -> u32 {
-        let ready = self
+        let ready = self.members.state().iter().filter(|m| is_ready(m)).count();
+        u32::try_from(ready).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// The members as placement sees them, each with room for anything: what quota alone
+    /// allows ([`super::quota::check_placeable`]).
+    pub fn quota_clusters(&self) -> Vec<crate::placement::ClusterView> {
+        use crate::placement::from_member::{cluster_view, unbounded_node};
+        let mut views: Vec<_> = self
             .members
             .state()
             .iter()
-            .filter(|m| {
-                m.status.as_ref().is_some_and(|s| {
-                    s.conditions.iter().any(|c| {
-                        c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True
-                    })
-                })
-            })
-            .count();
-        u32::try_from(ready).unwrap_or(u32::MAX).max(1)
+            .map(|m| cluster_view(m, is_ready(m), vec![unbounded_node()]))
+            .collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        views
     }
 
     /// Workloads of the given kinds (all when `None`) in a namespace (all when `None`),
@@ -322,8 +325,22 @@ pub fn requested_by(
         return Resources::ZERO;
     };
     let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version()).ok();
+    // A placed daemon costs a pod in each cluster it was placed on, as the hub charges it.
+    let placed = super::views::placed_clusters(o).len();
+    let clusters = match u32::try_from(placed) {
+        Ok(n) if n > 0 => n,
+        _ => daemon_clusters,
+    };
     match demand_for(w.as_ref(), profile) {
-        Ok(d) => requested(&d, daemon_clusters),
+        Ok(d) => requested(&d, clusters),
         Err(_) => Resources::ZERO,
     }
+}
+
+fn is_ready(m: &MemberCluster) -> bool {
+    m.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True)
+    })
 }

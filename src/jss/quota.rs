@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use crate::api::federation::{Amounts, FederatedQuota};
 use crate::api::quantity::Milli;
-use crate::placement::model::{Count, Demand, Resources};
+use crate::placement::from_quota::{self, Usage};
+use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
+use crate::placement::{Cause, PlanInput, plan};
 
 /// What a workload requests of the federation in total. Replicas, unfinished shards and
 /// every pod of a gang count once each; a cron job counts one pod; a daemon one pod per
@@ -63,15 +65,16 @@ impl std::fmt::Display for QuotaExceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "quota {} exceeded:", self.quota)?;
         for (i, r) in self.rows.iter().enumerate() {
-            write!(
-                f,
-                "{} {}: requested {} + used {} > hard {}",
-                if i == 0 { "" } else { ";" },
-                r.resource,
-                r.requested,
-                r.used,
-                r.hard
-            )?;
+            let sep = if i == 0 { "" } else { ";" };
+            if r.resource == PER_CLUSTER {
+                write!(f, "{sep} {}: {}", r.resource, r.hard)?;
+            } else {
+                write!(
+                    f,
+                    "{sep} {}: requested {} + used {} > hard {}",
+                    r.resource, r.requested, r.used, r.hard
+                )?;
+            }
         }
         Ok(())
     }
@@ -89,7 +92,9 @@ pub fn format_memory(m: Milli) -> String {
     bytes.to_string()
 }
 
-/// Checks `used + requested <= hard` in every dimension the quota limits.
+/// Checks `used + requested <= hard` in every dimension the quota limits and the
+/// submission asks for (asking nothing of a dimension already over its limit adds
+/// nothing to it; the hub places such a workload too).
 pub fn check(
     quota: &str,
     hard: &Amounts,
@@ -99,6 +104,7 @@ pub fn check(
     let mut rows = Vec::new();
     let sum = used.saturating_add(requested);
     if let Some(h) = hard.cpu
+        && requested.cpu.0 > 0
         && sum.cpu > h
     {
         rows.push(QuotaRow {
@@ -109,6 +115,7 @@ pub fn check(
         });
     }
     if let Some(h) = hard.memory
+        && requested.memory.0 > 0
         && sum.memory > h
     {
         rows.push(QuotaRow {
@@ -119,6 +126,7 @@ pub fn check(
         });
     }
     if let Some(h) = hard.gpus
+        && requested.gpu > 0
         && i128::from(sum.gpu) * 1000 > h.0
     {
         rows.push(QuotaRow {
@@ -129,6 +137,7 @@ pub fn check(
         });
     }
     if let Some(h) = hard.pods
+        && requested.pods > 0
         && i128::from(sum.pods) * 1000 > h.0
     {
         rows.push(QuotaRow {
@@ -178,6 +187,84 @@ pub fn check_all(
         }
     }
     Ok(())
+}
+
+/// How many clusters a workload placed whole on `clusters` runs in, as the hub's engine
+/// places it (a daemon's pod count: one per cluster it runs in; at least one).
+pub fn clusters_running(
+    clusters: &[ClusterView],
+    policy: &PlacementPolicy,
+    demand: &Demand,
+) -> u32 {
+    let outcome = plan(&PlanInput {
+        clusters,
+        policy,
+        demand,
+        quota: None,
+        current: None,
+    });
+    u32::try_from(outcome.decision.placements.len())
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
+/// The row of a refusal by per-cluster caps: its `hard` is the placement's reason.
+pub const PER_CLUSTER: &str = "perCluster";
+
+/// Whether the namespace's quotas, per-cluster caps included, let the whole workload be
+/// placed on `clusters` (capacity aside: give each an [`unbounded_node`]). It asks the
+/// hub's own engine with the tightest view of every quota, so the JSS turns down what the
+/// hub would hold back for quota. `used` is the namespace's total; per-cluster usage is
+/// what each quota's status records. Totals are [`check_all`]'s job (with numbers).
+///
+/// [`unbounded_node`]: crate::placement::from_member::unbounded_node
+pub fn check_placeable(
+    quotas: &[FederatedQuota],
+    used: &Resources,
+    clusters: &[ClusterView],
+    policy: &PlacementPolicy,
+    demand: &Demand,
+) -> Result<(), QuotaExceeded> {
+    let views = quotas
+        .iter()
+        .filter_map(|q| {
+            let recorded = from_quota::quota_view(q, None).ok()?;
+            let usage = Usage {
+                total: *used,
+                per_cluster: recorded
+                    .clusters
+                    .iter()
+                    .map(|(c, u)| (c.clone(), u.used))
+                    .collect(),
+            };
+            from_quota::quota_view(q, Some(&usage)).ok()
+        })
+        .collect();
+    let Some(view) = from_quota::tightest(views) else {
+        return Ok(());
+    };
+    let outcome = plan(&PlanInput {
+        clusters,
+        policy,
+        demand,
+        quota: Some(&view),
+        current: None,
+    });
+    if outcome.cause != Some(Cause::QuotaExceeded) {
+        return Ok(());
+    }
+    Err(QuotaExceeded {
+        quota: view.name,
+        rows: vec![QuotaRow {
+            resource: PER_CLUSTER,
+            requested: outcome.decision.unplaced.to_string(),
+            used: "-".into(),
+            hard: outcome
+                .decision
+                .reason
+                .unwrap_or_else(|| format!("{} unplaced", outcome.decision.unplaced)),
+        }],
+    })
 }
 
 #[cfg(test)]
@@ -284,6 +371,133 @@ mod tests {
         };
         let half = Resources::pod(Milli(1000), Milli(0), 0);
         assert!(check("q", &hard, &half, &half).is_ok());
+    }
+
+    fn clusters(names: &[&str]) -> Vec<ClusterView> {
+        names
+            .iter()
+            .map(|n| ClusterView {
+                name: n.to_string(),
+                zone: None,
+                region: None,
+                labels: Default::default(),
+                taints: vec![],
+                weight: 1,
+                ready: true,
+                nodes: vec![crate::placement::from_member::unbounded_node()],
+            })
+            .collect()
+    }
+
+    fn quota(name: &str, hard: &str, per_cluster: &[(&str, &str)]) -> FederatedQuota {
+        let per: serde_json::Map<String, serde_json::Value> = per_cluster
+            .iter()
+            .map(|(c, pods)| (c.to_string(), serde_json::json!({ "pods": pods })))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": name, "namespace": "ads"},
+            "spec": {"hard": {"pods": hard}, "perCluster": per}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn per_cluster_caps_are_checked_at_submission_by_the_hubs_engine() {
+        let cs = clusters(&["a", "b", "c"]);
+        let policy = PlacementPolicy {
+            cluster_names: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
+        // One quota leaves totals open; another caps a and b at 2 pods each (c is not
+        // allowed by the policy): 4 replicas fit, 5 do not, with the engine's reason.
+        let quotas = [
+            quota("big", "100", &[]),
+            quota("caps", "100", &[("a", "2"), ("b", "2")]),
+        ];
+        let used = Resources::ZERO;
+        let four = demand(Count::Replicas(4));
+        assert_eq!(check_placeable(&quotas, &used, &cs, &policy, &four), Ok(()));
+        let e =
+            check_placeable(&quotas, &used, &cs, &policy, &demand(Count::Replicas(5))).unwrap_err();
+        assert_eq!(e.quota, "ads/big+ads/caps");
+        assert_eq!(e.rows[0].resource, PER_CLUSTER);
+        assert_eq!(e.rows[0].requested, "1", "one replica unplaced");
+        assert!(e.to_string().contains("perCluster: "), "{e}");
+        assert!(e.rows[0].hard.contains("quota"), "{e}");
+        // Without caps the same 5 fit; a total of 3 is check_all's job, not this one's.
+        let open = [quota("big", "3", &[])];
+        assert_eq!(
+            check_placeable(&open, &used, &cs, &PlacementPolicy::default(), &four)
+                .map_err(|e| e.quota),
+            Err("ads/big".to_string()),
+            "the engine also holds back over the total"
+        );
+    }
+
+    proptest::proptest! {
+        /// The JSS and the hub never disagree on what a workload costs: for random
+        /// workloads and quotas, what the JSS admits (totals by `requested`, caps by the
+        /// engine) is what the hub's engine places whole within the same quotas, and
+        /// what the hub charges its quota book for a whole placement is `requested`.
+        #[test]
+        fn the_jss_admits_exactly_what_the_hub_places_within_quota(
+            kind in 0u8..4,
+            n in 1u32..12,
+            cpu_m in 1i128..3000,
+            hard_pods in 1i64..30,
+            hard_cpu_m in 1i128..40_000,
+            caps in proptest::collection::vec(proptest::option::of(0i64..8), 3),
+            used_pods in 0i64..10,
+            done in proptest::collection::btree_set(0u32..12, 0..6),
+        ) {
+            let count = match kind {
+                0 => Count::Replicas(n),
+                1 => Count::Shards { total: n, completed: done.into_iter().filter(|i| *i < n).collect() },
+                2 => Count::Gang(vec![
+                    crate::placement::GangRole { role: "Master".into(), replicas: 1, pod: None },
+                    crate::placement::GangRole { role: "Worker".into(), replicas: n, pod: None },
+                ]),
+                _ => Count::Whole,
+            };
+            let policy = PlacementPolicy {
+                strategy: match kind {
+                    2 => crate::placement::Strategy::Single,
+                    3 => crate::placement::Strategy::Duplicated,
+                    _ => crate::placement::Strategy::Divided,
+                },
+                ..Default::default()
+            };
+            let d = Demand {
+                pod: PodShape { resources: Resources::pod(Milli(cpu_m), Milli(0), 0), ..Default::default() },
+                count,
+            };
+            let cs = clusters(&["a", "b", "c"]);
+            let per: Vec<(String, String)> = ["a", "b", "c"].iter().zip(&caps)
+                .filter_map(|(c, cap)| cap.map(|p| (c.to_string(), p.to_string())))
+                .collect();
+            let per: Vec<(&str, &str)> = per.iter().map(|(c, p)| (c.as_str(), p.as_str())).collect();
+            let mut q = quota("q", &hard_pods.to_string(), &per);
+            q.spec.hard.cpu = Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(format!("{hard_cpu_m}m")));
+            let quotas = [q];
+            let used = Resources { pods: used_pods, ..Resources::ZERO };
+            let want = requested(&d, 3);
+
+            // What a whole placement charges the hub's book is what the JSS counts.
+            let free = plan(&PlanInput { clusters: &cs, policy: &policy, demand: &d, quota: None, current: None });
+            proptest::prop_assert_eq!(free.decision.unplaced, 0);
+            let charged = from_quota::usage_of(&free.decision, &d)
+                .values()
+                .fold(Resources::ZERO, |acc, r| acc.saturating_add(r));
+            proptest::prop_assert_eq!(charged, want);
+
+            // Admitted by the JSS <=> placed whole by the hub within the same quota.
+            let jss = check_all(&quotas, &used, &want)
+                .and_then(|()| check_placeable(&quotas, &used, &cs, &policy, &d));
+            let view = from_quota::quota_view(&quotas[0], Some(&Usage { total: used, per_cluster: Default::default() })).unwrap();
+            let hub = plan(&PlanInput { clusters: &cs, policy: &policy, demand: &d, quota: Some(&view), current: None });
+            proptest::prop_assert_eq!(jss.is_ok(), hub.decision.unplaced == 0, "jss {:?} hub {:?}", jss, hub.decision);
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use super::error::Rejection;
 use super::hub_view::Hub;
 use super::limits;
 use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
-use super::quota::{check_all, requested};
+use super::quota::{check_all, check_placeable, clusters_running, requested};
 use super::request::{Source, parse_kind, parse_submission};
 use super::views;
 use crate::controller::http::Readiness;
@@ -458,7 +458,13 @@ impl Jss {
         let _held = lock.lock().await;
         // With a quota, one read of the namespace gives both the usage and the workload
         // this submission replaces; without, only the latter is needed.
-        let want = requested(&admitted.demand, self.hub.daemon_clusters());
+        // What it costs, as the hub's engine would place it on the members as they are.
+        let clusters = self.hub.quota_clusters();
+        let policy = crate::placement::from_workload::policy_for(admitted.workload.as_ref());
+        let want = requested(
+            &admitted.demand,
+            clusters_running(&clusters, &policy, &admitted.demand),
+        );
         let quotas = self.hub.quotas_in(&admitted.namespace);
         let (used, existing) = if quotas.is_empty() {
             let existing = self
@@ -479,6 +485,9 @@ impl Jss {
         }
         if let Some(used) = used {
             check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
+            // Per-cluster caps too: what the hub would hold back for quota is refused now.
+            check_placeable(&quotas, &used, &clusters, &policy, &admitted.demand)
+                .map_err(Rejection::QuotaExceeded)?;
         }
         let applied = self.hub.apply(&admitted).await?;
         let code = if existing.is_some() {
@@ -605,8 +614,13 @@ impl Jss {
         Ok((StatusCode::OK, json!({ "items": items })))
     }
 
-    async fn owners(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
+    async fn owners(
+        &self,
+        headers: &HeaderMap,
+        q: &OwnersQuery,
+    ) -> Result<(StatusCode, Value), Rejection> {
         let who = self.authenticate(headers).await?;
+        let profiles = self.hub.profiles();
         let rows: Vec<views::OwnedWorkload> = self
             .hub
             .list_workloads(None, None)
@@ -635,9 +649,14 @@ impl Jss {
                 name: o.name_any(),
                 clusters: views::placed_clusters(o),
                 requested: self.hub.requested_by(*k, o),
+                expires_at: expires_at(&profiles, o),
             })
             .collect();
-        Ok((StatusCode::OK, views::owners(&rows)))
+        let now = k8s_openapi::jiff::Timestamp::now();
+        Ok((
+            StatusCode::OK,
+            views::owners(&rows, now, q.expired.unwrap_or(false)),
+        ))
     }
 
     /// The artifacts the caller's teams own (`spec.owner.team`), or all for an admin team:
@@ -670,6 +689,25 @@ fn parse_kind_or_404(kind: &str) -> Result<crate::api::workload::WorkloadKind, R
 #[derive(Debug, Default, Deserialize)]
 pub struct SubmitQuery {
     pub namespace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct OwnersQuery {
+    /// Only the workloads past their expiry.
+    pub expired: Option<bool>,
+}
+
+/// When a hub workload expires, by its annotation or its profile's `expiryDays`; `None`
+/// when unknown (no rule applies, or the annotation does not parse: the hub's expansion
+/// reports that on the workload).
+fn expires_at(
+    profiles: &[crate::api::runtime_profile::RuntimeProfile],
+    o: &kube::api::DynamicObject,
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    let days = crate::expand::select_profile(profiles, o.data["spec"]["runtimeVersion"].as_str())
+        .ok()
+        .and_then(|p| p.spec.expiry_days);
+    crate::expand::expires_at(&o.metadata, days).ok().flatten()
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -854,7 +892,11 @@ pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
         )
         .route(
             "/v1/owners",
-            get(|State(s): Shared, h: HeaderMap| async move { reply(s.owners(&h).await) }),
+            get(
+                |State(s): Shared, h: HeaderMap, Query(q): Query<OwnersQuery>| async move {
+                    reply(s.owners(&h, &q).await)
+                },
+            ),
         )
         .route(
             "/v1/artifacts",

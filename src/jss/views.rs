@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
@@ -118,13 +119,22 @@ pub struct OwnedWorkload {
     pub name: String,
     pub clusters: Vec<String>,
     pub requested: Resources,
+    /// When it may be garbage collected (`expand::expires_at`); `None` when unknown.
+    pub expires_at: Option<Timestamp>,
 }
 
-/// What each team runs where, with what it requests: teams sorted by name, each with its
-/// workloads and totals.
-pub fn owners(rows: &[OwnedWorkload]) -> Value {
+impl OwnedWorkload {
+    pub fn expired(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|t| t <= now)
+    }
+}
+
+/// What each team runs where, with what it requests and when it expires: teams sorted by
+/// name, each with its workloads and totals. `only_expired` keeps the workloads past
+/// their expiry at `now` (and the teams that have some).
+pub fn owners(rows: &[OwnedWorkload], now: Timestamp, only_expired: bool) -> Value {
     let mut by_team: BTreeMap<&str, Vec<&OwnedWorkload>> = BTreeMap::new();
-    for r in rows {
+    for r in rows.iter().filter(|r| !only_expired || r.expired(now)) {
         by_team.entry(r.team.as_str()).or_default().push(r);
     }
     let teams: Vec<Value> = by_team
@@ -147,12 +157,15 @@ pub fn owners(rows: &[OwnedWorkload]) -> Value {
                 "contacts": contacts,
                 "clusters": clusters,
                 "requested": amounts(&total),
+                "expired": ws.iter().filter(|w| w.expired(now)).count(),
                 "workloads": ws.iter().map(|w| json!({
                     "kind": w.kind.as_str(),
                     "namespace": w.namespace,
                     "name": w.name,
                     "clusters": w.clusters,
                     "requested": amounts(&w.requested),
+                    "expiresAt": w.expires_at.map(|t| t.to_string()),
+                    "expired": w.expired(now),
                 })).collect::<Vec<_>>(),
             })
         })
@@ -187,12 +200,17 @@ mod tests {
             name: name.into(),
             clusters: clusters.iter().map(|c| c.to_string()).collect(),
             requested: Resources::pod(Milli(cpu), Milli(1000 << 30), 1),
+            expires_at: None,
         };
-        let v = owners(&[
-            row("search", "s", &["b"], 1000),
-            row("ads", "a1", &["a", "b"], 500),
-            row("ads", "a2", &["c", "a"], 1500),
-        ]);
+        let v = owners(
+            &[
+                row("search", "s", &["b"], 1000),
+                row("ads", "a1", &["a", "b"], 500),
+                row("ads", "a2", &["c", "a"], 1500),
+            ],
+            Timestamp::now(),
+            false,
+        );
         let teams = v["teams"].as_array().unwrap();
         assert_eq!(teams[0]["team"], "ads");
         assert_eq!(teams[0]["requested"]["cpu"], "2");
@@ -201,6 +219,48 @@ mod tests {
         assert_eq!(teams[0]["clusters"], json!(["a", "b", "c"]));
         assert_eq!(teams[0]["workloads"].as_array().unwrap().len(), 2);
         assert_eq!(teams[1]["team"], "search");
+        assert_eq!(teams[0]["expired"], 0);
+    }
+
+    #[test]
+    fn owners_of_expired_lists_only_workloads_past_their_expiry_with_where_they_run() {
+        let now: Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
+        let row = |team: &str, name: &str, expires: Option<&str>| OwnedWorkload {
+            team: team.into(),
+            contact: "c".into(),
+            kind: WorkloadKind::JobSet,
+            namespace: "ns".into(),
+            name: name.into(),
+            clusters: vec!["a".into(), "b".into()],
+            requested: Resources::ZERO,
+            expires_at: expires.map(|t| t.parse().unwrap()),
+        };
+        let rows = [
+            row("ads", "past", Some("2026-11-01T00:00:00Z")),
+            row("ads", "exactly-now", Some("2026-11-25T12:00:00Z")),
+            row("ads", "future", Some("2026-12-01T00:00:00Z")),
+            row("ads", "unknown", None),
+            row("search", "later", Some("2027-01-01T00:00:00Z")),
+        ];
+        let all = owners(&rows, now, false);
+        assert_eq!(all["teams"][0]["expired"], 2);
+        assert_eq!(all["teams"][0]["workloads"][2]["expired"], false);
+        assert_eq!(all["teams"][0]["workloads"][3]["expiresAt"], Value::Null);
+        let expired = owners(&rows, now, true);
+        let teams = expired["teams"].as_array().unwrap();
+        assert_eq!(teams.len(), 1, "search has nothing expired: {expired}");
+        let names: Vec<&str> = teams[0]["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["past", "exactly-now"]);
+        assert_eq!(teams[0]["workloads"][0]["clusters"], json!(["a", "b"]));
+        assert_eq!(
+            teams[0]["workloads"][0]["expiresAt"],
+            "2026-11-01T00:00:00Z"
+        );
     }
 
     #[test]

@@ -122,6 +122,69 @@ pub fn quota_view(q: &FederatedQuota, used: Option<&Usage>) -> Result<QuotaView,
     })
 }
 
+/// Every quota of a namespace as one view: for each limit, total and per cluster, the
+/// quota with the least of it left wins (quotas of a namespace all charge the same
+/// workloads, so the tightest one decides). `None` without quotas.
+pub fn tightest(views: Vec<QuotaView>) -> Option<QuotaView> {
+    let mut views = views.into_iter();
+    let mut acc = views.next()?;
+    for v in views {
+        acc.name = format!("{}+{}", acc.name, v.name);
+        acc.total = tighter(&acc.total, &v.total);
+        for (c, u) in v.clusters {
+            let merged = match acc.clusters.get(&c) {
+                Some(a) => tighter(a, &u),
+                None => u,
+            };
+            acc.clusters.insert(c, merged);
+        }
+    }
+    Some(acc)
+}
+
+/// Per dimension, the limit (and its usage) with the least left; unlimited loses.
+fn tighter(a: &QuotaUse, b: &QuotaUse) -> QuotaUse {
+    fn pick<H: Copy, U: Copy>(
+        a: (Option<H>, U),
+        b: (Option<H>, U),
+        left: impl Fn(H, U) -> i128,
+    ) -> (Option<H>, U) {
+        match (a.0, b.0) {
+            (Some(ha), Some(hb)) if left(hb, b.1) < left(ha, a.1) => b,
+            (None, Some(_)) => b,
+            _ => a,
+        }
+    }
+    let milli = |h: Milli, u: Milli| h.0 - u.0;
+    let count = |h: i64, u: i64| i128::from(h) - i128::from(u);
+    let (cpu_h, cpu_u) = pick((a.hard.cpu, a.used.cpu), (b.hard.cpu, b.used.cpu), milli);
+    let (mem_h, mem_u) = pick(
+        (a.hard.memory, a.used.memory),
+        (b.hard.memory, b.used.memory),
+        milli,
+    );
+    let (gpu_h, gpu_u) = pick((a.hard.gpu, a.used.gpu), (b.hard.gpu, b.used.gpu), count);
+    let (pods_h, pods_u) = pick(
+        (a.hard.pods, a.used.pods),
+        (b.hard.pods, b.used.pods),
+        count,
+    );
+    QuotaUse {
+        hard: Limits {
+            cpu: cpu_h,
+            memory: mem_h,
+            gpu: gpu_h,
+            pods: pods_h,
+        },
+        used: Resources {
+            cpu: cpu_u,
+            memory: mem_u,
+            gpu: gpu_u,
+            pods: pods_u,
+        },
+    }
+}
+
 /// What a decision charges against quota, per cluster: the requests of the pods it
 /// places (a shard is one pod, a gang all its pods, a whole daemon or cron job one pod).
 pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resources> {
@@ -157,6 +220,62 @@ pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resour
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn view(name: &str, cpu: Option<i128>, pods: Option<i64>, used_cpu: i128) -> QuotaView {
+        QuotaView {
+            name: name.into(),
+            total: QuotaUse {
+                hard: Limits {
+                    cpu: cpu.map(Milli),
+                    pods,
+                    ..Default::default()
+                },
+                used: Resources {
+                    cpu: Milli(used_cpu),
+                    pods: 1,
+                    ..Default::default()
+                },
+            },
+            clusters: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_tightest_quota_wins_in_each_dimension_total_and_per_cluster() {
+        assert_eq!(tightest(vec![]), None);
+        let one = view("ns/a", Some(4000), None, 0);
+        assert_eq!(tightest(vec![one.clone()]), Some(one));
+        // a: 10 cpus with 9 used (1 left) and unlimited pods; b: 2 cpus unused, 5 pods.
+        let mut a = view("ns/a", Some(10_000), None, 9000);
+        let mut b = view("ns/b", Some(2000), Some(5), 0);
+        let cap = |cpu: i128| QuotaUse {
+            hard: Limits {
+                cpu: Some(Milli(cpu)),
+                ..Default::default()
+            },
+            used: Resources::ZERO,
+        };
+        a.clusters.insert("x".into(), cap(3000));
+        b.clusters.insert("x".into(), cap(1000));
+        b.clusters.insert("y".into(), cap(500));
+        let t = tightest(vec![a, b]).unwrap();
+        assert_eq!(t.name, "ns/a+ns/b");
+        assert_eq!(
+            (t.total.hard.cpu, t.total.used.cpu),
+            (Some(Milli(10_000)), Milli(9000)),
+            "a has less cpu left"
+        );
+        assert_eq!(t.total.hard.pods, Some(5), "only b limits pods");
+        assert_eq!(t.clusters["x"].hard.cpu, Some(Milli(1000)));
+        assert_eq!(t.clusters["y"].hard.cpu, Some(Milli(500)));
+        // Order does not matter.
+        let t2 = tightest(vec![
+            view("ns/b", Some(2000), Some(5), 0),
+            view("ns/a", Some(10_000), None, 9000),
+        ])
+        .unwrap();
+        assert_eq!(t2.total.hard, t.total.hard);
+    }
     use crate::placement::model::PodShape;
     use crate::placement::{Placement, Strategy};
 

@@ -18,6 +18,7 @@ mod decision;
 mod divide;
 mod engine;
 pub mod failover;
+pub mod from_member;
 pub mod from_quota;
 pub mod from_workload;
 mod ledger;

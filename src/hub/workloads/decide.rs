@@ -155,7 +155,7 @@ pub async fn decide<K: PinterestKind>(
             && lost_placed.is_empty()
             && failback.is_empty()
     });
-    let quota = quota_of(ctx, &ns, &profiles).await?;
+    let quotas = quotas_of(ctx, &ns, &profiles).await?;
     let needs_finalizer = !obj.finalizers().iter().any(|f| f == FINALIZER);
     let (decision, quota_exceeded) = match keep {
         Some(kept) => {
@@ -174,7 +174,7 @@ pub async fn decide<K: PinterestKind>(
             let replan = Replan {
                 demand: &demand,
                 policy: &policy,
-                quota: quota.as_deref(),
+                quotas: &quotas,
                 ideal: !failback.is_empty()
                     && matches!(
                         demand.count,
@@ -237,7 +237,8 @@ fn requeue_after(
 struct Replan<'a> {
     demand: &'a placement::Demand,
     policy: &'a placement::PlacementPolicy,
-    quota: Option<&'a FederatedQuota>,
+    /// Every FederatedQuota of the namespace (the tightest limit wins).
+    quotas: &'a [Arc<FederatedQuota>],
     /// Plan from scratch (failback), not from the current decision.
     ideal: bool,
     lost_placed: &'a BTreeSet<String>,
@@ -267,12 +268,17 @@ async fn plan_again<K: PinterestKind>(
         ledger.expire(SystemTime::now() - Duration::from_secs(30));
         ledger.apply(&mut views, Some(&key));
         // Quota usage is read and charged under the same lock as capacity.
-        let quota_view = r.quota.and_then(|q| {
-            let used = ctx.quota_book.usage(&ns, Some(&key));
-            from_quota::quota_view(q, Some(&used))
-                .map_err(|e| tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse"))
-                .ok()
-        });
+        let used = ctx.quota_book.usage(&ns, Some(&key));
+        let quota_view = from_quota::tightest(
+            r.quotas
+                .iter()
+                .filter_map(|q| {
+                    from_quota::quota_view(q, Some(&used))
+                        .map_err(|e| tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse"))
+                        .ok()
+                })
+                .collect(),
+        );
         let outcome = placement::plan(&PlanInput {
             clusters: &views,
             policy: r.policy,
@@ -468,13 +474,13 @@ fn from_api_decision(d: &PlacementDecision) -> Decision {
     }
 }
 
-/// The FederatedQuota of a namespace (the first by name when there are several), with
-/// the namespace's usage book seeded.
-async fn quota_of(
+/// Every FederatedQuota of a namespace, by name, with the namespace's usage book seeded
+/// when there is one.
+async fn quotas_of(
     ctx: &HubContext,
     ns: &str,
     profiles: &[RuntimeProfile],
-) -> Result<Option<Arc<FederatedQuota>>, HubError> {
+) -> Result<Vec<Arc<FederatedQuota>>, HubError> {
     let mut quotas: Vec<Arc<FederatedQuota>> = ctx
         .quotas
         .state()
@@ -482,13 +488,13 @@ async fn quota_of(
         .filter(|q| q.namespace().as_deref() == Some(ns))
         .collect();
     quotas.sort_by_key(|q| q.name_any());
-    let Some(q) = quotas.into_iter().next() else {
-        return Ok(None);
-    };
+    if quotas.is_empty() {
+        return Ok(quotas);
+    }
     quota::seed_namespace(&ctx.hub, &ctx.quota_book, profiles, ns)
         .await
         .map_err(HubError::QuotaUsage)?;
-    Ok(Some(q))
+    Ok(quotas)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::{ANNOTATION_DRAINING, HubContext};
 use crate::api::kind::PinterestKind;
 use crate::api::workload::WorkloadRef;
 use crate::placement::failover::{self, FailoverPolicy, MemberHealth, Standing};
+use crate::placement::from_member;
 use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffect};
 
 /// The members' standings for one workload at one moment.
@@ -121,25 +122,7 @@ pub fn cluster_views(
                 .filter(|_| ready && with_nodes)
                 .map(|m| node_rooms(m.node_usage_without(own)))
                 .unwrap_or_default();
-            ClusterView {
-                name,
-                zone: mc.spec.zone.clone(),
-                region: mc.spec.region.clone(),
-                labels: mc.spec.labels.clone(),
-                taints: mc
-                    .spec
-                    .taints
-                    .iter()
-                    .map(|t| Taint {
-                        key: t.key.clone(),
-                        value: t.value.clone(),
-                        effect: TaintEffect::parse(&format!("{:?}", t.effect)),
-                    })
-                    .collect(),
-                weight: u32::try_from(mc.spec.weight_or_default()).unwrap_or(0),
-                ready,
-                nodes,
-            }
+            from_member::cluster_view(mc, ready, nodes)
         })
         .collect();
     views.sort_by(|a, b| a.name.cmp(&b.name));
