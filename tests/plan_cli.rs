@@ -110,6 +110,91 @@ fn a_gang_that_fits_nowhere_is_unplaced_with_a_reason_and_exit_zero() {
 }
 
 #[test]
+fn every_quota_given_holds_and_the_tightest_wins() {
+    let dir = std::env::temp_dir().join(format!("pinfed-plan-quota-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let quota = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: federation.pinterest.com/v1alpha1\nkind: FederatedQuota\n\
+             metadata: {{name: {name}, namespace: ads}}\nspec: {spec}\n"
+        )
+    };
+    // A loose quota alone places all 6 replicas of the example service.
+    let loose = dir.join("loose.yaml");
+    std::fs::write(&loose, quota("loose", "{hard: {pods: 100}}")).unwrap();
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "-f",
+            "examples/service.yaml",
+            "--topology",
+            "clusters/local-3.yaml",
+        ];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (ok, out, err) = plan(&a);
+        assert!(ok, "{err}");
+        json(&out)
+    };
+    assert_eq!(run(&["--quota", loose.to_str().unwrap()])["unplaced"], 0);
+    // A second file with two more: a total of 4 pods and a cap of 1 in use1a.
+    let tight = dir.join("tight.yaml");
+    std::fs::write(
+        &tight,
+        format!(
+            "{}---\n{}",
+            quota("total", "{hard: {pods: 4}}"),
+            quota(
+                "caps",
+                "{hard: {pods: 100}, perCluster: {use1a: {pods: 1}}}"
+            )
+        ),
+    )
+    .unwrap();
+    let d = run(&[
+        "--quota",
+        loose.to_str().unwrap(),
+        "--quota",
+        tight.to_str().unwrap(),
+    ]);
+    assert_eq!(d["unplaced"], 2, "{d}");
+    let placed: Vec<(&str, i64)> = d["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["cluster"].as_str().unwrap(),
+                p["replicas"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(placed.iter().map(|p| p.1).sum::<i64>(), 4, "{d}");
+    assert!(placed.iter().all(|(c, n)| *c != "use1a" || *n <= 1), "{d}");
+    assert!(d["reason"].as_str().unwrap().contains("quota"), "{d}");
+    // Something else in a quota file is named.
+    let (ok, _, err) = plan(&{
+        let mut a = vec![
+            "-f",
+            "examples/service.yaml",
+            "--topology",
+            "clusters/local-3.yaml",
+        ];
+        a.extend(["--quota", "examples/service.yaml"]);
+        a
+    });
+    assert!(!ok);
+    assert!(
+        err.contains("examples/service.yaml: --quota expects FederatedQuotas"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_input_names_the_file_and_the_problem() {
     let (ok, _, err) = plan(&[
         "-f",

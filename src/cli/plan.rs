@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::api::federation::FederatedQuota;
-use crate::api::parse::{Document, parse_one};
+use crate::api::parse::{Document, parse_documents, parse_one};
 use crate::api::validate;
 use crate::expand::select_profile;
 use crate::placement::model::{ClusterView, QuotaView};
@@ -27,9 +27,10 @@ pub struct PlanArgs {
     /// The previous decision (JSON, as printed by this command), for minimal movement.
     #[arg(long, value_name = "PLAN.json")]
     pub current: Option<PathBuf>,
-    /// A FederatedQuota file.
+    /// FederatedQuota files (repeatable; a file may hold several): every one holds, the
+    /// tightest wins, as at the hub and the JSS.
     #[arg(long, value_name = "FILE")]
-    pub quota: Option<PathBuf>,
+    pub quota: Vec<PathBuf>,
 }
 
 fn read(p: &PathBuf) -> anyhow::Result<String> {
@@ -76,14 +77,21 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             )
         })?),
     };
-    let quota = match &args.quota {
-        None => None,
-        Some(p) => {
-            let q: FederatedQuota =
-                crate::api::yaml::from_str(&read(p)?).with_context(|| p.display().to_string())?;
-            Some(quota_view(&q).with_context(|| p.display().to_string())?)
+    let mut quotas = Vec::new();
+    for p in &args.quota {
+        let at = || p.display().to_string();
+        for doc in parse_documents(&read(p)?).with_context(at)? {
+            let Document::FederatedQuota(q) = doc else {
+                bail!(
+                    "{}: --quota expects FederatedQuotas, not a {}",
+                    at(),
+                    doc.kind()
+                );
+            };
+            quotas.push(quota_view(&q).with_context(at)?);
         }
-    };
+    }
+    let quota = from_quota::tightest(quotas);
     let w = w.as_ref();
     let chosen = select_profile(profile.as_slice(), w.runtime_version())
         .with_context(|| format!("{wfile}: {} {:?}", w.kind(), w.name()))?;
