@@ -52,6 +52,11 @@ pub struct Member {
     /// to the hub (`pinfed join --mode pull`).
     #[serde(default)]
     pub mode: crate::api::federation::ClusterMode,
+    /// A light member: an API server only (no controller-manager, scheduler or kwok), its
+    /// nodes registered Ready once. Room for large fleets on one machine where nothing
+    /// needs to run pods (distribution and status benchmarks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub light: bool,
     pub node_pools: Vec<NodePool>,
 }
 

@@ -137,6 +137,7 @@ async fn bring_up(
     let mut clusters = BTreeMap::new();
     for name in &names {
         let is_hub = *name == topology.hub.name;
+        let light = topology.member(name).is_some_and(|m| m.light);
         let cdir = dir.join("clusters").join(name);
         std::fs::create_dir_all(&cdir)?;
         let (api, kcm, sched, kwok) = (next(), next(), next(), next());
@@ -155,10 +156,13 @@ async fn bring_up(
         let mut components = vec![apiserver::component(
             bin, &pki, &logs, name, etcd_port, api, audit,
         )];
-        components.push(controllers::controller_manager(
-            bin, &pki, &logs, name, &kc, kcm,
-        ));
-        if !is_hub {
+        // A light member is its API server alone (nodes Ready once, nothing runs pods).
+        if !light {
+            components.push(controllers::controller_manager(
+                bin, &pki, &logs, name, &kc, kcm,
+            ));
+        }
+        if !is_hub && !light {
             components.push(controllers::scheduler(bin, &cdir, &logs, name, &kc, sched)?);
             components.push(kwok::component(bin, &logs, name, &kc, &kwok_config, kwok));
         }
@@ -166,7 +170,12 @@ async fn bring_up(
             name.to_string(),
             ClusterState {
                 name: name.to_string(),
-                role: if is_hub { "hub" } else { "member" }.into(),
+                role: match (is_hub, light) {
+                    (true, _) => "hub",
+                    (false, true) => "light",
+                    (false, false) => "member",
+                }
+                .into(),
                 apiserver_port: api,
                 components,
             },
@@ -244,7 +253,17 @@ async fn bring_up(
         node_count += nodes.len();
         let api: Api<Node> = Api::all(clients[m.name.as_str()].clone());
         for n in &nodes {
-            let node: Node = serde_json::from_value(kwok::node_object(n))?;
+            let mut object = kwok::node_object(n);
+            if m.light {
+                // No kwok to report it: Ready once, and no node controller to take it back.
+                object["status"]["conditions"] = serde_json::json!([{
+                    "type": "Ready", "status": "True", "reason": "LightMember",
+                    "message": "registered Ready by the e2e harness (light member)",
+                    "lastHeartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+                    "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+                }]);
+            }
+            let node: Node = serde_json::from_value(object)?;
             match api.create(&PostParams::default(), &node).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -253,6 +272,14 @@ async fn bring_up(
                         .with_context(|| format!("creating node {} in {}", n.name, m.name));
                 }
             }
+        }
+        if m.light {
+            p.say(format!(
+                "registered {} Ready nodes in {} (light)",
+                nodes.len(),
+                m.name
+            ));
+            continue;
         }
         p.say(format!("created {} kwok nodes in {}", nodes.len(), m.name));
         kwok::create_storage_class(&clients[m.name.as_str()])
@@ -269,10 +296,14 @@ async fn bring_up(
             .member(n)
             .map(|m| Topology::nodes(m).len())
             .unwrap_or(0);
+        let light = topology.member(n).is_some_and(|m| m.light);
         async move {
             kwok::wait_nodes_ready(&client, expected, timeout)
                 .await
                 .with_context(|| format!("nodes of {n}"))?;
+            if light {
+                return anyhow::Ok(());
+            }
             // The default ServiceAccount appears once the controller-manager runs.
             let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
             wait_until(

@@ -1,0 +1,106 @@
+//! A light member is its API server alone, with its nodes Ready: the member kind of the
+//! 20-member fleet (clusters/fleet-20.yaml). Brings up a hub and one light member in a
+//! state directory of its own and takes them down again.
+
+use std::process::Command;
+
+fn harness(state_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pinfed-e2e"))
+        .args(args)
+        .env("PINFED_E2E_DIR", state_dir)
+        .output()
+        .expect("run pinfed-e2e")
+}
+
+fn kubectl(kubeconfig: &str, context: &str, args: &[&str]) -> String {
+    let bin = std::env::var("PINFED_BIN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/pinfed/bin")
+        });
+    let out = Command::new(bin.join("kubectl"))
+        .args(["--kubeconfig", kubeconfig, "--context", context])
+        .args(args)
+        .output()
+        .expect("run kubectl (the toolchain's, e2e/toolchain/build)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into()
+}
+
+#[test]
+fn a_light_member_runs_only_its_api_server_and_its_nodes_are_ready() {
+    let state = std::env::temp_dir().join(format!("pinfed-e2e-light-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let file = std::env::temp_dir().join(format!("light-topology-{}.yaml", std::process::id()));
+    std::fs::write(
+        &file,
+        "hub: {name: hub}\nmembers:\n  - name: lite\n    light: true\n    nodePools:\n      - {name: general, count: 3, cpu: \"8\", memory: 32Gi, pods: 110}\n",
+    )
+    .unwrap();
+    let up = harness(&state, &["up", file.to_str().unwrap()]);
+    let result = std::panic::catch_unwind(|| {
+        let err = String::from_utf8_lossy(&up.stderr);
+        assert!(up.status.success(), "up failed: {err}");
+        assert!(
+            err.contains("registered 3 Ready nodes in lite (light)"),
+            "{err}"
+        );
+        let out = String::from_utf8_lossy(&up.stdout);
+        let kubeconfig = out
+            .lines()
+            .last()
+            .and_then(|l| l.strip_prefix("KUBECONFIG="))
+            .expect("up prints KUBECONFIG=")
+            .to_string();
+        // Every node Ready, nothing else running for the member but its API server.
+        let ready = kubectl(
+            &kubeconfig,
+            "lite",
+            &[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+        );
+        assert_eq!(
+            ready.split_whitespace().collect::<Vec<_>>(),
+            ["True"; 3],
+            "{ready}"
+        );
+        let status = harness(&state, &["status"]);
+        let status = String::from_utf8_lossy(&status.stdout);
+        let lite: Vec<&str> = status.lines().filter(|l| l.starts_with("lite ")).collect();
+        assert_eq!(
+            lite.len(),
+            1,
+            "only kube-apiserver for the light member:\n{status}"
+        );
+        assert!(
+            lite[0].contains("kube-apiserver") && lite[0].contains("running"),
+            "{status}"
+        );
+        // The hub keeps its controller-manager.
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("hub ") && l.contains("controller-manager")),
+            "{status}"
+        );
+    });
+    let down = harness(&state, &["down"]);
+    let _ = std::fs::remove_file(&file);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert!(!state.exists());
+}
