@@ -63,7 +63,12 @@ fn stop_and_status_without_a_running_topology_say_so() {
 
 #[test]
 fn the_shipped_topologies_pass_check() {
-    for f in ["local-1.yaml", "local-3.yaml", "bench.yaml", "fleet-20.yaml"] {
+    for f in [
+        "local-1.yaml",
+        "local-3.yaml",
+        "bench.yaml",
+        "fleet-20.yaml",
+    ] {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clusters/").to_string() + f;
         let out = harness(&temp_dir("check"), &["check", &path]);
         assert!(
