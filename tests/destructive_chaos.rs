@@ -11,7 +11,9 @@
 //!
 //! Knobs (the bench-sized run on clusters/bench.yaml sets them larger):
 //! PINFED_CHAOS_WORKLOADS (default 100), PINFED_CHAOS_KILLS (3),
-//! PINFED_CHAOS_MEMBER_RESTARTS (1 per chosen member), PINFED_CHAOS_RESTART_MEMBERS (1).
+//! PINFED_CHAOS_MEMBER_RESTARTS (1 per chosen member), PINFED_CHAOS_RESTART_MEMBERS (1),
+//! PINFED_CHAOS_SETTLE_SECS (300: how long the federation may take to converge after the
+//! chaos), PINFED_CHAOS_MEMBER_GRACE_SECS (6: the hubs' --member-grace-secs).
 //! Destructive: the README's test command runs it after every other test.
 
 mod support;
@@ -41,6 +43,7 @@ fn knob(name: &str, default: usize) -> usize {
 }
 
 fn hub_args(identity: &str, lease: &str) -> Vec<String> {
+    let grace = knob("PINFED_CHAOS_MEMBER_GRACE_SECS", 6).to_string();
     [
         "hub",
         "--context",
@@ -48,7 +51,7 @@ fn hub_args(identity: &str, lease: &str) -> Vec<String> {
         "--heartbeat-secs",
         "1",
         "--member-grace-secs",
-        "6",
+        grace.as_str(),
         "--failback-window-secs",
         "15",
         "--lease-duration-secs",
@@ -405,8 +408,9 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
 
     // Then: everything converges, and the invariants hold.
     let last = std::sync::Mutex::new(Vec::<String>::new());
+    let settle = knob("PINFED_CHAOS_SETTLE_SECS", 300);
     let converged = eventually(
-        Duration::from_secs(300),
+        Duration::from_secs(settle as u64),
         "slices where their placements say, no orphans, no pending clean-up",
         || async {
             let mut problems = Vec::new();
