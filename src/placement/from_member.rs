@@ -13,20 +13,24 @@ pub fn cluster_view(mc: &MemberCluster, ready: bool, nodes: Vec<NodeRoom>) -> Cl
         zone: mc.spec.zone.clone(),
         region: mc.spec.region.clone(),
         labels: mc.spec.labels.clone(),
-        taints: mc
-            .spec
-            .taints
-            .iter()
-            .map(|t| Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: TaintEffect::parse(&format!("{:?}", t.effect)),
-            })
-            .collect(),
+        taints: taints(mc),
         weight: u32::try_from(mc.spec.weight_or_default()).unwrap_or(0),
         ready,
         nodes,
     }
+}
+
+/// The member's cluster taints as placement matches them.
+pub fn taints(mc: &MemberCluster) -> Vec<Taint> {
+    mc.spec
+        .taints
+        .iter()
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: TaintEffect::parse(&format!("{:?}", t.effect)),
+        })
+        .collect()
 }
 
 /// One node with room for anything: for asking what quota alone allows (capacity aside).

@@ -21,7 +21,7 @@ use crate::api::quantity::Milli;
 use crate::api::ranges::RangeSet;
 use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::placement::from_workload::policy_for;
-use crate::placement::model::{Taint, TaintEffect, untolerated};
+use crate::placement::model::{Taint, untolerated};
 
 /// Workloads per page of the workloads table.
 pub const PAGE_SIZE: usize = 50;
@@ -688,15 +688,7 @@ pub struct MemberReason {
 }
 
 fn cluster_taints(mc: &MemberCluster) -> Vec<Taint> {
-    mc.spec
-        .taints
-        .iter()
-        .map(|t| Taint {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: TaintEffect::parse(&format!("{:?}", t.effect)),
-        })
-        .collect()
+    crate::placement::from_member::taints(mc)
 }
 
 /// Why each member got its share or none: the placement decision for the placed ones,
