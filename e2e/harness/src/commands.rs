@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use pinfed::api::quantity::Milli;
 use pinfed::topology::Topology;
 use sha2::Digest;
@@ -263,6 +263,7 @@ async fn bring_up(
                     "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
                 }]);
             }
+            let taints = object["spec"]["taints"].clone();
             let node: Node = serde_json::from_value(object)?;
             match api.create(&PostParams::default(), &node).await {
                 Ok(_) => {}
@@ -271,6 +272,17 @@ async fn bring_up(
                     return Err(e)
                         .with_context(|| format!("creating node {} in {}", n.name, m.name));
                 }
+            }
+            if m.light {
+                // The API server taints a new node not-ready (TaintNodesByCondition); the
+                // node controller that lifts it does not run in a light member.
+                api.patch(
+                    &n.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"taints": taints}})),
+                )
+                .await
+                .with_context(|| format!("untainting node {} in {}", n.name, m.name))?;
             }
         }
         if m.light {

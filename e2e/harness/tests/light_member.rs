@@ -72,6 +72,21 @@ fn a_light_member_runs_only_its_api_server_and_its_nodes_are_ready() {
             ["True"; 3],
             "{ready}"
         );
+        // Schedulable: no not-ready taint left (nothing would lift it in a light member).
+        let taints = kubectl(
+            &kubeconfig,
+            "lite",
+            &[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={.items[*].spec.taints[*].key}",
+            ],
+        );
+        assert!(
+            taints.trim().is_empty(),
+            "taints left on light nodes: {taints}"
+        );
         let status = harness(&state, &["status"]);
         let status = String::from_utf8_lossy(&status.stdout);
         let lite: Vec<&str> = status.lines().filter(|l| l.starts_with("lite ")).collect();
