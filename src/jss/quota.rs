@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::api::federation::{Amounts, FederatedQuota};
 use crate::api::quantity::Milli;
-use crate::placement::from_quota::{self, Usage};
+use crate::placement::from_quota;
 use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
 use crate::placement::{Cause, PlanInput, plan};
 
@@ -228,16 +228,10 @@ pub fn check_placeable(
     let views = quotas
         .iter()
         .filter_map(|q| {
-            let recorded = from_quota::quota_view(q, None).ok()?;
-            let usage = Usage {
-                total: *used,
-                per_cluster: recorded
-                    .clusters
-                    .iter()
-                    .map(|(c, u)| (c.clone(), u.used))
-                    .collect(),
-            };
-            from_quota::quota_view(q, Some(&usage)).ok()
+            // Per-cluster usage as the quota's status records it; the total as counted now.
+            let mut view = from_quota::quota_view(q, None).ok()?;
+            view.total.used = *used;
+            Some(view)
         })
         .collect();
     let Some(view) = from_quota::tightest(views) else {
@@ -494,7 +488,7 @@ mod tests {
             // Admitted by the JSS <=> placed whole by the hub within the same quota.
             let jss = check_all(&quotas, &used, &want)
                 .and_then(|()| check_placeable(&quotas, &used, &cs, &policy, &d));
-            let view = from_quota::quota_view(&quotas[0], Some(&Usage { total: used, per_cluster: Default::default() })).unwrap();
+            let view = from_quota::quota_view(&quotas[0], Some(&from_quota::Usage { total: used, per_cluster: Default::default() })).unwrap();
             let hub = plan(&PlanInput { clusters: &cs, policy: &policy, demand: &d, quota: Some(&view), current: None });
             proptest::prop_assert_eq!(jss.is_ok(), hub.decision.unplaced == 0, "jss {:?} hub {:?}", jss, hub.decision);
         }

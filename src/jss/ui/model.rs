@@ -21,7 +21,7 @@ use crate::api::quantity::Milli;
 use crate::api::ranges::RangeSet;
 use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::placement::from_workload::policy_for;
-use crate::placement::model::{Taint, untolerated};
+use crate::placement::model::untolerated;
 
 /// Workloads per page of the workloads table.
 pub const PAGE_SIZE: usize = 50;
@@ -687,10 +687,6 @@ pub struct MemberReason {
     pub why: String,
 }
 
-fn cluster_taints(mc: &MemberCluster) -> Vec<Taint> {
-    crate::placement::from_member::taints(mc)
-}
-
 /// Why each member got its share or none: the placement decision for the placed ones,
 /// and for the others the first rule of the workload's policy the member fails today
 /// (readiness, weight, names, zones, selector, taints). A member that passes them all
@@ -812,7 +808,7 @@ fn policy_exclusion(
     {
         return Some(format!("does not match the cluster selector ({why})"));
     }
-    let taints = cluster_taints(mc);
+    let taints = crate::placement::from_member::taints(mc);
     untolerated(&policy.tolerations, &taints).map(|t| format!("cluster taint {t} is not tolerated"))
 }
 
