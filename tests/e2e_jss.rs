@@ -1026,13 +1026,33 @@ async fn clusters_through_the_cli_and_as_a_kubectl_plugin() {
         "/bin".into(),
     ])
     .unwrap();
-    let out = std::process::Command::new(kubectl_dir.join("kubectl"))
-        .args(["pinfed", "clusters"])
-        .env("PATH", path)
-        .env("PINFED_SERVER", &st.server)
-        .env("PINFED_TOKEN", "bob-token")
-        .output()
-        .unwrap();
+    // On a topology just brought up, members turn Ready once the hub and agents of the
+    // setup have run a heartbeat: ask again until they have (or the wait ends).
+    let run = || {
+        std::process::Command::new(kubectl_dir.join("kubectl"))
+            .args(["pinfed", "clusters"])
+            .env("PATH", &path)
+            .env("PINFED_SERVER", &st.server)
+            .env("PINFED_TOKEN", "bob-token")
+            .output()
+            .unwrap()
+    };
+    let all_ready = |stdout: &str| {
+        fed.member_names().iter().all(|m| {
+            stdout
+                .lines()
+                .any(|l| l.starts_with(m) && l.contains("True"))
+        })
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut out = run();
+    while out.status.success()
+        && !all_ready(&String::from_utf8_lossy(&out.stdout))
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        out = run();
+    }
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
