@@ -16,6 +16,10 @@ use support::{Federation, TestNamespace, eventually, join_all, spawn_daemon, uni
 
 const WORKLOADS: usize = 200;
 
+/// The tests of this binary take turns: each runs two hubs under a Lease of its own, and
+/// two leaders at once (one per test) would both reconcile every workload of the hub.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn hub_args(identity: &str, lease: &str) -> Vec<String> {
     [
         "hub",
@@ -78,6 +82,7 @@ fn agents(fed: &Federation) -> &'static Vec<support::Daemon> {
 
 #[tokio::test]
 async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fed = Federation::connect().await;
     join_all(&fed);
     let hub = fed.hub();
@@ -160,8 +165,10 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     )
     .await;
     let takeover = killed.elapsed();
+    // Correctness after the takeover is asked here, not speed (`e2e/bench` measures it):
+    // on two loaded cores, 200 placements with their slices take the better part of this.
     eventually(
-        Duration::from_secs(120),
+        Duration::from_secs(240),
         &format!("all {WORKLOADS} placed\n{}", standby.log_tail()),
         || async { placed_count().await == WORKLOADS },
     )
@@ -218,8 +225,9 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     eprintln!(
         "ha: {placed_at_kill} of {WORKLOADS} placed when the leader was killed; standby led after {takeover:?}"
     );
+    // The standby that took over also deletes: every workload and its slices go.
+    ns.delete_and_wait(Duration::from_secs(180)).await;
     standby.kill();
-    ns.delete().await;
     let _ = leases.delete(&lease, &Default::default()).await;
 }
 
@@ -260,6 +268,7 @@ fn audit_events(fed: &Federation) -> Vec<AuditEvent> {
 #[tokio::test]
 async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
     use k8s_openapi::jiff::Timestamp;
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fed = Federation::connect().await;
     join_all(&fed);
     let hub = fed.hub();
@@ -468,7 +477,8 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
         after.len()
     );
     leader.kill();
+    // The standby that took over also deletes: every workload and its slices go.
+    ns.delete_and_wait(Duration::from_secs(180)).await;
     standby.kill();
-    ns.delete().await;
     let _ = leases.delete(&lease, &Default::default()).await;
 }

@@ -363,8 +363,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             lease_name: format!("pinfed-agent-{}", args.cluster_name),
             identity: identity.clone(),
             duration_secs: 10,
-            // Renewed at half its life, well before the write gate shuts.
-            grace_secs: 5,
+            // Renewed when 7 of its 10 s are left, well before the write gate shuts even
+            // when the renewal is slow to land.
+            grace_secs: 7,
         });
         crate::controller::apply::ensure_namespace(
             &client,

@@ -5,9 +5,11 @@
 use std::future::Future;
 
 use anyhow::bail;
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::task::JoinHandle;
 
@@ -53,9 +55,20 @@ where
     let gate = super::write_gate::gate();
     gate.close();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-    // Often enough that a renewal (grace before the end) extends the gate before it shuts.
-    let mut refresh = tokio::time::interval(std::time::Duration::from_millis(250));
+    // Each renewal reaches the gate as a watch event, as soon as the API server stores it:
+    // polling with GETs added a read's latency (seconds on a loaded API server) to every
+    // renewal and shut the gate of a leader that renewed in time.
+    let lease_events = watcher(
+        leases.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={}", cfg.lease_name)),
+    )
+    .default_backoff();
+    tokio::pin!(lease_events);
+    // A fallback read when the watch has not extended the gate for half a lease (a stalled
+    // watch): the gate then stays open as long as the lease really is ours.
+    let mut refresh = tokio::time::interval(std::time::Duration::from_millis(500));
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let half_lease = std::time::Duration::from_secs(cfg.duration_secs) / 2;
     let (mut leading, lease_task) = manager.watch().await;
     let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
     tokio::pin!(shutdown);
@@ -78,12 +91,23 @@ where
         }
         tokio::select! {
             _ = refresh.tick() => {
-                if is_leader {
-                    refresh_gate(&leases, &cfg).await;
-                } else {
+                if !is_leader {
                     gate.close();
+                } else if gate.open_for().is_none_or(|left| left < half_lease) {
+                    refresh_gate(&leases, &cfg).await;
                 }
             }
+            event = lease_events.next() => match event {
+                Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
+                    if *leading.borrow() {
+                        gate_from_lease(&lease, &cfg);
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(_))) => gate.close(),
+                // Errors are retried with backoff by the stream; the gate keeps its deadline.
+                Some(Ok(_)) | Some(Err(_)) => {}
+                None => break Err(anyhow::anyhow!("the Lease watch ended")),
+            },
             changed = leading.changed() => {
                 if changed.is_err() {
                     break Err(anyhow::anyhow!("the lease manager stopped"));
@@ -127,22 +151,30 @@ where
 /// this process holds it; closes it otherwise (or when the Lease cannot be read: the gate
 /// then closes by itself at the last deadline).
 async fn refresh_gate(leases: &Api<Lease>, cfg: &LeaderConfig) {
-    let gate = super::write_gate::gate();
     match leases.get_opt(&cfg.lease_name).await {
-        Ok(Some(lease)) => {
-            let spec = lease.spec.unwrap_or_default();
-            let ours = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
-            let renewed = spec.renew_time.or(spec.acquire_time);
-            match (ours, renewed) {
-                (true, Some(t)) => gate.open_for_lease(
-                    t.0.as_millisecond(),
-                    std::time::Duration::from_secs(cfg.duration_secs),
-                ),
-                _ => gate.close(),
-            }
-        }
-        Ok(None) => gate.close(),
+        Ok(Some(lease)) => gate_from_lease(&lease, cfg),
+        Ok(None) => super::write_gate::gate().close(),
         Err(e) => tracing::debug!(error = %e, "lease not read; the write gate keeps its deadline"),
+    }
+}
+
+/// Opens the write gate until the end of `lease` when this process holds it; closes it
+/// otherwise.
+fn gate_from_lease(lease: &Lease, cfg: &LeaderConfig) {
+    let gate = super::write_gate::gate();
+    let Some(spec) = lease.spec.as_ref() else {
+        return gate.close();
+    };
+    let ours = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
+    match (
+        ours,
+        spec.renew_time.as_ref().or(spec.acquire_time.as_ref()),
+    ) {
+        (true, Some(t)) => gate.open_for_lease(
+            t.0.as_millisecond(),
+            std::time::Duration::from_secs(cfg.duration_secs),
+        ),
+        _ => gate.close(),
     }
 }
 

@@ -50,6 +50,16 @@ impl WriteGate {
         self.deadline_ms.store(0, Ordering::SeqCst);
     }
 
+    /// How long writes still pass: None when closed, `Duration::MAX` without a deadline.
+    pub fn open_for(&self) -> Option<Duration> {
+        let deadline = self.deadline_ms.load(Ordering::SeqCst);
+        if deadline == OPEN {
+            return Some(Duration::MAX);
+        }
+        let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(OPEN);
+        (now < deadline).then(|| Duration::from_millis(deadline - now))
+    }
+
     pub fn is_open(&self) -> bool {
         let deadline = self.deadline_ms.load(Ordering::SeqCst);
         deadline == OPEN
@@ -76,6 +86,19 @@ impl WriteGate {
 #[derive(Debug, thiserror::Error)]
 #[error("not leading: writes are refused until this process holds its lease again")]
 pub struct NotLeading;
+
+/// Whether `err` (or what caused it) is this gate's refusal: the write was not sent, and
+/// is retried once the lease is renewed rather than counted as a failure.
+pub fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.is::<NotLeading>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
 
 fn mutating(method: &hyper::Method) -> bool {
     !matches!(
@@ -174,6 +197,21 @@ mod tests {
         assert!(!g.is_open(), "within the margin of the lease's end");
         g.open_for_lease(now - 60_000, Duration::from_secs(10));
         assert!(!g.is_open(), "renewed a minute ago");
+        assert_eq!(g.open_for(), None);
+        g.open_for_lease(now, Duration::from_secs(10));
+        let left = g.open_for().expect("open");
+        assert!(
+            left > Duration::from_secs(9) && left <= Duration::from_millis(9_750),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_told_apart_from_other_errors_through_its_causes() {
+        let not_leading = kube::Error::Service(Box::new(NotLeading));
+        assert!(refused(&not_leading));
+        let other = kube::Error::Service("connection reset".into());
+        assert!(!refused(&other));
     }
 
     #[test]

@@ -146,6 +146,20 @@ impl TestNamespace {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let _ = api.delete(&self.name, &DeleteParams::default()).await;
     }
+
+    /// Deletes the namespace and waits until it is gone: every workload's finalizer
+    /// released, so the hub that runs now has removed its slices from the members (and
+    /// the next test does not start amid that clean-up).
+    pub async fn delete_and_wait(self, timeout: Duration) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.name, &DeleteParams::default()).await;
+        eventually(
+            timeout,
+            &format!("namespace {} deleted", self.name),
+            || async { matches!(api.get_opt(&self.name).await, Ok(None)) },
+        )
+        .await;
+    }
 }
 
 /// Polls `check` until it holds; panics naming `what` after `timeout`.
@@ -279,7 +293,8 @@ pub fn join_all(fed: &Federation) {
 pub use testkit::Daemon;
 
 /// Starts `pinfed ARGS`; a hub or an agent runs as the ServiceAccount `deploy/` ships
-/// for it, under the shipped roles (see `identity`).
+/// for it, under the shipped roles (see `identity`). `PINFED_TEST_DAEMON_LOG` overrides
+/// its `RUST_LOG` (e.g. `info,pinfed::controller::leader=debug` to follow an election).
 pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
     let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
     let kubeconfig = match identity::Daemon::of_args(args) {
@@ -287,9 +302,10 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
         None => fed.kubeconfig.clone(),
     };
     let mut cmd = std::process::Command::new(pinfed_bin());
-    cmd.args(args)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "info,kube=warn");
+    cmd.args(args).env("KUBECONFIG", &kubeconfig).env(
+        "RUST_LOG",
+        std::env::var("PINFED_TEST_DAEMON_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+    );
     Daemon::spawn(name, cmd, &log).expect("spawn pinfed daemon")
 }
 

@@ -555,6 +555,12 @@ fn error_policy_cached<K: PinterestKind>(
         meta.namespace().unwrap_or_default(),
         meta.name_any()
     );
+    if crate::controller::write_gate::refused(err) {
+        // Not a failure of this workload: the lease's renewal has not reached the write
+        // gate yet (or leadership is ending, and this loop with it). No backoff.
+        tracing::debug!(workload = %key, "write held back until the lease is renewed");
+        return Action::requeue(std::time::Duration::from_secs(1));
+    }
     let delay = ctx.hub.retries.failed(&key);
     tracing::warn!(workload = %key, error = %crate::controller::Chain(err), retry_in = ?delay, "hub reconcile failed");
     Action::requeue(delay)
