@@ -472,6 +472,17 @@ pub struct MemberWorkloadStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(RANGE_LIST_PATTERN))]
     pub completed_shards: Option<String>,
+    /// Cron jobs: runs in progress in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<i32>,
+    /// Cron jobs: when this cluster last scheduled a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub last_schedule_time: Option<Time>,
+    /// Cron jobs: when a run last succeeded in this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_date_time_schema")]
+    pub last_successful_time: Option<Time>,
     /// Human-readable detail (e.g. why the cluster's share is not ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

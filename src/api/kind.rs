@@ -11,6 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::common::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::cronjob::{PinterestCronJob, PinterestCronJobStatus};
 use super::daemon::{PinterestDaemon, PinterestDaemonStatus};
 use super::jobset::{PinterestJobSet, PinterestJobSetStatus};
@@ -43,6 +45,12 @@ pub struct SliceCounts {
     pub shards_succeeded: Option<i32>,
     pub shards_failed: Option<i32>,
     pub completed_shards: Option<String>,
+    /// Cron jobs: runs in progress.
+    pub active: Option<i32>,
+    /// Cron jobs: when a run was last scheduled.
+    pub last_schedule_time: Option<Time>,
+    /// Cron jobs: when a run last succeeded.
+    pub last_successful_time: Option<Time>,
 }
 
 /// The hub's totals over every slice of a workload.
@@ -55,6 +63,13 @@ pub struct Totals {
     pub shards_succeeded: i32,
     pub shards_failed: i32,
     pub completed_shards: RangeSet,
+    /// Cron jobs: runs in progress in every member (a run on a member it failed over from
+    /// counts until that member removes its slice).
+    pub active: i32,
+    /// Cron jobs: the latest schedule of any member.
+    pub last_schedule_time: Option<Time>,
+    /// Cron jobs: the latest success of any member.
+    pub last_successful_time: Option<Time>,
 }
 
 /// A member's share of a workload, as its slice carries it.
@@ -294,6 +309,26 @@ impl PinterestKind for PinterestCronJob {
     common!(PinterestCronJobStatus, CronJob);
     fn progress(&self) -> Progress {
         Progress::RunToCompletion
+    }
+    fn slice_counts(&self, s: &PinterestCronJobStatus) -> SliceCounts {
+        SliceCounts {
+            active: Some(s.active),
+            last_schedule_time: s.last_schedule_time.clone(),
+            last_successful_time: s.last_successful_time.clone(),
+            ..Default::default()
+        }
+    }
+    fn totals_fields(t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
+        let time = |t: &Option<Time>| {
+            t.as_ref()
+                .and_then(|t| serde_json::to_value(t).ok())
+                .unwrap_or(serde_json::Value::Null)
+        };
+        vec![
+            ("active", t.active.into()),
+            ("lastScheduleTime", time(&t.last_schedule_time)),
+            ("lastSuccessfulTime", time(&t.last_successful_time)),
+        ]
     }
 }
 

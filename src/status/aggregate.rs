@@ -54,6 +54,9 @@ pub struct Aggregate {
     pub shards_succeeded: i32,
     pub shards_failed: i32,
     pub completed_shards: RangeSet,
+    pub active: i32,
+    pub last_schedule_time: Option<Time>,
+    pub last_successful_time: Option<Time>,
     pub conditions: Vec<Condition>,
     pub observed_generation: Option<i64>,
 }
@@ -148,6 +151,9 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
                 shards_succeeded: None,
                 shards_failed: None,
                 completed_shards: None,
+                active: None,
+                last_schedule_time: None,
+                last_successful_time: None,
                 message: None,
             },
         };
@@ -196,6 +202,9 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
             out.shards_failed = out
                 .shards_failed
                 .saturating_add(s.shards_failed.unwrap_or(0));
+            out.active = out.active.saturating_add(s.active.unwrap_or(0).max(0));
+            out.last_schedule_time = latest(&out.last_schedule_time, &s.last_schedule_time);
+            out.last_successful_time = latest(&out.last_successful_time, &s.last_successful_time);
             if let Some(done) = s
                 .completed_shards
                 .as_deref()
@@ -229,6 +238,14 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
         out.shards_succeeded = i32::try_from(out.completed_shards.len()).unwrap_or(i32::MAX);
     }
     (out, f)
+}
+
+/// The later of two optional times.
+fn latest(a: &Option<Time>, b: &Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 > a.0 { b.clone() } else { a.clone() }),
+        (a, b) => a.clone().or_else(|| b.clone()),
+    }
 }
 
 /// Scheduled and QuotaExceeded, from the placement decision.
@@ -446,6 +463,9 @@ mod tests {
             shards_succeeded: None,
             shards_failed: None,
             completed_shards: None,
+            active: None,
+            last_schedule_time: None,
+            last_successful_time: None,
             message: None,
         }
     }
@@ -503,6 +523,35 @@ mod tests {
             now: &t(now),
             stale_after_secs: 60,
         })
+    }
+
+    #[test]
+    fn cron_runs_add_up_and_the_latest_schedule_of_any_member_is_shown() {
+        let d = decision(&[("a", 0), ("b", 0)]);
+        let cron = |c: &str, active: i32, scheduled: Option<i64>| MemberWorkloadStatus {
+            active: Some(active),
+            last_schedule_time: scheduled.map(t),
+            last_successful_time: scheduled.map(|s| t(s - 60)),
+            ..status(c, 0, 0, "Ready")
+        };
+        // The member it failed over from ran at 60 and still has a run; the new one at 120.
+        let m = [
+            obs("a", true, Some(cron("a", 1, Some(60))), 2),
+            obs("b", true, Some(cron("b", 2, Some(120))), 2),
+        ];
+        let a = run(&m, &d, 10, 2);
+        assert_eq!(a.active, 3);
+        assert_eq!(a.last_schedule_time, Some(t(120)));
+        assert_eq!(a.last_successful_time, Some(t(60)));
+        // A member that never ran leaves the times to the others; a negative count from a
+        // hostile member counts as nothing.
+        let m = [
+            obs("a", true, Some(cron("a", -5, None)), 2),
+            obs("b", true, Some(cron("b", 0, Some(30))), 2),
+        ];
+        let a = run(&m, &d, 10, 2);
+        assert_eq!(a.active, 0);
+        assert_eq!(a.last_schedule_time, Some(t(30)));
     }
 
     #[test]

@@ -56,8 +56,11 @@ pub fn hub_status(input: &HubStatusInput<'_>) -> Option<serde_json::Value> {
     if let Some(g) = agg.observed_generation {
         st["observedGeneration"] = g.into();
     }
+    // A total the members have not reported yet (a cron job's first schedule) is left out.
     for (field, value) in (input.totals_fields)(&totals_of(&agg)) {
-        st[field] = value;
+        if !value.is_null() {
+            st[field] = value;
+        }
     }
     (!settle_status(input.stored, &mut st)).then_some(st)
 }
@@ -71,6 +74,9 @@ fn totals_of(agg: &Aggregate) -> Totals {
         shards_succeeded: agg.shards_succeeded,
         shards_failed: agg.shards_failed,
         completed_shards: agg.completed_shards.clone(),
+        active: agg.active,
+        last_schedule_time: agg.last_schedule_time.clone(),
+        last_successful_time: agg.last_successful_time.clone(),
     }
 }
 
