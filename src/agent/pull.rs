@@ -758,8 +758,26 @@ async fn mirror_profiles(hub: &Client, member: &Client) -> anyhow::Error {
     )
     .backoff(crate::controller::watch::backoff())
     .boxed();
+    // The hub's profiles seen in a (re)list: at its end, copies of any other are removed
+    // (deleted on the hub while this agent was away).
+    let mut listed = std::collections::BTreeSet::new();
     while let Some(ev) = stream.next().await {
+        if let Ok(watcher::Event::InitApply(p)) = &ev {
+            listed.insert(p.name_any());
+        }
         match ev {
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitDone) => {
+                if let Ok(list) = into.list(&kube::api::ListParams::default()).await {
+                    for name in crate::controller::apply::applied_by_and_not_in(
+                        &list.items,
+                        PULL_FIELD_MANAGER,
+                        &listed,
+                    ) {
+                        let _ = into.delete(&name, &DeleteParams::default()).await;
+                    }
+                }
+            }
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
                 let mut v = match serde_json::to_value(&p) {
                     Ok(v) => v,
@@ -783,7 +801,6 @@ async fn mirror_profiles(hub: &Client, member: &Client) -> anyhow::Error {
             Ok(watcher::Event::Delete(p)) => {
                 let _ = into.delete(&p.name_any(), &DeleteParams::default()).await;
             }
-            Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "RuntimeProfile watch error (retrying)"),
         }
     }

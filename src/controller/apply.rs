@@ -241,3 +241,54 @@ mod tests {
         assert!(native_resource("apps/v1", "ReplicaSet").is_none());
     }
 }
+
+/// The names of `objects` that `manager` applied (it holds fields in them) and that are
+/// not in `keep`: copies a controller made whose source is gone. What others made alone
+/// is never among them.
+pub fn applied_by_and_not_in<K: kube::Resource>(
+    objects: &[K],
+    manager: &str,
+    keep: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    use kube::ResourceExt;
+    objects
+        .iter()
+        .filter(|o| {
+            o.managed_fields()
+                .iter()
+                .any(|f| f.manager.as_deref() == Some(manager))
+        })
+        .map(|o| o.name_any())
+        .filter(|n| !keep.contains(n))
+        .collect()
+}
+
+#[cfg(test)]
+mod applied_by_tests {
+    use super::*;
+    use kube::api::DynamicObject;
+
+    fn object(name: &str, managers: &[&str]) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+            "metadata": {"name": name, "managedFields": managers.iter().map(|m| serde_json::json!({
+                "manager": m, "operation": "Apply", "apiVersion": "compute.pinterest.com/v1alpha1"
+            })).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_what_the_manager_applied_and_is_gone_at_the_source_is_named() {
+        let member = [
+            object("kept", &[HUB_FIELD_MANAGER]),
+            object("gone", &[HUB_FIELD_MANAGER, "kubectl-edit"]),
+            object("local", &["kubectl-client-side-apply"]),
+        ];
+        let keep = std::collections::BTreeSet::from(["kept".to_string()]);
+        assert_eq!(
+            applied_by_and_not_in(&member, HUB_FIELD_MANAGER, &keep),
+            vec!["gone".to_string()]
+        );
+    }
+}
