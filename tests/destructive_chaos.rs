@@ -13,7 +13,8 @@
 //! PINFED_CHAOS_WORKLOADS (default 100), PINFED_CHAOS_KILLS (3),
 //! PINFED_CHAOS_MEMBER_RESTARTS (1 per chosen member), PINFED_CHAOS_RESTART_MEMBERS (1),
 //! PINFED_CHAOS_SETTLE_SECS (300: how long the federation may take to converge after the
-//! chaos), PINFED_CHAOS_MEMBER_GRACE_SECS (6: the hubs' --member-grace-secs).
+//! chaos), PINFED_CHAOS_MEMBER_GRACE_SECS (6: the hubs' --member-grace-secs),
+//! PINFED_CHAOS_LEASE_SECS (4: the hubs' --lease-duration-secs).
 //! Destructive: the README's test command runs it after every other test.
 
 mod support;
@@ -43,6 +44,7 @@ fn knob(name: &str, default: usize) -> usize {
 }
 
 fn hub_args(identity: &str, lease: &str) -> Vec<String> {
+    let lease_secs = knob("PINFED_CHAOS_LEASE_SECS", 4).to_string();
     let grace = knob("PINFED_CHAOS_MEMBER_GRACE_SECS", 6).to_string();
     [
         "hub",
@@ -55,7 +57,7 @@ fn hub_args(identity: &str, lease: &str) -> Vec<String> {
         "--failback-window-secs",
         "15",
         "--lease-duration-secs",
-        "4",
+        lease_secs.as_str(),
         "--lease-name",
         lease,
         "--identity",
