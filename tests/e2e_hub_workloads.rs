@@ -17,7 +17,7 @@ use pinfed::api::jobset::PinterestJobSet;
 use pinfed::api::ranges::RangeSet;
 use pinfed::api::service::PinterestService;
 use pinfed::api::training::PinterestTrainingJob;
-use support::{Daemon, Federation, TestNamespace, eventually, join_all, spawn_daemon};
+use support::{Daemon, Federation, TestNamespace, condition, eventually, join_all, spawn_daemon};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// Twenty shards at a parallelism of 6 run one after another through each member's Job
@@ -62,15 +62,6 @@ fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
 
 fn logs(d: &[Daemon]) -> String {
     d[0].log_tail()
-}
-
-fn condition(status: &serde_json::Value, t: &str) -> Option<String> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .and_then(|c| c["status"].as_str())
-        .map(String::from)
 }
 
 fn service(name: &str, replicas: i32) -> PinterestService {

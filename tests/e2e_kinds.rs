@@ -19,7 +19,9 @@ use pinfed::api::cronjob::PinterestCronJob;
 use pinfed::api::daemon::PinterestDaemon;
 use pinfed::api::statefulset::PinterestStatefulSet;
 use pinfed::api::training::PinterestTrainingJob;
-use support::{Daemon, Federation, TestNamespace, eventually, join_all, spawn_daemon};
+use support::{
+    Daemon, Federation, TestNamespace, condition, eventually, join_all, spawn_daemon, status_of,
+};
 
 /// Kinds that wait on the member's controllers (a cron schedule is a minute apart).
 const WAIT: Duration = Duration::from_secs(180);
@@ -52,25 +54,6 @@ fn federation_running(fed: &Federation) -> &'static Mutex<Vec<Daemon>> {
 
 fn hub_log(fed: &Federation) -> String {
     federation_running(fed).lock().unwrap()[0].log_tail()
-}
-
-fn condition(status: &serde_json::Value, t: &str) -> Option<String> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .and_then(|c| c["status"].as_str())
-        .map(String::from)
-}
-
-async fn status_of<K>(api: &Api<K>, name: &str) -> serde_json::Value
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.get(name)
-        .await
-        .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
-        .unwrap_or_default()
 }
 
 /// The clusters a hub status places the workload on.

@@ -361,3 +361,24 @@ pub async fn http_get(url: &str) -> String {
         last.expect("at least one try")
     );
 }
+
+/// The status (`True`/`False`/`Unknown`) of condition `t` in a status as JSON.
+pub fn condition(status: &serde_json::Value, t: &str) -> Option<String> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+        .and_then(|c| c["status"].as_str())
+        .map(String::from)
+}
+
+/// The `status` of `name` as JSON (null when it cannot be read).
+pub async fn status_of<K>(api: &Api<K>, name: &str) -> serde_json::Value
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.get(name)
+        .await
+        .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
+        .unwrap_or_default()
+}
