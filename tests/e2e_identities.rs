@@ -65,6 +65,8 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
         &["create", "events.events.k8s.io", "-n", "default"],
         // Member kubeconfig Secrets, in its own namespace only.
         &["get", "secrets", "-n", "pinfed-system"],
+        // ConfigMaps workloads reference are followed by a watch (bundles follow changes).
+        &["watch", "configmaps", "-A"],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the hub may not {allowed:?}");
     }
@@ -75,7 +77,7 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
         &["get", "secrets", "-n", "kube-system"],
         &["list", "secrets", "-A"],
         &["watch", "secrets", "-n", "pinfed-system"],
-        &["list", "configmaps", "-A"],
+        &["create", "configmaps", "-n", "default"],
         &["create", "pods", "-n", "default"],
         &["create", "leases.coordination.k8s.io", "-n", "default"],
         &["delete", "pinterestservices.compute.pinterest.com", "-A"],
@@ -105,10 +107,13 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
     grant(&["db", "tls"]);
     let secret = |name: &str| format!("secrets/{name}");
     for name in ["db", "tls"] {
-        assert!(
-            can_i(&kc, &hub, &["get", &secret(name), "-n", &ns.name]),
-            "granted {name}"
-        );
+        // get, and a watch narrowed to the name (the hub follows its changes).
+        for verb in ["get", "watch"] {
+            assert!(
+                can_i(&kc, &hub, &[verb, &secret(name), "-n", &ns.name]),
+                "granted {verb} {name}"
+            );
+        }
     }
     assert!(!can_i(
         &kc,
@@ -116,6 +121,7 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
         &["get", &secret("other"), "-n", &ns.name]
     ));
     assert!(!can_i(&kc, &hub, &["list", "secrets", "-n", &ns.name]));
+    assert!(!can_i(&kc, &hub, &["watch", "secrets", "-n", &ns.name]));
     grant(&["--revoke", "db"]);
     assert!(!can_i(&kc, &hub, &["get", &secret("db"), "-n", &ns.name]));
     assert!(can_i(&kc, &hub, &["get", &secret("tls"), "-n", &ns.name]));

@@ -3,7 +3,9 @@
 //! it and the hub shows its schedule and runs; a daemon lands on every eligible member and
 //! node pool; a stateful set gets its volumes bound and keeps its ordinal identities
 //! across an agent restart; a TensorFlow job is gang-placed and its pods share one
-//! consistent cluster spec.
+//! consistent cluster spec; a ConfigMap and a Secret a daemon references follow their
+//! changes on the hub into every member within seconds (by watch: the hub's resync here is
+//! ten minutes, the agent's five).
 
 mod support;
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use pinfed::api::cronjob::PinterestCronJob;
 use pinfed::api::daemon::PinterestDaemon;
@@ -42,6 +44,10 @@ fn federation_running(fed: &Federation) -> &'static Mutex<Vec<Daemon>> {
                 "--no-leader-election",
                 "--heartbeat-secs",
                 "1",
+                // Far above the waits of the config test: a changed ConfigMap or Secret must
+                // reach the members by watch, not by the hub's resync.
+                "--resync-secs",
+                "600",
                 "--metrics-addr",
                 &format!("127.0.0.1:{}", support::free_port()),
             ]
@@ -621,4 +627,138 @@ async fn a_runtime_profile_deleted_on_the_hub_leaves_every_member_and_local_ones
         "{local}, made in {first} itself, stays"
     );
     let _ = api.delete(&local, &Default::default()).await;
+}
+
+#[tokio::test]
+async fn config_a_daemon_references_follows_its_changes_on_the_hub_into_every_member() {
+    let fed = Federation::connect().await;
+    federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "kinds-config").await;
+    let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), &ns.name);
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), &ns.name);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "settings"}, "data": {"MODE": "blue"}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "creds"}, "stringData": {"token": "one"}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let out = support::pinfed(
+        &fed,
+        &["grant-secrets", "--context", "hub", "-n", &ns.name, "creds"],
+    );
+    assert!(
+        out.status.success(),
+        "pinfed grant-secrets: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A daemon (every member, the pull member too) with the ConfigMap in its environment
+    // and the Secret as a volume.
+    let mut container = small("agentd");
+    container["envFrom"] = serde_json::json!([{"configMapRef": {"name": "settings"}}]);
+    let daemon: PinterestDaemon = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestDaemon",
+        "metadata": {"name": "agentd"},
+        "spec": {"owner": owner(), "template": {"spec": {
+            "containers": [container],
+            "volumes": [{"name": "creds", "secret": {"secretName": "creds"}}]}}}
+    }))
+    .unwrap();
+    Api::<PinterestDaemon>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &daemon)
+        .await
+        .unwrap();
+    let members = fed.member_names();
+    // What each member's copies hold: (MODE, token), or why not yet.
+    let copies = |fed: &Federation, ns: String| {
+        let clients: Vec<(String, kube::Client)> =
+            members.iter().map(|m| (m.clone(), fed.client(m))).collect();
+        async move {
+            let mut out = BTreeMap::new();
+            for (m, c) in clients {
+                let mode = Api::<ConfigMap>::namespaced(c.clone(), &ns)
+                    .get_opt("settings")
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|cm| cm.data?.get("MODE").cloned());
+                let token = Api::<Secret>::namespaced(c, &ns)
+                    .get_opt("creds")
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.data?.get("token").cloned())
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+                out.insert(m, (mode, token));
+            }
+            out
+        }
+    };
+    let want = |mode: &str, token: &str| -> BTreeMap<String, (Option<String>, Option<String>)> {
+        members
+            .iter()
+            .map(|m| (m.clone(), (Some(mode.into()), Some(token.into()))))
+            .collect()
+    };
+    eventually(
+        WAIT,
+        &format!("the first copies in every member\n{}", hub_log(&fed)),
+        || async { copies(&fed, ns.name.clone()).await == want("blue", "one") },
+    )
+    .await;
+    // Settled first: the daemon Ready on the hub, then quiet for a while, so no slice or
+    // DaemonSet change is under way that would reconcile (and re-copy) by the way.
+    let daemons: Api<PinterestDaemon> = Api::namespaced(hub.clone(), &ns.name);
+    eventually(
+        WAIT,
+        &format!("agentd Ready on the hub\n{}", hub_log(&fed)),
+        || async {
+            let s = status_of(&daemons, "agentd").await;
+            condition(&s, "Ready").as_deref() == Some("True")
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Change both on the hub: every member's copies follow within 30 s (the hub resyncs
+    // every 600 s here and the agents requeue every 300 s: only the watches can do it).
+    let started = std::time::Instant::now();
+    cms.patch(
+        "settings",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"data": {"MODE": "green"}})),
+    )
+    .await
+    .unwrap();
+    secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"stringData": {"token": "two"}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the changed copies in every member",
+        || async { copies(&fed, ns.name.clone()).await == want("green", "two") },
+    )
+    .await;
+    eprintln!(
+        "config change on the hub -> every member's copies: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    ns.delete().await;
 }

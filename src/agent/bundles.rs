@@ -12,7 +12,137 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::expand::bundle::{self, ConfigKind, ConfigRef, DROP_NAMESPACE, LABEL_PROPAGATED};
+use futures::StreamExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::api::workload::WorkloadKind;
+use crate::controller::watch;
+use crate::expand::bundle::{
+    self, ANNOTATION_SOURCE, ConfigKind, ConfigRef, ConfigSource, ConfigUsers, DROP_NAMESPACE,
+    LABEL_BUNDLE, LABEL_PROPAGATED,
+};
+
+/// A slice, as the bundle index knows it.
+pub type SliceKey = (WorkloadKind, String, String);
+
+/// Which slices reference which bundle (by the hub object it copies), and the reconciles
+/// a change to a bundle sends them: the hub updates a bundle when its source changes, and
+/// the copies follow within seconds instead of at the next resync.
+pub struct BundleUsers {
+    users: Mutex<ConfigUsers<SliceKey>>,
+    triggers: tokio::sync::broadcast::Sender<SliceKey>,
+}
+
+impl Default for BundleUsers {
+    fn default() -> Self {
+        BundleUsers {
+            users: Default::default(),
+            triggers: tokio::sync::broadcast::channel(4096).0,
+        }
+    }
+}
+
+impl BundleUsers {
+    fn record(&self, slice: SliceKey, wanted: &BTreeSet<ConfigRef>) {
+        let sources = wanted
+            .iter()
+            .map(|r| ConfigSource::of(&slice.1, r))
+            .collect();
+        if let Ok(mut u) = self.users.lock() {
+            u.set(slice, sources);
+        }
+    }
+
+    pub fn forget(&self, kind: WorkloadKind, ns: &str, name: &str) {
+        if let Ok(mut u) = self.users.lock() {
+            u.forget(&(kind, ns.to_string(), name.to_string()));
+        }
+    }
+
+    /// `(namespace, name)` of the slices of `kind` whose bundles changed.
+    pub fn triggers(
+        &self,
+        kind: WorkloadKind,
+    ) -> impl futures::Stream<Item = (String, String)> + Send + 'static {
+        let rx = self.triggers.subscribe();
+        futures::stream::unfold(rx, move |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok((k, ns, name)) if k == kind => return Some(((ns, name), rx)),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+
+    fn saw<K: Resource>(&self, kind: ConfigKind, ev: watcher::Event<PartialObjectMeta<K>>) {
+        let (m, version, relisted) = match ev {
+            watcher::Event::Apply(m) => {
+                let v = m.resource_version();
+                (m, v, false)
+            }
+            watcher::Event::InitApply(m) => {
+                let v = m.resource_version();
+                (m, v, true)
+            }
+            watcher::Event::Delete(m) => (m, None, false),
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let Some(source) = m
+            .annotations()
+            .get(ANNOTATION_SOURCE)
+            .and_then(|s| ConfigSource::of_annotation(kind, s))
+        else {
+            return;
+        };
+        let users = match self.users.lock() {
+            Ok(mut u) => u.saw(&source, version.as_deref(), relisted),
+            Err(_) => return,
+        };
+        for slice in users {
+            let _ = self.triggers.send(slice);
+        }
+    }
+}
+
+/// Watches the bundles in the drop namespace (metadata only) until the term ends, and
+/// reconciles the slices that use one that changed.
+pub async fn follow(client: &Client, users: &BundleUsers) {
+    let config = watcher::Config::default()
+        .labels(&format!("{LABEL_BUNDLE}=true"))
+        .any_semantic();
+    let config_maps = watch::skip_errors(
+        "bundles (ConfigMaps)".into(),
+        watcher(
+            Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), DROP_NAMESPACE),
+            config.clone(),
+        )
+        .backoff(watch::backoff()),
+    )
+    .for_each(|ev| {
+        if let Ok(ev) = ev {
+            users.saw(ConfigKind::ConfigMap, ev);
+        }
+        futures::future::ready(())
+    });
+    let secrets = watch::skip_errors(
+        "bundles (Secrets)".into(),
+        watcher(
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), DROP_NAMESPACE),
+            config,
+        )
+        .backoff(watch::backoff()),
+    )
+    .for_each(|ev| {
+        if let Ok(ev) = ev {
+            users.saw(ConfigKind::Secret, ev);
+        }
+        futures::future::ready(())
+    });
+    tokio::join!(config_maps, secrets);
+}
 
 /// Per slice uid: the copies it holds a claim on (this process's knowledge; after a
 /// restart, a copy a slice stopped using while the agent was down goes with the slice).
@@ -69,6 +199,8 @@ fn resource(kind: ConfigKind) -> kube::core::ApiResource {
 pub async fn materialize<K>(
     client: &Client,
     claims: &Claims,
+    users: &BundleUsers,
+    kind: WorkloadKind,
     obj: &K,
 ) -> Result<Vec<ConfigRef>, MaterializeError>
 where
@@ -78,6 +210,11 @@ where
     let wanted = serde_json::to_value(obj)
         .map(|v| bundle::workload_config(&v))
         .unwrap_or_default();
+    // Wanted, not only found: a bundle that arrives later brings the slice back too.
+    users.record(
+        (kind, obj.namespace().unwrap_or_default(), obj.name_any()),
+        &wanted,
+    );
     let held = claims.get(&uid);
     if wanted.is_empty() && held.is_empty() {
         return Ok(Vec::new());

@@ -184,8 +184,17 @@ async fn run_kind<K: AgentKind>(
             .owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue)),
     };
     let all = queue.track_all(controller.store(), profile_changes);
+    // A bundle this kind's slices use changed in the drop namespace.
+    let bundle_changes = {
+        let queue = queue.clone();
+        ctx.bundle_users.triggers(K::KIND).map(move |(ns, name)| {
+            queue.triggered(Some(&ns), &name);
+            reflector::ObjectRef::<PartialObjectMeta<K>>::new(&name).within(&ns)
+        })
+    };
     controller
         .reconcile_all_on(all)
+        .reconcile_on(bundle_changes)
         .run(
             reconcile_cached::<K>,
             error_policy_cached::<K>,
@@ -279,6 +288,7 @@ pub async fn run_controllers(
     let mut rx = receivers.into_iter();
     let mut next = || rx.next().expect("one receiver per kind");
     tokio::join!(
+        bundles::follow(&ctx.client, &ctx.bundle_users),
         run_kind::<PinterestService>(ctx.clone(), next()),
         run_kind::<PinterestJobSet>(ctx.clone(), next()),
         run_kind::<PinterestCronJob>(ctx.clone(), next()),

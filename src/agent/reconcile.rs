@@ -50,6 +50,8 @@ pub struct Context {
     pub applied: super::applied::AppliedBook,
     /// Per object uid: the config copies it holds (see `bundles`).
     pub claims: super::bundles::Claims,
+    /// Which slices use which bundle: a changed bundle reconciles them.
+    pub bundle_users: super::bundles::BundleUsers,
     /// Reconciles in flight per kind.
     pub concurrency: u16,
 }
@@ -86,6 +88,7 @@ impl Context {
             pruned: Mutex::default(),
             applied: Default::default(),
             claims: Default::default(),
+            bundle_users: Default::default(),
             concurrency,
         }
     }
@@ -310,6 +313,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         ctx.forget_prune(&obj.uid().unwrap_or_default());
         ctx.applied.forget(&obj.uid().unwrap_or_default());
         ctx.claims.forget(&obj.uid().unwrap_or_default());
+        ctx.bundle_users.forget(K::KIND, &ns, &name);
         return Ok(Action::await_change());
     }
     let now = Time(Timestamp::now());
@@ -363,7 +367,9 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
 
     // The ConfigMaps and Secrets the pods reference, from the hub's bundles.
-    let missing = super::bundles::materialize(&ctx.client, &ctx.claims, obj).await?;
+    let missing =
+        super::bundles::materialize(&ctx.client, &ctx.claims, &ctx.bundle_users, K::KIND, obj)
+            .await?;
 
     // Apply (unless the same objects were applied moments ago), then prune what this
     // workload no longer wants.

@@ -5,7 +5,7 @@
 //! namespace under its original name, owned by the slices that reference it, and the
 //! garbage collector removes it with the last of them. Pure: builders and names only.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -158,6 +158,127 @@ pub fn workload_config(workload: &Value) -> BTreeSet<ConfigRef> {
         .iter()
         .flat_map(referenced_config)
         .collect()
+}
+
+/// A ConfigMap or Secret of a namespace, as a change to it is seen.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConfigSource {
+    pub namespace: String,
+    pub kind: ConfigKind,
+    pub name: String,
+}
+
+impl ConfigSource {
+    pub fn of(namespace: &str, r: &ConfigRef) -> ConfigSource {
+        ConfigSource {
+            namespace: namespace.to_string(),
+            kind: r.kind,
+            name: r.name.clone(),
+        }
+    }
+
+    /// Where a bundle in the drop namespace came from: its `ANNOTATION_SOURCE` value.
+    pub fn of_annotation(kind: ConfigKind, source: &str) -> Option<ConfigSource> {
+        let (namespace, name) = source.split_once('/')?;
+        Some(ConfigSource {
+            namespace: namespace.to_string(),
+            kind,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Who references which ConfigMap or Secret, kept both ways, so a change to one reaches
+/// exactly the workloads (on the hub) or slices (in a member) that use it.
+#[derive(Debug)]
+pub struct ConfigUsers<U> {
+    by_source: BTreeMap<ConfigSource, BTreeSet<U>>,
+    by_user: BTreeMap<U, BTreeSet<ConfigSource>>,
+    /// Resource version last seen per used source: a relist after a broken watch brings
+    /// only what changed meanwhile.
+    versions: BTreeMap<ConfigSource, String>,
+}
+
+impl<U> Default for ConfigUsers<U> {
+    fn default() -> Self {
+        ConfigUsers {
+            by_source: BTreeMap::new(),
+            by_user: BTreeMap::new(),
+            versions: BTreeMap::new(),
+        }
+    }
+}
+
+impl<U: Ord + Clone> ConfigUsers<U> {
+    /// Records what `user` references now. Returns the sources nobody used before and
+    /// those nobody uses any more (to start and stop following them).
+    pub fn set(
+        &mut self,
+        user: U,
+        sources: BTreeSet<ConfigSource>,
+    ) -> (Vec<ConfigSource>, Vec<ConfigSource>) {
+        let old = self.by_user.remove(&user).unwrap_or_default();
+        let mut unused = Vec::new();
+        for s in old.difference(&sources) {
+            if let Some(users) = self.by_source.get_mut(s) {
+                users.remove(&user);
+                if users.is_empty() {
+                    self.by_source.remove(s);
+                    self.versions.remove(s);
+                    unused.push(s.clone());
+                }
+            }
+        }
+        let mut new = Vec::new();
+        for s in sources.difference(&old) {
+            let users = self.by_source.entry(s.clone()).or_default();
+            if users.is_empty() {
+                new.push(s.clone());
+            }
+            users.insert(user.clone());
+        }
+        if !sources.is_empty() {
+            self.by_user.insert(user, sources);
+        }
+        (new, unused)
+    }
+
+    /// Forgets `user` (deleted); returns the sources nobody uses any more.
+    pub fn forget(&mut self, user: &U) -> Vec<ConfigSource> {
+        self.set(user.clone(), BTreeSet::new()).1
+    }
+
+    /// Who uses `source`.
+    pub fn users(&self, source: &ConfigSource) -> Vec<U> {
+        self.by_source
+            .get(source)
+            .map(|u| u.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn is_used(&self, source: &ConfigSource) -> bool {
+        self.by_source.contains_key(source)
+    }
+
+    /// A watch saw `source` at `version` (`None`: deleted); `relisted` for the objects of
+    /// a (re)list. Returns who to reconcile: the users of a change, and after a relist
+    /// only those of a source whose version differs from the one last seen (a term's
+    /// first list is no change: each user's own reconcile reads the source).
+    pub fn saw(&mut self, source: &ConfigSource, version: Option<&str>, relisted: bool) -> Vec<U> {
+        if !self.is_used(source) {
+            return Vec::new();
+        }
+        let before = match version {
+            Some(v) => self.versions.insert(source.clone(), v.to_string()),
+            None => self.versions.remove(source),
+        };
+        let changed = !relisted || before.is_some_and(|b| Some(b.as_str()) != version);
+        if changed {
+            self.users(source)
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// The name of the bundle of `namespace/name` in the drop namespace: `namespace.name`,
@@ -515,5 +636,85 @@ mod tests {
         assert_eq!(c["metadata"]["labels"][LABEL_PROPAGATED], "true");
         assert_eq!(c["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(c["data"]["k"], "v");
+    }
+
+    #[test]
+    fn config_users_are_kept_both_ways_and_say_what_to_start_and_stop_following() {
+        let src = |ns: &str, kind, name: &str| ConfigSource {
+            namespace: ns.into(),
+            kind,
+            name: name.into(),
+        };
+        let cm = src("a", ConfigKind::ConfigMap, "cfg");
+        let sec = src("a", ConfigKind::Secret, "db");
+        let mut users = ConfigUsers::<&str>::default();
+        let (new, unused) = users.set("web", [cm.clone(), sec.clone()].into());
+        assert_eq!((new.len(), unused.len()), (2, 0));
+        // A second user of the same ConfigMap starts nothing new.
+        let (new, unused) = users.set("api", [cm.clone()].into());
+        assert!(new.is_empty() && unused.is_empty());
+        assert_eq!(users.users(&cm), vec!["api", "web"]);
+        // web drops the Secret: nobody follows it any more; the ConfigMap still has api.
+        let (new, unused) = users.set("web", [cm.clone()].into());
+        assert!(new.is_empty());
+        assert_eq!(unused, vec![sec.clone()]);
+        assert!(!users.is_used(&sec));
+        assert!(
+            users.forget(&"web").is_empty(),
+            "api still uses the ConfigMap"
+        );
+        assert_eq!(users.forget(&"api"), vec![cm.clone()]);
+        assert!(users.users(&cm).is_empty());
+        assert!(users.forget(&"nobody").is_empty());
+    }
+
+    #[test]
+    fn a_change_reaches_its_users_and_a_relist_only_what_changed_meanwhile() {
+        let cm = ConfigSource {
+            namespace: "a".into(),
+            kind: ConfigKind::ConfigMap,
+            name: "cfg".into(),
+        };
+        let other = ConfigSource {
+            name: "unused".into(),
+            ..cm.clone()
+        };
+        let mut users = ConfigUsers::<&str>::default();
+        users.set("web", [cm.clone()].into());
+        // The first list: nothing remembered, no change.
+        assert!(users.saw(&cm, Some("1"), true).is_empty());
+        assert!(
+            users.saw(&other, Some("1"), false).is_empty(),
+            "nobody uses it"
+        );
+        assert_eq!(users.saw(&cm, Some("2"), false), vec!["web"]);
+        // A relist at the same version is quiet; at a newer one it is a change.
+        assert!(users.saw(&cm, Some("2"), true).is_empty());
+        assert_eq!(users.saw(&cm, Some("5"), true), vec!["web"]);
+        assert_eq!(users.saw(&cm, None, false), vec!["web"], "deleted");
+    }
+
+    #[test]
+    fn a_bundle_names_its_source() {
+        let b = bundle(
+            ConfigKind::ConfigMap,
+            &json!({"metadata": {"name": "cfg", "namespace": "team-a"}, "data": {"k": "v"}}),
+        )
+        .unwrap();
+        let source = b["metadata"]["annotations"][ANNOTATION_SOURCE]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            ConfigSource::of_annotation(ConfigKind::ConfigMap, source),
+            Some(ConfigSource {
+                namespace: "team-a".into(),
+                kind: ConfigKind::ConfigMap,
+                name: "cfg".into()
+            })
+        );
+        assert_eq!(
+            ConfigSource::of_annotation(ConfigKind::Secret, "no-slash"),
+            None
+        );
     }
 }

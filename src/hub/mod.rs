@@ -3,6 +3,7 @@
 
 pub mod bundle_gc;
 pub mod cleanups;
+pub mod config_follow;
 pub mod join;
 pub mod join_pull;
 pub mod member_loop;

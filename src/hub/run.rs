@@ -202,6 +202,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             Duration::from_secs(1),
             Duration::from_secs(60),
         ),
+        config: Default::default(),
     });
     let member_loop = member_loop::run(MemberLoop {
         hub: client.clone(),
@@ -219,6 +220,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             profiles_loop(&wctx),
             quota_status_loop(&wctx),
             crate::hub::bundle_gc::run(&wctx, Duration::from_secs(args.bundle_gc_secs)),
+            crate::hub::config_follow::run(&wctx.hub, &wctx.config),
             workloads::watch_member_health(wctx.clone()),
             workloads::run_kind::<PinterestService>(wctx.clone()),
             workloads::run_kind::<PinterestJobSet>(wctx.clone()),

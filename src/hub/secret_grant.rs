@@ -25,7 +25,8 @@ pub fn grant_objects(namespace: &str, names: &BTreeSet<String>) -> Vec<Value> {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": SECRET_GRANT_ROLE, "namespace": namespace, "labels": labels},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+            // list and watch narrowed to a name: the hub follows their changes.
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"],
                        "resourceNames": names.iter().collect::<Vec<_>>()}]
         }),
         json!({
@@ -78,7 +79,7 @@ mod tests {
         assert_eq!(objs[0]["kind"], "Role");
         assert_eq!(
             objs[0]["rules"],
-            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"],
                      "resourceNames": ["db", "tls"]}])
         );
         assert_eq!(objs[1]["subjects"][0]["name"], HUB_ACCOUNT);

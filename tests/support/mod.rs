@@ -198,15 +198,17 @@ pub async fn eventually_logged<F, Fut>(
     }
 }
 
-/// Path of the harness binary that manages the running topology.
+/// Path of the harness binary that manages the running topology: `PINFED_E2E_HARNESS`,
+/// else the debug build in `CARGO_TARGET_DIR` (or the repository's `target/`), where
+/// `e2e/harness.sh` builds it.
 pub fn harness() -> PathBuf {
     std::env::var_os("PINFED_E2E_HARNESS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/target/debug/pinfed-e2e"
-            ))
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")))
+                .join("debug/pinfed-e2e")
         })
 }
 

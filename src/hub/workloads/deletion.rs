@@ -83,6 +83,8 @@ pub async fn remove_slices<K: PinterestKind>(
         return Ok(Action::requeue(delay));
     }
     forget(ctx, &key);
+    ctx.config
+        .forget(K::KIND, &obj.namespace().unwrap_or_default(), &name);
     let finalizers: Vec<String> = obj
         .finalizers()
         .iter()

@@ -229,12 +229,20 @@ fn failover_policy<K: PinterestKind>(w: WorkloadRef<'_>, window: Duration) -> Fa
 pub async fn watch_member_health(ctx: Arc<HubContext>) {
     // What makes workloads re-plan: readiness, drain, and the recorded loss and return
     // times (these change once per transition, not per heartbeat).
-    let mut last = recorded_health(&ctx, Timestamp::now());
+    // And which members are connected: a member whose recorded status is Ready from
+    // before this process started counts only once the registry has it, and its arrival
+    // changes nothing recorded (a daemon placed without it waited for the resync).
+    let observed = |ctx: &HubContext| {
+        let connected: BTreeSet<String> =
+            ctx.registry.all().iter().map(|m| m.name.clone()).collect();
+        (recorded_health(ctx, Timestamp::now()), connected)
+    };
+    let mut last = observed(&ctx);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let current = recorded_health(&ctx, Timestamp::now());
+        let current = observed(&ctx);
         if current != last {
             tracing::debug!(members = ?current, "member health changed; reconciling every workload");
             ctx.member_health.send_modify(|g| *g += 1);

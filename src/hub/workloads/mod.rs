@@ -179,6 +179,8 @@ pub struct HubContext {
     pub recorder: crate::controller::events::EventSink,
     /// Per-workload backoff of failed reconciles.
     pub retries: RetryPolicy,
+    /// Who references which hub ConfigMap or Secret; their changes reconcile the users.
+    pub config: crate::hub::config_follow::ConfigFollow,
 }
 
 /// A failed reconcile, by the stage that failed.
@@ -488,6 +490,17 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
             futures::future::ready(r)
         })
     };
+    // A ConfigMap or Secret a workload references changed on the hub: its bundles follow.
+    let config_changes = {
+        let queue = queue.clone();
+        ctx.config.triggers().filter_map(move |ev| {
+            let r = (ev.kind == K::KIND).then(|| {
+                queue.triggered(Some(&ev.namespace), &ev.name);
+                reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name).within(&ev.namespace)
+            });
+            futures::future::ready(r)
+        })
+    };
     let cache = CompactCache::<K>::default();
     let (reader, writer) = reflector::store();
     let main = watcher(
@@ -514,7 +527,7 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     Controller::for_stream(queue.track_objects(main), reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .trigger_backoff(crate::controller::watch::backoff())
-        .reconcile_on(slice_changes)
+        .reconcile_on(futures::stream::select(slice_changes, config_changes))
         .reconcile_all_on(health_changes)
         .run(reconcile_cached::<K>, error_policy_cached::<K>, kind_ctx)
         .for_each(|r| {

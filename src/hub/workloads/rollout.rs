@@ -99,6 +99,12 @@ pub async fn roll_out<K: PinterestKind>(
     });
     let parallelism = job_set_parallelism(obj.as_workload(), &placed.decision);
     let config = config_of(obj);
+    ctx.config.record(
+        K::KIND,
+        &obj.namespace().unwrap_or_default(),
+        &obj.name_any(),
+        &config,
+    );
     let found: &Slices = slices;
     let writes = steps.iter().map(|(cluster, step)| {
         let parallelism = parallelism.get(cluster).copied();
@@ -343,10 +349,12 @@ impl Target<'_> {
                             .await;
                         continue;
                     }
-                    got => got
-                        .map_err(HubError::ReadConfig)?
-                        .map(serde_json::to_value)
-                        .transpose()?,
+                    got => {
+                        let got = got.map_err(HubError::ReadConfig)?;
+                        // Granted (read): its changes are followed from now on.
+                        self.ctx.config.secret_read(&ns, &r.name);
+                        got.map(serde_json::to_value).transpose()?
+                    }
                 },
             };
             // Missing on the hub: the pods wait for it in the member as they would here.
