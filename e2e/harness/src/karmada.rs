@@ -150,8 +150,8 @@ impl Ports {
     }
 }
 
-/// Where each component of the state stands: the webhook's port is read back from its
-/// argv by [`bring_up`], so `e2e/start karmada` needs nothing else.
+/// The value of `--NAME=` in a component's argv: [`bring_up`] reads the addresses back
+/// from the state, which is all `e2e/start karmada` has too.
 fn flag(c: &Component, name: &str) -> Option<String> {
     c.argv
         .iter()
