@@ -112,7 +112,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     fed.join_all()?;
     let mut hub = Some(fed.spawn_hub("bench-hub")?);
     let agents = fed.spawn_agents()?;
-    hub.as_ref().unwrap().wait_http("/readyz", fed.s.timeout).await?;
+    hub.as_ref()
+        .unwrap()
+        .wait_http("/readyz", fed.s.timeout)
+        .await?;
     for a in &agents {
         a.wait_http("/readyz", fed.s.timeout).await?;
     }
@@ -147,13 +150,27 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         // keep running (they are the members' side, as Karmada's members run nothing).
         drop(hub.take());
         let s = b
-            .first_sync(Side::Pinfed, sync_n, concurrency, sync_timeout, &mut hub, &agents)
+            .first_sync(
+                Side::Pinfed,
+                sync_n,
+                concurrency,
+                sync_timeout,
+                &mut hub,
+                &agents,
+            )
             .await?;
         print_sync(Side::Pinfed, &s);
         syncs.insert(Side::Pinfed, s);
         k.stop_controllers()?;
         let s = b
-            .first_sync(Side::Karmada, sync_n, concurrency, sync_timeout, &mut None, &[])
+            .first_sync(
+                Side::Karmada,
+                sync_n,
+                concurrency,
+                sync_timeout,
+                &mut None,
+                &[],
+            )
             .await?;
         print_sync(Side::Karmada, &s);
         syncs.insert(Side::Karmada, s);
@@ -212,11 +229,7 @@ impl Bench<'_> {
     fn watch_members(&self, side: Side, ns: &str, seen: &Seen) -> AbortOnDrop {
         let mut watches = AbortOnDrop(Vec::new());
         for m in &self.members {
-            let api = Api::namespaced_with(
-                self.fed.client(m),
-                ns,
-                &karmada::deployment_resource(),
-            );
+            let api = Api::namespaced_with(self.fed.client(m), ns, &karmada::deployment_resource());
             let labels = match side {
                 Side::Pinfed => Some("app.kubernetes.io/managed-by=pinfed".to_string()),
                 Side::Karmada => None,
@@ -243,10 +256,8 @@ impl Bench<'_> {
     /// `resource[/subresource] VERB`.
     async fn writes(&self) -> BTreeMap<(String, String), f64> {
         let mut out = BTreeMap::new();
-        let mut servers: Vec<(&str, Client)> = vec![
-            ("hub", self.fed.hub()),
-            ("karmada", self.k.client.clone()),
-        ];
+        let mut servers: Vec<(&str, Client)> =
+            vec![("hub", self.fed.hub()), ("karmada", self.k.client.clone())];
         for m in &self.members {
             servers.push(("members", self.fed.client(m)));
         }
@@ -439,10 +450,13 @@ impl Bench<'_> {
             let w = w.clone();
             async move {
                 tokio::time::sleep_until(
-                    tokio::time::Instant::from_std(start) + Duration::from_secs_f64(i as f64 / rate),
+                    tokio::time::Instant::from_std(start)
+                        + Duration::from_secs_f64(i as f64 / rate),
                 )
                 .await;
-                let Some(name) = name else { return anyhow::Ok(()) };
+                let Some(name) = name else {
+                    return anyhow::Ok(());
+                };
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client, &ns, &karmada::deployment_resource());
                 let d = api.get(&name).await?;
@@ -601,7 +615,8 @@ async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
         } else {
             format!("{}/{sub}", label("resource"))
         };
-        *out.entry(format!("{resource} {verb}")).or_default() += value.trim().parse().unwrap_or(0.0);
+        *out.entry(format!("{resource} {verb}")).or_default() +=
+            value.trim().parse().unwrap_or(0.0);
     }
     out
 }
@@ -689,14 +704,26 @@ fn print_table(
         crate::karmada::VERSION,
         b.members.len()
     );
-    println!("load: at the start {load_start}; at the end {}", load_line());
-    println!("| {n} workloads × {} replicas (one per member) | pinfed | Karmada | Karmada / pinfed |", b.replicas);
+    println!(
+        "load: at the start {load_start}; at the end {}",
+        load_line()
+    );
+    println!(
+        "| {n} workloads × {} replicas (one per member) | pinfed | Karmada | Karmada / pinfed |",
+        b.replicas
+    );
     println!("|---|---|---|---|");
     let row = |what: String, p: f64, k: f64| {
         println!("| {what} | {} | {} | {} |", ms(p), ms(k), ratio(p, k));
     };
-    for (pacing, label) in [("burst", "burst of".to_string()), ("steady", format!("steady {rate}/s,"))] {
-        let (p, k) = (&spreads[&(pacing, Side::Pinfed)], &spreads[&(pacing, Side::Karmada)]);
+    for (pacing, label) in [
+        ("burst", "burst of".to_string()),
+        ("steady", format!("steady {rate}/s,")),
+    ] {
+        let (p, k) = (
+            &spreads[&(pacing, Side::Pinfed)],
+            &spreads[&(pacing, Side::Karmada)],
+        );
         for (q, qn) in [(0.5, "p50"), (0.99, "p99")] {
             row(
                 format!("create → Deployment in member, {label} {n}, {qn}"),
@@ -715,7 +742,10 @@ fn print_table(
     let (p, k) = (&syncs[&Side::Pinfed], &syncs[&Side::Karmada]);
     let secs = |s: &Sync| s.took.map(|d| d.as_secs_f64() * 1000.0).unwrap_or(f64::NAN);
     row(
-        format!("first sync of {} workloads (controllers start → all Deployments in members)", p.n),
+        format!(
+            "first sync of {} workloads (controllers start → all Deployments in members)",
+            p.n
+        ),
         secs(p),
         secs(k),
     );

@@ -31,7 +31,10 @@ pub struct Karmada {
 }
 
 pub fn deployment_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    )
 }
 
 fn policy_resource() -> ApiResource {
@@ -112,7 +115,11 @@ impl Karmada {
     }
 
     /// Waits until every member's Cluster is Ready on Karmada.
-    pub async fn clusters_ready(&self, members: &[String], timeout: Duration) -> anyhow::Result<()> {
+    pub async fn clusters_ready(
+        &self,
+        members: &[String],
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &cluster_resource());
         wait_for(timeout, "every Cluster Ready on Karmada", || {
             let api = api.clone();
@@ -134,7 +141,8 @@ impl Karmada {
     /// over all `members`, weighted 1:1 (as pinfed divides a service spread over all
     /// members of equal weight).
     pub async fn apply_policy(&self, ns: &str, members: &[String]) -> anyhow::Result<()> {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &policy_resource());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &policy_resource());
         let weights: Vec<serde_json::Value> = members
             .iter()
             .map(|m| serde_json::json!({"targetCluster": {"clusterNames": [m]}, "weight": 1}))
@@ -198,7 +206,8 @@ impl Karmada {
     pub fn controller_pids(&self) -> anyhow::Result<Vec<u32>> {
         let path = self.state_dir.join("state.json");
         let state: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
+            &std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?,
         )?;
         CONTROLLERS
             .iter()

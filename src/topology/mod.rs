@@ -467,7 +467,9 @@ members:
         let with = format!("{GOOD}peers: {{karmada: true}}\n");
         assert!(Topology::from_yaml("t.yaml", &with).unwrap().peers.karmada);
         let taken = with.replace("name: use1a", "name: karmada");
-        let e = Topology::from_yaml("t.yaml", &taken).unwrap_err().to_string();
+        let e = Topology::from_yaml("t.yaml", &taken)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("peers.karmada"), "{e}");
         // Without the peer the name is free.
         Topology::from_yaml("t.yaml", &GOOD.replace("name: use1a", "name: karmada")).unwrap();

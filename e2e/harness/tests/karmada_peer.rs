@@ -137,7 +137,12 @@ fn a_deployment_propagated_by_karmada_reaches_every_member_divided() {
             );
         }
 
-        let (ok, text) = kubectl(&kubeconfig, "karmada", &["apply", "-f", "-"], Some(WORKLOAD));
+        let (ok, text) = kubectl(
+            &kubeconfig,
+            "karmada",
+            &["apply", "-f", "-"],
+            Some(WORKLOAD),
+        );
         assert!(ok, "applying the workload on Karmada: {text}");
         // The webhook defaulted the policy (its permanent id), so it ran.
         let (_, labels) = kubectl(
@@ -184,7 +189,10 @@ fn a_deployment_propagated_by_karmada_reaches_every_member_divided() {
                 );
                 std::thread::sleep(Duration::from_millis(500));
             };
-            assert_eq!(replicas, "2", "4 replicas divided over 2 members, in {member}");
+            assert_eq!(
+                replicas, "2",
+                "4 replicas divided over 2 members, in {member}"
+            );
         }
     });
     let down = harness(&state, &["down"]);
