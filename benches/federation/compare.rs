@@ -185,13 +185,6 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 }
 
 impl Bench<'_> {
-    fn hub_client(&self, side: Side) -> Client {
-        match side {
-            Side::Pinfed => self.fed.hub(),
-            Side::Karmada => self.k.client.clone(),
-        }
-    }
-
     fn workloads(&self, side: Side, ns: &str) -> Api<DynamicObject> {
         match side {
             Side::Pinfed => self.fed.services(self.fed.s.hub_name(), ns),
