@@ -97,23 +97,37 @@ pub fn load_line() -> String {
 
 /// Watches the PinterestServices of `ns` in `cluster` (optionally by label) and calls
 /// `on_event` with each applied object and the instant it was received. Ends when the
-/// returned flag is cleared... by dropping the task handle.
+/// returned task handle is dropped... by aborting it ([`AbortOnDrop`]).
 pub fn watch_services<F>(
     fed: &Fed,
     cluster: &str,
     ns: &str,
+    labels: Option<String>,
+    on_event: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut(&DynamicObject, Instant) + Send + 'static,
+{
+    watch_objects(fed.services(cluster, ns), cluster, labels, on_event)
+}
+
+/// Watches the objects of `api` (optionally by label) and calls `on_event` with each
+/// applied object and the instant it was received; `what` names the watch in progress
+/// lines.
+pub fn watch_objects<F>(
+    api: Api<DynamicObject>,
+    what: &str,
     labels: Option<String>,
     mut on_event: F,
 ) -> tokio::task::JoinHandle<()>
 where
     F: FnMut(&DynamicObject, Instant) + Send + 'static,
 {
-    let api = fed.services(cluster, ns);
     let mut cfg = watcher::Config::default();
     if let Some(l) = labels {
         cfg = cfg.labels(&l);
     }
-    let cluster = cluster.to_string();
+    let what = what.to_string();
     tokio::spawn(async move {
         let mut stream = watcher(api, cfg).default_backoff().boxed();
         loop {
@@ -123,7 +137,7 @@ where
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return,
-                Err(e) => progress(&format!("watch on {cluster}: {e}")),
+                Err(e) => progress(&format!("watch on {what}: {e}")),
             }
         }
     })

@@ -10,7 +10,9 @@
 //! - `scale10k`     — hub first sync and memory with 10,000 workloads (`clusters/bench.yaml`);
 //! - `agent1k`      — one `pinfed agent` alone on the first member: memory with 1,000
 //!   PinterestServices created in that member, and the time until all are Ready
-//!   (`clusters/bench.yaml`).
+//!   (`clusters/bench.yaml`);
+//! - `compare`      — the same work through pinfed and Karmada on the same members, side
+//!   by side (`clusters/compare.yaml`).
 //!
 //! The topology comes from `PINFED_E2E_KUBECONFIG` (required) and `PINFED_E2E_TOPOLOGY`;
 //! `e2e/bench` brings one up, runs the scenarios and takes it down. Hub and agents are
@@ -20,10 +22,12 @@
 
 mod agent1k;
 mod aggregation;
+mod compare;
 mod daemon;
 mod distribution;
 mod fed;
 mod helpers;
+mod karmada;
 mod scale10k;
 mod settings;
 mod takeover;
@@ -37,12 +41,13 @@ use crate::fed::Fed;
 use crate::helpers::{START, load_line};
 use crate::settings::Settings;
 
-const SCENARIOS: [&str; 5] = [
+const SCENARIOS: [&str; 6] = [
     "distribution",
     "aggregation",
     "takeover",
     "scale10k",
     "agent1k",
+    "compare",
 ];
 pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
 pub const LEASE_NAME: &str = "pinfed-hub";
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
                 "takeover" => takeover::run(&fed).await,
                 "scale10k" => scale10k::run(&fed).await,
                 "agent1k" => agent1k::run(&fed).await,
+                "compare" => compare::run(&fed).await,
                 _ => unreachable!("checked above"),
             }
             .with_context(|| format!("scenario {s}"))?;

@@ -21,6 +21,29 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub struct Topology {
     pub hub: Hub,
     pub members: Vec<Member>,
+    /// Other federation control planes the e2e harness brings up beside the hub, on the
+    /// same members, for side-by-side benchmarks (`clusters/compare.yaml`).
+    #[serde(default, skip_serializing_if = "Peers::is_empty")]
+    pub peers: Peers,
+}
+
+/// The name of the Karmada control plane's context in the harness's kubeconfig, so no
+/// cluster of a topology with a Karmada peer may take it.
+pub const KARMADA_PEER: &str = "karmada";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Peers {
+    /// A Karmada control plane (its own API server, aggregated API server, webhook,
+    /// scheduler and controller-manager) with every member joined in push mode.
+    #[serde(default)]
+    pub karmada: bool,
+}
+
+impl Peers {
+    pub fn is_empty(&self) -> bool {
+        !self.karmada
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,6 +209,12 @@ impl Topology {
             );
         }
         let mut seen = BTreeSet::from([self.hub.name.clone()]);
+        if self.peers.karmada && self.cluster_names().contains(&KARMADA_PEER) {
+            push(
+                "peers.karmada".into(),
+                format!("{KARMADA_PEER:?} names the Karmada peer; no cluster may be called so"),
+            );
+        }
         for (i, m) in self.members.iter().enumerate() {
             let at = format!("members[{i}]");
             if !is_dns_label(&m.name) {
@@ -430,6 +459,20 @@ members:
         let dup = GOOD.replace("name: use1a", "name: hub");
         let e = Topology::from_yaml("t.yaml", &dup).unwrap_err().to_string();
         assert!(e.contains("used twice"), "{e}");
+    }
+
+    #[test]
+    fn a_karmada_peer_is_opt_in_and_reserves_its_name() {
+        assert!(!Topology::from_yaml("t.yaml", GOOD).unwrap().peers.karmada);
+        let with = format!("{GOOD}peers: {{karmada: true}}\n");
+        assert!(Topology::from_yaml("t.yaml", &with).unwrap().peers.karmada);
+        let taken = with.replace("name: use1a", "name: karmada");
+        let e = Topology::from_yaml("t.yaml", &taken)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("peers.karmada"), "{e}");
+        // Without the peer the name is free.
+        Topology::from_yaml("t.yaml", &GOOD.replace("name: use1a", "name: karmada")).unwrap();
     }
 
     #[test]

@@ -17,7 +17,8 @@ use testkit::{Sample, detached};
 use crate::pki::Pki;
 use crate::state::{ClusterState, Component, State};
 use crate::{
-    Progress, apiserver, controllers, etcd, kwok, load_topology, marker, repo_root, wait_until,
+    Progress, apiserver, controllers, etcd, karmada, kwok, load_topology, marker, repo_root,
+    wait_until,
 };
 
 pub async fn up(
@@ -58,6 +59,12 @@ pub async fn up(
         std::fs::remove_dir_all(dir)?;
     }
 
+    // A Karmada peer needs its build (e2e/peers/karmada/build); checked before anything starts.
+    let karmada_dirs = if topology.peers.karmada {
+        Some(karmada::Dirs::find()?)
+    } else {
+        None
+    };
     let bin = match bin_dir {
         Some(b) => b,
         None => build_toolchain(&p)?,
@@ -79,7 +86,17 @@ pub async fn up(
 
     std::fs::create_dir_all(dir)?;
     let dir = std::fs::canonicalize(dir)?;
-    let result = bring_up(&p, &dir, &file, &digest, &topology, &bin, timeout).await;
+    let result = bring_up(
+        &p,
+        &dir,
+        &file,
+        &digest,
+        &topology,
+        &bin,
+        karmada_dirs.as_ref(),
+        timeout,
+    )
+    .await;
     if result.is_err() {
         p.say(format!(
             "bring-up failed; logs are in {} (e2e/down removes them)",
@@ -111,6 +128,7 @@ pub fn build_toolchain(p: &Progress) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(bin))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn bring_up(
     p: &Progress,
     dir: &Path,
@@ -118,6 +136,7 @@ async fn bring_up(
     digest: &str,
     topology: &Topology,
     bin: &Path,
+    karmada_dirs: Option<&karmada::Dirs>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let pki = Pki::ensure(&dir.join("pki"))?;
@@ -127,7 +146,12 @@ async fn bring_up(
 
     let names = topology.cluster_names();
     // etcd client + peer, and per cluster: apiserver, controller-manager, scheduler, kwok.
-    let ports = testkit::free_ports(2 + names.len() * 4)?;
+    let karmada_ports = if karmada_dirs.is_some() {
+        karmada::Ports::COUNT
+    } else {
+        0
+    };
+    let ports = testkit::free_ports(2 + names.len() * 4 + karmada_ports)?;
     let mut ports = ports.into_iter();
     let mut next = || ports.next().expect("enough ports were reserved");
 
@@ -182,8 +206,26 @@ async fn bring_up(
         );
     }
 
+    // The Karmada peer: a cluster of the state like the others, started in its own stage.
+    let mut client_names = names.clone();
+    if let Some(kd) = karmada_dirs {
+        let ports = karmada::Ports::take(&mut next);
+        let cdir = dir.join("clusters").join(karmada::NAME);
+        std::fs::create_dir_all(&cdir)?;
+        let kc = cdir.join("kubeconfig");
+        std::fs::write(
+            &kc,
+            apiserver::kubeconfig_yaml(&pki, &[(karmada::NAME.to_string(), ports.api)])?,
+        )?;
+        clusters.insert(
+            karmada::NAME.to_string(),
+            karmada::cluster_state(bin, kd, &pki, &logs, &kc, etcd_port, &ports),
+        );
+        client_names.push(karmada::NAME);
+    }
+
     let kubeconfig = dir.join("kubeconfig");
-    let contexts: Vec<(String, u16)> = names
+    let contexts: Vec<(String, u16)> = client_names
         .iter()
         .map(|n| (n.to_string(), clusters[*n].apiserver_port))
         .collect();
@@ -214,7 +256,7 @@ async fn bring_up(
         api.pid = Some(detached::spawn(&api.argv, &api.log)?);
     }
     state.save(dir)?;
-    let clients = apiserver::clients(&kubeconfig, &names).await?;
+    let clients = apiserver::clients(&kubeconfig, &client_names).await?;
     futures::future::try_join_all(names.iter().map(|n| {
         let client = clients[*n].clone();
         let c = &state.clusters[*n];
@@ -234,6 +276,9 @@ async fn bring_up(
     .await?;
 
     for c in state.clusters.values_mut() {
+        if c.role == karmada::ROLE {
+            continue; // started in order by karmada::bring_up
+        }
         for comp in c.components.iter_mut().skip(1) {
             comp.pid = Some(detached::spawn(&comp.argv, &comp.log)?);
         }
@@ -331,6 +376,11 @@ async fn bring_up(
         }
     }))
     .await?;
+
+    if let Some(kd) = karmada_dirs {
+        let members: Vec<&str> = topology.members.iter().map(|m| m.name.as_str()).collect();
+        karmada::bring_up(p, &mut state, dir, &pki, kd, &clients, &members, timeout).await?;
+    }
 
     summary(p, &state, topology).await;
     println!("KUBECONFIG={}", kubeconfig.display());
@@ -473,15 +523,30 @@ fn cluster_mut<'a>(state: &'a mut State, name: &str) -> anyhow::Result<&'a mut C
         .with_context(|| format!("unknown cluster {name:?}; known clusters: {known}"))
 }
 
-pub fn stop(dir: &Path, name: &str) -> anyhow::Result<()> {
+pub fn stop(dir: &Path, name: &str, only: &[String]) -> anyhow::Result<()> {
     let mut state = loaded(dir)?;
     let m = marker(dir);
     let c = cluster_mut(&mut state, name)?;
+    if let Some(bad) = only
+        .iter()
+        .find(|o| !c.components.iter().any(|comp| comp.name == **o))
+    {
+        let known: Vec<&str> = c.components.iter().map(|c| c.name.as_str()).collect();
+        bail!(
+            "{name} has no component {bad:?}; its components: {}",
+            known.join(", ")
+        );
+    }
     // The controller-manager and scheduler first (a real one exits once its lease cannot
     // be renewed), then the API server; kwok (the nodes' kubelets) keeps running.
     let mut stopped = Vec::new();
     for comp in c.components.iter_mut().rev() {
-        if comp.name != "kube-apiserver" && !controllers::restarts_with_apiserver(&comp.name) {
+        let chosen = if only.is_empty() {
+            comp.name == "kube-apiserver" || controllers::restarts_with_apiserver(&comp.name)
+        } else {
+            only.contains(&comp.name)
+        };
+        if !chosen {
             continue;
         }
         if let Some(pid) = comp.pid.take() {

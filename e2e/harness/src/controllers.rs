@@ -10,7 +10,13 @@ use crate::state::Component;
 /// Components that a real control plane runs with leader election and restarts when they
 /// lose their lease: they go down with the API server and start afresh after it.
 pub fn restarts_with_apiserver(component: &str) -> bool {
-    matches!(component, "kube-controller-manager" | "kube-scheduler")
+    matches!(
+        component,
+        "kube-controller-manager"
+            | "kube-scheduler"
+            | "karmada-controller-manager"
+            | "karmada-scheduler"
+    )
 }
 
 /// The kube-controller-manager of cluster `name`, its secure port on 127.0.0.1:`kcm`.

@@ -2,9 +2,11 @@
 //! them (`up`, `down`, `status`, `stop CLUSTER`, `start CLUSTER`). Called through the
 //! scripts in `e2e/`. One etcd serves every cluster under its own key prefix; each
 //! cluster gets its own kube-apiserver and controller-manager, and members also get a
-//! scheduler and kwok with the fake nodes of their pools.
+//! scheduler and kwok with the fake nodes of their pools. A topology with
+//! `peers: {karmada: true}` also gets a Karmada control plane (`karmada`) that joins the
+//! same members.
 //!
-//! One module per component (`etcd`, `apiserver`, `controllers`, `kwok`, `pki`), what runs
+//! One module per component (`etcd`, `apiserver`, `controllers`, `kwok`, `pki`, `karmada`), what runs
 //! (`state`), and the commands (`commands`); processes, ports and sampling come from the
 //! workspace's test kit (`testkit`).
 
@@ -12,6 +14,7 @@ mod apiserver;
 mod commands;
 mod controllers;
 mod etcd;
+mod karmada;
 mod kwok;
 mod pki;
 mod state;
@@ -59,7 +62,13 @@ enum Cmd {
     Status,
     /// Stop one cluster's API server with its controller-manager and scheduler, keeping
     /// its data (kwok's nodes keep running).
-    Stop { cluster: String },
+    Stop {
+        cluster: String,
+        /// Stop only these components of the cluster (e.g. `karmada-controller-manager`);
+        /// `start` brings them back.
+        #[arg(long = "component")]
+        components: Vec<String>,
+    },
     /// Start a stopped cluster's API server, then its controller-manager and scheduler
     /// afresh (and anything else of the cluster that does not run).
     Start {
@@ -92,7 +101,10 @@ fn main() {
         )),
         Cmd::Down => commands::down(&dir),
         Cmd::Status => commands::status(&dir),
-        Cmd::Stop { cluster } => commands::stop(&dir, &cluster),
+        Cmd::Stop {
+            cluster,
+            components,
+        } => commands::stop(&dir, &cluster, &components),
         Cmd::Start {
             cluster,
             timeout_secs,

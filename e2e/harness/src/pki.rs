@@ -1,6 +1,9 @@
 //! A throwaway PKI for the local control planes: one CA, a serving certificate for
 //! 127.0.0.1/localhost shared by every API server, an admin client certificate in
-//! `system:masters`, and the service-account signing key pair.
+//! `system:masters`, and the service-account signing key pair. For a Karmada peer also the
+//! front-proxy client certificate its API server presents to aggregated API servers, and a
+//! serving certificate for the Karmada components its API server calls (the aggregated
+//! API server under its Service name, the webhook at 127.0.0.1).
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +12,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
+
+/// The common name of the front-proxy client certificate (`--requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 pub struct Pki {
     pub dir: PathBuf,
@@ -36,6 +42,19 @@ impl Pki {
     pub fn sa_pub(&self) -> PathBuf {
         self.dir.join("sa.pub")
     }
+    pub fn front_proxy_crt(&self) -> PathBuf {
+        self.dir.join("front-proxy-client.crt")
+    }
+    pub fn front_proxy_key(&self) -> PathBuf {
+        self.dir.join("front-proxy-client.key")
+    }
+    /// The directory and file names the Karmada components serve with.
+    pub fn karmada_crt(&self) -> PathBuf {
+        self.dir.join("karmada.crt")
+    }
+    pub fn karmada_key(&self) -> PathBuf {
+        self.dir.join("karmada.key")
+    }
 
     /// Creates the PKI in `dir` unless it is already complete there.
     pub fn ensure(dir: &Path) -> anyhow::Result<Pki> {
@@ -50,6 +69,10 @@ impl Pki {
             pki.admin_key(),
             pki.sa_key(),
             pki.sa_pub(),
+            pki.front_proxy_crt(),
+            pki.front_proxy_key(),
+            pki.karmada_crt(),
+            pki.karmada_key(),
         ];
         if files.iter().all(|f| f.exists()) {
             return Ok(pki);
@@ -112,6 +135,41 @@ impl Pki {
 
         let sa = KeyPair::generate()?;
 
+        // The Karmada peer's API server proxies to the aggregated API server as this
+        // client; the aggregated API server trusts the user headers it sends.
+        let fp_key = KeyPair::generate()?;
+        let mut fp = CertificateParams::new(Vec::<String>::new())?;
+        fp.distinguished_name = dn(&[(DnType::CommonName, FRONT_PROXY_CLIENT)]);
+        fp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        fp.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        validity(&mut fp);
+        let front_proxy = fp.signed_by(&fp_key, &ca, &ca_key)?;
+
+        // The aggregator verifies `<service>.<namespace>.svc`; webhooks are called by URL.
+        let karmada_key = KeyPair::generate()?;
+        let mut kp = CertificateParams::new(
+            [
+                "localhost",
+                "karmada-aggregated-apiserver.karmada-system.svc",
+                "karmada-webhook.karmada-system.svc",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )?;
+        kp.subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse()?));
+        kp.distinguished_name = dn(&[(DnType::CommonName, "karmada-peer")]);
+        kp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        kp.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        validity(&mut kp);
+        let karmada = kp.signed_by(&karmada_key, &ca, &ca_key)?;
+
         write(&pki.ca_crt(), &ca.pem())?;
         write(&dir.join("ca.key"), &ca_key.serialize_pem())?;
         write(&pki.serving_crt(), &serving.pem())?;
@@ -120,6 +178,10 @@ impl Pki {
         write(&pki.admin_key(), &admin_key.serialize_pem())?;
         write(&pki.sa_key(), &sa.serialize_pem())?;
         write(&pki.sa_pub(), &sa.public_key_pem())?;
+        write(&pki.front_proxy_crt(), &front_proxy.pem())?;
+        write(&pki.front_proxy_key(), &fp_key.serialize_pem())?;
+        write(&pki.karmada_crt(), &karmada.pem())?;
+        write(&pki.karmada_key(), &karmada_key.serialize_pem())?;
         Ok(pki)
     }
 }
