@@ -65,15 +65,8 @@ impl BundleUsers {
         &self,
         kind: WorkloadKind,
     ) -> impl futures::Stream<Item = (String, String)> + Send + 'static {
-        let rx = self.triggers.subscribe();
-        futures::stream::unfold(rx, move |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok((k, ns, name)) if k == kind => return Some(((ns, name), rx)),
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
+        watch::broadcast_stream(self.triggers.subscribe()).filter_map(move |(k, ns, name)| {
+            futures::future::ready((k == kind).then_some((ns, name)))
         })
     }
 

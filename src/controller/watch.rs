@@ -60,6 +60,22 @@ where
     })
 }
 
+/// The messages of a broadcast channel as a stream; a slow reader skips what it missed
+/// (every trigger stream this feeds also has a resync behind it).
+pub fn broadcast_stream<T: Clone + Send + 'static>(
+    rx: tokio::sync::broadcast::Receiver<T>,
+) -> impl Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => return Some((ev, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

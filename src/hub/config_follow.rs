@@ -99,16 +99,7 @@ impl ConfigFollow {
 
     /// Workloads to reconcile because config they reference changed.
     pub fn triggers(&self) -> impl futures::Stream<Item = SliceEvent> + Send + 'static {
-        let rx = self.triggers.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(ev) => return Some((ev, rx)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        watch::broadcast_stream(self.triggers.subscribe())
     }
 
     /// A watch event for `source`: its users are reconciled when it changed.

@@ -325,16 +325,7 @@ impl MemberRegistry {
     /// Slice changes in every member, as they happen (a slow reader skips ahead: the
     /// workload loops also resync on a timer).
     pub fn slice_events(&self) -> impl futures::Stream<Item = SliceEvent> + Send + 'static {
-        let rx = self.slice_events.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(ev) => return Some((ev, rx)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        crate::controller::watch::broadcast_stream(self.slice_events.subscribe())
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Member>> {

@@ -480,26 +480,20 @@ async fn write_hub_status<K: PinterestKind>(
 pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     use kube::runtime::{WatchStreamExt, reflector};
     let queue = ctx.queue(K::KIND);
+    // A slice changed in a member, or a ConfigMap or Secret a workload references changed
+    // on the hub (its bundles follow).
     let slice_changes = {
         let queue = queue.clone();
-        ctx.registry.slice_events().filter_map(move |ev| {
-            let r = (ev.kind == K::KIND).then(|| {
-                queue.triggered(Some(&ev.namespace), &ev.name);
-                reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name).within(&ev.namespace)
-            });
-            futures::future::ready(r)
-        })
-    };
-    // A ConfigMap or Secret a workload references changed on the hub: its bundles follow.
-    let config_changes = {
-        let queue = queue.clone();
-        ctx.config.triggers().filter_map(move |ev| {
-            let r = (ev.kind == K::KIND).then(|| {
-                queue.triggered(Some(&ev.namespace), &ev.name);
-                reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name).within(&ev.namespace)
-            });
-            futures::future::ready(r)
-        })
+        futures::stream::select(ctx.registry.slice_events(), ctx.config.triggers()).filter_map(
+            move |ev| {
+                let r = (ev.kind == K::KIND).then(|| {
+                    queue.triggered(Some(&ev.namespace), &ev.name);
+                    reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name)
+                        .within(&ev.namespace)
+                });
+                futures::future::ready(r)
+            },
+        )
     };
     let cache = CompactCache::<K>::default();
     let (reader, writer) = reflector::store();
@@ -527,7 +521,7 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     Controller::for_stream(queue.track_objects(main), reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .trigger_backoff(crate::controller::watch::backoff())
-        .reconcile_on(futures::stream::select(slice_changes, config_changes))
+        .reconcile_on(slice_changes)
         .reconcile_all_on(health_changes)
         .run(reconcile_cached::<K>, error_policy_cached::<K>, kind_ctx)
         .for_each(|r| {
