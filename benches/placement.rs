@@ -103,6 +103,7 @@ fn bench(c: &mut Criterion) {
         count: Count::Shards {
             total: 1000,
             completed: (0..100).collect::<BTreeSet<u32>>(),
+            parallelism: None,
         },
     };
     c.bench_function("jobset_1000_shards_over_50", |b| {

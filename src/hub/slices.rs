@@ -18,8 +18,9 @@ pub use crate::api::member_slice::{
 /// Finalizer on hub resources: their slices are removed before the resource goes.
 pub const FINALIZER: &str = "federation.pinterest.com/slices";
 
-/// Each slice's share of a job set's global parallelism: proportional to its shard count,
-/// at least 1 for a slice with shards, never more than its shards. Deterministic.
+/// Each slice's share of a job set's global parallelism, as placement charges quota for
+/// it ([`crate::placement::parallelism_shares`]): one each, the rest in proportion to its
+/// shard count, never more than its shards. Deterministic.
 pub fn divide_parallelism(
     parallelism: Option<i32>,
     shard_counts: &[(String, u64)],
@@ -30,19 +31,12 @@ pub fn divide_parallelism(
             .map(|(c, _)| (c.clone(), None))
             .collect();
     };
-    let total: u64 = shard_counts.iter().map(|(_, n)| *n).sum();
+    let held: Vec<u64> = shard_counts.iter().map(|(_, n)| *n).collect();
+    let shares = crate::placement::parallelism_shares(u32::try_from(p.max(0)).unwrap_or(0), &held);
     shard_counts
         .iter()
-        .map(|(c, n)| {
-            if *n == 0 || total == 0 {
-                return (c.clone(), Some(0));
-            }
-            let share = (u64::try_from(p.max(0)).unwrap_or(0) * n) / total;
-            (
-                c.clone(),
-                Some(i32::try_from(share.clamp(1, *n)).unwrap_or(i32::MAX)),
-            )
-        })
+        .zip(shares)
+        .map(|((c, _), s)| (c.clone(), Some(i32::try_from(s).unwrap_or(i32::MAX))))
         .collect()
 }
 

@@ -13,8 +13,9 @@ use crate::placement::from_quota;
 use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
 use crate::placement::{Cause, PlanInput, plan};
 
-/// What a workload requests of the federation in total. Replicas, unfinished shards and
-/// every pod of a gang count once each; a cron job counts one pod; a daemon one pod per
+/// What a workload requests of the federation in total. Replicas, unfinished shards (at
+/// most the job set's parallelism: that many run at once) and every pod of a gang count
+/// once each; a cron job counts one pod; a daemon one pod per
 /// cluster it may run in (`daemon_clusters`, at least one).
 pub fn requested(demand: &Demand, daemon_clusters: u32) -> Resources {
     let pod = demand.pod.resources.as_pod_request();
@@ -28,9 +29,13 @@ pub fn requested(demand: &Demand, daemon_clusters: u32) -> Resources {
     };
     match &demand.count {
         Count::Replicas(n) => times(&pod, u64::from(*n)),
-        Count::Shards { total, completed } => {
-            let left = (0..*total).filter(|i| !completed.contains(i)).count() as u64;
-            times(&pod, left)
+        Count::Shards {
+            total,
+            completed,
+            parallelism,
+        } => {
+            let left = u64::from(*total) - completed.iter().filter(|&&i| i < *total).count() as u64;
+            times(&pod, parallelism.map_or(left, |p| left.min(u64::from(p))))
         }
         Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {
             let p = role
@@ -286,10 +291,20 @@ mod tests {
             &demand(Count::Shards {
                 total: 10,
                 completed: BTreeSet::from([0, 1, 2]),
+                parallelism: None,
             }),
             3,
         );
         assert_eq!(r.pods, 7, "completed shards do not count");
+        let r = requested(
+            &demand(Count::Shards {
+                total: 1000,
+                completed: BTreeSet::from([0, 1, 2]),
+                parallelism: Some(10),
+            }),
+            3,
+        );
+        assert_eq!(r.pods, 10, "a job set runs at most its parallelism at once");
         let gpu_pod = PodShape {
             resources: Resources::pod(Milli(4000), Milli(0), 2),
             ..Default::default()
@@ -436,8 +451,9 @@ mod tests {
         /// what the hub charges its quota book for a whole placement is `requested`.
         #[test]
         fn the_jss_admits_exactly_what_the_hub_places_within_quota(
-            kind in 0u8..4,
+            kind in 0u8..5,
             n in 1u32..12,
+            par in 1u32..12,
             cpu_m in 1i128..3000,
             hard_pods in 1i64..30,
             hard_cpu_m in 1i128..40_000,
@@ -447,7 +463,8 @@ mod tests {
         ) {
             let count = match kind {
                 0 => Count::Replicas(n),
-                1 => Count::Shards { total: n, completed: done.into_iter().filter(|i| *i < n).collect() },
+                1 => Count::Shards { total: n, completed: done.into_iter().filter(|i| *i < n).collect(), parallelism: None },
+                4 => Count::Shards { total: n, completed: done.into_iter().filter(|i| *i < n).collect(), parallelism: Some(par) },
                 2 => Count::Gang(vec![
                     crate::placement::GangRole { role: "Master".into(), replicas: 1, pod: None },
                     crate::placement::GangRole { role: "Worker".into(), replicas: n, pod: None },

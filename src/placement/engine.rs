@@ -19,7 +19,7 @@ use super::model::{
     Strategy, untolerated,
 };
 use super::quota_admit::Admits;
-use super::shards::assign_shards;
+use super::shards::{assign_shards, parallelism_shares};
 use super::text;
 use crate::api::ranges::RangeSet;
 
@@ -115,9 +115,14 @@ pub fn plan(input: &PlanInput<'_>) -> Outcome {
         (Count::Whole, _) => place_daemon(&ctx, &mut out),
         (Count::Replicas(n), Strategy::Duplicated) => place_duplicated(&ctx, *n, &mut out),
         (Count::Replicas(n), _) => place_replicas(&ctx, *n, strategy, &mut out),
-        (Count::Shards { total, completed }, _) => {
-            place_shards(&ctx, *total, completed, strategy, &mut out)
-        }
+        (
+            Count::Shards {
+                total,
+                completed,
+                parallelism,
+            },
+            _,
+        ) => place_shards(&ctx, *total, completed, *parallelism, strategy, &mut out),
     }
     out.finish()
 }
@@ -468,15 +473,23 @@ fn shares_for(
     strategy: Strategy,
     out: &mut Builder,
 ) -> Vec<u32> {
+    let (shares, warning) = shares_and_warning(ctx, asked, current, strategy);
+    out.warnings.extend(warning);
+    shares
+}
+
+fn shares_and_warning(
+    ctx: &Ctx,
+    asked: u64,
+    current: &BTreeMap<String, u32>,
+    strategy: Strategy,
+) -> (Vec<u32>, Option<String>) {
     let target = asked.min(ctx.total_quota.pods);
     if strategy == Strategy::Single {
-        return single_shares(ctx, target);
+        return (single_shares(ctx, target), None);
     }
     let a = apportion(&seats(ctx, current), target, ctx.input.policy.spread);
-    if let Some(w) = a.spread_shortfall {
-        out.warnings.push(w);
-    }
-    a.shares
+    (a.shares, a.spread_shortfall)
 }
 
 /// Single: all of `target` on one cluster — the current one while it holds everything,
@@ -537,6 +550,7 @@ fn place_shards(
     ctx: &Ctx,
     total: u32,
     completed: &BTreeSet<u32>,
+    parallelism: Option<u32>,
     strategy: Strategy,
     out: &mut Builder,
 ) {
@@ -572,7 +586,16 @@ fn place_shards(
         .iter()
         .map(|(c, s)| (c.clone(), u32::try_from(s.len()).unwrap_or(u32::MAX)))
         .collect();
-    let shares = shares_for(ctx, asked, &counts, strategy, out);
+    let bounded = parallelism
+        .filter(|&p| u64::from(p) < asked)
+        .and_then(|p| bounded_shard_counts(ctx, p, asked, &counts, strategy));
+    let shares = match bounded {
+        Some((shares, warnings)) => {
+            out.warnings.extend(warnings);
+            shares
+        }
+        None => shares_for(ctx, asked, &counts, strategy, out),
+    };
     let new_counts: BTreeMap<String, u32> = ctx
         .candidates
         .iter()
@@ -581,16 +604,148 @@ fn place_shards(
         .map(|(c, s)| (c.name().to_string(), *s))
         .collect();
     let assigned = assign_shards(&remaining, &current, &new_counts);
+    // Room is taken by the pods that run at once (each cluster's part of the parallelism),
+    // as far as it goes.
+    let held: Vec<u64> = ctx
+        .candidates
+        .iter()
+        .map(|c| assigned.get(c.name()).map_or(0, RangeSet::len))
+        .collect();
+    let running = parallelism.map_or_else(|| held.clone(), |p| parallelism_shares(p, &held));
     let mut placed = 0u64;
-    for c in ctx.candidates {
+    for (i, c) in ctx.candidates.iter().enumerate() {
         if let Some(set) = assigned.get(c.name()) {
             placed += set.len();
             out.place(c.name(), None, Some(set.to_string()));
-            out.bindings.extend(pack(c.view, ctx.pod(), set.len()));
+            out.bindings.extend(pack(c.view, ctx.pod(), running[i]));
         }
     }
     let used: Vec<&Candidate> = ctx.candidates.iter().collect();
     shortfall(ctx, out, "shards", asked, placed, &used);
+}
+
+/// Shard counts for a job set whose parallelism `p` is below its `asked` unfinished shards:
+/// only `p` pods run at once, so room, max and quota bound those running seats, and the
+/// shards follow the seats. First the `p` seats are divided like replicas (sticking to each
+/// cluster's current part); then the shards in proportion to the seats, each cluster
+/// keeping the shards it holds where it can (max bounds its shards).
+///
+/// Quota is a hard limit on what the slices run at once ([`parallelism_shares`] of the
+/// counts); room is not: with room for fewer than `p`, every shard is still placed, fewer
+/// run at once and the rest wait (a warning says so), so a lost cluster's shards move to
+/// the survivors without taking any from them. Shards beyond every max stay unplaced.
+/// `None` when the quota does not admit `p` at once or nothing fits (then every shard is a
+/// seat, as without parallelism).
+fn bounded_shard_counts(
+    ctx: &Ctx,
+    p: u32,
+    asked: u64,
+    held: &BTreeMap<String, u32>,
+    strategy: Strategy,
+) -> Option<(Vec<u32>, Vec<String>)> {
+    if ctx.total_quota.pods < u64::from(p) {
+        return None;
+    }
+    let held_now: Vec<u64> = ctx
+        .candidates
+        .iter()
+        .map(|c| u64::from(held.get(c.name()).copied().unwrap_or(0)))
+        .collect();
+    let running_now: BTreeMap<String, u32> = ctx
+        .candidates
+        .iter()
+        .zip(parallelism_shares(p, &held_now))
+        .map(|(c, r)| (c.name().to_string(), u32::try_from(r).unwrap_or(u32::MAX)))
+        .collect();
+    let (running, warning) = shares_and_warning(ctx, u64::from(p), &running_now, strategy);
+    let at_once: u64 = running.iter().map(|&r| u64::from(r)).sum();
+    if at_once == 0 {
+        return None;
+    }
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+    if at_once < u64::from(p) {
+        warnings.push(format!(
+            "parallelism {p}: room for {at_once} at once now; the other shards wait"
+        ));
+    }
+    // Each cluster keeps the shards it holds (up to its max) while it has running seats;
+    // the rest go in proportion to the running seats.
+    let caps: Vec<u64> = ctx
+        .candidates
+        .iter()
+        .zip(&running)
+        .map(|(c, &r)| {
+            if r == 0 {
+                0
+            } else {
+                c.bounds.max.map_or(u64::MAX, u64::from)
+            }
+        })
+        .collect();
+    let mut counts_u64: Vec<u64> = held_now
+        .iter()
+        .zip(&caps)
+        .map(|(&h, &c)| h.min(c))
+        .collect();
+    let kept: u64 = counts_u64.iter().sum();
+    let weights: Vec<u64> = running.iter().map(|&r| u64::from(r)).collect();
+    // What max leaves over stays unplaced (the shortfall says why).
+    distribute(asked.saturating_sub(kept), &weights, &caps, &mut counts_u64);
+    let counts: Vec<u32> = counts_u64
+        .iter()
+        .map(|&n| u32::try_from(n).unwrap_or(u32::MAX))
+        .collect();
+    let parts = parallelism_shares(p, &counts_u64);
+    let within_quota = ctx
+        .candidates
+        .iter()
+        .zip(&parts)
+        .all(|(c, &r)| r <= c.quota.pods);
+    (within_quota && parts.iter().sum::<u64>() <= ctx.total_quota.pods)
+        .then_some((counts, warnings))
+}
+
+/// Adds `n` to `counts` in proportion to `weights` (largest remainders, ties to the earlier
+/// entry), never past `caps`; what a capped entry cannot take goes round again to the
+/// others. Closed form per round and at most one round per entry, so a job set of
+/// millions of shards costs no more than one of ten. Returns what the caps could not hold.
+fn distribute(mut n: u64, weights: &[u64], caps: &[u64], counts: &mut [u64]) -> u64 {
+    while n > 0 {
+        let open: Vec<usize> = (0..counts.len())
+            .filter(|&i| weights[i] > 0 && counts[i] < caps[i])
+            .collect();
+        let total: u128 = open.iter().map(|&i| u128::from(weights[i])).sum();
+        if total == 0 {
+            return n;
+        }
+        let mut given = 0u64;
+        let mut remainders = Vec::with_capacity(open.len());
+        let mut add = vec![0u64; counts.len()];
+        for &i in &open {
+            let q = u128::from(n) * u128::from(weights[i]);
+            add[i] = u64::try_from(q / total).unwrap_or(u64::MAX);
+            given += add[i];
+            remainders.push((q % total, i));
+        }
+        remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &(_, i) in remainders
+            .iter()
+            .take(usize::try_from(n - given).unwrap_or(0))
+        {
+            add[i] += 1;
+        }
+        let mut placed = 0u64;
+        for &i in &open {
+            let take = add[i].min(caps[i] - counts[i]);
+            counts[i] += take;
+            placed += take;
+        }
+        if placed == 0 {
+            return n;
+        }
+        n -= placed;
+    }
+    0
 }
 
 /// Duplicated replicas: every eligible cluster that holds all `n` runs all `n`, as far as

@@ -186,10 +186,39 @@ fn tighter(a: &QuotaUse, b: &QuotaUse) -> QuotaUse {
 }
 
 /// What a decision charges against quota, per cluster: the requests of the pods it
-/// places (a shard is one pod, a gang all its pods, a whole daemon or cron job one pod).
+/// places (a replica is one pod, a gang all its pods, a whole daemon or cron job one pod,
+/// a job set the pods it runs at once: its unfinished shards there, or with parallelism
+/// that cluster's part of it).
 pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resources> {
     let per_pod = demand.pod.resources.as_pod_request();
     let mut out = BTreeMap::new();
+    if let Count::Shards {
+        parallelism: Some(p),
+        ..
+    } = &demand.count
+    {
+        let held: Vec<u64> = decision
+            .placements
+            .iter()
+            .map(|pl| {
+                pl.shards
+                    .as_deref()
+                    .and_then(|s| RangeSet::parse(s).ok())
+                    .map_or(0, |r| r.len())
+            })
+            .collect();
+        for (pl, n) in decision
+            .placements
+            .iter()
+            .zip(super::parallelism_shares(*p, &held))
+        {
+            out.insert(
+                pl.cluster.clone(),
+                per_pod.checked_mul(n).unwrap_or(Resources::ZERO),
+            );
+        }
+        return out;
+    }
     for p in &decision.placements {
         let r = match &demand.count {
             Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {

@@ -198,6 +198,7 @@ pub fn demand_for(
             Count::Shards {
                 total,
                 completed: completed.iter().collect::<BTreeSet<u32>>(),
+                parallelism: j.spec.parallelism.and_then(|p| u32::try_from(p).ok()),
             }
         }
         WorkloadRef::TrainingJob(t) => Count::Gang(

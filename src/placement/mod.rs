@@ -40,3 +40,4 @@ pub use model::{
     QuotaUse, QuotaView, Requirement, Resources, Selector, SelectorOperator, Spread, Strategy,
     Taint, TaintEffect, Toleration, TolerationOperator,
 };
+pub use shards::parallelism_shares;

@@ -436,10 +436,13 @@ pub enum Count {
     /// `n` interchangeable replicas (services, stateful sets).
     Replicas(u32),
     /// Shard indices `0..total` of a job set, one pod each; completed shards are never
-    /// placed again.
+    /// placed again. With `parallelism` below the unfinished shards, at most that many run
+    /// at once: capacity and quota then bound the running pods, not the shards
+    /// ([`super::parallelism_shares`]).
     Shards {
         total: u32,
         completed: BTreeSet<u32>,
+        parallelism: Option<u32>,
     },
     /// A training job: every pod of every role in one cluster, or nothing.
     Gang(Vec<GangRole>),

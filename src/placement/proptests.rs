@@ -357,9 +357,9 @@ proptest! {
     fn shards_are_disjoint_never_completed_and_cover_the_rest(
         clusters in arb_clusters(), pod in arb_pod(), policy in arb_policy(),
         total in 0u32..120, completed in prop::collection::btree_set(0u32..130, 0..40),
-        lost in 0usize..6,
+        lost in 0usize..6, parallelism in prop::option::of(1u32..60),
     ) {
-        let demand = Demand { pod, count: Count::Shards { total, completed: completed.clone() } };
+        let demand = Demand { pod, count: Count::Shards { total, completed: completed.clone(), parallelism } };
         let check = |o: &Outcome| -> Result<(), TestCaseError> {
             let mut seen = BTreeSet::new();
             for (c, ranges) in o.decision.shard_sets().unwrap() {
@@ -379,7 +379,13 @@ proptest! {
         };
         let o = run(&clusters, &policy, &demand, None, None);
         check(&o)?;
-        check_bindings(&clusters, &o, true)?;
+        // With parallelism a cluster binds the pods it runs at once, its part of it.
+        check_bindings(&clusters, &o, parallelism.is_none())?;
+        if let Some(p) = parallelism {
+            let held: Vec<u64> = o.decision.shard_sets().unwrap().values().map(|r| r.len()).collect();
+            let bound: u64 = o.bindings.iter().map(|b| b.pods).sum();
+            prop_assert!(bound <= crate::placement::parallelism_shares(p, &held).iter().sum::<u64>());
+        }
         prop_assert_eq!(&run(&clusters, &policy, &demand, None, Some(&o.decision)).decision, &o.decision);
         // Failover: the survivors keep every unfinished shard they had.
         let mut after_clusters = clusters.clone();
@@ -396,7 +402,7 @@ proptest! {
             if *c == clusters[lost].name { continue; }
             let now_set: BTreeSet<u32> = now.get(c).into_iter().flat_map(|s| s.iter()).collect();
             for i in r.iter() {
-                prop_assert!(now_set.contains(&i), "{c} lost shard {i}");
+                prop_assert!(now_set.contains(&i), "{c} lost shard {i}: {:?} -> {:?}", before.decision, after.decision);
             }
         }
     }

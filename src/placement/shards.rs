@@ -50,6 +50,50 @@ pub(crate) fn assign_shards(
     out
 }
 
+/// Each cluster's part of a job set's parallelism `p`, given how many unfinished shards it
+/// holds (`held`, in cluster order): every cluster with shards gets one (it must make
+/// progress), the rest of `p` goes in proportion to the shards beyond that one (largest
+/// remainders, ties to the earlier cluster), and no cluster gets more than it holds. The sum
+/// is exactly `min(p, Σ held)` whenever `p` covers one per cluster with shards (placement
+/// never makes more clusters than that); otherwise each still gets one.
+///
+/// The slice of each cluster runs at most its part at once, and quota charges that part:
+/// the hub, the JSS and the agent all read it from here.
+pub fn parallelism_shares(p: u32, held: &[u64]) -> Vec<u64> {
+    let p = u64::from(p);
+    let total: u64 = held.iter().sum();
+    if p >= total {
+        return held.to_vec();
+    }
+    let with_shards = held.iter().filter(|&&n| n > 0).count() as u64;
+    let mut shares: Vec<u64> = held.iter().map(|&n| u64::from(n > 0)).collect();
+    if p <= with_shards {
+        return shares;
+    }
+    // p < total, so the rest is below Σ(held - 1) and every share stays within its shards.
+    let rest = p - with_shards;
+    let beyond: Vec<u64> = held.iter().map(|&n| n.saturating_sub(1)).collect();
+    let pool = u128::from(total - with_shards);
+    let mut remainders = Vec::with_capacity(held.len());
+    let mut given = 0u64;
+    for (i, &b) in beyond.iter().enumerate() {
+        let q = u128::from(rest) * u128::from(b);
+        let floor = u64::try_from(q / pool).unwrap_or(u64::MAX);
+        shares[i] += floor;
+        given += floor;
+        remainders.push((q % pool, i));
+    }
+    // Largest remainder first, then the earlier cluster.
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders
+        .iter()
+        .take(usize::try_from(rest - given).unwrap_or(0))
+    {
+        shares[i] += 1;
+    }
+    shares
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +161,38 @@ mod tests {
             &counts(&[("a", 3), ("b", 1)]),
         );
         assert_eq!(show(&out), ["a:0-2", "b:3"]);
+    }
+
+    #[test]
+    fn parallelism_is_shared_in_proportion_one_each_and_sums_to_it() {
+        assert_eq!(parallelism_shares(10, &[60, 30, 1]), [6, 3, 1]);
+        assert_eq!(parallelism_shares(10, &[5, 5]), [5, 5]);
+        assert_eq!(
+            parallelism_shares(100, &[2, 0]),
+            [2, 0],
+            "never more than held"
+        );
+        assert_eq!(
+            parallelism_shares(2, &[100, 100, 100]),
+            [1, 1, 1],
+            "one each"
+        );
+        assert_eq!(parallelism_shares(3, &[0, 7, 0, 2]), [0, 2, 0, 1]);
+        assert_eq!(parallelism_shares(5, &[]), Vec::<u64>::new());
+        for p in 1..40u32 {
+            for held in [[9u64, 4, 1], [13, 13, 13], [1, 1, 30], [0, 50, 3]] {
+                let s = parallelism_shares(p, &held);
+                let total: u64 = held.iter().sum();
+                let k = held.iter().filter(|&&n| n > 0).count() as u64;
+                assert_eq!(
+                    s.iter().sum::<u64>(),
+                    u64::from(p).min(total).max(k),
+                    "{p} {held:?}"
+                );
+                for (sh, n) in s.iter().zip(&held) {
+                    assert!(sh <= n && (*n == 0 || *sh >= 1), "{p} {held:?} {s:?}");
+                }
+            }
+        }
     }
 }

@@ -51,6 +51,7 @@ fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
         count: Count::Shards {
             total,
             completed: completed.iter().copied().collect(),
+            parallelism: None,
         },
     }
 }
@@ -624,6 +625,97 @@ fn completed_shards_shrink_the_work_without_moving_anything() {
     );
 }
 
+#[test]
+fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once() {
+    let bounded = |completed: &[u32]| Demand {
+        pod: pod("2", "1Gi", 0),
+        count: Count::Shards {
+            total: 1000,
+            completed: completed.iter().copied().collect(),
+            parallelism: Some(10),
+        },
+    };
+    // A quota of 20 cpu holds 10 pods of 2 cpu at once: every one of 1,000 shards is
+    // placed, in proportion to room, and the quota is charged 10 pods.
+    let quota = cpu_quota("100", "80");
+    let o = run(&local3(), &divided(), &bounded(&[]), Some(&quota), None);
+    assert_eq!(o.decision.unplaced, 0, "{:?}", o.decision.reason);
+    let held: Vec<u64> = o
+        .decision
+        .shard_sets()
+        .unwrap()
+        .values()
+        .map(|r| r.len())
+        .collect();
+    assert_eq!(held.iter().sum::<u64>(), 1000);
+    let charged = from_quota::usage_of(&o.decision, &bounded(&[]));
+    assert_eq!(
+        charged.values().map(|r| r.pods).sum::<i64>(),
+        10,
+        "charged {charged:?}"
+    );
+    assert_eq!(
+        o.bindings.iter().map(|b| b.pods).sum::<u64>(),
+        10,
+        "room is taken for the pods that run at once"
+    );
+    // 18 cpu left holds 9 at once: not the parallelism, so each shard is a seat again and
+    // the quota refuses the rest with its numbers.
+    let o = run(
+        &local3(),
+        &divided(),
+        &bounded(&[]),
+        Some(&cpu_quota("100", "82")),
+        None,
+    );
+    assert_eq!(o.cause, Some(Cause::QuotaExceeded));
+    assert_eq!(o.decision.unplaced, 991);
+    // A re-plan keeps every shard where it is; completed shards leave their cluster.
+    let first = run(&local3(), &divided(), &bounded(&[]), None, None).decision;
+    assert_eq!(
+        run(&local3(), &divided(), &bounded(&[]), None, Some(&first)).decision,
+        first
+    );
+    let done: Vec<u32> = (0..200).collect();
+    let later = run(&local3(), &divided(), &bounded(&done), None, Some(&first)).decision;
+    for (c, now) in later.shard_sets().unwrap() {
+        let had = &first.shard_sets().unwrap()[&c];
+        assert!(
+            now.iter().all(|i| had.iter().any(|j| j == i)),
+            "{c} got new shards"
+        );
+    }
+}
+
+#[test]
+fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
+    // Room for 3 pods of 2 cpu in all; parallelism 8: every shard is placed, 3 run at once.
+    let small = vec![
+        cluster("a", "z1", vec![node("n", "2", 10)]),
+        cluster("b", "z2", vec![node("n", "4", 10)]),
+    ];
+    let d = Demand {
+        pod: pod("2", "1Gi", 0),
+        count: Count::Shards {
+            total: 30,
+            completed: BTreeSet::new(),
+            parallelism: Some(8),
+        },
+    };
+    let o = run(&small, &divided(), &d, None, None);
+    assert_eq!(o.decision.unplaced, 0);
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Divided","placements":[{"cluster":"a","shards":"0-9"},{"cluster":"b","shards":"10-29"}],"unplaced":0,"reason":null}"#
+    );
+    assert!(
+        o.warnings.iter().any(|w| w.contains("room for 3 at once")),
+        "{:?}",
+        o.warnings
+    );
+    assert_eq!(o.bindings.iter().map(|b| b.pods).sum::<u64>(), 3);
+}
+
 // ---------------------------------------------------------------- gangs, single, duplicated
 
 fn training(workers: u32, gpus: i64) -> Demand {
@@ -911,6 +1003,12 @@ fn empty_and_degenerate_inputs_do_not_panic() {
         Count::Shards {
             total: u32::MAX,
             completed: BTreeSet::from([0, 5, u32::MAX]),
+            parallelism: None,
+        },
+        Count::Shards {
+            total: u32::MAX,
+            completed: BTreeSet::from([0, 5, u32::MAX]),
+            parallelism: Some(u32::MAX - 7),
         },
         Count::Gang(vec![]),
         Count::Gang(vec![
