@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 /// Label: who manages a generated object (always `pinfed`).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -503,17 +505,101 @@ pub fn int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"x-kubernetes-int-or-string": true, "nullable": true})
 }
 
-/// Schema for a field holding a Kubernetes PodTemplateSpec. k8s-openapi types carry no
-/// JSON schema here, so the API server keeps the object as given and the expansion engine
-/// deserializes it into the typed PodTemplateSpec (reporting bad fields as Invalid).
-pub fn pod_template_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true
-    })
+/// Schema for a field holding a Kubernetes PodTemplateSpec: the Kubernetes type's own
+/// schema (k8s-openapi's, from the Kubernetes OpenAPI document), inlined, so the API server
+/// checks every field's type and `kubectl explain` describes it. Its `metadata` is cut to
+/// [`template_metadata_schema`].
+pub fn pod_template_schema(generator: &mut SchemaGenerator) -> Schema {
+    kubernetes_schema::<PodTemplateSpec>(generator)
 }
 
-/// Schema for a required Kubernetes object kept as given (e.g. a Container).
+/// Like [`pod_template_schema`], but immutable once set (JobSet templates). The rule
+/// compares whole objects, which CEL's cost estimator prices by the object's top-level
+/// size, not its depth, so the typed template stays within the CRD's cost budget.
+pub fn immutable_pod_template_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = pod_template_schema(generator);
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        json!([{
+            "rule": "self == oldSelf",
+            "message": TEMPLATE_IMMUTABLE_MESSAGE
+        }]),
+    );
+    schema
+}
+
+/// What the API server answers to an edit of a JobSet's template.
+pub const TEMPLATE_IMMUTABLE_MESSAGE: &str =
+    "template is immutable once the JobSet exists; create a new JobSet instead";
+
+/// Schema for a list of PersistentVolumeClaim templates: the Kubernetes type's schema, with
+/// each claim's `metadata` cut to [`template_metadata_schema`].
+pub fn claim_templates_schema(generator: &mut SchemaGenerator) -> Schema {
+    kubernetes_schema::<Vec<PersistentVolumeClaim>>(generator)
+}
+
+/// The schema k8s-openapi generates for `T`, with every ObjectMeta in it (a template's, an
+/// ephemeral volume's claim template's) cut to [`template_metadata_schema`].
+fn kubernetes_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<T>().to_value();
+    cut_object_metas(&mut schema);
+    Schema::try_from(schema).expect("a schema stays a schema")
+}
+
+/// Replaces every property `metadata` that holds a full ObjectMeta schema.
+fn cut_object_metas(schema: &mut serde_json::Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(properties) = object.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        for (name, property) in properties.iter_mut() {
+            if name == "metadata" && is_object_meta(property) {
+                let description = property.get("description").cloned();
+                *property = template_metadata_schema(description);
+            } else {
+                cut_object_metas(property);
+            }
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub) = object.get_mut(key) {
+            cut_object_metas(sub);
+        }
+    }
+}
+
+fn is_object_meta(schema: &serde_json::Value) -> bool {
+    ["managedFields", "ownerReferences", "resourceVersion"]
+        .iter()
+        .all(|f| schema.pointer(&format!("/properties/{f}")).is_some())
+}
+
+/// `metadata` of an object inside a spec (a pod template, a claim template): its name,
+/// labels and annotations. The rest of an ObjectMeta (uid, resourceVersion, ownerReferences,
+/// managedFields...) is the API server's to write on the objects made from the template;
+/// Kubernetes ignores it in templates, and the API server prunes it here.
+fn template_metadata_schema(description: Option<serde_json::Value>) -> serde_json::Value {
+    let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "Name of the object made from the template, where the kind uses one (claim templates)."},
+            "labels": string_map.clone(),
+            "annotations": string_map,
+        }
+    });
+    if let Some(d) = description {
+        schema["description"] = d;
+    }
+    schema["properties"]["labels"]["description"] =
+        "Labels of the objects made from the template.".into();
+    schema["properties"]["annotations"]["description"] =
+        "Annotations of the objects made from the template.".into();
+    schema
+}
+
+/// Schema for a required Kubernetes object kept as given (a RuntimeProfile's sidecar
+/// container, a MemberSlice's slice).
 pub fn embedded_object_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
@@ -521,20 +607,8 @@ pub fn embedded_object_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Like [`pod_template_schema`], but immutable once set (JobSet templates).
-pub fn immutable_pod_template_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "x-kubernetes-validations": [{
-            "rule": "self == oldSelf",
-            "message": "template is immutable once the JobSet exists; create a new JobSet instead"
-        }]
-    })
-}
-
-/// Schema for a list of Kubernetes objects kept as given (PVC templates, volumes,
-/// containers).
+/// Schema for a list of Kubernetes objects kept as given (a RuntimeProfile's containers,
+/// env, volumes and mounts).
 pub fn preserved_object_list_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",

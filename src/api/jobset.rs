@@ -81,7 +81,7 @@ pub struct PinterestJobSetSpec {
     /// PersistentVolumeClaim templates; each shard gets its own claim, mounted where the
     /// pod template's volumeMounts name the template.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "preserved_object_list_schema")]
+    #[schemars(schema_with = "claim_templates_schema")]
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
     /// Seconds after a shard's Job finishes before Kubernetes deletes it. A completed shard
     /// is recorded in status and never runs again.

@@ -56,7 +56,7 @@ pub struct PinterestStatefulSetSpec {
     pub template: PodTemplateSpec,
     /// PersistentVolumeClaim templates; each pod gets its own claims.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "preserved_object_list_schema")]
+    #[schemars(schema_with = "claim_templates_schema")]
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
     /// Voluntary-disruption budget. Default: maxUnavailable 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -368,8 +368,8 @@ mod tests {
             "self == oldSelf"
         );
         assert_eq!(
-            spec["template"]["x-kubernetes-preserve-unknown-fields"],
-            true
+            spec["template"]["x-kubernetes-validations"][0]["message"],
+            super::super::common::TEMPLATE_IMMUTABLE_MESSAGE
         );
         assert!(
             spec["assignedShards"]["pattern"]
@@ -384,6 +384,93 @@ mod tests {
             tj["spec"]["properties"]["framework"]["enum"],
             serde_json::json!(["pytorch", "tensorflow"])
         );
+    }
+
+    /// The pod template of `kind` (a training job's: of a role).
+    fn pod_template(kind: &str) -> Value {
+        let spec = schema(kind)["spec"]["properties"].clone();
+        match kind {
+            "PinterestTrainingJob" => {
+                spec["replicaSpecs"]["additionalProperties"]["properties"]["template"].clone()
+            }
+            _ => spec["template"].clone(),
+        }
+    }
+
+    #[test]
+    fn every_workload_kind_has_the_kubernetes_pod_template_schema() {
+        for kind in WorkloadKind::ALL {
+            let t = pod_template(kind.as_str());
+            assert_eq!(t["type"], "object", "{kind}");
+            assert!(
+                t.get("x-kubernetes-preserve-unknown-fields").is_none(),
+                "{kind}: the template is typed, not kept as given"
+            );
+            let pod = &t["properties"]["spec"];
+            assert_eq!(pod["required"], serde_json::json!(["containers"]), "{kind}");
+            let container = &pod["properties"]["containers"]["items"];
+            assert_eq!(container["required"], serde_json::json!(["name"]), "{kind}");
+            assert_eq!(container["properties"]["image"]["type"], "string", "{kind}");
+            assert_eq!(
+                container["properties"]["ports"]["items"]["properties"]["containerPort"]["type"],
+                "integer",
+                "{kind}"
+            );
+            assert_eq!(
+                container["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+                    ["x-kubernetes-int-or-string"],
+                true,
+                "{kind}: quantities are numbers or strings"
+            );
+            assert!(
+                container["properties"]["resources"]["properties"]["limits"]["description"]
+                    .is_string(),
+                "{kind}: kubectl explain describes the fields"
+            );
+            // The template's metadata is a name, labels and annotations, not a whole
+            // ObjectMeta.
+            let meta = &t["properties"]["metadata"]["properties"];
+            let mut fields: Vec<_> = meta.as_object().unwrap().keys().cloned().collect();
+            fields.sort();
+            assert_eq!(fields, ["annotations", "labels", "name"], "{kind}");
+            assert_eq!(meta["labels"]["additionalProperties"]["type"], "string");
+        }
+    }
+
+    #[test]
+    fn claim_templates_are_typed_with_a_cut_metadata() {
+        for kind in ["PinterestJobSet", "PinterestStatefulSet"] {
+            let claim = &schema(kind)["spec"]["properties"]["volumeClaimTemplates"]["items"];
+            assert!(claim.get("x-kubernetes-preserve-unknown-fields").is_none());
+            assert_eq!(
+                claim["properties"]["metadata"]["properties"]["name"]["type"],
+                "string"
+            );
+            assert!(claim["properties"]["metadata"]["properties"]["uid"].is_null());
+            assert_eq!(
+                claim["properties"]["spec"]["properties"]["accessModes"]["items"]["type"],
+                "string"
+            );
+        }
+    }
+
+    /// Every CRD is one object in etcd (at most about 1.5 MB) and one request (3 MiB). The
+    /// sizes are in docs/expansion.md ("What the API server checks").
+    #[test]
+    fn every_crd_is_self_contained_and_far_below_the_api_servers_object_limit() {
+        for crd in crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let json = serde_json::to_string(&crd).unwrap();
+            assert!(
+                !json.contains("\"$ref\""),
+                "{name}: every subschema is inlined"
+            );
+            assert!(
+                json.len() < 800 * 1024,
+                "{name} is {} bytes of JSON; the API server stores at most ~1.5 MB",
+                json.len()
+            );
+        }
     }
 
     #[test]

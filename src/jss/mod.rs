@@ -201,7 +201,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
                 h = &mut connect => break h.context("loading members, runtime profiles and quotas from the hub")?,
                 _ = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
                     "still waiting for the hub's MemberCluster, RuntimeProfile and FederatedQuota \
-                     lists (are the CRDs installed? `pinfed crds | kubectl apply -f -`)"
+                     lists (are the CRDs installed? `pinfed crds | kubectl apply --server-side -f -`)"
                 ),
             }
         };
