@@ -367,6 +367,7 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
         members.iter().map(|m| (m.clone(), restarts)).collect();
     let mut killed = 0;
     let mut takeovers = Vec::new();
+    let mut member_restarts = Vec::new();
     while killed < kills || restarts_left.iter().any(|(_, r)| *r > 0) {
         tokio::time::sleep(Duration::from_secs(4)).await;
         if killed < kills {
@@ -396,12 +397,17 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
                 String::from_utf8_lossy(&out.stderr)
             );
             tokio::time::sleep(Duration::from_secs(10)).await;
-            let out = run_harness(&["start", m]);
+            // A member API server under this load (a thousand workloads' objects to cache
+            // again, two hubs and the agents on the same cores) can take minutes to pass
+            // /readyz; the harness says which checks still fail if it never does.
+            let back = Instant::now();
+            let out = run_harness(&["start", m, "--timeout-secs", "600"]);
             assert!(
                 out.status.success(),
                 "start {m}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
+            member_restarts.push(back.elapsed());
             *left -= 1;
         }
     }
@@ -508,8 +514,8 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
         );
     }
     eprintln!(
-        "chaos: {n} workloads, {killed} leader kills (takeovers {takeovers:?}), {} member restarts of {members:?}; \
-         chaos {chaos_for:?}, converged {converged_after:?} after; {} shard completions cut off by a restart: {twice:?}",
+        "chaos: {n} workloads, {killed} leader kills (takeovers {takeovers:?}), {} member restarts of {members:?} \
+         (API server ready again after {member_restarts:?}); chaos {chaos_for:?}, converged {converged_after:?} after; {} shard completions cut off by a restart: {twice:?}",
         restarts * members.len(),
         twice.len()
     );

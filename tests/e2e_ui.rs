@@ -783,6 +783,19 @@ async fn quotas_and_owners_show_what_each_team_uses() {
         team.contains(&format!("{}/api", ns.name)) && team.contains("ads@pinterest.com"),
         "{team}"
     );
+    // The built-in profile's expiryDays (90): the row says when, and that it is not past.
+    let expires = b
+        .text("section[data-team=ads] tr[data-expired=false] td.expires")
+        .await;
+    let at: k8s_openapi::jiff::Timestamp = expires
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("expiry cell {expires:?}: {e}"));
+    let days = (at.as_second() - k8s_openapi::jiff::Timestamp::now().as_second()) / 86_400;
+    assert!(
+        (88..=90).contains(&days),
+        "expires in {days} days: {expires}"
+    );
     b.screenshot("owners").await;
     b.assert_no_console_errors("quotas and owners").await;
     b.close().await;

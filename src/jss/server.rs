@@ -700,7 +700,7 @@ pub struct OwnersQuery {
 /// When a hub workload expires, by its annotation or its profile's `expiryDays`; `None`
 /// when unknown (no rule applies, or the annotation does not parse: the hub's expansion
 /// reports that on the workload).
-fn expires_at(
+pub(crate) fn expires_at(
     profiles: &[crate::api::runtime_profile::RuntimeProfile],
     o: &kube::api::DynamicObject,
 ) -> Option<k8s_openapi::jiff::Timestamp> {

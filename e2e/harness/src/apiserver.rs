@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::pki::Pki;
@@ -140,5 +141,24 @@ async fn readyz(client: &kube::Client) -> bool {
 }
 
 pub async fn wait_ready(client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
-    wait_until(timeout, "/readyz", || readyz(client)).await
+    let waited = wait_until(timeout, "/readyz", || readyz(client)).await;
+    if waited.is_ok() {
+        return waited;
+    }
+    // Say which checks still fail (e.g. an informer that has not synced, a post-start hook).
+    let failing = match http::Request::get("/readyz?verbose").body(Vec::new()) {
+        Ok(req) => {
+            match tokio::time::timeout(Duration::from_secs(10), client.request_text(req)).await {
+                Ok(Ok(body)) => body
+                    .lines()
+                    .filter(|l| l.starts_with("[-]"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                Ok(Err(e)) => format!("/readyz?verbose: {e}"),
+                Err(_) => "/readyz?verbose did not answer in 10 s".into(),
+            }
+        }
+        Err(e) => e.to_string(),
+    };
+    waited.with_context(|| format!("failing: {failing}"))
 }

@@ -882,6 +882,8 @@ async fn owners(
     let s = session_or_login!(ui, headers, uri, fragment);
     ready_or_503!(ui, s, fragment);
     let members = ui.feed.members();
+    let profiles = ui.jss.hub.profiles();
+    let now = k8s_openapi::jiff::Timestamp::now();
     let mut teams: BTreeMap<String, pages::TeamView> = BTreeMap::new();
     let mut all = ui.feed.workloads();
     all.sort_by_key(|(k, o)| (o.namespace(), *k, o.name_any()));
@@ -924,13 +926,16 @@ async fn owners(
         }
         t.clusters.sort();
         t.requested = t.requested.saturating_add(&req);
-        t.workloads.push((
-            k,
-            o.namespace().unwrap_or_default(),
-            o.name_any(),
+        let expires_at = crate::jss::server::expires_at(&profiles, &o);
+        t.workloads.push(pages::OwnedRow {
+            kind: k,
+            namespace: o.namespace().unwrap_or_default(),
+            name: o.name_any(),
             clusters,
-            req,
-        ));
+            requested: req,
+            expired: expires_at.is_some_and(|t| t <= now),
+            expires_at,
+        });
     }
     let teams: Vec<pages::TeamView> = teams.into_values().collect();
     render(

@@ -957,7 +957,19 @@ pub struct TeamView {
     pub contacts: Vec<String>,
     pub clusters: Vec<String>,
     pub requested: Resources,
-    pub workloads: Vec<(WorkloadKind, String, String, Vec<String>, Resources)>,
+    pub workloads: Vec<OwnedRow>,
+}
+
+/// One workload of a team in the owners report.
+pub struct OwnedRow {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    pub clusters: Vec<String>,
+    pub requested: Resources,
+    /// When it may be garbage collected (its RuntimeProfile's `expiryDays` after creation).
+    pub expires_at: Option<k8s_openapi::jiff::Timestamp>,
+    pub expired: bool,
 }
 
 pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
@@ -965,9 +977,10 @@ pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
         "<h1>Owners</h1><p class=\"muted\">Who runs what where, with what it requests.</p>",
     );
     for t in teams {
+        let expired = t.workloads.iter().filter(|w| w.expired).count();
         let _ = write!(
             h,
-            "<section class=\"card team\" data-team=\"{}\"><h2>{}</h2><p>{} · runs on {} · requests {}</p>",
+            "<section class=\"card team\" data-team=\"{}\"><h2>{}</h2><p>{} · runs on {} · requests {}{}</p>",
             esc(&t.team),
             esc(&t.team),
             esc(&t.contacts.join(", ")),
@@ -976,10 +989,17 @@ pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
             } else {
                 esc(&t.clusters.join(", "))
             },
-            esc(&amounts_line(&t.requested))
+            esc(&amounts_line(&t.requested)),
+            if expired == 0 {
+                String::new()
+            } else {
+                format!(" · {}", badge(&format!("{expired} past expiry"), "warn"))
+            }
         );
         let mut body = String::new();
-        for (kind, ns, name, clusters, req) in &t.workloads {
+        for w in &t.workloads {
+            let (kind, ns, name, clusters, req) =
+                (&w.kind, &w.namespace, &w.name, &w.clusters, &w.requested);
             let mut cl = String::new();
             for c in clusters {
                 let _ = write!(
@@ -989,19 +1009,32 @@ pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
                     esc(c)
                 );
             }
+            let expires = match (&w.expires_at, w.expired) {
+                (Some(t), true) => format!("{} {}", badge("Expired", "warn"), esc(&t.to_string())),
+                (Some(t), false) => esc(&t.to_string()),
+                (None, _) => "-".into(),
+            };
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr data-expired=\"{}\"><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td class=\"expires\">{}</td></tr>",
+                w.expired,
                 kind.as_str().trim_start_matches("Pinterest"),
                 esc(ns),
                 esc(name),
                 cl,
-                esc(&amounts_line(req))
+                esc(&amounts_line(req)),
+                expires
             );
         }
         h.push_str(&table(
             "owned",
-            &["Kind", "Namespace / name", "Clusters", "Requested"],
+            &[
+                "Kind",
+                "Namespace / name",
+                "Clusters",
+                "Requested",
+                "Expires",
+            ],
             &body,
             "No workloads.",
         ));
@@ -1017,6 +1050,43 @@ pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
 mod tests {
     use super::*;
     use crate::jss::ui::model::SplitPart;
+
+    #[test]
+    fn owners_show_when_each_workload_expires_and_count_what_is_past() {
+        let row = |name: &str, at: Option<&str>, expired: bool| OwnedRow {
+            kind: WorkloadKind::Service,
+            namespace: "ads".into(),
+            name: name.into(),
+            clusters: vec!["use1a".into()],
+            requested: Resources::ZERO,
+            expires_at: at.map(|t| t.parse().unwrap()),
+            expired,
+        };
+        let teams = [TeamView {
+            team: "ads".into(),
+            contacts: vec!["ads@pinterest.com".into()],
+            clusters: vec!["use1a".into()],
+            requested: Resources::ZERO,
+            workloads: vec![
+                row("old", Some("2026-01-01T00:00:00Z"), true),
+                row("new", Some("2027-01-01T00:00:00Z"), false),
+                row("unknown", None, false),
+            ],
+        }];
+        let h = owners(&teams, &Palette::new(["use1a"]));
+        assert!(h.contains("1 past expiry"), "{h}");
+        assert!(h.contains("<th>Expires</th>"), "{h}");
+        assert!(
+            h.contains("data-expired=\"true\"")
+                && h.contains("Expired</span> 2026-01-01T00:00:00Z"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<td class=\"expires\">2027-01-01T00:00:00Z</td>"),
+            "{h}"
+        );
+        assert!(h.contains("<td class=\"expires\">-</td>"), "{h}");
+    }
 
     #[test]
     fn the_split_cell_colours_each_cluster_and_says_what_is_unplaced() {
