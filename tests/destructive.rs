@@ -592,6 +592,15 @@ mod failover {
 
     /// A hub with short grace periods and an agent per member.
     pub fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
+        federation_failing_back_after(fed, tag, FAILBACK_WINDOW)
+    }
+
+    /// `federation`, with the failback window given.
+    pub fn federation_failing_back_after(
+        fed: &Federation,
+        tag: &str,
+        failback_secs: u64,
+    ) -> Vec<Daemon> {
         support::join_all(fed);
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let mut daemons = vec![spawn_daemon(
@@ -608,7 +617,7 @@ mod failover {
                     "--member-grace-secs",
                     "5",
                     "--failback-window-secs",
-                    &FAILBACK_WINDOW.to_string(),
+                    &failback_secs.to_string(),
                 ]),
                 vec![
                     "--metrics-addr".into(),
@@ -636,6 +645,23 @@ mod failover {
             "pinfed-e2e {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Starts a stopped cluster when dropped (also while a failing test unwinds).
+    struct StartOnDrop(Option<String>);
+
+    impl Drop for StartOnDrop {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.take() {
+                let out = support::run_harness(&["start", &c]);
+                if !out.status.success() && !std::thread::panicking() {
+                    panic!(
+                        "pinfed-e2e start {c}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+        }
     }
 
     async fn status<K>(api: &Api<K>, name: &str) -> serde_json::Value
@@ -1249,6 +1275,169 @@ mod failover {
         for d in &daemons {
             d.kill();
         }
+        ns.delete().await;
+    }
+
+    /// A cron job fails over with its member and runs in one member at a time. The
+    /// guarantee: while the old member's API server is down nothing there can start a
+    /// run, the new member fires on schedule, and once the old member answers again the
+    /// hub removes its slice within one heartbeat and the member's garbage collector takes
+    /// the CronJob and any run it started late (a missed schedule its controller-manager
+    /// fires as it comes back), so two members never both keep a run going.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn destructive_a_cron_job_fails_over_and_its_old_member_keeps_no_run_after_return() {
+        use k8s_openapi::api::batch::v1::CronJob;
+        use pinfed::api::cronjob::PinterestCronJob;
+        let fed = Federation::connect().await;
+        // No failback within this test: the old member, back, must stay without a run.
+        let daemons = federation_failing_back_after(&fed, "cron-failover", 600);
+        let daemons: Vec<&Daemon> = vec![&daemons[0]];
+        let hub = fed.hub();
+        let ns = TestNamespace::create(&hub, "cron-failover").await;
+        let api: Api<PinterestCronJob> = Api::namespaced(hub.clone(), &ns.name);
+        let cron: PinterestCronJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestCronJob",
+            "metadata": {"name": "tick"},
+            "spec": {"owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                // Push members only: a pull member is lost when its agent goes silent on
+                // the hub, not when its API server stops (destructive_pull covers that).
+                "placement": {"failover": {"gracePeriodSeconds": 5},
+                    "clusterSelector": {"matchExpressions": [
+                        {"key": "accelerators", "operator": "DoesNotExist"}]}},
+                "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "20s"}},
+                    "spec": {"containers": [{"name": "tick", "image": "registry.example/tick:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}
+        }))
+        .unwrap();
+        // Every member Ready first: the cron job must have somewhere to go (in a full
+        // destructive run the agents of this test may still be taking their Leases).
+        let mcs: Api<MemberCluster> = Api::all(hub.clone());
+        eventually_logged(
+            Duration::from_secs(90),
+            "every member Ready",
+            &daemons,
+            || async {
+                mcs.list(&Default::default()).await.is_ok_and(|l| {
+                    l.items.len() == fed.member_names().len()
+                        && l.items.iter().all(|m| {
+                            m.status.as_ref().is_some_and(|s| {
+                                s.conditions.iter().any(|c| {
+                                    c.type_ == "Ready"
+                                        && c.status == pinfed::api::common::ConditionStatus::True
+                                })
+                            })
+                        })
+                })
+            },
+        )
+        .await;
+        api.create(&PostParams::default(), &cron).await.unwrap();
+        let fired = |m: String| {
+            let ns = ns.name.clone();
+            let fed = &fed;
+            async move {
+                let crons: Api<CronJob> = Api::namespaced(fed.client(&m), &ns);
+                match tokio::time::timeout(Duration::from_secs(3), crons.get_opt("tick")).await {
+                    Ok(Ok(Some(c))) => c.status.and_then(|s| s.last_schedule_time).is_some(),
+                    _ => false,
+                }
+            }
+        };
+        eventually_logged(
+            Duration::from_secs(150),
+            "the cron job placed and fired once",
+            &daemons,
+            || async {
+                let p = placed(&status(&api, "tick").await);
+                p.len() == 1 && fired(p.keys().next().unwrap().clone()).await
+            },
+        )
+        .await;
+        let old = placed(&status(&api, "tick").await)
+            .into_keys()
+            .next()
+            .unwrap();
+        harness(&["stop", &old]);
+        // Started again whatever happens below: a failure must not leave the member down
+        // for the tests after this one.
+        let restart = StartOnDrop(Some(old.clone()));
+        eventually_logged(
+            Duration::from_secs(60),
+            &format!("the cron job moved off {old}"),
+            &daemons,
+            || async {
+                let p = placed(&status(&api, "tick").await);
+                p.len() == 1 && !p.contains_key(&old)
+            },
+        )
+        .await;
+        let new = placed(&status(&api, "tick").await)
+            .into_keys()
+            .next()
+            .unwrap();
+        eventually_logged(
+            Duration::from_secs(150),
+            &format!("the cron job fires in {new}"),
+            &daemons,
+            || fired(new.clone()),
+        )
+        .await;
+        drop(restart);
+        let old_crons: Api<CronJob> = Api::namespaced(fed.client(&old), &ns.name);
+        let old_jobs: Api<Job> = Api::namespaced(fed.client(&old), &ns.name);
+        eventually_logged(
+            Duration::from_secs(60),
+            &format!("no CronJob and no Job left in {old}"),
+            &daemons,
+            || async {
+                old_crons
+                    .list(&Default::default())
+                    .await
+                    .is_ok_and(|l| l.items.is_empty())
+                    && old_jobs
+                        .list(&Default::default())
+                        .await
+                        .is_ok_and(|l| l.items.is_empty())
+            },
+        )
+        .await;
+        // It stays so through the next schedule (the failback window is longer), while the
+        // new member keeps firing.
+        tokio::time::sleep(Duration::from_secs(65)).await;
+        assert!(
+            old_crons
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+                && old_jobs
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty(),
+            "{old} runs the cron job again"
+        );
+        let new_jobs: Api<Job> = Api::namespaced(fed.client(&new), &ns.name);
+        assert!(
+            new_jobs
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                >= 2,
+            "{new} fired on every schedule since the failover"
+        );
+        let s = status(&api, "tick").await;
+        assert_eq!(
+            s["clusters"].as_array().map(|c| c.len()),
+            Some(1),
+            "the hub shows one member: {s}"
+        );
         ns.delete().await;
     }
 }
