@@ -203,6 +203,13 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
                 .map(String::as_str),
             Some("web")
         );
+        // The hub's record of its decision stays on the hub (copied, it cost each member
+        // a second write of every new slice).
+        let annotations = slice.metadata.annotations.clone().unwrap_or_default();
+        assert!(
+            !annotations.contains_key("federation.pinterest.com/placement-generation"),
+            "{annotations:?}"
+        );
         let managers: Vec<_> = slice
             .metadata
             .managed_fields

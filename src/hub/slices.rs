@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::api::common::{Condition, ConditionStatus, MemberWorkloadStatus, condition_types as ct};
+use crate::api::federation::{
+    ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, ANNOTATION_PLACEMENT_GENERATION,
+};
 use crate::api::kind::{PinterestKind, SliceCounts, SliceShare};
 use crate::api::workload::WorkloadKind;
 use crate::status::member_state;
@@ -62,6 +65,16 @@ pub fn build_slice<K: PinterestKind>(hub: &K, share: &SliceShare) -> K {
     labels.insert(LABEL_SLICE_OF.into(), K::KIND.as_str().into());
     let mut annotations = meta.annotations.clone().unwrap_or_default();
     annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    // The hub's records of its decision are the hub's: copied, each decision it records
+    // (written just after the slices of a new workload) would make every slice due again,
+    // one more write per member for nothing.
+    for hub_only in [
+        ANNOTATION_PLACEMENT_GENERATION,
+        ANNOTATION_FAILED_OVER_FROM,
+        ANNOTATION_FAILOVER_MESSAGE,
+    ] {
+        annotations.remove(hub_only);
+    }
     annotations.insert(
         ANNOTATION_HUB_GENERATION.into(),
         meta.generation.unwrap_or(0).to_string(),
@@ -410,6 +423,16 @@ mod tests {
             !s.annotations()
                 .contains_key("kubectl.kubernetes.io/last-applied-configuration")
         );
+        // Recording a decision on the hub resource leaves its slices current.
+        let mut decided = hub.clone();
+        decided.annotations_mut().extend([
+            (ANNOTATION_PLACEMENT_GENERATION.to_string(), "4".to_string()),
+            (ANNOTATION_FAILED_OVER_FROM.to_string(), "use1a".to_string()),
+            (ANNOTATION_FAILOVER_MESSAGE.to_string(), "moved".to_string()),
+        ]);
+        let again = build_slice(&decided, &share);
+        assert_eq!(again.annotations(), s.annotations());
+        assert!(slice_is_current(&summarize(&s), &again));
         assert!(s.status.is_none() && s.metadata.resource_version.is_none());
         assert!(
             s.metadata.uid.is_none(),
