@@ -482,3 +482,94 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
     standby.kill();
     let _ = leases.delete(&lease, &Default::default()).await;
 }
+
+/// A leader that shuts down (SIGTERM) releases its Lease and the standby, which watches it,
+/// takes it at once: here within 20 s of a 60 s lease, which only the release allows.
+/// The standby then places a new workload; the old process has exited cleanly.
+#[tokio::test]
+async fn a_leader_that_shuts_down_hands_the_lease_to_the_standby_at_once() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    agents(&fed);
+    let hub = fed.hub();
+    let lease = unique_name("term-lease");
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
+    let args = |id: &str| {
+        let mut a = hub_args(id, &lease);
+        a.extend(["--lease-duration-secs".to_string(), "60".to_string()]);
+        a
+    };
+    let leader = spawn_daemon(&fed, "hub-term-a", &args("hub-a"));
+    eventually(
+        Duration::from_secs(30),
+        &format!("hub-a leads\n{}", leader.log_tail()),
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-a") },
+    )
+    .await;
+    let standby = spawn_daemon(&fed, "hub-term-b", &args("hub-b"));
+    // The standby sees the Lease held (and waits on it) before the leader goes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(holder(&leases, &lease).await.as_deref(), Some("hub-a"));
+    let transitions = |l: Option<Lease>| l.and_then(|l| l.spec?.lease_transitions).unwrap_or(0);
+    let before = transitions(leases.get_opt(&lease).await.unwrap());
+    leader.signal(libc::SIGTERM);
+    let stopped = Instant::now();
+    eventually(
+        Duration::from_secs(20),
+        &format!(
+            "hub-b takes the released lease\nhub-a:\n{}\nhub-b:\n{}",
+            leader.log_tail(),
+            standby.log_tail()
+        ),
+        || async { holder(&leases, &lease).await.as_deref() == Some("hub-b") },
+    )
+    .await;
+    let handover = stopped.elapsed();
+    assert!(
+        leader.log_text().contains("released the lease"),
+        "hub-a did not release its lease:\n{}",
+        leader.log_tail()
+    );
+    assert_eq!(
+        transitions(leases.get_opt(&lease).await.unwrap()),
+        before + 1,
+        "one hand-over, one transition"
+    );
+    eventually(Duration::from_secs(20), "hub-a exits", || async {
+        !leader.alive()
+    })
+    .await;
+
+    let ns = TestNamespace::create(&hub, "handover").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let svc: PinterestService = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": "after-handover"},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}},
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &svc).await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        &format!("hub-b places the new workload\n{}", standby.log_tail()),
+        || async {
+            api.get_opt("after-handover")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| s.status?.placement)
+                .is_some_and(|p| p.unplaced == 0 && !p.placements.is_empty())
+        },
+    )
+    .await;
+    eprintln!("handover: SIGTERM → standby holds the lease after {handover:?}");
+    ns.delete_and_wait(Duration::from_secs(120)).await;
+    standby.stop(Duration::from_secs(10));
+    let _ = leases.delete(&lease, &Default::default()).await;
+}

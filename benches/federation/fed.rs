@@ -115,6 +115,11 @@ impl Fed {
 
     /// A hub with leader election (the default), on a free loopback port.
     pub fn spawn_hub(&self, identity: &str) -> anyhow::Result<Daemon> {
+        self.spawn_hub_with(identity, &[])
+    }
+
+    /// A hub as [`Fed::spawn_hub`], with `extra` arguments after the scenario's own.
+    pub fn spawn_hub_with(&self, identity: &str, extra: &[String]) -> anyhow::Result<Daemon> {
         let mut args: Vec<String> = [
             "hub",
             "--context",
@@ -128,6 +133,7 @@ impl Fed {
         .collect();
         args.push(format!("127.0.0.1:{}", testkit::free_port()?));
         args.extend(self.s.hub_args.iter().cloned());
+        args.extend(extra.iter().cloned());
         self.spawn(identity, &args)
     }
 

@@ -30,6 +30,10 @@ async fn lease_holder(api: &Api<Lease>) -> Option<(String, Option<Instant>)> {
 
 pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let rounds: usize = env_or("PINFED_BENCH_TAKEOVER_ROUNDS", 3)?;
+    let term_rounds: usize = env_or("PINFED_BENCH_TAKEOVER_TERM_ROUNDS", 3)?;
+    // The hubs' Lease: a SIGKILLed leader is replaced within one lease at most.
+    let lease_secs: u64 = env_or("PINFED_BENCH_LEASE_SECS", 2)?;
+    let hub_args = ["--lease-duration-secs".to_string(), lease_secs.to_string()];
     let lease_ns: String = env_or("PINFED_BENCH_LEASE_NAMESPACE", "pinfed-system".to_string())?;
     let replicas: i64 = env_or("PINFED_BENCH_REPLICAS", 3)?;
     let spread = fed.s.members().len() as i64;
@@ -38,7 +42,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let _agents = fed.hub_only_agents().await?;
     let leases: Api<Lease> = Api::namespaced(fed.hub(), &lease_ns);
     let ids = ["bench-hub-a", "bench-hub-b"];
-    let mut hubs: Vec<Option<Daemon>> = vec![Some(fed.spawn_hub(ids[0])?), None];
+    let mut hubs: Vec<Option<Daemon>> = vec![Some(fed.spawn_hub_with(ids[0], &hub_args)?), None];
     wait_for(fed.s.timeout, "bench-hub-a to hold the Lease", || {
         let leases = leases.clone();
         async move {
@@ -53,7 +57,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         .unwrap()
         .wait_http("/readyz", fed.s.timeout)
         .await?;
-    hubs[1] = Some(fed.spawn_hub(ids[1])?);
+    hubs[1] = Some(fed.spawn_hub_with(ids[1], &hub_args)?);
     hubs[1]
         .as_ref()
         .unwrap()
@@ -76,16 +80,19 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 
     println!("\n== takeover ==");
     println!(
-        "config: two `pinfed hub` processes, Lease {lease_ns}/{LEASE_NAME}; the leader is \
-         killed with SIGKILL ({rounds} rounds) and then SIGTERM (1 round); after each kill a \
+        "config: two `pinfed hub` processes, Lease {lease_ns}/{LEASE_NAME} of {lease_secs} s; \
+         the leader is killed with SIGKILL ({rounds} rounds) and then SIGTERM ({term_rounds} \
+         rounds); after each kill a \
          PinterestService × {replicas} replicas (spread {spread}) is created at once; {}",
         fed.s.describe()
     );
     let mut lease_times = Vec::new();
     let mut slice_times = Vec::new();
+    let mut term_lease_times = Vec::new();
+    let mut term_slice_times = Vec::new();
     let mut leader = 0usize;
-    for round in 0..=rounds {
-        let graceful = round == rounds;
+    for round in 0..rounds + term_rounds {
+        let graceful = round >= rounds;
         let standby = 1 - leader;
         let (holder, renewed) = lease_holder(&leases).await.context("no Lease holder")?;
         if holder != ids[leader] {
@@ -162,14 +169,17 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             (last_slice - killed).as_secs_f64(),
             last_slice.saturating_duration_since(created).as_secs_f64(),
         );
-        if !graceful {
+        if graceful {
+            term_lease_times.push(acquired);
+            term_slice_times.push(last_slice - killed);
+        } else {
             lease_times.push(acquired);
             slice_times.push(last_slice - killed);
         }
         drop(old);
-        if !graceful {
-            // The killed hub comes back as the new standby.
-            let h = fed.spawn_hub(ids[leader])?;
+        if round + 1 < rounds + term_rounds {
+            // The stopped hub comes back as the new standby.
+            let h = fed.spawn_hub_with(ids[leader], &hub_args)?;
             h.wait_http("/healthz", fed.s.timeout).await?;
             hubs[leader] = Some(h);
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -183,6 +193,14 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     println!(
         "  {}",
         Dist::new(slice_times).line("SIGKILL → workload created right after has every slice")
+    );
+    println!(
+        "  {}",
+        Dist::new(term_lease_times).line("SIGTERM → standby holds the Lease")
+    );
+    println!(
+        "  {}",
+        Dist::new(term_slice_times).line("SIGTERM → workload created right after has every slice")
     );
     println!("load: {}", load_line());
     progress(&format!("takeover: cleaning up {ns}"));

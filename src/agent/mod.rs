@@ -375,7 +375,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             duration_secs: 10,
             // Renewed when 7 of its 10 s are left, well before the write gate shuts even
             // when the renewal is slow to land.
-            grace_secs: 7,
+            renew_every: std::time::Duration::from_secs(3),
         });
         crate::controller::apply::ensure_namespace(
             &client,

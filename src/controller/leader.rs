@@ -1,17 +1,17 @@
-//! Leader election with a Lease (kube-lease-manager): the work runs only while this
+//! Leader election with a Lease ([`super::election`]): the work runs only while this
 //! process holds the lease, stops when it is lost, and the lease is released on shutdown
 //! so a standby takes over at once instead of waiting for it to expire.
 
 use std::future::Future;
+use std::time::Duration;
 
 use anyhow::bail;
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube_lease_manager::LeaseManagerBuilder;
 use tokio::task::JoinHandle;
+
+use super::election::{self, Timing};
 
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -20,8 +20,8 @@ pub struct LeaderConfig {
     pub identity: String,
     /// How long a holder keeps the lease without renewing it.
     pub duration_secs: u64,
-    /// Extra time before a standby may take an unrenewed lease.
-    pub grace_secs: u64,
+    /// How often the holder renews it.
+    pub renew_every: Duration,
 }
 
 /// A default identity: host name and pid, unique per process.
@@ -43,33 +43,19 @@ where
     W: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let manager = LeaseManagerBuilder::new(client.clone(), &cfg.lease_name)
-        .with_namespace(&cfg.namespace)
-        .with_identity(&cfg.identity)
-        .with_duration(cfg.duration_secs)
-        .with_grace(cfg.grace_secs)
-        .with_field_manager(format!("{}-lease", cfg.lease_name))
-        .build()
-        .await?;
     // Standing by: no write passes until this process holds the lease.
     let gate = super::write_gate::gate();
     gate.close();
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-    // Each renewal reaches the gate as a watch event, as soon as the API server stores it:
-    // polling with GETs added a read's latency (seconds on a loaded API server) to every
-    // renewal and shut the gate of a leader that renewed in time.
-    let lease_events = watcher(
-        leases.clone(),
-        watcher::Config::default().fields(&format!("metadata.name={}", cfg.lease_name)),
-    )
-    .default_backoff();
-    tokio::pin!(lease_events);
-    // A fallback read when the watch has not extended the gate for half a lease (a stalled
-    // watch): the gate then stays open as long as the lease really is ours.
-    let mut refresh = tokio::time::interval(std::time::Duration::from_millis(500));
-    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let half_lease = std::time::Duration::from_secs(cfg.duration_secs) / 2;
-    let (mut leading, lease_task) = manager.watch().await;
+    let leases: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let (mut leading, election) = election::spawn(
+        leases,
+        &cfg.lease_name,
+        &cfg.identity,
+        Timing {
+            duration: Duration::from_secs(cfg.duration_secs),
+            renew_every: cfg.renew_every,
+        },
+    );
     let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
     tokio::pin!(shutdown);
     let outcome = loop {
@@ -77,7 +63,6 @@ where
         match (is_leader, running.is_some()) {
             (true, false) => {
                 tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease; starting");
-                refresh_gate(&leases, &cfg).await;
                 running = Some(tokio::spawn(work()));
             }
             (false, true) => {
@@ -90,27 +75,9 @@ where
             _ => {}
         }
         tokio::select! {
-            _ = refresh.tick() => {
-                if !is_leader {
-                    gate.close();
-                } else if gate.open_for().is_none_or(|left| left < half_lease) {
-                    refresh_gate(&leases, &cfg).await;
-                }
-            }
-            event = lease_events.next() => match event {
-                Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
-                    if *leading.borrow() {
-                        gate_from_lease(&lease, &cfg);
-                    }
-                }
-                Some(Ok(watcher::Event::Delete(_))) => gate.close(),
-                // Errors are retried with backoff by the stream; the gate keeps its deadline.
-                Some(Ok(_)) | Some(Err(_)) => {}
-                None => break Err(anyhow::anyhow!("the Lease watch ended")),
-            },
             changed = leading.changed() => {
                 if changed.is_err() {
-                    break Err(anyhow::anyhow!("the lease manager stopped"));
+                    break Err(anyhow::anyhow!("the election stopped"));
                 }
             }
             result = async { running.as_mut().expect("guarded by the branch condition").await }, if running.is_some() => {
@@ -127,55 +94,14 @@ where
     gate.close();
     if let Some(task) = running.take() {
         task.abort();
+        // The work's writes end before the lease is handed over.
+        let _ = task.await;
     }
-    // Closing the channel ends the lease task and hands the manager back for release.
-    drop(leading);
-    match lease_task.await {
-        Ok(Ok(manager)) => {
-            if let Err(e) = manager.release().await {
-                tracing::warn!(error = %e, "could not release the lease");
-            } else {
-                tracing::info!(lease = %cfg.lease_name, "released the lease");
-            }
-        }
-        Ok(Err(e)) => tracing::warn!(error = %e, "lease manager ended with an error"),
-        Err(e) => tracing::warn!(error = %e, "lease manager task failed"),
-    }
+    election.release().await;
     if let Err(e) = &outcome {
         bail!("{e:#}");
     }
     outcome
-}
-
-/// Opens the write gate until the end of the lease as the API server holds it now, when
-/// this process holds it; closes it otherwise (or when the Lease cannot be read: the gate
-/// then closes by itself at the last deadline).
-async fn refresh_gate(leases: &Api<Lease>, cfg: &LeaderConfig) {
-    match leases.get_opt(&cfg.lease_name).await {
-        Ok(Some(lease)) => gate_from_lease(&lease, cfg),
-        Ok(None) => super::write_gate::gate().close(),
-        Err(e) => tracing::debug!(error = %e, "lease not read; the write gate keeps its deadline"),
-    }
-}
-
-/// Opens the write gate until the end of `lease` when this process holds it; closes it
-/// otherwise.
-fn gate_from_lease(lease: &Lease, cfg: &LeaderConfig) {
-    let gate = super::write_gate::gate();
-    let Some(spec) = lease.spec.as_ref() else {
-        return gate.close();
-    };
-    let ours = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
-    match (
-        ours,
-        spec.renew_time.as_ref().or(spec.acquire_time.as_ref()),
-    ) {
-        (true, Some(t)) => gate.open_for_lease(
-            t.0.as_millisecond(),
-            std::time::Duration::from_secs(cfg.duration_secs),
-        ),
-        _ => gate.close(),
-    }
 }
 
 /// Runs `work` until SIGTERM/Ctrl-C: under a Lease when `cfg` is given (HA), else

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod cluster_side;
 pub mod compact;
+pub mod election;
 pub mod events;
 pub mod http;
 pub mod kube_args;

@@ -149,10 +149,10 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
             lease_name: args.lease_name.clone(),
             identity: process.identity.clone(),
             duration_secs: args.lease_duration_secs,
-            // Renewed when three quarters of its life are left: the write gate
-            // (controller/write_gate.rs) shuts a quarter second before the end, and a
-            // renewal that takes seconds on a loaded API server must still land before.
-            grace_secs: (args.lease_duration_secs * 3 / 4).clamp(1, args.lease_duration_secs - 1),
+            // Renewed four times a lease: the write gate (controller/write_gate.rs) shuts a
+            // quarter second before the end, and a renewal that takes seconds on a loaded
+            // API server must still land before.
+            renew_every: Duration::from_secs(args.lease_duration_secs) / 4,
         });
         let args = Arc::new(args);
         leader::run_until_shutdown(client, cfg, move || lead(process.clone(), args.clone())).await
