@@ -30,7 +30,9 @@ use testkit::Sample;
 
 use crate::daemon::{Daemon, report_logs};
 use crate::fed::{Fed, create_service, service};
-use crate::helpers::{AbortOnDrop, Dist, create_all, fmt_ms, load_line, progress, watch_objects};
+use crate::helpers::{
+    AbortOnDrop, Dist, create_all, fmt_ms, load_line, progress, watch_objects, write_counts,
+};
 use crate::karmada::{self, Karmada, deployment};
 use crate::settings::env_or;
 
@@ -572,46 +574,6 @@ impl Bench<'_> {
             load: format!("before {load_before}; after {}", load_line()),
         })
     }
-}
-
-/// The API server's mutating requests so far (`apiserver_request_total`), by
-/// `resource[/subresource] VERB`.
-async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else {
-        return out;
-    };
-    let Ok(text) = client.request_text(req).await else {
-        return out;
-    };
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |k: &str| -> String {
-            labels
-                .split("\",")
-                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        let verb = label("verb");
-        if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
-            continue;
-        }
-        let sub = label("subresource");
-        let resource = if sub.is_empty() {
-            label("resource")
-        } else {
-            format!("{}/{sub}", label("resource"))
-        };
-        *out.entry(format!("{resource} {verb}")).or_default() +=
-            value.trim().parse().unwrap_or(0.0);
-    }
-    out
 }
 
 fn print_spread(side: Side, rate: Option<f64>, concurrency: usize, s: &Spread) {

@@ -1,12 +1,13 @@
 //! Progress lines, waiting, latency distributions, watches and bulk creation.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
+use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -213,4 +214,44 @@ pub async fn create_all(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(start.elapsed())
+}
+
+/// The API server's mutating requests so far (`apiserver_request_total`), by
+/// `resource[/subresource] VERB`.
+pub async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else {
+        return out;
+    };
+    let Ok(text) = client.request_text(req).await else {
+        return out;
+    };
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| -> String {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
+            continue;
+        }
+        let sub = label("subresource");
+        let resource = if sub.is_empty() {
+            label("resource")
+        } else {
+            format!("{}/{sub}", label("resource"))
+        };
+        *out.entry(format!("{resource} {verb}")).or_default() +=
+            value.trim().parse().unwrap_or(0.0);
+    }
+    out
 }

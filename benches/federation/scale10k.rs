@@ -12,6 +12,7 @@ use crate::daemon::{http_status, report_logs};
 use crate::fed::{Fed, service};
 use crate::helpers::{
     AbortOnDrop, create_all, load_line, placements, progress, wait_for, watch_services,
+    write_counts,
 };
 use crate::settings::env_or;
 
@@ -69,6 +70,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let _agents = fed.hub_only_agents().await?;
+    let writes_before = write_counts(&fed.hub()).await;
     let load_before = load_line();
     let started = Instant::now();
     let hub = fed.spawn_hub("bench-hub")?;
@@ -114,6 +116,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     hub_watch.abort();
+    let writes_at_sync = write_counts(&fed.hub()).await;
     let at_sync = hub.memory_kib();
     let cpu_at_sync = hub.cpu_secs();
     // All slices, if not yet, then settle.
@@ -182,6 +185,29 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             (c - b) / settle.as_secs_f64()
         );
     }
+    // The hub API server's ceiling, measured in this run: the bench's own creates of the
+    // same objects (no hub running). The first sync's writes as a fraction of it.
+    let create_rate = n as f64 / took.as_secs_f64();
+    let mut sync_writes: Vec<(String, f64)> = writes_at_sync
+        .iter()
+        .map(|(k, v)| (k.clone(), v - writes_before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d >= 1.0)
+        .collect();
+    sync_writes.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = sync_writes.iter().map(|(_, d)| d).sum();
+    let rate = total / first_sync.as_secs_f64();
+    println!(
+        "  hub API server writes until first sync: {total:.0} ({:.2} per workload; {rate:.0}/s \
+         = {:.0}% of the {create_rate:.0} creates/s the same API server took from the bench \
+         before the hub started): {}",
+        total / n as f64,
+        100.0 * rate / create_rate,
+        sync_writes
+            .iter()
+            .map(|(k, d)| format!("{k} {:.2}", d / n as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     drop(watches);
     report_logs(&[&hub]);
     println!(
