@@ -401,7 +401,8 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// The hub's placement decision, as written into hub status (same shape as `pinfed plan`).
+/// The hub's placement decision, as written into hub status (the shape of `pinfed plan`,
+/// plus each daemon share's `pods`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementDecision {
@@ -434,6 +435,11 @@ pub struct ClusterPlacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(RANGE_LIST_PATTERN))]
     pub shards: Option<String>,
+    /// Daemons: the pods placed in this cluster, one per matching node with room for
+    /// one; what the namespace's quota is charged here (absent: one pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pods: Option<i32>,
 }
 
 /// What the hub last observed of a workload in one member cluster.

@@ -21,7 +21,7 @@ use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::placement::from_quota::{self, Usage};
 use crate::placement::model::Resources;
-use crate::placement::{Decision, Placement, Strategy, from_workload};
+use crate::placement::{from_workload, recorded};
 
 #[derive(Default)]
 struct Book {
@@ -84,27 +84,6 @@ pub fn workload_key(kind: WorkloadKind, ns: &str, name: &str) -> String {
     format!("{}/{ns}/{name}", kind.as_str())
 }
 
-fn to_decision(p: &PlacementDecision) -> Decision {
-    Decision {
-        strategy: match p.strategy {
-            Some(crate::api::common::PlacementStrategy::Duplicated) => Strategy::Duplicated,
-            Some(crate::api::common::PlacementStrategy::Single) => Strategy::Single,
-            _ => Strategy::Divided,
-        },
-        placements: p
-            .placements
-            .iter()
-            .map(|c| Placement {
-                cluster: c.cluster.clone(),
-                replicas: c.replicas.map(|r| u32::try_from(r).unwrap_or(0)),
-                shards: c.shards.clone(),
-            })
-            .collect(),
-        unplaced: u32::try_from(p.unplaced).unwrap_or(0),
-        reason: p.reason.clone(),
-    }
-}
-
 fn parse_workload(kind: WorkloadKind, v: serde_json::Value) -> Option<AnyWorkload> {
     Some(match kind {
         WorkloadKind::Service => AnyWorkload::Service(serde_json::from_value(v).ok()?),
@@ -164,7 +143,7 @@ pub async fn seed_namespace(
                 book.set(
                     &key,
                     ns,
-                    from_quota::usage_of(&to_decision(&placement), &demand),
+                    from_quota::usage_of(&recorded::from_status(&placement), &demand),
                 );
             }
         }

@@ -13,7 +13,7 @@ use kube::{Client, ResourceExt};
 
 use super::admission::{Admitted, FIELD_MANAGER};
 use super::error::{Detail, Rejection};
-use super::quota::requested;
+use super::quota::{requested, whole_pods};
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
 use crate::api::federation::{FederatedQuota, MemberCluster};
@@ -23,8 +23,10 @@ use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
 use crate::api::workload::{AnyWorkload, COMPUTE_API_VERSION, WorkloadKind};
-use crate::placement::from_workload::demand_for;
-use crate::placement::model::Resources;
+use crate::placement::from_workload::{demand_for, policy_for};
+use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
+use crate::placement::recorded;
+use crate::status::hub_status::stored_decision;
 
 /// The API resource of a workload kind on the hub.
 pub fn resource(kind: WorkloadKind) -> ApiResource {
@@ -74,10 +76,10 @@ pub fn rejection(e: kube::Error) -> Rejection {
     }
 }
 
-/// What each hub workload requests, by uid and generation (and the runtime profiles it
-/// was sized with): sizing means expanding the workload, and a quota check sizes every
-/// workload of the namespace.
-type RequestedCache = HashMap<(String, i64, u64), Resources>;
+/// Each hub workload's sizing, by uid and generation (and the runtime profiles it was
+/// sized with): sizing means expanding the workload, and a quota check sizes every
+/// workload of the namespace. Shared, as a job set's demand holds its completed shards.
+type SizingCache = HashMap<(String, i64, u64), Option<Arc<Sizing>>>;
 
 /// The hub as the JSS sees it.
 #[derive(Clone)]
@@ -86,7 +88,7 @@ pub struct Hub {
     pub members: Store<MemberCluster>,
     pub profiles: Store<RuntimeProfile>,
     pub quotas: Store<FederatedQuota>,
-    requested: Arc<Mutex<RequestedCache>>,
+    sizings: Arc<Mutex<SizingCache>>,
     /// The caches' watches, stopped when the last clone goes.
     _watches: Arc<[crate::controller::mirror::Watching; 3]>,
 }
@@ -105,7 +107,7 @@ impl Hub {
             members,
             profiles,
             quotas,
-            requested: Arc::default(),
+            sizings: Arc::default(),
             _watches: Arc::new([w1, w2, w3]),
         })
     }
@@ -143,21 +145,17 @@ impl Hub {
         q
     }
 
-    /// Members a daemon could run in (for its quota count): the Ready ones, at least one.
-    pub fn daemon_clusters(&self) -> u32 {
-        let ready = self.members.state().iter().filter(|m| is_ready(m)).count();
-        u32::try_from(ready).unwrap_or(u32::MAX).max(1)
-    }
-
-    /// The members as placement sees them, each with room for anything: what quota alone
-    /// allows ([`super::quota::check_placeable`]).
+    /// The members as placement sees them, each with as many nodes as its status counts,
+    /// every node with room for anything: what quota alone allows
+    /// ([`super::quota::check_placeable`]) and how many pods a daemon runs
+    /// ([`super::quota::whole_pods`]).
     pub fn quota_clusters(&self) -> Vec<crate::placement::ClusterView> {
-        use crate::placement::from_member::{cluster_view, unbounded_node};
+        use crate::placement::from_member::{cluster_view, unbounded_nodes};
         let mut views: Vec<_> = self
             .members
             .state()
             .iter()
-            .map(|m| cluster_view(m, is_ready(m), vec![unbounded_node()]))
+            .map(|m| cluster_view(m, is_ready(m), unbounded_nodes(m)))
             .collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
         views
@@ -231,11 +229,11 @@ impl Hub {
         Ok((used, replaced))
     }
 
-    /// [`requested_by`] with the hub's profiles and Ready members, cached by uid and
-    /// generation (the profiles' versions and the Ready member count are part of the key).
+    /// What a hub workload requests ([`requested_of`]), its sizing cached by uid and
+    /// generation (the profiles' versions are part of the key). The members are read only
+    /// for a whole workload the hub has not placed yet.
     pub fn requested_by(&self, kind: WorkloadKind, o: &DynamicObject) -> Resources {
         let profiles = self.profiles();
-        let daemon_clusters = self.daemon_clusters();
         let mut h = std::collections::hash_map::DefaultHasher::new();
         let mut versions: Vec<(Option<&str>, Option<&str>)> = profiles
             .iter()
@@ -248,27 +246,31 @@ impl Hub {
             .collect();
         versions.sort_unstable();
         versions.hash(&mut h);
-        daemon_clusters.hash(&mut h);
         let key = o
             .metadata
             .uid
             .clone()
             .zip(o.metadata.generation)
             .map(|(uid, generation)| (uid, generation, h.finish()));
-        if let Some(key) = &key
-            && let Some(r) = self.requested.lock().expect("lock").get(key)
-        {
-            return *r;
-        }
-        let r = requested_by(&profiles, daemon_clusters, kind, o);
-        if let Some(key) = key {
-            let mut cache = self.requested.lock().expect("lock");
-            if cache.len() > 100_000 {
-                cache.clear();
+        let cached = key
+            .as_ref()
+            .and_then(|k| self.sizings.lock().expect("lock").get(k).cloned());
+        let sized = cached.unwrap_or_else(|| {
+            let s = sizing(&profiles, kind, o).map(Arc::new);
+            if let Some(key) = key {
+                let mut cache = self.sizings.lock().expect("lock");
+                if cache.len() > 100_000 {
+                    cache.clear();
+                }
+                cache.insert(key, s.clone());
             }
-            cache.insert(key, r);
+            s
+        });
+        match sized {
+            Some(s) => requested_of(&s, o, || self.quota_clusters()),
+            // The hub does not place what cannot be read or sized either.
+            None => Resources::ZERO,
         }
-        r
     }
 
     /// Server-side apply of an admitted workload as `pinfed-jss` (forced: the JSS owns
@@ -313,28 +315,45 @@ impl Hub {
     }
 }
 
-/// What one hub workload requests (zero when it cannot be read or sized: the hub does
-/// not place such a workload either).
-pub fn requested_by(
+/// What placement is asked for a hub workload: its pods (with the runtime profile it runs
+/// with) and its placement policy.
+#[derive(Clone, Debug)]
+pub struct Sizing {
+    pub demand: Demand,
+    pub policy: PlacementPolicy,
+}
+
+/// The sizing of a hub workload; `None` when it cannot be read or sized.
+pub fn sizing(
     profiles: &[RuntimeProfile],
-    daemon_clusters: u32,
     kind: WorkloadKind,
     o: &DynamicObject,
-) -> Resources {
-    let Some(w) = typed(kind, o) else {
-        return Resources::ZERO;
-    };
+) -> Option<Sizing> {
+    let w = typed(kind, o)?;
     let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version()).ok();
-    // A placed daemon costs a pod in each cluster it was placed on, as the hub charges it.
-    let placed = super::views::placed_clusters(o).len();
-    let clusters = match u32::try_from(placed) {
-        Ok(n) if n > 0 => n,
-        _ => daemon_clusters,
+    Some(Sizing {
+        demand: demand_for(w.as_ref(), profile).ok()?,
+        policy: policy_for(w.as_ref()),
+    })
+}
+
+/// What a sized hub workload requests ([`requested`]). A whole workload the hub placed
+/// counts the pods its recorded decision charges (a daemon's pods on each member, as the
+/// hub charged them); not placed yet, the pods the engine gives it on `clusters` (asked
+/// for only then).
+pub fn requested_of(
+    s: &Sizing,
+    o: &DynamicObject,
+    clusters: impl FnOnce() -> Vec<ClusterView>,
+) -> Resources {
+    let pods = match s.demand.count {
+        Count::Whole => match stored_decision(&o.data["status"]) {
+            Some(d) if !d.placements.is_empty() => recorded::from_status(&d).whole_pods(),
+            _ => whole_pods(&clusters(), &s.policy, &s.demand),
+        },
+        _ => 1,
     };
-    match demand_for(w.as_ref(), profile) {
-        Ok(d) => requested(&d, clusters),
-        Err(_) => Resources::ZERO,
-    }
+    requested(&s.demand, pods)
 }
 
 fn is_ready(m: &MemberCluster) -> bool {
@@ -343,4 +362,63 @@ fn is_ready(m: &MemberCluster) -> bool {
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::quantity::Milli;
+    use crate::placement::from_member::{cluster_view, unbounded_nodes};
+    use crate::placement::model::PodShape;
+
+    fn daemon_with_status(status: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestDaemon",
+            "metadata": {"name": "d", "namespace": "ads"},
+            "spec": {},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn member(name: &str, nodes: i32) -> ClusterView {
+        let mc: MemberCluster = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": name}, "spec": {}, "status": {"nodes": nodes}
+        }))
+        .unwrap();
+        cluster_view(&mc, true, unbounded_nodes(&mc))
+    }
+
+    #[test]
+    fn a_placed_daemon_counts_the_pods_the_hub_recorded_else_the_engines() {
+        let daemon = Sizing {
+            demand: Demand {
+                pod: PodShape {
+                    resources: Resources::pod(Milli(100), Milli(0), 0),
+                    ..Default::default()
+                },
+                count: Count::Whole,
+            },
+            policy: PlacementPolicy::default(),
+        };
+        let placed = daemon_with_status(json!({"placement": {
+            "strategy": "Duplicated", "unplaced": 0,
+            "placements": [{"cluster": "a", "pods": 3}, {"cluster": "b", "pods": 5}],
+        }}));
+        // The members are not asked: the record says 8 pods (with none, the engine says 1).
+        let r = requested_of(&daemon, &placed, Vec::new);
+        assert_eq!((r.pods, r.cpu), (8, Milli(800)));
+        // Not placed yet: a pod per node of each member, as the engine places it.
+        let unplaced = daemon_with_status(json!({}));
+        let members = || vec![member("a", 2), member("b", 4)];
+        assert_eq!(requested_of(&daemon, &unplaced, members).pods, 6);
+        // Recorded before the hub recorded pods: one per member, as the hub charges it.
+        let recorded_before = daemon_with_status(json!({"placement": {
+            "placements": [{"cluster": "a"}, {"cluster": "b"}], "unplaced": 0,
+        }}));
+        assert_eq!(requested_of(&daemon, &recorded_before, members).pods, 2);
+    }
 }

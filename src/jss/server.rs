@@ -36,7 +36,7 @@ use super::error::Rejection;
 use super::hub_view::Hub;
 use super::limits;
 use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
-use super::quota::{check_all, check_placeable, clusters_running, requested};
+use super::quota::{check_all, check_placeable, requested, whole_pods};
 use super::request::{Source, parse_kind, parse_submission};
 use super::views;
 use crate::controller::http::Readiness;
@@ -463,7 +463,7 @@ impl Jss {
         let policy = crate::placement::from_workload::policy_for(admitted.workload.as_ref());
         let want = requested(
             &admitted.demand,
-            clusters_running(&clusters, &policy, &admitted.demand),
+            whole_pods(&clusters, &policy, &admitted.demand),
         );
         let quotas = self.hub.quotas_in(&admitted.namespace);
         let (used, existing) = if quotas.is_empty() {

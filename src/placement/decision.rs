@@ -24,7 +24,7 @@ pub struct Decision {
 
 /// One cluster's share: `{"cluster":..,"replicas":N}`, `{"cluster":..,"shards":"0-9"}` or
 /// `{"cluster":..}` (a whole copy).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Placement {
     pub cluster: String,
@@ -33,6 +33,20 @@ pub struct Placement {
     /// Range list of global shard indices (`0-3,7`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<String>,
+    /// A daemon's pods in this cluster: one per matching node with room for one, as the
+    /// engine admitted it against quota. The hub records it (`status.placement`) so that
+    /// whoever charges the decision later charges the same; it is not part of the
+    /// `pinfed plan` JSON, where a daemon's share stays `{"cluster":..}`.
+    #[serde(skip)]
+    pub pods: Option<u32>,
+}
+
+impl Placement {
+    /// The pods a whole copy runs here: a daemon its recorded pods, else (a cron job, or
+    /// a daemon recorded before its pods were) one.
+    pub fn whole_pods(&self) -> u64 {
+        self.pods.map_or(1, u64::from)
+    }
 }
 
 impl Decision {
@@ -62,6 +76,14 @@ impl Decision {
             }
         }
         Ok(out)
+    }
+
+    /// The pods of a whole workload (daemon or cron job) over every cluster it runs in.
+    pub fn whole_pods(&self) -> u64 {
+        self.placements
+            .iter()
+            .map(Placement::whole_pods)
+            .fold(0, u64::saturating_add)
     }
 
     /// The clusters of the decision, in name order.

@@ -204,6 +204,21 @@ impl Builder {
                 cluster: cluster.to_string(),
                 replicas,
                 shards,
+                pods: None,
+            },
+        );
+    }
+
+    /// A daemon's share: the whole daemon, with the pods it runs there (what quota is
+    /// charged for it).
+    fn place_daemon(&mut self, cluster: &str, pods: u64) {
+        self.placements.insert(
+            cluster.to_string(),
+            Placement {
+                cluster: cluster.to_string(),
+                replicas: None,
+                shards: None,
+                pods: Some(u32::try_from(pods).unwrap_or(u32::MAX)),
             },
         );
     }
@@ -821,7 +836,7 @@ fn place_daemon(ctx: &Ctx, out: &mut Builder) {
             continue;
         }
         quota_left -= pods;
-        out.place(c.name(), None, None);
+        out.place_daemon(c.name(), pods);
         for node in &c.view.nodes {
             if ctx.pod().fit_on(node) > 0 {
                 out.bindings.push(NodeBinding {

@@ -225,6 +225,7 @@ pub fn keep_completed_shards(
                 cluster: p.cluster.clone(),
                 replicas: None,
                 shards: Some(held.to_string()),
+                pods: None,
             }),
         }
     }
@@ -473,6 +474,7 @@ mod tests {
                     cluster: c.to_string(),
                     replicas: None,
                     shards: Some(s.to_string()),
+                    pods: None,
                 })
                 .collect(),
             strategy: crate::placement::Strategy::Divided,
@@ -499,6 +501,7 @@ mod tests {
                     cluster: c.to_string(),
                     replicas: Some(*n),
                     shards: None,
+                    pods: None,
                 })
                 .collect(),
             strategy: crate::placement::Strategy::Divided,

@@ -186,9 +186,13 @@ fn tighter(a: &QuotaUse, b: &QuotaUse) -> QuotaUse {
 }
 
 /// What a decision charges against quota, per cluster: the requests of the pods it
-/// places (a replica is one pod, a gang all its pods, a whole daemon or cron job one pod,
-/// a job set the pods it runs at once: its unfinished shards there, or with parallelism
-/// that cluster's part of it).
+/// places (a replica is one pod, a gang all its pods, a daemon one pod per node the
+/// engine gave it there ([`Placement::whole_pods`]), a cron job one pod, a job set the
+/// pods it runs at once: its unfinished shards there, or with parallelism that cluster's
+/// part of it). The hub charges its quota book with it, at decision time and from the
+/// decisions recorded in status after a restart; the JSS counts with it too.
+///
+/// [`Placement::whole_pods`]: super::Placement::whole_pods
 pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resources> {
     let per_pod = demand.pod.resources.as_pod_request();
     let mut out = BTreeMap::new();
@@ -236,7 +240,7 @@ pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resour
                 let pods = match (&p.shards, p.replicas) {
                     (Some(s), _) => RangeSet::parse(s).map(|r| r.len()).unwrap_or(0),
                     (None, Some(n)) => u64::from(n),
-                    (None, None) => 1,
+                    (None, None) => p.whole_pods(),
                 };
                 per_pod.checked_mul(pods).unwrap_or(Resources::ZERO)
             }
@@ -324,11 +328,13 @@ mod tests {
                     cluster: "a".into(),
                     replicas: Some(3),
                     shards: None,
+                    pods: None,
                 },
                 Placement {
                     cluster: "b".into(),
                     replicas: Some(2),
                     shards: None,
+                    pods: None,
                 },
             ],
             unplaced: 0,

@@ -24,6 +24,7 @@ pub mod from_workload;
 mod ledger;
 pub mod model;
 mod quota_admit;
+pub mod recorded;
 mod shards;
 mod text;
 

@@ -882,6 +882,59 @@ fn daemons_go_to_every_selected_cluster() {
 }
 
 #[test]
+fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
+    let daemon = Demand {
+        pod: pod("500m", "128Mi", 0),
+        count: Count::Whole,
+    };
+    // a: 3 nodes with room; b: 5 with room, one full and one whose label the pod's node
+    // selector does not match.
+    let in_pool = |name: String, cpu: &str, pool: &str| {
+        let mut n = node(&name, cpu, 110);
+        n.labels.insert("pool".into(), pool.into());
+        n
+    };
+    let a = (0..3)
+        .map(|i| in_pool(format!("a{i}"), "4", "web"))
+        .collect();
+    let mut b: Vec<NodeRoom> = (0..5)
+        .map(|i| in_pool(format!("b{i}"), "4", "web"))
+        .collect();
+    b.push(in_pool("b-full".into(), "100m", "web"));
+    b.push(in_pool("b-other".into(), "4", "other"));
+    let clusters = [cluster("a", "z1", a), cluster("b", "z2", b)];
+    let mut daemon = daemon;
+    daemon.pod.node_selector.insert("pool".into(), "web".into());
+    let o = run(&clusters, &divided(), &daemon, None, None);
+    assert_eq!(o.decision.unplaced, 0);
+    let pods: Vec<Option<u32>> = o.decision.placements.iter().map(|p| p.pods).collect();
+    assert_eq!(pods, [Some(3), Some(5)]);
+    assert_eq!(o.decision.whole_pods(), 8);
+    let charged = from_quota::usage_of(&o.decision, &daemon);
+    assert_eq!((charged["a"].pods, charged["b"].pods), (3, 5));
+    assert_eq!(charged["b"].cpu, q("2500m"));
+    assert_eq!(
+        o.bindings.iter().map(|b| b.pods).sum::<u64>(),
+        8,
+        "the ledger reserves what quota is charged"
+    );
+    // The plan contract is unchanged: a daemon's share is only its cluster.
+    assert_eq!(
+        json(&o),
+        r#"{"strategy":"Duplicated","placements":[{"cluster":"a"},{"cluster":"b"}],"unplaced":0,"reason":null}"#
+    );
+    // A quota of 4 pods holds a's 3 but not b's 5: b is left out, and the charge is what
+    // was placed.
+    let mut quota = cpu_quota("100", "0");
+    quota.total.hard.pods = Some(4);
+    let o = run(&clusters, &divided(), &daemon, Some(&quota), None);
+    assert_eq!(o.decision.clusters(), ["a"]);
+    assert_eq!(o.cause, Some(Cause::QuotaExceeded));
+    let charged = from_quota::usage_of(&o.decision, &daemon);
+    assert_eq!(charged.values().map(|r| r.pods).sum::<i64>(), 3);
+}
+
+#[test]
 fn duplicated_replicas_run_a_full_copy_per_cluster() {
     let policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
     let o = run(

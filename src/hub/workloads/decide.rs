@@ -19,7 +19,7 @@ use super::{
     ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, ANNOTATION_PLACEMENT_GENERATION,
     Decided, HubContext, HubError, hub_api, workload_key,
 };
-use crate::api::common::{ClusterPlacement, PlacementDecision, PlacementStrategy};
+use crate::api::common::PlacementDecision;
 use crate::api::federation::FederatedQuota;
 use crate::api::kind::PinterestKind;
 use crate::api::ranges::RangeSet;
@@ -28,7 +28,7 @@ use crate::hub::quota_book as quota;
 use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};
 use crate::placement::from_quota;
-use crate::placement::{self, Decision, Placement, PlanInput};
+use crate::placement::{self, Decision, PlanInput};
 use crate::status::hub_status::stored_decision;
 
 /// What was decided for the workload before this reconcile (this process's memory
@@ -432,46 +432,13 @@ fn placed_text(d: &Decision) -> String {
     text
 }
 
+/// The decision as hub status records it (a daemon's pods per cluster included).
 pub fn to_api_decision(d: &Decision) -> PlacementDecision {
-    PlacementDecision {
-        strategy: Some(match d.strategy {
-            placement::model::Strategy::Divided => PlacementStrategy::Divided,
-            placement::model::Strategy::Duplicated => PlacementStrategy::Duplicated,
-            placement::model::Strategy::Single => PlacementStrategy::Single,
-        }),
-        placements: d
-            .placements
-            .iter()
-            .map(|p| ClusterPlacement {
-                cluster: p.cluster.clone(),
-                replicas: p.replicas.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
-                shards: p.shards.clone(),
-            })
-            .collect(),
-        unplaced: i32::try_from(d.unplaced).unwrap_or(i32::MAX),
-        reason: d.reason.clone(),
-    }
+    placement::recorded::to_status(d)
 }
 
 fn from_api_decision(d: &PlacementDecision) -> Decision {
-    Decision {
-        strategy: match d.strategy {
-            Some(PlacementStrategy::Duplicated) => placement::model::Strategy::Duplicated,
-            Some(PlacementStrategy::Single) => placement::model::Strategy::Single,
-            _ => placement::model::Strategy::Divided,
-        },
-        placements: d
-            .placements
-            .iter()
-            .map(|p| Placement {
-                cluster: p.cluster.clone(),
-                replicas: p.replicas.map(|r| u32::try_from(r).unwrap_or(0)),
-                shards: p.shards.clone(),
-            })
-            .collect(),
-        unplaced: u32::try_from(d.unplaced).unwrap_or(0),
-        reason: d.reason.clone(),
-    }
+    placement::recorded::from_status(d)
 }
 
 /// Every FederatedQuota of a namespace, by name, with the namespace's usage book seeded
@@ -500,6 +467,7 @@ async fn quotas_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::Placement;
 
     #[test]
     fn placed_text_names_each_cluster_and_what_is_unplaced() {
@@ -510,11 +478,13 @@ mod tests {
                     cluster: "use1a".into(),
                     replicas: Some(4),
                     shards: None,
+                    pods: None,
                 },
                 Placement {
                     cluster: "use1b".into(),
                     replicas: None,
                     shards: Some("0-9".into()),
+                    pods: None,
                 },
             ],
             unplaced: 2,
