@@ -25,9 +25,10 @@ use super::model::Spread;
 
 /// One eligible cluster as apportionment sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Seat {
-    pub name: String,
-    pub zone: Option<String>,
+pub(crate) struct Seat<'a> {
+    /// Borrowed from the cluster view: no copy per cluster per decision.
+    pub name: &'a str,
+    pub zone: Option<&'a str>,
     /// Webster numerator: weight × room.
     pub base: u128,
     /// Most seats it may take: min(room, max, quota cap).
@@ -72,7 +73,7 @@ impl PartialOrd for Next {
 }
 
 struct State<'a> {
-    seats: &'a [Seat],
+    seats: &'a [Seat<'a>],
     floors: Vec<u32>,
     name_rank: Vec<usize>,
     shares: Vec<u32>,
@@ -274,7 +275,7 @@ fn spread_shortfall(spread: Spread, eligible: usize, zones: usize, total: u64) -
 
 /// Divides `total` seats over `seats`. The sum of shares is `min(total, Σ caps)` unless
 /// per-cluster mins make that impossible (then it is the largest sum found below it).
-pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportionment {
+pub(crate) fn apportion(seats: &[Seat<'_>], total: u64, spread: Spread) -> Apportionment {
     let n = seats.len();
     let cap_sum: u64 = seats.iter().map(|s| u64::from(s.cap)).sum();
     let total = total.min(cap_sum);
@@ -360,7 +361,7 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
 mod tests {
     use super::*;
 
-    fn seat(name: &str, zone: &str, weight: u128, room: u32) -> Seat {
+    fn seat<'a>(name: &'a str, zone: &'a str, weight: u128, room: u32) -> Seat<'a> {
         Seat {
             name: name.into(),
             zone: Some(zone.into()),
