@@ -137,7 +137,7 @@ impl State<'_> {
         };
         let zones: BTreeSet<&str> = (0..self.seats.len())
             .filter(|&j| self.shares[j] > 0)
-            .filter_map(|j| self.seats[j].zone.as_deref())
+            .filter_map(|j| self.seats[j].zone)
             .collect();
         let same_zone = (0..self.seats.len())
             .filter(|&j| self.shares[j] > 0 && self.seats[j].zone.as_ref() == Some(zone))
@@ -215,14 +215,14 @@ impl State<'_> {
             .sum();
         let mut zones_used: BTreeSet<&str> = (0..n)
             .filter(|&i| self.shares[i] > 0)
-            .filter_map(|i| seats[i].zone.as_deref())
+            .filter_map(|i| seats[i].zone)
             .collect();
         for &i in rank {
             if zones_used.len() >= self.want_zones {
                 break;
             }
             let open = u64::from(self.opening(i));
-            if let Some(z) = seats[i].zone.as_deref()
+            if let Some(z) = seats[i].zone
                 && !zones_used.contains(z)
                 && committed + open <= total
             {
@@ -285,7 +285,7 @@ pub(crate) fn apportion(seats: &[Seat<'_>], total: u64, spread: Spread) -> Appor
         .map(|s| s.floor.min(s.cap).min(total_u32))
         .collect();
     let mut by_name: Vec<usize> = (0..n).collect();
-    by_name.sort_by(|&a, &b| seats[a].name.cmp(&seats[b].name));
+    by_name.sort_by(|&a, &b| seats[a].name.cmp(seats[b].name));
     let mut name_rank = vec![0; n];
     for (r, &i) in by_name.iter().enumerate() {
         name_rank[i] = r;
@@ -298,10 +298,7 @@ pub(crate) fn apportion(seats: &[Seat<'_>], total: u64, spread: Spread) -> Appor
             .cmp(&seats[a].base)
             .then(name_rank[a].cmp(&name_rank[b]))
     });
-    let usable_zones: BTreeSet<&str> = rank
-        .iter()
-        .filter_map(|&i| seats[i].zone.as_deref())
-        .collect();
+    let usable_zones: BTreeSet<&str> = rank.iter().filter_map(|&i| seats[i].zone).collect();
     let total_usize = usize::try_from(total).unwrap_or(usize::MAX);
     let want_clusters = (spread.min_clusters as usize)
         .min(rank.len())
@@ -363,8 +360,8 @@ mod tests {
 
     fn seat<'a>(name: &'a str, zone: &'a str, weight: u128, room: u32) -> Seat<'a> {
         Seat {
-            name: name.into(),
-            zone: Some(zone.into()),
+            name,
+            zone: Some(zone),
             base: weight * u128::from(room),
             cap: room,
             floor: 0,
