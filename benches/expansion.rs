@@ -8,6 +8,11 @@
 //! meaningful on a shared machine where other processes take the cores — its `elem/s` is
 //! expansions per CPU-second of one core.
 //!
+//! Each case has floors measured in the same run, so its ratio to them holds from one
+//! machine to the next: `floor/serialize-output/<case>` writes the expanded objects as
+//! JSON (`serde_json::to_vec`, what sending them to the API server costs at least) and
+//! `floor/clone-output/<case>` copies them (the allocations the output itself needs).
+//!
 //! `cargo bench --bench expansion -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -126,6 +131,12 @@ fn run<M: Measurement>(
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     g.bench_function(name, |b| b.iter(|| expand(black_box(&input)).unwrap()));
+    g.bench_function(format!("floor/serialize-output/{name}"), |b| {
+        b.iter(|| serde_json::to_vec(black_box(&out)).unwrap())
+    });
+    g.bench_function(format!("floor/clone-output/{name}"), |b| {
+        b.iter(|| black_box(&out).clone())
+    });
     g.finish();
 }
 

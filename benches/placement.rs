@@ -2,6 +2,12 @@
 //! clusters, a re-plan from a current decision, a job set by shard index, a gang, and a
 //! burst of decisions through the assume-and-deduct ledger.
 //!
+//! Floors over the same 100 clusters, measured in the same run so the headline's ratio to
+//! them holds from one machine to the next: `floor/room-per-node/100` only counts how many
+//! pods fit on each of the 2,000 nodes (the arithmetic no placement can skip),
+//! `floor/clone-outcome/100` copies the outcome (the allocations of the output itself) and
+//! `floor/serialize-decision/100` writes the decision as JSON, as the hub stores it.
+//!
 //! `cargo bench --bench placement`
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +94,27 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
+    let hundred = synthetic(100);
+    let outcome = decide(&hundred, &service, None);
+    let mut g = c.benchmark_group("floor");
+    g.bench_function("room-per-node/100", |b| {
+        let request = service.pod.resources.as_pod_request();
+        b.iter(|| {
+            black_box(&hundred)
+                .iter()
+                .flat_map(|c| &c.nodes)
+                .map(|n| request.copies_in(&n.free))
+                .fold(0u64, u64::saturating_add)
+        })
+    });
+    g.bench_function("clone-outcome/100", |b| {
+        b.iter(|| black_box(&outcome).clone())
+    });
+    g.bench_function("serialize-decision/100", |b| {
+        b.iter(|| serde_json::to_vec(black_box(&outcome.decision)).unwrap())
+    });
+    g.finish();
+
     let clusters = synthetic(50);
     let current = decide(&clusters, &service, None).decision;
     let scaled = Demand {
@@ -131,7 +158,6 @@ fn bench(c: &mut Criterion) {
 
     // A burst: 100 services decided one after another over 100 clusters, each seeing the
     // reservations of the ones before.
-    let hundred = synthetic(100);
     c.bench_function("burst_100_decisions_with_ledger_over_100", |b| {
         b.iter(|| {
             let mut ledger = Ledger::new();

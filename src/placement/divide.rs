@@ -25,9 +25,10 @@ use super::model::Spread;
 
 /// One eligible cluster as apportionment sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Seat {
-    pub name: String,
-    pub zone: Option<String>,
+pub(crate) struct Seat<'a> {
+    /// Borrowed from the cluster view: no copy per cluster per decision.
+    pub name: &'a str,
+    pub zone: Option<&'a str>,
     /// Webster numerator: weight × room.
     pub base: u128,
     /// Most seats it may take: min(room, max, quota cap).
@@ -72,7 +73,7 @@ impl PartialOrd for Next {
 }
 
 struct State<'a> {
-    seats: &'a [Seat],
+    seats: &'a [Seat<'a>],
     floors: Vec<u32>,
     name_rank: Vec<usize>,
     shares: Vec<u32>,
@@ -136,7 +137,7 @@ impl State<'_> {
         };
         let zones: BTreeSet<&str> = (0..self.seats.len())
             .filter(|&j| self.shares[j] > 0)
-            .filter_map(|j| self.seats[j].zone.as_deref())
+            .filter_map(|j| self.seats[j].zone)
             .collect();
         let same_zone = (0..self.seats.len())
             .filter(|&j| self.shares[j] > 0 && self.seats[j].zone.as_ref() == Some(zone))
@@ -214,14 +215,14 @@ impl State<'_> {
             .sum();
         let mut zones_used: BTreeSet<&str> = (0..n)
             .filter(|&i| self.shares[i] > 0)
-            .filter_map(|i| seats[i].zone.as_deref())
+            .filter_map(|i| seats[i].zone)
             .collect();
         for &i in rank {
             if zones_used.len() >= self.want_zones {
                 break;
             }
             let open = u64::from(self.opening(i));
-            if let Some(z) = seats[i].zone.as_deref()
+            if let Some(z) = seats[i].zone
                 && !zones_used.contains(z)
                 && committed + open <= total
             {
@@ -274,7 +275,7 @@ fn spread_shortfall(spread: Spread, eligible: usize, zones: usize, total: u64) -
 
 /// Divides `total` seats over `seats`. The sum of shares is `min(total, Σ caps)` unless
 /// per-cluster mins make that impossible (then it is the largest sum found below it).
-pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportionment {
+pub(crate) fn apportion(seats: &[Seat<'_>], total: u64, spread: Spread) -> Apportionment {
     let n = seats.len();
     let cap_sum: u64 = seats.iter().map(|s| u64::from(s.cap)).sum();
     let total = total.min(cap_sum);
@@ -284,7 +285,7 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
         .map(|s| s.floor.min(s.cap).min(total_u32))
         .collect();
     let mut by_name: Vec<usize> = (0..n).collect();
-    by_name.sort_by(|&a, &b| seats[a].name.cmp(&seats[b].name));
+    by_name.sort_by(|&a, &b| seats[a].name.cmp(seats[b].name));
     let mut name_rank = vec![0; n];
     for (r, &i) in by_name.iter().enumerate() {
         name_rank[i] = r;
@@ -297,10 +298,7 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
             .cmp(&seats[a].base)
             .then(name_rank[a].cmp(&name_rank[b]))
     });
-    let usable_zones: BTreeSet<&str> = rank
-        .iter()
-        .filter_map(|&i| seats[i].zone.as_deref())
-        .collect();
+    let usable_zones: BTreeSet<&str> = rank.iter().filter_map(|&i| seats[i].zone).collect();
     let total_usize = usize::try_from(total).unwrap_or(usize::MAX);
     let want_clusters = (spread.min_clusters as usize)
         .min(rank.len())
@@ -360,10 +358,10 @@ pub(crate) fn apportion(seats: &[Seat], total: u64, spread: Spread) -> Apportion
 mod tests {
     use super::*;
 
-    fn seat(name: &str, zone: &str, weight: u128, room: u32) -> Seat {
+    fn seat<'a>(name: &'a str, zone: &'a str, weight: u128, room: u32) -> Seat<'a> {
         Seat {
-            name: name.into(),
-            zone: Some(zone.into()),
+            name,
+            zone: Some(zone),
             base: weight * u128::from(room),
             cap: room,
             floor: 0,

@@ -285,6 +285,7 @@ fn eligibility<'a>(
 ) -> (Vec<Candidate<'a>>, Vec<Exclusion>) {
     let policy = input.policy;
     let pod = &input.demand.pod;
+    let request = pod.resources.as_pod_request();
     let mut seen = BTreeSet::new();
     let mut candidates = Vec::new();
     let mut excluded = Vec::new();
@@ -331,7 +332,7 @@ fn eligibility<'a>(
         }
         if let Some(why) = policy
             .cluster_selector
-            .first_mismatch(&view.selector_labels())
+            .first_mismatch_by(|key| view.selector_label(key))
         {
             exclude(format!("does not match the cluster selector ({why})"));
             continue;
@@ -344,9 +345,10 @@ fn eligibility<'a>(
         let mut nodes_fit: u64 = 0;
         let mut matching = 0usize;
         for node in &view.nodes {
+            // One match per node: `PodShape::fit_on` would match again.
             if pod.matches_node(node) {
                 matching += 1;
-                let fit = pod.fit_on(node);
+                let fit = request.copies_in(&node.free);
                 if fit > 0 {
                     nodes_fit += 1;
                     room = room.saturating_add(fit);
@@ -392,7 +394,10 @@ fn pack(view: &ClusterView, pod: &PodShape, count: u64) -> Vec<NodeBinding> {
         if left == 0 {
             break;
         }
-        let k = left.min(pod.fit_on(node));
+        if !pod.matches_node(node) {
+            continue;
+        }
+        let k = left.min(req.copies_in(&node.free));
         if k > 0 {
             left -= k;
             out.push(NodeBinding {
@@ -466,12 +471,12 @@ fn shortfall(
     );
 }
 
-fn seats(ctx: &Ctx, current: &BTreeMap<String, u32>) -> Vec<Seat> {
+fn seats<'c>(ctx: &Ctx<'c, '_>, current: &BTreeMap<String, u32>) -> Vec<Seat<'c>> {
     ctx.candidates
         .iter()
         .map(|c| Seat {
-            name: c.name().to_string(),
-            zone: c.view.zone.clone(),
+            name: c.view.name.as_str(),
+            zone: c.view.zone.as_deref(),
             base: c.base(),
             cap: u32::try_from(c.cap()).unwrap_or(u32::MAX),
             floor: c.bounds.min.unwrap_or(0),
@@ -829,6 +834,7 @@ fn place_daemon(ctx: &Ctx, out: &mut Builder) {
     order.sort_by_key(|c| !current.contains_key(c.name()));
     let mut quota_left = ctx.total_quota.pods;
     let mut blocked = Vec::new();
+    let request = ctx.pod().resources.as_pod_request();
     for c in order {
         let pods = c.nodes_fit;
         if c.quota.pods < pods || quota_left < pods {
@@ -838,12 +844,12 @@ fn place_daemon(ctx: &Ctx, out: &mut Builder) {
         quota_left -= pods;
         out.place_daemon(c.name(), pods);
         for node in &c.view.nodes {
-            if ctx.pod().fit_on(node) > 0 {
+            if ctx.pod().matches_node(node) && request.copies_in(&node.free) > 0 {
                 out.bindings.push(NodeBinding {
                     cluster: c.view.name.clone(),
                     node: node.name.clone(),
                     pods: 1,
-                    resources: ctx.pod().resources.as_pod_request(),
+                    resources: request,
                 });
             }
         }

@@ -115,6 +115,7 @@ impl Resources {
 
     /// How many copies of `self` fit into `free` (`self` should be an
     /// [`as_pod_request`](Resources::as_pod_request); zero dimensions impose no limit).
+    #[inline]
     pub fn copies_in(&self, free: &Resources) -> u64 {
         // Pods first: usually the smallest bound, and a pod needs one slot, so it is
         // a division by one. For the others a multiplication shows whether they bound it
@@ -133,18 +134,37 @@ impl Resources {
             if free <= 0 {
                 return 0;
             }
-            if most != u64::MAX
-                && need
-                    .checked_mul(i128::from(most))
-                    .is_some_and(|all| all <= free)
-            {
-                continue;
-            }
-            let n = if need == 1 { free } else { free / need };
-            most = most.min(u64::try_from(n).unwrap_or(u64::MAX));
+            // Real amounts fit in 64 bits, where a division is one instruction rather than
+            // a 128-bit library call; the result is the same.
+            let n = match (u64::try_from(free), u64::try_from(need)) {
+                (Ok(free), Ok(need)) => copies_u64(free, need, most),
+                _ => copies_i128(free, need, most),
+            };
+            most = most.min(n);
         }
         most
     }
+}
+
+/// `free / need` (both positive), or `most` when `need × most` already fits in `free`.
+fn copies_u64(free: u64, need: u64, most: u64) -> u64 {
+    if most != u64::MAX && need.checked_mul(most).is_some_and(|all| all <= free) {
+        return most;
+    }
+    if need == 1 { free } else { free / need }
+}
+
+/// [`copies_u64`] for amounts beyond 64 bits.
+fn copies_i128(free: i128, need: i128, most: u64) -> u64 {
+    if most != u64::MAX
+        && need
+            .checked_mul(i128::from(most))
+            .is_some_and(|all| all <= free)
+    {
+        return most;
+    }
+    let n = if need == 1 { free } else { free / need };
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// Effect of a taint (cluster or node).
@@ -275,16 +295,23 @@ impl Selector {
 
     /// A description of the first requirement `labels` do not meet.
     pub fn first_mismatch(&self, labels: &BTreeMap<String, String>) -> Option<String> {
+        self.first_mismatch_by(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// [`first_mismatch`](Selector::first_mismatch) over labels read one key at a time, so
+    /// a caller need not build a map (placement checks every cluster in every decision).
+    pub fn first_mismatch_by<'l>(&self, label: impl Fn(&str) -> Option<&'l str>) -> Option<String> {
         for (k, v) in &self.match_labels {
-            if labels.get(k) != Some(v) {
+            if label(k) != Some(v.as_str()) {
                 return Some(format!("label {k}={v} required"));
             }
         }
         for r in &self.match_expressions {
-            let value = labels.get(&r.key);
+            let value = label(&r.key);
+            let listed = |v: &str| r.values.iter().any(|x| x == v);
             let ok = match r.operator {
-                SelectorOperator::In => value.is_some_and(|v| r.values.contains(v)),
-                SelectorOperator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                SelectorOperator::In => value.is_some_and(listed),
+                SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
                 SelectorOperator::Exists => value.is_some(),
                 SelectorOperator::DoesNotExist => value.is_none(),
             };
@@ -392,6 +419,17 @@ impl ClusterView {
         labels
     }
 
+    /// One label of [`selector_labels`](ClusterView::selector_labels), without building
+    /// the map.
+    pub fn selector_label(&self, key: &str) -> Option<&str> {
+        match self.labels.get(key) {
+            Some(v) => Some(v.as_str()),
+            None if key == ZONE_LABEL => self.zone.as_deref(),
+            None if key == REGION_LABEL => self.region.as_deref(),
+            None => None,
+        }
+    }
+
     /// Total free resources over all nodes.
     pub fn free_total(&self) -> Resources {
         self.nodes
@@ -413,11 +451,16 @@ pub struct PodShape {
 }
 
 impl PodShape {
+    /// Runs for every node in every decision, so it stays cheap for the usual pod with no
+    /// node selector and no tolerations.
+    #[inline]
     pub fn matches_node(&self, node: &NodeRoom) -> bool {
-        self.node_selector
-            .iter()
-            .all(|(k, v)| node.labels.get(k) == Some(v))
-            && untolerated(&self.tolerations, &node.taints).is_none()
+        (self.node_selector.is_empty()
+            || self
+                .node_selector
+                .iter()
+                .all(|(k, v)| node.labels.get(k) == Some(v)))
+            && (node.taints.is_empty() || untolerated(&self.tolerations, &node.taints).is_none())
     }
 
     /// How many of these pods fit on `node` (0 when the node does not match).

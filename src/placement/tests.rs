@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use super::*;
 use crate::api::quantity::Milli;
 use crate::topology::Topology;
+use model::{REGION_LABEL, ZONE_LABEL};
 
 fn q(s: &str) -> Milli {
     Milli::parse(s).unwrap()
@@ -1091,4 +1092,80 @@ fn empty_and_degenerate_inputs_do_not_panic() {
         let o = run(&local3(), &policy, &demand, None, None);
         let _ = o.decision.to_json();
     }
+}
+
+/// The selector check reads cluster labels one key at a time instead of building the map;
+/// both must see the same labels (explicit labels win over zone and region).
+#[test]
+fn selector_label_agrees_with_selector_labels() {
+    let plain = ClusterView {
+        labels: BTreeMap::new(),
+        zone: None,
+        region: None,
+        ..local3()[0].clone()
+    };
+    let zoned = ClusterView {
+        labels: BTreeMap::from([("tier".to_string(), "prod".to_string())]),
+        zone: Some("z1".into()),
+        region: Some("r1".into()),
+        ..plain.clone()
+    };
+    let overridden = ClusterView {
+        labels: BTreeMap::from([(ZONE_LABEL.to_string(), "label-zone".to_string())]),
+        ..zoned.clone()
+    };
+    let keys = [ZONE_LABEL, REGION_LABEL, "tier", "missing"];
+    let selectors = [
+        Selector::default(),
+        Selector {
+            match_labels: BTreeMap::from([("tier".to_string(), "prod".to_string())]),
+            ..Selector::default()
+        },
+        Selector {
+            match_expressions: vec![
+                Requirement {
+                    key: ZONE_LABEL.into(),
+                    operator: SelectorOperator::In,
+                    values: vec!["z1".into(), "label-zone".into()],
+                },
+                Requirement {
+                    key: REGION_LABEL.into(),
+                    operator: SelectorOperator::NotIn,
+                    values: vec!["r2".into()],
+                },
+                Requirement {
+                    key: "missing".into(),
+                    operator: SelectorOperator::DoesNotExist,
+                    values: vec![],
+                },
+            ],
+            ..Selector::default()
+        },
+        Selector {
+            match_expressions: vec![Requirement {
+                key: "tier".into(),
+                operator: SelectorOperator::Exists,
+                values: vec![],
+            }],
+            ..Selector::default()
+        },
+    ];
+    for view in [&plain, &zoned, &overridden] {
+        let labels = view.selector_labels();
+        for key in keys {
+            assert_eq!(
+                view.selector_label(key),
+                labels.get(key).map(String::as_str),
+                "{} {key}",
+                view.name
+            );
+        }
+        for s in &selectors {
+            assert_eq!(
+                s.first_mismatch_by(|k| view.selector_label(k)),
+                s.first_mismatch(&labels)
+            );
+        }
+    }
+    assert_eq!(overridden.selector_label(ZONE_LABEL), Some("label-zone"));
 }
