@@ -1289,8 +1289,10 @@ mod failover {
         use k8s_openapi::api::batch::v1::CronJob;
         use pinfed::api::cronjob::PinterestCronJob;
         let fed = Federation::connect().await;
-        // No failback within this test: the old member, back, must stay without a run.
-        let daemons = federation_failing_back_after(&fed, "cron-failover", 600);
+        // No failback within this test: the old member, back, must stay without a run
+        // (about two minutes after its return), so the window is longer than that.
+        const WINDOW_SECS: i64 = 240;
+        let daemons = federation_failing_back_after(&fed, "cron-failover", WINDOW_SECS as u64);
         let daemons: Vec<&Daemon> = vec![&daemons[0]];
         let hub = fed.hub();
         let ns = TestNamespace::create(&hub, "cron-failover").await;
@@ -1359,6 +1361,36 @@ mod failover {
             .into_keys()
             .next()
             .unwrap();
+        // Somewhere to go: another push member without accelerators that stands Ready for
+        // this hub — not back from a loss within the failback window. Earlier tests stop
+        // members and their agents, and a member returned minutes ago takes nothing new.
+        eventually_logged(
+            Duration::from_secs(WINDOW_SECS as u64 + 60),
+            &format!("a member other than {old} settled past the failback window"),
+            &daemons,
+            || async {
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                mcs.list(&Default::default()).await.is_ok_and(|l| {
+                    l.items.iter().any(|m| {
+                        let pull = m.spec.mode == Some(pinfed::api::federation::ClusterMode::Pull);
+                        let status = m.status.as_ref();
+                        m.metadata.name.as_deref() != Some(old.as_str())
+                            && !pull
+                            && !m.spec.labels.contains_key("accelerators")
+                            && status.is_some_and(|s| {
+                                s.conditions.iter().any(|c| {
+                                    c.type_ == "Ready"
+                                        && c.status == pinfed::api::common::ConditionStatus::True
+                                }) && s
+                                    .returned_time
+                                    .as_ref()
+                                    .is_none_or(|t| now - t.0.as_second() > WINDOW_SECS + 2)
+                            })
+                    })
+                })
+            },
+        )
+        .await;
         harness(&["stop", &old]);
         // Started again whatever happens below: a failure must not leave the member down
         // for the tests after this one.
