@@ -28,7 +28,7 @@ use crate::hub::quota_book as quota;
 use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};
 use crate::placement::from_quota;
-use crate::placement::{self, Decision, PlanInput};
+use crate::placement::{self, Decision, PlanInput, recorded};
 use crate::status::hub_status::stored_decision;
 
 /// What was decided for the workload before this reconcile (this process's memory
@@ -168,7 +168,7 @@ pub async fn decide<K: PinterestKind>(
                     .await
                     .map_err(HubError::Finalizer)?;
             }
-            (from_api_decision(kept), false)
+            (recorded::from_status(kept), false)
         }
         None => {
             let replan = Replan {
@@ -260,7 +260,7 @@ async fn plan_again<K: PinterestKind>(
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let started = std::time::Instant::now();
-    let before = remembered.previous.as_ref().map(from_api_decision);
+    let before = remembered.previous.as_ref().map(recorded::from_status);
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
     let mut views = cluster_views(ctx, now, own, standings, true);
     let mut outcome = {
@@ -347,7 +347,7 @@ async fn plan_again<K: PinterestKind>(
                 placement_generation: obj.meta().generation.unwrap_or(0),
                 failed_over_from: failed_over,
                 failover_message: message,
-                decision: to_api_decision(&outcome.decision),
+                decision: recorded::to_status(&outcome.decision),
             },
         );
     }
@@ -432,15 +432,6 @@ fn placed_text(d: &Decision) -> String {
     text
 }
 
-/// The decision as hub status records it (a daemon's pods per cluster included).
-pub fn to_api_decision(d: &Decision) -> PlacementDecision {
-    placement::recorded::to_status(d)
-}
-
-fn from_api_decision(d: &PlacementDecision) -> Decision {
-    placement::recorded::from_status(d)
-}
-
 /// Every FederatedQuota of a namespace, by name, with the namespace's usage book seeded
 /// when there is one.
 async fn quotas_of(
@@ -494,6 +485,6 @@ mod tests {
             placed_text(&d),
             "use1a 4 · use1b shards 0-9 (2 unplaced: cpu quota)"
         );
-        assert_eq!(from_api_decision(&to_api_decision(&d)), d);
+        assert_eq!(recorded::from_status(&recorded::to_status(&d)), d);
     }
 }
