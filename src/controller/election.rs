@@ -274,10 +274,10 @@ impl Elector {
             return;
         }
         let record = lease.as_ref().map(Record::of);
-        // A renewal by the holder changes renewTime only; client-go's rule counts it as a
-        // change of the record, so the standby's clock starts again from it.
-        let changed = lease.as_ref().map(spec_times) != self.lease.as_ref().map(spec_times)
-            || record != self.record;
+        // Any change of the record counts (client-go's rule): a renewal changes renewTime
+        // only, and the standby's clock starts again from it.
+        let spec = |l: &Option<Lease>| l.as_ref().and_then(|l| l.spec.clone());
+        let changed = spec(&lease) != spec(&self.lease);
         if changed {
             self.observed = Instant::now();
         }
@@ -367,14 +367,6 @@ impl Elector {
             Err(e) => tracing::warn!(lease = %self.name, error = %e, "could not release the lease"),
         }
     }
-}
-
-fn spec_times(l: &Lease) -> (Option<MicroTime>, Option<MicroTime>) {
-    let s = l.spec.as_ref();
-    (
-        s.and_then(|s| s.renew_time.clone()),
-        s.and_then(|s| s.acquire_time.clone()),
-    )
 }
 
 /// The resourceVersion as a number where it is one (etcd revisions are), to order a
