@@ -71,7 +71,16 @@ pub struct SliceCache {
     slices: HashMap<(String, String), Arc<SliceSummary>>,
     /// A relist in progress: it replaces `slices` when done.
     relisting: Option<HashMap<(String, String), Arc<SliceSummary>>>,
+    /// Slices this process wrote that the watch has not reported since, as the member
+    /// stored them: a reconcile that runs before the watch catches up reads these instead
+    /// of the older copy (which it would write again). Any watch event for the slice ends
+    /// one; so does [`WRITTEN_FOR_AT_MOST`] (a slice deleted before the watch delivered
+    /// our own write would otherwise look present).
+    written: HashMap<(String, String), (Arc<SliceSummary>, std::time::Instant)>,
 }
+
+/// The longest a slice written by this process stands in for the watch's copy.
+const WRITTEN_FOR_AT_MOST: Duration = Duration::from_secs(30);
 
 impl SliceCache {
     /// Takes in one watch event of a push member's slices.
@@ -96,6 +105,7 @@ impl SliceCache {
         self.relisting = Some(HashMap::new());
     }
     fn relisted(&mut self, key: (String, String), summary: Arc<SliceSummary>) {
+        self.written.remove(&key);
         self.relisting
             .get_or_insert_with(HashMap::new)
             .insert(key, summary);
@@ -107,10 +117,29 @@ impl SliceCache {
         self.listed = true;
     }
     fn insert(&mut self, key: (String, String), summary: Arc<SliceSummary>) {
+        self.written.remove(&key);
         self.slices.insert(key, summary);
     }
     fn remove(&mut self, key: &(String, String)) {
+        self.written.remove(key);
         self.slices.remove(key);
+    }
+
+    /// Records a slice this process just wrote, as the member returned it.
+    pub fn wrote(&mut self, key: (String, String), stored: Arc<SliceSummary>) {
+        let now = std::time::Instant::now();
+        self.written
+            .retain(|_, (_, at)| now.duration_since(*at) < WRITTEN_FOR_AT_MOST);
+        self.written.insert(key, (stored, now));
+    }
+
+    /// The slice as this process last knows it: its own write the watch has not reported
+    /// yet, else the watch's copy.
+    pub fn get(&self, key: &(String, String)) -> Option<Arc<SliceSummary>> {
+        match self.written.get(key) {
+            Some((s, at)) if at.elapsed() < WRITTEN_FOR_AT_MOST => Some(s.clone()),
+            _ => self.slices.get(key).cloned(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -230,10 +259,17 @@ impl Member {
         if !cache.listed {
             return Err(NotListed);
         }
-        Ok(cache
-            .slices
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned())
+        Ok(cache.get(&(namespace.to_string(), name.to_string())))
+    }
+
+    /// Records a slice the hub just wrote into this member, so reconciles that run before
+    /// the member's watch reports it do not write it again.
+    pub fn wrote_slice(&self, kind: WorkloadKind, stored: Arc<SliceSummary>, ns: &str, name: &str) {
+        if let Some(cache) = self.slices.get(&kind)
+            && let Ok(mut cache) = cache.lock()
+        {
+            cache.wrote((ns.to_string(), name.to_string()), stored);
+        }
     }
 
     /// How long ago this connection was made.

@@ -182,6 +182,8 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         failback_window: Duration::from_secs(args.failback_window_secs),
         // Fresh trackers per leader term: a lost term's leftovers do not count.
         decisions: Default::default(),
+        own_writes: Default::default(),
+        workload_caches: Default::default(),
         queues: crate::api::workload::WorkloadKind::ALL
             .into_iter()
             .map(|k| (k, p.queue_metrics.tracker(k.as_str())))

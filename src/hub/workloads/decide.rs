@@ -103,6 +103,7 @@ pub async fn decide<K: PinterestKind>(
     standings: &Standings,
     remembered: &Remembered,
     now: Timestamp,
+    finalizer_written: bool,
 ) -> Result<Outcome, HubError> {
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -156,17 +157,19 @@ pub async fn decide<K: PinterestKind>(
             && failback.is_empty()
     });
     let quotas = quotas_of(ctx, &ns, &profiles).await?;
-    let needs_finalizer = !obj.finalizers().iter().any(|f| f == FINALIZER);
+    // (Added by this process in a write the watch has not delivered yet counts.)
+    let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
     let (decision, quota_exceeded) = match keep {
         Some(kept) => {
             if needs_finalizer {
                 let mut f = obj.finalizers().to_vec();
                 f.push(FINALIZER.to_string());
                 let patch = serde_json::json!({"metadata": {"finalizers": f}});
-                hub_api(ctx, obj)
+                let stored = hub_api(ctx, obj)
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(HubError::Finalizer)?;
+                wrote_metadata(ctx, obj, &stored, true);
             }
             (recorded::from_status(kept), false)
         }
@@ -335,10 +338,11 @@ async fn plan_again<K: PinterestKind>(
         f.push(FINALIZER.to_string());
         patch["metadata"]["finalizers"] = serde_json::json!(f);
     }
-    hub_api(ctx, obj)
+    let stored = hub_api(ctx, obj)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(HubError::RecordDecision)?;
+    wrote_metadata(ctx, obj, &stored, needs_finalizer);
     tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
     if let Ok(mut d) = ctx.decisions.lock() {
         d.insert(
@@ -359,6 +363,16 @@ async fn plan_again<K: PinterestKind>(
     };
     record_events(ctx, obj, &change, &outcome.decision).await;
     Ok((outcome.decision, quota_exceeded))
+}
+
+/// Records a metadata write for reconciles that read an older copy.
+fn wrote_metadata<K: PinterestKind>(ctx: &HubContext, obj: &K, stored: &K, finalizer: bool) {
+    ctx.own_writes.wrote(
+        &workload_key(obj),
+        obj.meta().resource_version.as_deref(),
+        stored.meta().resource_version.as_deref(),
+        super::own_writes::Wrote::Metadata { finalizer },
+    );
 }
 
 /// What a new decision changed, for Events.

@@ -19,6 +19,7 @@
 mod decide;
 mod deletion;
 mod health;
+pub mod own_writes;
 mod profiles;
 mod rollout;
 
@@ -165,6 +166,11 @@ pub struct HubContext {
     /// the object from before our own annotation and status writes; deciding again from
     /// that would flip-flop (notably on failback).
     pub decisions: Mutex<BTreeMap<String, Decided>>,
+    /// Finalizers and statuses written that the hub's watch has not delivered yet.
+    pub own_writes: own_writes::OwnWrites,
+    /// Each kind's cache of its workloads, for readers of every workload (the bundle
+    /// sweep) that would otherwise list them all from the API server.
+    pub workload_caches: Mutex<BTreeMap<WorkloadKind, crate::controller::compact::UntypedBodies>>,
     pub stale_after_secs: i64,
     /// The longest a workload goes without a reconcile (its slices re-read).
     pub resync: Duration,
@@ -312,23 +318,33 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     }
     let now = Timestamp::now();
     let now_time = Time(now);
-    let stored_status = serde_json::to_value(obj)?
-        .get("status")
-        .cloned()
+    // A copy older than this process's own writes: read what they wrote instead.
+    let unseen = ctx
+        .own_writes
+        .unseen(&workload_key(obj), obj.meta().resource_version.as_deref())
         .unwrap_or_default();
+    let stored_status = match unseen.status {
+        Some(s) => s,
+        None => serde_json::to_value(obj)?
+            .get("status")
+            .cloned()
+            .unwrap_or_default(),
+    };
 
     // Read: standings of the members as this workload sees them, and what was decided.
     let standings = health::Standings::read(ctx, obj, now);
     let remembered = decide::Remembered::read(ctx, obj, &stored_status);
 
     // Decide: keep or plan again, recorded before any slice moves.
-    let decided = match decide::decide(ctx, obj, &standings, &remembered, now).await? {
-        decide::Outcome::Invalid(message) => {
-            write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
-            return Ok(Action::await_change());
-        }
-        decide::Outcome::Decided(d) => d,
-    };
+    let has_finalizer = unseen.finalizer;
+    let decided =
+        match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
+            decide::Outcome::Invalid(message) => {
+                write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
+                return Ok(Action::await_change());
+            }
+            decide::Outcome::Decided(d) => d,
+        };
 
     // Roll out: read the slices, move them toward the decision.
     let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
@@ -389,7 +405,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         totals_fields: K::totals_fields,
     };
     if let Some(st) = hub_status(&input) {
-        write_hub_status(&ctx.hub, obj, st).await?;
+        write_hub_status(ctx, obj, st).await?;
     }
     ctx.hub_metrics
         .aggregation_seconds
@@ -409,7 +425,7 @@ async fn write_invalid<K: PinterestKind>(
         serde_json::from_value(stored_status.get("conditions").cloned().unwrap_or_default())
             .unwrap_or_default();
     crate::api::common::set_invalid_conditions(&mut conds, message, obj.meta().generation, now);
-    write_hub_status(&ctx.hub, obj, serde_json::json!({"conditions": conds})).await
+    write_hub_status(ctx, obj, serde_json::json!({"conditions": conds})).await
 }
 
 /// Sets one condition on the hub resource, best effort: the
@@ -443,33 +459,45 @@ pub(super) async fn write_condition<K: PinterestKind>(
     // A merge patch of the conditions alone: the rest of the status (the split) stays.
     let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
     let patch = serde_json::json!({"status": {"conditions": conds}});
-    if changed
-        && let Err(e) = api
+    if changed {
+        // Part of the status: the record of own writes cannot stand in for it.
+        ctx.own_writes.forget(&workload_key(obj));
+        if let Err(e) = api
             .patch_status(
                 &obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
             .await
-    {
-        tracing::debug!(error = %e, "condition not written");
+        {
+            tracing::debug!(error = %e, "condition not written");
+        }
     }
 }
 
+/// Applies the whole status the hub owns (fields left out are dropped).
 async fn write_hub_status<K: PinterestKind>(
-    hub: &Client,
+    ctx: &HubContext,
     obj: &K,
     status: serde_json::Value,
 ) -> Result<(), HubError> {
-    let api: Api<K> = Api::namespaced(hub.clone(), &obj.namespace().unwrap_or_default());
+    let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
     let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(HUB_FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(HubError::WriteStatus)?;
+    let stored = api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(HubError::WriteStatus)?;
+    let status = patch.get("status").cloned().unwrap_or_default();
+    ctx.own_writes.wrote(
+        &workload_key(obj),
+        obj.meta().resource_version.as_deref(),
+        stored.meta().resource_version.as_deref(),
+        own_writes::Wrote::Status(status),
+    );
     Ok(())
 }
 
@@ -496,15 +524,31 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
         )
     };
     let cache = CompactCache::<K>::default();
+    if let Ok(mut c) = ctx.workload_caches.lock() {
+        c.insert(K::KIND, cache.untyped());
+    }
     let (reader, writer) = reflector::store();
+    // Listed in pages of 500 from etcd, not whole from the API server's cache: a list
+    // of 10,000 workloads decoded at once was most of the hub's peak memory.
     let main = watcher(
         Api::<K>::all(ctx.hub.clone()),
-        watcher::Config::default().any_semantic(),
+        watcher::Config::default().page_size(500),
     )
     .backoff(crate::controller::watch::backoff())
     .map_ok({
         let cache = cache.clone();
-        move |event| cache.ingest(event)
+        let ctx = ctx.clone();
+        move |event| {
+            // Own writes the watch has now delivered need no record any more.
+            match &event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => ctx
+                    .own_writes
+                    .seen(&workload_key(o), o.meta().resource_version.as_deref()),
+                watcher::Event::Delete(o) => ctx.own_writes.seen(&workload_key(o), None),
+                _ => {}
+            }
+            cache.ingest(event)
+        }
     })
     .reflect(writer)
     .applied_objects();

@@ -282,6 +282,11 @@ impl Target<'_> {
                     }
                     self.member_error(source)
                 })?;
+            // Until the member's watch reports it, reconciles read this copy (one run
+            // before the watch catches up would write the same slice again).
+            if let Some(m) = self.ctx.registry.get(self.cluster) {
+                m.wrote_slice(K::KIND, stored.clone(), &ns, &obj.name_any());
+            }
             written = Some((self.cluster.to_string(), stored));
             self.ctx
                 .hub_metrics
