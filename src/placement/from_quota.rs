@@ -73,6 +73,19 @@ impl Usage {
             *e = e.saturating_add(r);
         }
     }
+
+    /// Takes back what [`Usage::add`] added (clusters left with nothing are dropped).
+    pub fn subtract(&mut self, per_cluster: &BTreeMap<String, Resources>) {
+        for (c, r) in per_cluster {
+            self.total = self.total.saturating_sub(r);
+            if let Some(e) = self.per_cluster.get_mut(c) {
+                *e = e.saturating_sub(r);
+                if *e == Resources::ZERO {
+                    self.per_cluster.remove(c);
+                }
+            }
+        }
+    }
 }
 
 /// The engine's view of a quota. `used` is what other workloads use; `None` takes the

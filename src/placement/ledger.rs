@@ -5,7 +5,7 @@
 //!
 //! Pure: time is passed in; the ledger never reads a clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use super::decision::{NodeBinding, Outcome};
@@ -26,6 +26,9 @@ pub struct Ledger {
     reservations: BTreeMap<String, Reservation>,
     /// cluster → node → reserved.
     per_node: BTreeMap<String, BTreeMap<String, Resources>>,
+    /// The reservations by when they were made, so expiry looks only at the expired
+    /// ones (it runs before every decision).
+    by_time: BTreeSet<(SystemTime, String)>,
 }
 
 impl Ledger {
@@ -41,6 +44,7 @@ impl Ledger {
             return;
         }
         self.count(&outcome.bindings, true);
+        self.by_time.insert((at, workload.to_string()));
         self.reservations.insert(
             workload.to_string(),
             Reservation {
@@ -54,6 +58,7 @@ impl Ledger {
     pub fn release(&mut self, workload: &str) -> bool {
         match self.reservations.remove(workload) {
             Some(r) => {
+                self.by_time.remove(&(r.at, workload.to_string()));
                 self.count(&r.bindings, false);
                 true
             }
@@ -70,7 +75,9 @@ impl Ledger {
             r.bindings.drain(..).partition(|b| b.cluster == cluster);
         r.bindings = kept;
         if r.bindings.is_empty() {
+            let at = r.at;
             self.reservations.remove(workload);
+            self.by_time.remove(&(at, workload.to_string()));
         }
         self.count(&gone, false);
     }
@@ -78,10 +85,10 @@ impl Ledger {
     /// Drops reservations made before `older_than`; returns how many.
     pub fn expire(&mut self, older_than: SystemTime) -> usize {
         let old: Vec<String> = self
-            .reservations
+            .by_time
             .iter()
-            .filter(|(_, r)| r.at < older_than)
-            .map(|(w, _)| w.clone())
+            .take_while(|(at, _)| *at < older_than)
+            .map(|(_, w)| w.clone())
             .collect();
         for w in &old {
             self.release(w);

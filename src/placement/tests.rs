@@ -1029,6 +1029,40 @@ fn ledger_reservations_per_cluster_and_totals() {
     assert_eq!(free, q("23"), "use1a: 32 cpu minus its 9 reserved");
 }
 
+/// Expiry takes only reservations made before the cut, a replaced one by its new time.
+#[test]
+fn ledger_expiry_follows_the_latest_reservation() {
+    let clusters = local3();
+    let o = run(
+        &clusters,
+        &divided(),
+        &replicas(pod("1", "1Gi", 0), 3),
+        None,
+        None,
+    );
+    let t = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+    let mut ledger = Ledger::new();
+    ledger.reserve("ns/a", &o, t(10));
+    ledger.reserve("ns/b", &o, t(20));
+    ledger.reserve("ns/a", &o, t(30));
+    assert_eq!(
+        ledger.expire(t(25)),
+        1,
+        "only b: a was reserved again at 30"
+    );
+    assert_eq!(ledger.reserved(|w| w == "ns/a").cpu, q("3"));
+    assert_eq!(ledger.reserved(|w| w == "ns/b").cpu, q("0"));
+    ledger.release_cluster("ns/a", "use1a");
+    ledger.release_cluster("ns/a", "use1b");
+    ledger.release_cluster("ns/a", "use1c");
+    assert_eq!(
+        ledger.expire(t(100)),
+        0,
+        "released in full: nothing left to expire"
+    );
+    assert_eq!(ledger, Ledger::new());
+}
+
 // ---------------------------------------------------------------- decision JSON
 
 #[test]
