@@ -24,6 +24,23 @@ struct Bodies {
     by_key: HashMap<Key, Arc<[u8]>>,
     /// Keys listed since the watch (re)started; the rest are dropped when the list ends.
     relisting: Option<HashSet<Key>>,
+    /// A first list has completed: the cache holds every object.
+    listed: bool,
+}
+
+/// A cache's objects without their type: for readers that take every kind as JSON.
+#[derive(Clone)]
+pub struct UntypedBodies(Arc<RwLock<Bodies>>);
+
+impl UntypedBodies {
+    /// Every object's JSON as last seen (managed fields left out); `None` until the
+    /// first list completed.
+    pub fn all(&self) -> Option<Vec<Arc<[u8]>>> {
+        let bodies = self.0.read().unwrap_or_else(|e| e.into_inner());
+        bodies
+            .listed
+            .then(|| bodies.by_key.values().cloned().collect())
+    }
 }
 
 /// The JSON of every object of one kind, as its watch last delivered it.
@@ -82,6 +99,7 @@ where
                 if let Some(seen) = bodies.relisting.take() {
                     bodies.by_key.retain(|k, _| seen.contains(k));
                 }
+                bodies.listed = true;
                 watcher::Event::InitDone
             }
             watcher::Event::Apply(o) => watcher::Event::Apply(store(&mut bodies, o).1),
@@ -100,6 +118,11 @@ where
             bodies.by_key.get(&key_of(&meta.metadata))?.clone()
         };
         Some(serde_json::from_slice(&body))
+    }
+
+    /// The same cache, untyped.
+    pub fn untyped(&self) -> UntypedBodies {
+        UntypedBodies(self.bodies.clone())
     }
 
     /// How many objects are cached.

@@ -359,17 +359,25 @@ pub fn placed_clusters(workload: &Value) -> BTreeSet<String> {
 pub fn wanted_bundles(workloads: &[Value]) -> BTreeSet<(String, ConfigKind, String)> {
     let mut out = BTreeSet::new();
     for w in workloads {
-        let Some(ns) = w["metadata"]["namespace"].as_str() else {
-            continue;
-        };
-        let refs = workload_config(w);
-        for member in placed_clusters(w) {
-            for r in &refs {
-                out.insert((member.clone(), r.kind, bundle_name(ns, &r.name)));
-            }
-        }
+        add_wanted(&mut out, w);
     }
     out
+}
+
+/// Adds the bundles one workload wants, as [`wanted_bundles`].
+pub fn add_wanted(out: &mut BTreeSet<(String, ConfigKind, String)>, w: &Value) {
+    let Some(ns) = w["metadata"]["namespace"].as_str() else {
+        return;
+    };
+    let refs = workload_config(w);
+    if refs.is_empty() {
+        return;
+    }
+    for member in placed_clusters(w) {
+        for r in &refs {
+            out.insert((member.clone(), r.kind, bundle_name(ns, &r.name)));
+        }
+    }
 }
 
 /// Bundles nobody wants are removed on the second sweep that finds them unwanted: a
