@@ -255,3 +255,148 @@ pub async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
     }
     out
 }
+
+/// CPU seconds (user + system) so far of this machine's control-plane processes, by
+/// component: `kube-apiserver <cluster>` (from its etcd prefix), `etcd`, and the other
+/// binaries by name (`pinfed hub` and `pinfed agent` count as `pinfed`). Read from /proc,
+/// so a figure is what the process used, whatever shared the machine.
+pub fn cpu_by_component() -> BTreeMap<String, f64> {
+    let tick = 100.0; // USER_HZ on Linux
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let pid = e.file_name();
+        if !pid.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let Some(bin) = args.first().and_then(|a| a.rsplit('/').next()) else {
+            continue;
+        };
+        let name = match bin {
+            "kube-apiserver" => {
+                let cluster = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("--etcd-prefix="))
+                    .and_then(|p| p.rsplit('/').next())
+                    .unwrap_or("?");
+                format!("kube-apiserver {cluster}")
+            }
+            "etcd"
+            | "kube-controller-manager"
+            | "kube-scheduler"
+            | "kwok"
+            | "pinfed"
+            | "karmada-controller-manager"
+            | "karmada-scheduler"
+            | "karmada-aggregated-apiserver" => bin.to_string(),
+            _ => continue,
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesized command name: utime and stime are the 12th and
+        // 13th of them.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        *out.entry(name).or_default() += ticks / tick;
+    }
+    out
+}
+
+/// The CPU each component used between two [`cpu_by_component`] readings, largest first,
+/// as one line ("kube-apiserver hub 41.2 s, etcd 12.0 s, …").
+pub fn cpu_used_line(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let mut used: Vec<(&String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d >= 0.05)
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = used.iter().map(|(_, d)| d).sum();
+    let parts: Vec<String> = used.iter().map(|(k, d)| format!("{k} {d:.1} s")).collect();
+    format!("{total:.1} s in all: {}", parts.join(", "))
+}
+
+/// The rate at which this API server takes one kind of write of the hub's on `names`
+/// (`concurrency` in flight), and its CPU per write: the same objects, the same request
+/// shapes as the hub's — a merge patch of an annotation, and a server-side apply (forced,
+/// the hub's field manager) of the status with one condition message changed.
+pub async fn raw_write_rates(
+    api: &Api<DynamicObject>,
+    names: &[String],
+    concurrency: usize,
+    hub_name: &str,
+) -> anyhow::Result<Vec<(&'static str, f64, f64)>> {
+    use kube::api::{Patch, PatchParams};
+    let server = format!("kube-apiserver {hub_name}");
+    // Statuses read first, so the timed part is the writes alone.
+    let mut statuses = Vec::with_capacity(names.len());
+    for name in names {
+        statuses.push(api.get(name).await?.data["status"].clone());
+    }
+    let mut out = Vec::new();
+    for what in ["annotation merge patch", "status apply"] {
+        let cpu0 = cpu_by_component();
+        let start = Instant::now();
+        let one = |i: usize, name: &String| {
+            let api = api.clone();
+            let name = name.clone();
+            let mut status = statuses[i].clone();
+            async move {
+                if what == "status apply" {
+                    if let Some(cs) = status["conditions"].as_array_mut() {
+                        for c in cs.iter_mut().filter(|c| c["type"] == "Ready") {
+                            c["message"] = serde_json::json!(format!("raw write {i}"));
+                        }
+                    }
+                    let patch = serde_json::json!({
+                        "apiVersion": "compute.pinterest.com/v1alpha1",
+                        "kind": "PinterestService",
+                        "status": status,
+                    });
+                    api.patch_status(
+                        &name,
+                        &PatchParams::apply("pinfed-hub").force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await?;
+                } else {
+                    let patch = serde_json::json!({"metadata": {"annotations": {"bench.pinfed.dev/raw": i.to_string()}}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                }
+                anyhow::Ok(())
+            }
+        };
+        futures::stream::iter(names.iter().enumerate().map(|(i, n)| one(i, n)))
+            .buffer_unordered(concurrency)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let took = start.elapsed().as_secs_f64();
+        let cpu1 = cpu_by_component();
+        let apiserver_cpu: f64 = cpu1
+            .iter()
+            .filter(|(k, _)| **k == server)
+            .map(|(k, v)| v - cpu0.get(k).copied().unwrap_or(0.0))
+            .sum();
+        out.push((
+            what,
+            names.len() as f64 / took,
+            1000.0 * apiserver_cpu / names.len() as f64,
+        ));
+    }
+    Ok(out)
+}

@@ -11,8 +11,8 @@ use crate::LABEL_HUB_NAMESPACE;
 use crate::daemon::{http_status, report_logs};
 use crate::fed::{Fed, service};
 use crate::helpers::{
-    AbortOnDrop, create_all, load_line, placements, progress, wait_for, watch_services,
-    write_counts,
+    AbortOnDrop, cpu_by_component, cpu_used_line, create_all, load_line, placements, progress,
+    raw_write_rates, wait_for, watch_services, write_counts,
 };
 use crate::settings::env_or;
 
@@ -71,6 +71,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 
     let _agents = fed.hub_only_agents().await?;
     let writes_before = write_counts(&fed.hub()).await;
+    let cpu_before = cpu_by_component();
     let load_before = load_line();
     let started = Instant::now();
     let hub = fed.spawn_hub("bench-hub")?;
@@ -117,6 +118,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     };
     hub_watch.abort();
     let writes_at_sync = write_counts(&fed.hub()).await;
+    let cpu_at_first_sync = cpu_by_component();
     let at_sync = hub.memory_kib();
     let cpu_at_sync = hub.cpu_secs();
     // All slices, if not yet, then settle.
@@ -208,8 +210,42 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    println!(
+        "  CPU of the topology's processes from hub start to first sync: {}",
+        cpu_used_line(&cpu_before, &cpu_at_first_sync)
+    );
     drop(watches);
     report_logs(&[&hub]);
+    // The same API server's raw rate for the hub's two kinds of writes on these objects,
+    // with the hub stopped: what one placed workload costs there at the least.
+    let raw_n: usize = env_or("PINFED_BENCH_RAW_WRITES", 1_000)?;
+    drop(hub);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let raw = raw_write_rates(
+        &hub_api,
+        &names[..raw_n.min(n)],
+        concurrency,
+        fed.s.hub_name(),
+    )
+    .await?;
+    let mut per_workload_ms = 1000.0 / create_rate; // the Event, a create
+    for (what, rate, cpu_ms) in &raw {
+        println!(
+            "  raw {what} on the hub API server (hub stopped, {} objects, {concurrency} in \
+             flight): {rate:.0}/s, {cpu_ms:.2} ms of its CPU each",
+            raw_n.min(n)
+        );
+        per_workload_ms += 1000.0 / rate;
+    }
+    println!(
+        "  floor: one annotation patch + one status apply + one Event (counted at the create \
+         rate; an Event costs less) per workload at these rates = {:.0} workloads/s; {n} take {:.0} s on this API server alone (first sync \
+         took {:.0} s, {:.0}% of that pace)",
+        1000.0 / per_workload_ms,
+        n as f64 * per_workload_ms / 1000.0,
+        first_sync.as_secs_f64(),
+        100.0 * (n as f64 * per_workload_ms / 1000.0) / first_sync.as_secs_f64()
+    );
     println!(
         "  note: the {n} workloads stay in namespace {ns} (deleting them needs a hub to remove \
          finalizers); e2e/bench throws the topology away"
