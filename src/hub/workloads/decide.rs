@@ -15,6 +15,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 
 use super::health::{Standings, cluster_views};
+use super::own_writes::Wrote;
 use super::{
     ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, ANNOTATION_PLACEMENT_GENERATION,
     Decided, HubContext, HubError, hub_api, workload_key,
@@ -169,7 +170,7 @@ pub async fn decide<K: PinterestKind>(
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(HubError::Finalizer)?;
-                wrote_metadata(ctx, obj, &stored, true);
+                ctx.record_write(obj, &stored, Wrote::Metadata { finalizer: true });
             }
             (recorded::from_status(kept), false)
         }
@@ -342,7 +343,13 @@ async fn plan_again<K: PinterestKind>(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(HubError::RecordDecision)?;
-    wrote_metadata(ctx, obj, &stored, needs_finalizer);
+    ctx.record_write(
+        obj,
+        &stored,
+        Wrote::Metadata {
+            finalizer: needs_finalizer,
+        },
+    );
     tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
     if let Ok(mut d) = ctx.decisions.lock() {
         d.insert(
@@ -363,16 +370,6 @@ async fn plan_again<K: PinterestKind>(
     };
     record_events(ctx, obj, &change, &outcome.decision).await;
     Ok((outcome.decision, quota_exceeded))
-}
-
-/// Records a metadata write for reconciles that read an older copy.
-fn wrote_metadata<K: PinterestKind>(ctx: &HubContext, obj: &K, stored: &K, finalizer: bool) {
-    ctx.own_writes.wrote(
-        &workload_key(obj),
-        obj.meta().resource_version.as_deref(),
-        stored.meta().resource_version.as_deref(),
-        super::own_writes::Wrote::Metadata { finalizer },
-    );
 }
 
 /// What a new decision changed, for Events.

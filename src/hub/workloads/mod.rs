@@ -266,6 +266,17 @@ pub struct Decided {
 }
 
 impl HubContext {
+    /// Records a write of ours to `obj` that returned `stored`, for reconciles that read
+    /// an older copy before the watch delivers it.
+    fn record_write<K: PinterestKind>(&self, obj: &K, stored: &K, what: own_writes::Wrote) {
+        self.own_writes.wrote(
+            &workload_key(obj),
+            obj.meta().resource_version.as_deref(),
+            stored.meta().resource_version.as_deref(),
+            what,
+        );
+    }
+
     fn queue(&self, kind: WorkloadKind) -> crate::controller::queue::QueueDepth {
         self.queues
             .get(&kind)
@@ -492,12 +503,7 @@ async fn write_hub_status<K: PinterestKind>(
         .await
         .map_err(HubError::WriteStatus)?;
     let status = patch.get("status").cloned().unwrap_or_default();
-    ctx.own_writes.wrote(
-        &workload_key(obj),
-        obj.meta().resource_version.as_deref(),
-        stored.meta().resource_version.as_deref(),
-        own_writes::Wrote::Status(status),
-    );
+    ctx.record_write(obj, &stored, own_writes::Wrote::Status(status));
     Ok(())
 }
 

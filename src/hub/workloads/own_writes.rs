@@ -110,12 +110,9 @@ impl OwnWrites {
     }
 
     /// Workloads with writes the watch has not delivered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.pending.lock().map(|p| p.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -123,16 +120,20 @@ impl OwnWrites {
 mod tests {
     use super::*;
 
+    fn finalizer_added(w: &OwnWrites, read: &str, version: Option<&str>) {
+        w.wrote(
+            "k",
+            Some(read),
+            version,
+            Wrote::Metadata { finalizer: true },
+        );
+    }
+
     #[test]
     fn an_older_copy_sees_the_finalizer_and_status_written_since() {
         let w = OwnWrites::default();
         let st = serde_json::json!({"placement": [{"cluster": "a"}]});
-        w.wrote(
-            "k",
-            Some("10"),
-            Some("11"),
-            Wrote::Metadata { finalizer: true },
-        );
+        finalizer_added(&w, "10", Some("11"));
         w.wrote("k", Some("10"), Some("12"), Wrote::Status(st.clone()));
         let at_10 = w.unseen("k", Some("10")).expect("10 predates both writes");
         assert!(at_10.finalizer);
@@ -147,12 +148,7 @@ mod tests {
     #[test]
     fn the_watch_catching_up_or_a_delete_ends_the_record() {
         let w = OwnWrites::default();
-        w.wrote(
-            "k",
-            Some("1"),
-            Some("2"),
-            Wrote::Metadata { finalizer: true },
-        );
+        finalizer_added(&w, "1", Some("2"));
         w.seen("k", Some("1"));
         assert_eq!(w.len(), 1, "an event of the older copy keeps it");
         w.seen("k", Some("2"));
@@ -171,20 +167,10 @@ mod tests {
     #[test]
     fn a_write_without_a_version_or_a_partial_one_forgets() {
         let w = OwnWrites::default();
-        w.wrote(
-            "k",
-            Some("1"),
-            Some("2"),
-            Wrote::Metadata { finalizer: true },
-        );
-        w.wrote("k", Some("2"), None, Wrote::Metadata { finalizer: true });
+        finalizer_added(&w, "1", Some("2"));
+        finalizer_added(&w, "2", None);
         assert_eq!(w.unseen("k", Some("1")), None);
-        w.wrote(
-            "k",
-            Some("1"),
-            Some("2"),
-            Wrote::Metadata { finalizer: true },
-        );
+        finalizer_added(&w, "1", Some("2"));
         w.forget("k");
         assert_eq!(w.unseen("k", Some("1")), None);
     }
