@@ -877,3 +877,39 @@ pub async fn write_status(
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(generation: i64) -> Arc<SliceSummary> {
+        Arc::new(SliceSummary {
+            hub_uid: None,
+            generation: Some(generation),
+            hub_generation: None,
+            spec_digest: 0,
+            labels: Default::default(),
+            annotations: Default::default(),
+            share: Default::default(),
+            report: Default::default(),
+        })
+    }
+
+    /// A slice this process wrote is read in place of the watch's older copy until the
+    /// watch reports anything for it.
+    #[test]
+    fn a_written_slice_stands_in_until_the_watch_reports_it() {
+        let key = ("ns".to_string(), "web".to_string());
+        let mut cache = SliceCache::default();
+        cache.insert(key.clone(), summary(1));
+        cache.wrote(key.clone(), summary(2));
+        assert_eq!(cache.get(&key).and_then(|s| s.generation), Some(2));
+        // The watch's event (here: still the older copy) ends the stand-in.
+        cache.insert(key.clone(), summary(1));
+        assert_eq!(cache.get(&key).and_then(|s| s.generation), Some(1));
+        // A write then a delete reported by the watch: gone.
+        cache.wrote(key.clone(), summary(3));
+        cache.remove(&key);
+        assert!(cache.get(&key).is_none());
+    }
+}
