@@ -165,6 +165,56 @@ pub fn settle_status(old: &serde_json::Value, new: &mut serde_json::Value) -> bo
         .is_some_and(|o| o.iter().all(|(k, v)| old.get(k) == Some(v)))
 }
 
+/// What a status about to be written changes in the stored one, as paths (`ready`,
+/// `conditions[Ready].reason`, `clusters[a].readyReplicas`): the hub logs them at debug
+/// level, so "why did the hub write this status" has an answer.
+pub fn status_changes(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    // Entries of a list keyed by `key`, compared field by field.
+    let keyed = |field: &str, key: &str, out: &mut Vec<String>| {
+        let entries = |v: &serde_json::Value| -> Vec<(String, serde_json::Value)> {
+            v[field]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|e| (e[key].as_str().unwrap_or_default().to_string(), e.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (before, after) = (entries(old), entries(new));
+        for (k, e) in &after {
+            match before.iter().find(|(b, _)| b == k) {
+                None => out.push(format!("{field}[{k}]+")),
+                Some((_, b)) => {
+                    let fields = e.as_object().into_iter().flatten();
+                    for (f, _) in fields.filter(|(f, v)| b.get(f.as_str()) != Some(v)) {
+                        out.push(format!("{field}[{k}].{f}"));
+                    }
+                }
+            }
+        }
+        for (k, _) in before
+            .iter()
+            .filter(|(b, _)| !after.iter().any(|(a, _)| a == b))
+        {
+            out.push(format!("{field}[{k}]-"));
+        }
+    };
+    let mut out = Vec::new();
+    for (k, v) in new.as_object().into_iter().flatten() {
+        if old.get(k) == Some(v) {
+            continue;
+        }
+        match k.as_str() {
+            "conditions" => keyed("conditions", "type", &mut out),
+            "clusters" => keyed("clusters", "cluster", &mut out),
+            _ => out.push(k.clone()),
+        }
+    }
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +302,40 @@ mod tests {
             types,
             ["Ready", "Scheduled"],
             "sorted by type, Invalid gone"
+        );
+    }
+
+    #[test]
+    fn status_changes_name_the_fields_that_differ() {
+        let old = serde_json::json!({
+            "replicas": 3,
+            "clusters": [{"cluster": "a", "readyReplicas": 1}, {"cluster": "b"}],
+            "conditions": [{"type": "Ready", "status": "False", "reason": "Pending"}],
+        });
+        let new = serde_json::json!({
+            "replicas": 3,
+            "ready": true,
+            "clusters": [{"cluster": "a", "readyReplicas": 2}, {"cluster": "c"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Pending"}],
+        });
+        assert_eq!(
+            status_changes(&old, &new),
+            vec![
+                "clusters[a].readyReplicas",
+                "clusters[b]-",
+                "clusters[c]+",
+                "conditions[Ready].status",
+                "ready",
+            ]
+        );
+        assert!(status_changes(&new, &new).is_empty());
+        // Nothing stored yet: every field is new.
+        assert_eq!(
+            status_changes(
+                &serde_json::Value::Null,
+                &serde_json::json!({"replicas": 1})
+            ),
+            vec!["replicas"]
         );
     }
 }

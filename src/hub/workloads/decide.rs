@@ -90,6 +90,9 @@ pub struct Placed {
     pub failback: BTreeSet<String>,
     /// When to look again.
     pub requeue: Duration,
+    /// The version this reconcile's own metadata write returned: its status write is made
+    /// over that version, not over the copy it read.
+    pub written: Option<String>,
 }
 
 pub enum Outcome {
@@ -160,8 +163,9 @@ pub async fn decide<K: PinterestKind>(
     let quotas = quotas_of(ctx, &ns, &profiles).await?;
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
-    let (decision, quota_exceeded) = match keep {
+    let (decision, quota_exceeded, written) = match keep {
         Some(kept) => {
+            let mut written = None;
             if needs_finalizer {
                 let mut f = obj.finalizers().to_vec();
                 f.push(FINALIZER.to_string());
@@ -170,9 +174,9 @@ pub async fn decide<K: PinterestKind>(
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(HubError::Finalizer)?;
-                ctx.record_write(obj, &stored, Wrote::Metadata { finalizer: true });
+                written = ctx.record_write(obj, None, &stored, Wrote::Metadata { finalizer: true });
             }
-            (recorded::from_status(kept), false)
+            (recorded::from_status(kept), false, written)
         }
         None => {
             let replan = Replan {
@@ -213,6 +217,7 @@ pub async fn decide<K: PinterestKind>(
         lost_placed,
         failback,
         requeue,
+        written,
     }))
 }
 
@@ -259,7 +264,7 @@ async fn plan_again<K: PinterestKind>(
     r: &Replan<'_>,
     now: Timestamp,
     needs_finalizer: bool,
-) -> Result<(Decision, bool), HubError> {
+) -> Result<(Decision, bool, Option<String>), HubError> {
     let key = workload_key(obj);
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -343,8 +348,9 @@ async fn plan_again<K: PinterestKind>(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(HubError::RecordDecision)?;
-    ctx.record_write(
+    let written = ctx.record_write(
         obj,
+        None,
         &stored,
         Wrote::Metadata {
             finalizer: needs_finalizer,
@@ -369,7 +375,7 @@ async fn plan_again<K: PinterestKind>(
         newly_held: quota_exceeded && !held_before,
     };
     record_events(ctx, obj, &change, &outcome.decision).await;
-    Ok((outcome.decision, quota_exceeded))
+    Ok((outcome.decision, quota_exceeded, written))
 }
 
 /// What a new decision changed, for Events.

@@ -267,14 +267,24 @@ pub struct Decided {
 
 impl HubContext {
     /// Records a write of ours to `obj` that returned `stored`, for reconciles that read
-    /// an older copy before the watch delivers it.
-    fn record_write<K: PinterestKind>(&self, obj: &K, stored: &K, what: own_writes::Wrote) {
+    /// an older copy before the watch delivers it. The write was made over `over` (an
+    /// earlier write of the same reconcile returned it) or else over the copy read.
+    /// Returns the version written.
+    fn record_write<K: PinterestKind>(
+        &self,
+        obj: &K,
+        over: Option<&str>,
+        stored: &K,
+        what: own_writes::Wrote,
+    ) -> Option<String> {
+        let version = stored.meta().resource_version.clone();
         self.own_writes.wrote(
             &workload_key(obj),
-            obj.meta().resource_version.as_deref(),
-            stored.meta().resource_version.as_deref(),
+            over.or(obj.meta().resource_version.as_deref()),
+            version.as_deref(),
             what,
         );
+        version
     }
 
     fn queue(&self, kind: WorkloadKind) -> crate::controller::queue::QueueDepth {
@@ -416,7 +426,11 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         totals_fields: K::totals_fields,
     };
     if let Some(st) = hub_status(&input) {
-        write_hub_status(ctx, obj, st).await?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let changed = crate::status::hub_status::status_changes(&stored_status, &st);
+            tracing::debug!(workload = %workload_key(obj), ?changed, "writing the hub status");
+        }
+        write_hub_status(ctx, obj, decided.written.as_deref(), st).await?;
     }
     ctx.hub_metrics
         .aggregation_seconds
@@ -436,7 +450,7 @@ async fn write_invalid<K: PinterestKind>(
         serde_json::from_value(stored_status.get("conditions").cloned().unwrap_or_default())
             .unwrap_or_default();
     crate::api::common::set_invalid_conditions(&mut conds, message, obj.meta().generation, now);
-    write_hub_status(ctx, obj, serde_json::json!({"conditions": conds})).await
+    write_hub_status(ctx, obj, None, serde_json::json!({"conditions": conds})).await
 }
 
 /// Sets one condition on the hub resource, best effort: the
@@ -486,10 +500,12 @@ pub(super) async fn write_condition<K: PinterestKind>(
     }
 }
 
-/// Applies the whole status the hub owns (fields left out are dropped).
+/// Applies the whole status the hub owns (fields left out are dropped); `over`: the
+/// version this reconcile's earlier write returned, if any.
 async fn write_hub_status<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
+    over: Option<&str>,
     status: serde_json::Value,
 ) -> Result<(), HubError> {
     let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
@@ -503,7 +519,7 @@ async fn write_hub_status<K: PinterestKind>(
         .await
         .map_err(HubError::WriteStatus)?;
     let status = patch.get("status").cloned().unwrap_or_default();
-    ctx.record_write(obj, &stored, own_writes::Wrote::Status(status));
+    ctx.record_write(obj, over, &stored, own_writes::Wrote::Status(status));
     Ok(())
 }
 

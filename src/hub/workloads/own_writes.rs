@@ -69,15 +69,17 @@ impl OwnWrites {
             return;
         };
         let p = pending.entry(key.to_string()).or_default();
-        let over = if p.last.is_empty() {
-            read.map(str::to_string)
-        } else {
-            Some(std::mem::take(&mut p.last))
-        };
-        if let Some(over) = over
-            && !p.before.contains(&over)
-        {
-            p.before.push(over);
+        // Copies at the version read and at the previous write's result both predate it.
+        let last = std::mem::take(&mut p.last);
+        for over in [
+            read.map(str::to_string),
+            Some(last).filter(|l| !l.is_empty()),
+        ] {
+            if let Some(over) = over
+                && !p.before.contains(&over)
+            {
+                p.before.push(over);
+            }
         }
         p.last = version.to_string();
         match what {
@@ -173,5 +175,19 @@ mod tests {
         finalizer_added(&w, "1", Some("2"));
         w.forget("k");
         assert_eq!(w.unseen("k", Some("1")), None);
+    }
+
+    #[test]
+    fn a_status_written_after_the_watch_caught_up_with_the_metadata_write() {
+        // One reconcile: the finalizer patch over 10 returns 11; the watch delivers 11
+        // (the record ends); the status apply is made over 11 and returns 12. A copy at
+        // 11 (the cache's, which queued the next reconcile) lacks that status.
+        let w = OwnWrites::default();
+        let st = serde_json::json!({"placement": [{"cluster": "a"}]});
+        finalizer_added(&w, "10", Some("11"));
+        w.seen("k", Some("11"));
+        w.wrote("k", Some("11"), Some("12"), Wrote::Status(st.clone()));
+        assert_eq!(w.unseen("k", Some("11")).and_then(|u| u.status), Some(st));
+        assert_eq!(w.unseen("k", Some("12")), None);
     }
 }
