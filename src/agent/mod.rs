@@ -150,7 +150,20 @@ async fn run_kind<K: AgentKind>(
     .backoff(watch::backoff())
     .map_ok({
         let cache = cache.clone();
-        move |event| cache.ingest(event)
+        let ctx = ctx.clone();
+        move |event| {
+            // Own status writes the watch has now delivered need no record any more.
+
+            match &event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => ctx.own_writes.seen(
+                    &reconcile::slice_key(o),
+                    o.meta().resource_version.as_deref(),
+                ),
+                watcher::Event::Delete(o) => ctx.own_writes.seen(&reconcile::slice_key(o), None),
+                _ => {}
+            }
+            cache.ingest(event)
+        }
     })
     .reflect(writer)
     .applied_objects();

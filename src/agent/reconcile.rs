@@ -27,6 +27,7 @@ use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::AGENT_FIELD_MANAGER;
 use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::own_writes::Wrote;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
 use crate::controller::retry::RetryPolicy;
 use crate::expand::{self, ExpandInput};
@@ -54,6 +55,8 @@ pub struct Context {
     pub bundle_users: super::bundles::BundleUsers,
     /// Reconciles in flight per kind.
     pub concurrency: u16,
+    /// Slice statuses written that the watch has not delivered yet.
+    pub own_writes: crate::controller::own_writes::OwnWrites,
 }
 
 /// (kind, name) of the generated objects a reconcile keeps.
@@ -90,6 +93,7 @@ impl Context {
             claims: Default::default(),
             bundle_users: Default::default(),
             concurrency,
+            own_writes: Default::default(),
         }
     }
 
@@ -187,7 +191,7 @@ pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     let result = reconcile_stages(obj.as_ref(), &ctx).await;
     timer.finish(result.as_ref().err().map(AgentError::reason));
     if result.is_ok() {
-        ctx.retries.succeeded(&retry_key(obj.as_ref()));
+        ctx.retries.succeeded(&slice_key(obj.as_ref()));
     }
     result
 }
@@ -206,7 +210,8 @@ pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context)
     Action::requeue(delay)
 }
 
-fn retry_key<K: AgentKind>(obj: &K) -> String {
+/// `Kind/namespace/name`: the key of a slice's backoff and of its own status writes.
+pub(super) fn slice_key<K: AgentKind>(obj: &K) -> String {
     format!("{}/{}", K::KIND, key(obj))
 }
 
@@ -239,11 +244,63 @@ async fn observe(
     Ok(o)
 }
 
+/// The slice's status as stored, as this reconcile knows it: a cached copy older than
+/// this agent's own last status write shows that write's status instead (the write's
+/// watch event can come after the events of the objects it applied). Writes only what
+/// differs from it.
+struct StoredStatus<S> {
+    key: String,
+    status: Option<S>,
+    /// The version of the slice that status is at (its last write's result).
+    version: Option<String>,
+}
+
+impl<S: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq> StoredStatus<S> {
+    fn read<K: AgentKind<Status = S>>(ctx: &Context, obj: &K) -> StoredStatus<S> {
+        let key = slice_key(obj);
+        let version = obj.meta().resource_version.clone();
+        let unseen = ctx
+            .own_writes
+            .unseen(&key, version.as_deref())
+            .and_then(|u| u.status)
+            .and_then(|s| serde_json::from_value(s).ok());
+        StoredStatus {
+            key,
+            status: unseen.or_else(|| obj.status().cloned()),
+            version,
+        }
+    }
+
+    /// Writes `status` unless it is the one stored; says whether it wrote.
+    async fn write<K: AgentKind<Status = S>>(
+        &mut self,
+        ctx: &Context,
+        obj: &K,
+        status: &S,
+    ) -> Result<bool, AgentError> {
+        if self.status.as_ref() == Some(status) {
+            return Ok(false);
+        }
+        let written = write_status(&ctx.client, obj, status).await?;
+        let value = serde_json::to_value(status)?;
+        ctx.own_writes.wrote(
+            &self.key,
+            self.version.as_deref(),
+            written.as_deref(),
+            Wrote::Status(value),
+        );
+        self.version = written;
+        self.status = Some(status.clone());
+        Ok(true)
+    }
+}
+
+/// Applies the slice's status; returns the version written (`None`: the slice is gone).
 async fn write_status<K: AgentKind>(
     client: &Client,
     obj: &K,
     status: &K::Status,
-) -> Result<(), AgentError> {
+) -> Result<Option<String>, AgentError> {
     let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
     let api: Api<K> = Api::namespaced(client.clone(), &ns);
     let patch = serde_json::json!({
@@ -261,8 +318,10 @@ async fn write_status<K: AgentKind>(
     {
         // Deleted meanwhile (the hub removed a slice, a user deleted it): nothing to
         // report, and its deletion reconciles it anyway.
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        r => r.map(|_| ()).map_err(AgentError::Status),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        r => r
+            .map(|stored| stored.meta().resource_version.clone())
+            .map_err(AgentError::Status),
     }
 }
 
@@ -318,7 +377,8 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     }
     let now = Time(Timestamp::now());
     let generation = obj.meta().generation;
-    let mut status = obj.status().cloned().unwrap_or_default();
+    let mut stored = StoredStatus::read(ctx, obj);
+    let mut status = stored.status.clone().unwrap_or_default();
 
     // Read.
     let profiles: Vec<RuntimeProfile> =
@@ -329,6 +389,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             return invalid(
                 ctx,
                 obj,
+                &mut stored,
                 status,
                 "UnknownRuntimeVersion",
                 &format!("spec.runtimeVersion: {e}"),
@@ -345,8 +406,16 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     let mut working = obj.clone();
     let (admitted, completed) = match obj.as_workload() {
         WorkloadRef::JobSet(j) => {
-            let (admitted, completed) =
-                record_shards(ctx, obj, j, &mut working, &mut status, &observed).await?;
+            let (admitted, completed) = record_shards(
+                ctx,
+                obj,
+                j,
+                &mut working,
+                &mut stored,
+                &mut status,
+                &observed,
+            )
+            .await?;
             (Some(admitted), Some(completed))
         }
         _ => (None, None),
@@ -362,7 +431,16 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     let objects = match expand::expand(&input) {
         Ok(objects) => objects,
         Err(e) => {
-            return invalid(ctx, obj, status, e.reason(), &e.invalid().to_string(), &now).await;
+            return invalid(
+                ctx,
+                obj,
+                &mut stored,
+                status,
+                e.reason(),
+                &e.invalid().to_string(),
+                &now,
+            )
+            .await;
         }
     };
 
@@ -391,9 +469,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     let health = working.observe(&observed, &mut status);
     K::set_meta(&mut status, generation, &profile.spec.version);
     status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
-    if obj.status() != Some(&status) {
-        write_status(&ctx.client, obj, &status).await?;
-    }
+    stored.write(ctx, obj, &status).await?;
     // Owned-object watches bring changes; the timer is a safety net. A bundle not there
     // yet is looked for again soon.
     if missing.is_empty() {
@@ -410,6 +486,7 @@ async fn record_shards<K: AgentKind>(
     obj: &K,
     j: &PinterestJobSet,
     working: &mut K,
+    stored: &mut StoredStatus<K::Status>,
     status: &mut K::Status,
     observed: &Observed,
 ) -> Result<(crate::api::ranges::RangeSet, crate::api::ranges::RangeSet), AgentError> {
@@ -422,18 +499,16 @@ async fn record_shards<K: AgentKind>(
             .and_then(|r| crate::api::ranges::RangeSet::parse(r).ok())
             .unwrap_or_default(),
     );
-    if obj.status() != Some(&*status) {
-        write_status(&ctx.client, obj, status).await?;
-        if !newly.is_empty() {
-            publish(
-                ctx,
-                obj,
-                EventType::Normal,
-                "ShardsCompleted",
-                format!("shards {newly} completed"),
-            )
-            .await;
-        }
+    // (Written first: an Event only for shards the status now records.)
+    if stored.write(ctx, obj, status).await? && !newly.is_empty() {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "ShardsCompleted",
+            format!("shards {newly} completed"),
+        )
+        .await;
     }
     *working.status_mut() = Some(status.clone());
     let admitted = admit(working, &account)?;
@@ -557,15 +632,16 @@ fn admit<K: AgentKind>(
 async fn invalid<K: AgentKind>(
     ctx: &Context,
     obj: &K,
+    stored: &mut StoredStatus<K::Status>,
     mut status: K::Status,
     reason: &str,
     message: &str,
     now: &Time,
 ) -> Result<Action, AgentError> {
     let generation = obj.meta().generation;
-    let already = obj
-        .status()
-        .cloned()
+    let already = stored
+        .status
+        .clone()
         .map(|mut s| {
             find_condition(K::conditions(&mut s), ct::INVALID).is_some_and(|c| {
                 c.status == ConditionStatus::True
@@ -587,7 +663,7 @@ async fn invalid<K: AgentKind>(
         {
             c.reason = reason.to_string();
         }
-        write_status(&ctx.client, obj, &status).await?;
+        stored.write(ctx, obj, &status).await?;
         publish(ctx, obj, EventType::Warning, reason, message.to_string()).await;
         tracing::info!(kind = %K::KIND, object = %key(obj), %message, "invalid; waiting for a change");
     }

@@ -95,7 +95,14 @@ pub trait PinterestKind:
     + Sync
     + 'static
 {
-    type Status: Serialize + Default + Clone + PartialEq + Debug + Send + Sync;
+    type Status: Serialize
+        + serde::de::DeserializeOwned
+        + Default
+        + Clone
+        + PartialEq
+        + Debug
+        + Send
+        + Sync;
     fn status(&self) -> Option<&Self::Status>;
     fn status_mut(&mut self) -> &mut Option<Self::Status>;
     fn as_workload(&self) -> WorkloadRef<'_>;

@@ -11,6 +11,7 @@ pub mod kube_args;
 pub mod leader;
 pub mod metrics;
 pub mod mirror;
+pub mod own_writes;
 pub mod queue;
 pub mod retry;
 pub mod tokens;

@@ -15,7 +15,6 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 
 use super::health::{Standings, cluster_views};
-use super::own_writes::Wrote;
 use super::{
     ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, ANNOTATION_PLACEMENT_GENERATION,
     Decided, HubContext, HubError, hub_api, workload_key,
@@ -25,6 +24,7 @@ use crate::api::federation::FederatedQuota;
 use crate::api::kind::PinterestKind;
 use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
+use crate::controller::own_writes::Wrote;
 use crate::hub::quota_book as quota;
 use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};

@@ -19,7 +19,6 @@
 mod decide;
 mod deletion;
 mod health;
-pub mod own_writes;
 mod profiles;
 mod rollout;
 
@@ -46,6 +45,7 @@ use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::controller::compact::CompactCache;
 use crate::controller::metrics::ReconcileMetrics;
+use crate::controller::own_writes;
 use crate::controller::retry::RetryPolicy;
 use crate::hub::members::MemberRegistry;
 use crate::hub::quota_book::QuotaBook;

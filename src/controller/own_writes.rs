@@ -1,10 +1,11 @@
-//! The hub's own writes to a workload that the hub's watch has not delivered yet.
+//! A controller's own writes to an object that its watch has not delivered yet (the hub's
+//! to its workloads, an agent's to its slices' status).
 //!
 //! A reconcile runs again as soon as one of its own writes comes back through the watch
-//! (and on slice and health triggers meanwhile). The copy it then reads can predate the
-//! writes of the run before: without this record it would add the finalizer again and
-//! write the same status again (its conditions with new transition times, so not even
-//! equal). Versions are only compared for equality, as the API asks.
+//! (and on other triggers meanwhile: slices, generated objects). The copy it then reads
+//! can predate the writes of the run before: without this record it would add the
+//! finalizer again and write the same status again (its conditions with new transition
+//! times, so not even equal). Versions are only compared for equality, as the API asks.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
