@@ -61,6 +61,11 @@ pub struct HubArgs {
     /// it reads or writes; more in flight than the API servers serve only queues there.
     #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// While other workloads wait for a reconcile, a workload's status write waits for
+    /// them, this long at most (milliseconds; 0: never): under a burst, slices reach the
+    /// members first and the member reports meanwhile fold into one status write.
+    #[arg(long, env = "PINFED_HUB_STATUS_DEFER_MS", default_value = "2000")]
+    pub status_defer_ms: u64,
     /// How long a member that came back must stay Ready before workloads fail back to
     /// it and its stale slices are resized or removed (seconds).
     #[arg(long, env = "PINFED_FAILBACK_WINDOW_SECS", default_value = "120")]
@@ -183,6 +188,9 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         // Fresh trackers per leader term: a lost term's leftovers do not count.
         decisions: Default::default(),
         own_writes: Default::default(),
+        status_deferrals: workloads::status_defer::StatusDeferrals::new(Duration::from_millis(
+            args.status_defer_ms,
+        )),
         workload_caches: Default::default(),
         queues: crate::api::workload::WorkloadKind::ALL
             .into_iter()

@@ -20,6 +20,7 @@ pub async fn remove_slices<K: PinterestKind>(
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let key = workload_key(obj);
+    ctx.status_deferrals.done(&key);
     let now = Timestamp::now();
     let hub_uid = obj.uid().unwrap_or_default();
     let mut failures = Vec::new();

@@ -21,6 +21,7 @@ mod deletion;
 mod health;
 mod profiles;
 mod rollout;
+pub mod status_defer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -168,6 +169,8 @@ pub struct HubContext {
     pub decisions: Mutex<BTreeMap<String, Decided>>,
     /// Finalizers and statuses written that the hub's watch has not delivered yet.
     pub own_writes: own_writes::OwnWrites,
+    /// Status writes held back while other workloads wait for their slices.
+    pub status_deferrals: status_defer::StatusDeferrals,
     /// Each kind's cache of its workloads, for readers of every workload (the bundle
     /// sweep) that would otherwise list them all from the API server.
     pub workload_caches: Mutex<BTreeMap<WorkloadKind, crate::controller::compact::UntypedBodies>>,
@@ -425,10 +428,20 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         },
         totals_fields: K::totals_fields,
     };
-    if let Some(st) = hub_status(&input) {
+    let key = workload_key(obj);
+    let status = hub_status(&input);
+    if status.is_some()
+        && ctx
+            .status_deferrals
+            .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())
+    {
+        return Ok(Action::requeue(decided.requeue.min(status_defer::RETRY)));
+    }
+    ctx.status_deferrals.done(&key);
+    if let Some(st) = status {
         if tracing::enabled!(tracing::Level::DEBUG) {
             let changed = crate::status::hub_status::status_changes(&stored_status, &st);
-            tracing::debug!(workload = %workload_key(obj), ?changed, "writing the hub status");
+            tracing::debug!(workload = %key, ?changed, "writing the hub status");
         }
         write_hub_status(ctx, obj, decided.written.as_deref(), st).await?;
     }
