@@ -431,11 +431,11 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     let key = workload_key(obj);
     let status = hub_status(&input);
     if status.is_some()
-        && ctx
-            .status_deferrals
-            .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())
+        && let Some(left) =
+            ctx.status_deferrals
+                .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())
     {
-        return Ok(Action::requeue(decided.requeue.min(status_defer::RETRY)));
+        return Ok(Action::requeue(decided.requeue.min(left)));
     }
     ctx.status_deferrals.done(&key);
     if let Some(st) = status {

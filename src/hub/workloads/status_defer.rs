@@ -5,15 +5,14 @@
 //! against ~2 ms for a decision's patch) of workloads already placed delayed the
 //! decisions and slices of the ones still queued. While other workloads of the kind wait
 //! for a reconcile, a workload's status write waits too — the reconcile is requeued
-//! shortly and writes it once the queue is empty, or when it has waited `max` — and the
-//! member reports that arrive meanwhile are folded into that one write.
+//! when it has waited `max` (or sooner, when a trigger finds the queue empty) — and the
+//! member reports that arrive meanwhile are folded into that one write. One requeue at
+//! the deadline, not a poll: a first sync keeps the queue full for minutes, and polling
+//! every held workload would multiply the hub's reconciles.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// How soon a held-back status write is tried again.
-pub const RETRY: Duration = Duration::from_millis(250);
 
 /// Workloads whose status write waits, and since when.
 #[derive(Debug, Default)]
@@ -32,21 +31,21 @@ impl StatusDeferrals {
     }
 
     /// Whether `key`'s status write waits now, with `waiting` other workloads of its kind
-    /// queued (its own trigger, queued again while it runs, can be one of them).
-    pub fn hold(&self, key: &str, waiting: usize, now: Instant) -> bool {
-        let Ok(mut since) = self.since.lock() else {
-            return false;
-        };
+    /// queued (its own trigger, queued again while it runs, can be one of them): how much
+    /// longer at most, or `None` to write now.
+    pub fn hold(&self, key: &str, waiting: usize, now: Instant) -> Option<Duration> {
+        let mut since = self.since.lock().ok()?;
         if self.max.is_zero() || waiting <= 1 {
             since.remove(key);
-            return false;
+            return None;
         }
         let first = *since.entry(key.to_string()).or_insert(now);
-        if now.duration_since(first) >= self.max {
+        let left = self.max.saturating_sub(now.duration_since(first));
+        if left.is_zero() {
             since.remove(key);
-            return false;
+            return None;
         }
-        true
+        Some(left)
     }
 
     /// `key`'s status needs no write (or is gone): it no longer waits.
@@ -70,22 +69,21 @@ mod tests {
     fn a_status_waits_while_others_are_queued_but_never_past_the_limit() {
         let d = StatusDeferrals::new(Duration::from_secs(2));
         let t0 = Instant::now();
-        assert!(d.hold("a", 50, t0));
-        assert!(d.hold("a", 50, t0 + Duration::from_millis(1900)));
-        assert!(
-            !d.hold("a", 50, t0 + Duration::from_secs(2)),
-            "waited long enough"
+        let ms = Duration::from_millis;
+        assert_eq!(d.hold("a", 50, t0), Some(ms(2000)));
+        assert_eq!(
+            d.hold("a", 50, t0 + ms(1900)),
+            Some(ms(100)),
+            "counted from the first hold"
         );
+        assert_eq!(d.hold("a", 50, t0 + ms(2000)), None, "waited long enough");
         assert_eq!(d.len(), 0);
         // Its own echo alone (or nothing) queued: written at once.
-        assert!(!d.hold("b", 1, t0));
-        assert!(d.hold("c", 2, t0));
-        assert!(
-            !d.hold("c", 0, t0 + Duration::from_millis(300)),
-            "queue drained"
-        );
+        assert_eq!(d.hold("b", 1, t0), None);
+        assert!(d.hold("c", 2, t0).is_some());
+        assert_eq!(d.hold("c", 0, t0 + ms(300)), None, "queue drained");
         assert_eq!(d.len(), 0);
-        assert!(d.hold("e", 9, t0));
+        assert!(d.hold("e", 9, t0).is_some());
         d.done("e");
         assert_eq!(d.len(), 0);
     }
@@ -93,6 +91,6 @@ mod tests {
     #[test]
     fn a_zero_limit_never_holds() {
         let d = StatusDeferrals::new(Duration::ZERO);
-        assert!(!d.hold("a", 1000, Instant::now()));
+        assert_eq!(d.hold("a", 1000, Instant::now()), None);
     }
 }
