@@ -19,6 +19,8 @@ struct Pending {
     /// `before`) has every write.
     last: String,
     finalizer: bool,
+    /// Our finalizer was removed (the object is on its way out).
+    released: bool,
     /// The status as last written (the whole part the hub owns).
     status: Option<serde_json::Value>,
 }
@@ -28,6 +30,8 @@ struct Pending {
 pub struct Unseen {
     /// The finalizer was added.
     pub finalizer: bool,
+    /// The finalizer was removed: a deleted object's clean-up is done.
+    pub released: bool,
     /// The status written.
     pub status: Option<serde_json::Value>,
 }
@@ -36,6 +40,8 @@ pub struct Unseen {
 pub enum Wrote {
     /// Annotations (and the finalizer when `finalizer`).
     Metadata { finalizer: bool },
+    /// The finalizer removed, after a deleted object's clean-up.
+    Released,
     /// The status the hub owns, whole.
     Status(serde_json::Value),
 }
@@ -54,6 +60,7 @@ impl OwnWrites {
         let version = version?;
         p.before.iter().any(|b| b == version).then(|| Unseen {
             finalizer: p.finalizer,
+            released: p.released,
             status: p.status.clone(),
         })
     }
@@ -85,6 +92,7 @@ impl OwnWrites {
         p.last = version.to_string();
         match what {
             Wrote::Metadata { finalizer } => p.finalizer |= finalizer,
+            Wrote::Released => p.released = true,
             Wrote::Status(s) => p.status = Some(s),
         }
     }
@@ -190,5 +198,14 @@ mod tests {
         w.wrote("k", Some("11"), Some("12"), Wrote::Status(st.clone()));
         assert_eq!(w.unseen("k", Some("11")).and_then(|u| u.status), Some(st));
         assert_eq!(w.unseen("k", Some("12")), None);
+    }
+
+    #[test]
+    fn a_copy_from_before_the_finalizer_was_removed_says_so() {
+        let w = OwnWrites::default();
+        w.wrote("k", Some("20"), Some("21"), Wrote::Released);
+        assert!(w.unseen("k", Some("20")).is_some_and(|u| u.released));
+        w.seen("k", None);
+        assert_eq!(w.unseen("k", Some("20")), None, "deleted: nothing kept");
     }
 }

@@ -10,6 +10,7 @@ use kube::runtime::controller::Action;
 use super::{HubContext, HubError, hub_api, workload_key};
 use crate::api::federation::PendingCleanup;
 use crate::api::kind::PinterestKind;
+use crate::controller::own_writes::Wrote;
 use crate::hub::cleanups;
 use crate::hub::slices::FINALIZER;
 
@@ -21,6 +22,15 @@ pub async fn remove_slices<K: PinterestKind>(
     let name = obj.name_any();
     let key = workload_key(obj);
     ctx.status_deferrals.done(&key);
+    // A copy from before this process removed the finalizer (the watch has not delivered
+    // the deletion yet; a slice's removal triggered this run): the clean-up is done.
+    if ctx
+        .own_writes
+        .unseen(&key, obj.meta().resource_version.as_deref())
+        .is_some_and(|u| u.released)
+    {
+        return Ok(Action::await_change());
+    }
     let now = Timestamp::now();
     let hub_uid = obj.uid().unwrap_or_default();
     let mut failures = Vec::new();
@@ -97,7 +107,9 @@ pub async fn remove_slices<K: PinterestKind>(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => {}
+        Ok(stored) => {
+            ctx.record_write(obj, None, &stored, Wrote::Released);
+        }
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         // Changed meanwhile: the change brings another reconcile.
         Err(kube::Error::Api(s)) if s.code == 409 => {}
