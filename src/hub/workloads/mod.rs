@@ -430,7 +430,12 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     };
     let key = workload_key(obj);
     let status = hub_status(&input);
-    if status.is_some()
+    // Only a status that carries a new placement waits: one that reports the members
+    // (their slices' status) goes out at once, a backlog or not.
+    let new_placement = status
+        .as_ref()
+        .is_some_and(|st| st.get("placement") != stored_status.get("placement"));
+    if new_placement
         && let Some(left) =
             ctx.status_deferrals
                 .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())

@@ -4,11 +4,12 @@
 //! workloads the hub status apply (the dearest of them: 6–9 ms of the hub API server's CPU
 //! against ~2 ms for a decision's patch) of workloads already placed delayed the
 //! decisions and slices of the ones still queued. While other workloads of the kind wait
-//! for a reconcile, a workload's status write waits too — the reconcile is requeued
-//! when it has waited `max` (or sooner, when a trigger finds the queue empty) — and the
-//! member reports that arrive meanwhile are folded into that one write. One requeue at
-//! the deadline, not a poll: a first sync keeps the queue full for minutes, and polling
-//! every held workload would multiply the hub's reconciles.
+//! for a reconcile, a status write that carries a new placement waits too: the reconcile
+//! is requeued once, at the deadline `max` (sooner when a trigger finds the queue empty),
+//! and member reports arriving meanwhile fold into that one write. Not a poll: a first
+//! sync keeps the queue full for minutes, and polling every held workload would multiply
+//! the hub's reconciles. A status that only reports the members goes out at once: holding
+//! those back too cost the member status → hub status p99 2.4 s in the Karmada comparison.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
