@@ -153,15 +153,7 @@ async fn run_kind<K: AgentKind>(
         let ctx = ctx.clone();
         move |event| {
             // Own status writes the watch has now delivered need no record any more.
-
-            match &event {
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => ctx.own_writes.seen(
-                    &reconcile::slice_key(o),
-                    o.meta().resource_version.as_deref(),
-                ),
-                watcher::Event::Delete(o) => ctx.own_writes.seen(&reconcile::slice_key(o), None),
-                _ => {}
-            }
+            ctx.own_writes.seen_in(&event, reconcile::slice_key);
             cache.ingest(event)
         }
     })

@@ -120,6 +120,23 @@ impl OwnWrites {
         }
     }
 
+    /// Passes a watch event on: an object it delivers (or deletes) is `seen`, under the
+    /// key `key_of` gives it.
+    pub fn seen_in<K: kube::Resource>(
+        &self,
+        event: &kube::runtime::watcher::Event<K>,
+        key_of: impl Fn(&K) -> String,
+    ) {
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Apply(o) | Event::InitApply(o) => {
+                self.seen(&key_of(o), o.meta().resource_version.as_deref())
+            }
+            Event::Delete(o) => self.seen(&key_of(o), None),
+            _ => {}
+        }
+    }
+
     /// Workloads with writes the watch has not delivered.
     #[cfg(test)]
     fn len(&self) -> usize {

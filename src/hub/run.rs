@@ -61,9 +61,9 @@ pub struct HubArgs {
     /// it reads or writes; more in flight than the API servers serve only queues there.
     #[arg(long, env = "PINFED_HUB_CONCURRENCY", default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// While other workloads wait for a reconcile, a workload's status write waits for
-    /// them, this long at most (milliseconds; 0: never): under a burst, slices reach the
-    /// members first and the member reports meanwhile fold into one status write.
+    /// While other workloads wait for a reconcile, a status write that carries a new
+    /// placement waits for them, this long at most (milliseconds; 0: never): under a
+    /// burst, slices reach the members first. Member reports are written at once.
     #[arg(long, env = "PINFED_HUB_STATUS_DEFER_MS", default_value = "2000")]
     pub status_defer_ms: u64,
     /// How long a member that came back must stay Ready before workloads fail back to

@@ -580,13 +580,7 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
         let ctx = ctx.clone();
         move |event| {
             // Own writes the watch has now delivered need no record any more.
-            match &event {
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => ctx
-                    .own_writes
-                    .seen(&workload_key(o), o.meta().resource_version.as_deref()),
-                watcher::Event::Delete(o) => ctx.own_writes.seen(&workload_key(o), None),
-                _ => {}
-            }
+            ctx.own_writes.seen_in(&event, workload_key);
             cache.ingest(event)
         }
     })
