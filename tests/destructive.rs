@@ -602,8 +602,15 @@ mod failover {
         failback_secs: u64,
     ) -> Vec<Daemon> {
         support::join_all(fed);
+        let mut daemons = vec![hub(fed, tag, failback_secs)];
+        daemons.extend(support::spawn_agents(fed));
+        daemons
+    }
+
+    /// The hub of `federation_failing_back_after`.
+    fn hub(fed: &Federation, tag: &str, failback_secs: u64) -> Daemon {
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let mut daemons = vec![spawn_daemon(
+        spawn_daemon(
             fed,
             &format!("hub-{tag}"),
             &[
@@ -625,9 +632,7 @@ mod failover {
                 ],
             ]
             .concat(),
-        )];
-        daemons.extend(support::spawn_agents(fed));
-        daemons
+        )
     }
 
     fn harness(args: &[&str]) {
@@ -1024,6 +1029,116 @@ mod failover {
                 svcs.get_opt("web").await.ok().flatten().is_none()
                     && jobsets.get_opt("batch").await.ok().flatten().is_none()
             },
+        )
+        .await;
+        for d in &daemons {
+            d.kill();
+        }
+        ns.delete().await;
+    }
+
+    /// The fence (`src/controller/fence.rs`): a push member starts no new shard once the
+    /// hub has stopped vouching for it (here: the hub is gone, which a member cannot tell
+    /// from being cut off), lets the running ones finish, and goes on when a hub returns.
+    #[tokio::test]
+    async fn destructive_a_push_member_starts_no_new_shard_while_no_hub_vouches_for_it() {
+        let fed = Federation::connect().await;
+        let mut daemons = federation(&fed, "fence");
+        let ns = TestNamespace::create(&fed.hub(), "fence").await;
+        let push: Vec<String> = fed
+            .member_names()
+            .into_iter()
+            .filter(|m| !fed.is_pull(m))
+            .collect();
+        let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+            "metadata": {"name": "paced"},
+            "spec": {
+                "owner": {"team": "ml", "contact": "ml@pinterest.com"},
+                "shards": 60,
+                "parallelism": 3,
+                "placement": {"spread": {"minClusters": 3}},
+                "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"}},
+                    "spec": {"containers": [{"name": "work", "image": "registry.example/batch:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let jobsets: Api<PinterestJobSet> = Api::namespaced(fed.hub(), &ns.name);
+        jobsets.create(&PostParams::default(), &js).await.unwrap();
+        // Jobs in the push members: name → finished.
+        let jobs = || {
+            let (fed, ns, push) = (&fed, &ns.name, &push);
+            async move {
+                let mut all = BTreeMap::new();
+                for m in push {
+                    let api: Api<Job> = Api::namespaced(fed.client(m), ns);
+                    for j in api.list(&Default::default()).await.unwrap().items {
+                        let done = j.status.as_ref().is_some_and(|s| {
+                            s.succeeded.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0
+                        });
+                        all.insert(format!("{m}/{}", j.metadata.name.unwrap()), done);
+                    }
+                }
+                all
+            }
+        };
+        eventually_logged(
+            Duration::from_secs(90),
+            "shards run in every push member",
+            &[&daemons[0]],
+            || async {
+                let j = jobs().await;
+                push.iter()
+                    .all(|m| j.keys().any(|k| k.starts_with(&format!("{m}/"))))
+            },
+        )
+        .await;
+
+        // The hub goes. Its last renewal vouched for grace − heartbeat = 4 s.
+        daemons[0].kill();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let before = jobs().await;
+        // Three shard lengths: the Jobs there finish, and without the fence each member
+        // would have started about three more.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let after = jobs().await;
+        let new: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+        assert!(new.is_empty(), "Jobs started with no hub vouching: {new:?}");
+        assert!(
+            after.values().all(|done| *done),
+            "the running shards finish meanwhile: {after:?}"
+        );
+        let done = after.len();
+        assert!(done < 60, "shards left to hold back: {done} of 60 ran");
+        let agents = daemons[1..]
+            .iter()
+            .map(|d| d.log_text())
+            .collect::<String>();
+        assert!(
+            agents.contains("new shards wait for the hub"),
+            "the agents say why nothing starts"
+        );
+
+        // A hub again: it vouches and the rest runs.
+        daemons[0] = hub(&fed, "fence-again", FAILBACK_WINDOW);
+        eventually_logged(
+            Duration::from_secs(150),
+            "all 60 shards complete",
+            &[&daemons[0]],
+            || async { status(&jobsets, "paced").await["completedShards"] == "0-59" },
+        )
+        .await;
+        jobsets
+            .delete("paced", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually_logged(
+            Duration::from_secs(60),
+            "the hub removes the job set",
+            &[&daemons[0]],
+            || async { jobsets.get_opt("paced").await.ok().flatten().is_none() },
         )
         .await;
         for d in &daemons {

@@ -427,6 +427,13 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
                 "-n",
                 "pinfed-system",
             ],
+            // The fence: the hub vouches for the member's job sets by renewing it.
+            &[
+                "patch",
+                "leases.coordination.k8s.io/pinfed-hub-fence",
+                "-n",
+                "pinfed-system",
+            ],
         ] {
             assert!(
                 can_i(&kc, &member, allowed),
@@ -474,6 +481,25 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
                 "pinterestservices.compute.pinterest.com",
                 "--subresource=status",
                 "-A",
+            ],
+            // No other Lease: not the agent's (its sign of life), not its elections.
+            &[
+                "patch",
+                &format!("leases.coordination.k8s.io/pinfed-agent-{member}"),
+                "-n",
+                "pinfed-system",
+            ],
+            &[
+                "create",
+                "leases.coordination.k8s.io",
+                "-n",
+                "pinfed-system",
+            ],
+            &[
+                "delete",
+                "leases.coordination.k8s.io/pinfed-hub-fence",
+                "-n",
+                "pinfed-system",
             ],
         ] {
             assert!(

@@ -208,6 +208,7 @@ async fn renew_lease(
         }
         let lease =
             crate::controller::leader::lease_renewal(&name, ns, identity, LEASE_DURATION_SECS);
+        let renewing_at = Timestamp::now();
         match api
             .patch(
                 &name,
@@ -216,7 +217,10 @@ async fn renew_lease(
             )
             .await
         {
-            Ok(_) => failures = 0,
+            Ok(_) => {
+                failures = 0;
+                vouch(hub, member, cluster, renewing_at).await;
+            }
             Err(kube::Error::Api(s)) if s.code == 401 => {
                 return anyhow::anyhow!("the hub refused the agent's credential: {}", s.message);
             }
@@ -228,6 +232,49 @@ async fn renew_lease(
             }
         }
         tokio::time::sleep(LEASE_EVERY).await;
+    }
+}
+
+/// How long the fence Lease this agent renews vouches: a little over its renewal period,
+/// under the hub's member grace (its default 40 s; at least 8 s in our tests).
+const PULL_VOUCH_SECS: i32 = 7;
+
+/// The hub's word for a pull member (`controller::fence`): the hub cannot write into
+/// the member, so the agent renews the fence Lease there while the hub takes its own
+/// Lease renewals — only while the hub counts the member Ready and not lost (a member the
+/// hub recorded as lost has its epoch changed on return, and the hub rewrites the slices
+/// first), with the epoch the MemberCluster records. Failures only delay new shards.
+async fn vouch(hub: &Client, member: &Client, cluster: &str, renewed: Timestamp) {
+    use crate::controller::fence;
+    let mc = match Api::<MemberCluster>::all(hub.clone()).get(cluster).await {
+        Ok(mc) => mc,
+        Err(e) => {
+            tracing::warn!(error = %crate::controller::Chain(&e), "could not read this member's MemberCluster: its job sets start no new shard meanwhile");
+            return;
+        }
+    };
+    let status = mc.status.unwrap_or_default();
+    let ready = status.conditions.iter().any(|c| {
+        c.type_ == crate::api::common::condition_types::READY
+            && c.status == crate::api::common::ConditionStatus::True
+    });
+    if !ready || status.lost_time.is_some() {
+        tracing::info!(
+            "the hub does not count this member Ready yet: its job sets start no new shard"
+        );
+        return;
+    }
+    let epoch = fence::member_epoch(status.returned_time.as_ref().map(|t| t.0));
+    let body = fence::renewal(fence::FENCE_NAMESPACE, &epoch, PULL_VOUCH_SECS, renewed);
+    if let Err(e) = Api::<Lease>::namespaced(member.clone(), fence::FENCE_NAMESPACE)
+        .patch(
+            fence::FENCE_LEASE,
+            &PatchParams::apply(PULL_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        tracing::warn!(error = %crate::controller::Chain(&e), "could not renew the fence Lease in the member");
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -26,6 +27,7 @@ use crate::api::jobset::PinterestJobSet;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::controller::apply::AGENT_FIELD_MANAGER;
+use crate::controller::fence;
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::own_writes::Wrote;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
@@ -404,9 +406,10 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
 
     // Record: fold finished shards into status before any Job can be pruned or cleaned up.
     let mut working = obj.clone();
+    let mut held = false;
     let (admitted, completed) = match obj.as_workload() {
         WorkloadRef::JobSet(j) => {
-            let (admitted, completed) = record_shards(
+            let (mut admitted, completed, occupied) = record_shards(
                 ctx,
                 obj,
                 j,
@@ -416,6 +419,15 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
                 &observed,
             )
             .await?;
+            // The fence: no new shard unless the hub vouches for this slice now.
+            if !admitted.difference(&occupied).is_empty()
+                && let Err(hold) = may_start_shards(ctx, obj).await?
+            {
+                let new = admitted.difference(&occupied);
+                tracing::info!(workload = %slice_key(obj), shards = %new, reason = %hold, "new shards wait for the hub");
+                admitted = admitted.intersection(&occupied);
+                held = true;
+            }
             (Some(admitted), Some(completed))
         }
         _ => (None, None),
@@ -472,15 +484,40 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     stored.write(ctx, obj, &status).await?;
     // Owned-object watches bring changes; the timer is a safety net. A bundle not there
     // yet is looked for again soon.
-    if missing.is_empty() {
+    if held {
+        // The hub's renewal or its rewrite of the slice ends the hold; neither is an
+        // event of this workload.
+        Ok(Action::requeue(FENCE_RECHECK))
+    } else if missing.is_empty() {
         Ok(Action::requeue(Duration::from_secs(300)))
     } else {
         Ok(Action::requeue(Duration::from_secs(5)))
     }
 }
 
+/// How soon a job set whose new shards wait for the hub looks again.
+const FENCE_RECHECK: Duration = Duration::from_secs(2);
+
+/// Whether the hub vouches for `obj`, a job-set slice, now (`controller::fence`): the
+/// fence Lease as the member's API server has it.
+async fn may_start_shards<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+) -> Result<Result<(), fence::Hold>, AgentError> {
+    let lease = Api::<Lease>::namespaced(ctx.client.clone(), fence::FENCE_NAMESPACE)
+        .get_opt(fence::FENCE_LEASE)
+        .await
+        .map_err(AgentError::Observe)?;
+    Ok(fence::may_start(
+        obj.meta(),
+        lease.as_ref(),
+        Timestamp::now(),
+    ))
+}
+
 /// Folds a job set's finished shards into its status (written, with an Event for the
-/// new ones) and admits the shards that may start now. Returns (admitted, completed).
+/// new ones) and admits the shards that may start now. Returns (admitted, completed,
+/// shards that have a Job).
 async fn record_shards<K: AgentKind>(
     ctx: &Context,
     obj: &K,
@@ -489,7 +526,14 @@ async fn record_shards<K: AgentKind>(
     stored: &mut StoredStatus<K::Status>,
     status: &mut K::Status,
     observed: &Observed,
-) -> Result<(crate::api::ranges::RangeSet, crate::api::ranges::RangeSet), AgentError> {
+) -> Result<
+    (
+        crate::api::ranges::RangeSet,
+        crate::api::ranges::RangeSet,
+        crate::api::ranges::RangeSet,
+    ),
+    AgentError,
+> {
     let account = shard_account(j, observed);
     working.observe(observed, status);
     let newly = account.completed.difference(
@@ -512,7 +556,8 @@ async fn record_shards<K: AgentKind>(
     }
     *working.status_mut() = Some(status.clone());
     let admitted = admit(working, &account)?;
-    Ok((admitted, account.completed))
+    let occupied = account.running.union(&account.failed);
+    Ok((admitted, account.completed, occupied))
 }
 
 /// Server-side applies every generated object; returns (kind, name) of each, and each

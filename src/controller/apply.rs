@@ -106,6 +106,7 @@ const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[
         "MemberCluster",
         "memberclusters",
     ),
+    ("coordination.k8s.io", "v1", "Lease", "leases"),
     ("apps", "v1", "Deployment", "deployments"),
     ("apps", "v1", "StatefulSet", "statefulsets"),
     ("apps", "v1", "DaemonSet", "daemonsets"),

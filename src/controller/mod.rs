@@ -6,6 +6,7 @@ pub mod cluster_side;
 pub mod compact;
 pub mod election;
 pub mod events;
+pub mod fence;
 pub mod http;
 pub mod kube_args;
 pub mod leader;

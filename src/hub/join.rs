@@ -91,8 +91,16 @@ pub fn member_rbac(member: &str) -> Vec<serde_json::Value> {
                       // The agent's Lease: the hub's evidence that the agent runs.
                       {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                        "resourceNames": [crate::api::member_slice::agent_lease_name(member)],
-                       "verbs": ["get"]}]}),
+                       "verbs": ["get"]},
+                      // The fence Lease (made here, below): the hub vouches for the
+                      // member's job-set slices by renewing it (`controller::fence`).
+                      {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "resourceNames": [crate::controller::fence::FENCE_LEASE],
+                       "verbs": ["get", "patch"]}]}),
         binding("Role", HUB_MEMBER_ROLE, Some(MEMBER_NAMESPACE)),
+        // Not renewed yet: the member's job sets start no shard until the hub does.
+        serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": crate::controller::fence::FENCE_LEASE, "namespace": MEMBER_NAMESPACE}}),
         // The member's agent reads the bundles here (it writes the copies elsewhere). Made
         // with the namespace, by join, so a kustomize overlay that moves the agent's own
         // namespace does not move this one; an agent installed under another identity

@@ -82,6 +82,11 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     if !unchanged {
         members::write_status(&ctx.hub, &name, &status).await?;
     }
+    // Vouch for the member's job-set slices (`controller::fence`) — after the status
+    // write, so the epoch is the one the workload loops will stamp.
+    if let (true, Some(m)) = (ready, member.as_ref()) {
+        members::renew_fence(m, &status, ctx.grace, ctx.interval).await;
+    }
     // Slices of hub resources deleted while the member was down go now.
     let pending = mc
         .status

@@ -857,6 +857,51 @@ pub fn member_status(
     s
 }
 
+/// Renews the hub's fence Lease in a push member (`controller::fence`) with the epoch
+/// `status` records, as of the member's last heartbeat (the hub counts its grace from
+/// it). A failure only delays the member's new shards; the next heartbeat tries again.
+pub async fn renew_fence(
+    member: &Member,
+    status: &MemberClusterStatus,
+    grace: Duration,
+    heartbeat: Duration,
+) {
+    use crate::controller::fence;
+    let (Some(client), Some(last_ok)) = (member.push_client(), member.last_heartbeat()) else {
+        return;
+    };
+    let epoch = fence::member_epoch(status.returned_time.as_ref().map(|t| t.0));
+    let body = fence::renewal(
+        MEMBER_SYSTEM_NAMESPACE,
+        &epoch,
+        fence::vouch_secs(grace.as_secs(), heartbeat.as_secs()),
+        last_ok,
+    );
+    let api: Api<Lease> = Api::namespaced(client.clone(), MEMBER_SYSTEM_NAMESPACE);
+    let renewed = tokio::time::timeout(
+        Duration::from_secs(5),
+        api.patch(
+            fence::FENCE_LEASE,
+            &PatchParams::apply(HUB_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        ),
+    )
+    .await;
+    match renewed {
+        Ok(Ok(_)) => {}
+        // Its job sets start no new shard until it is: worth a warning each time.
+        Ok(Err(kube::Error::Api(e))) if e.code == 403 || e.code == 404 => {
+            tracing::warn!(member = %member.name, error = %e.message, "the fence Lease was not renewed: the hub's identity in the member lacks the Lease or its rights, which `pinfed join` makes (join it again)")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(member = %member.name, error = %crate::controller::Chain(&e), "the fence Lease was not renewed")
+        }
+        Err(_) => {
+            tracing::warn!(member = %member.name, "the fence Lease was not renewed within 5s")
+        }
+    }
+}
+
 /// Writes a MemberCluster status with server-side apply.
 pub async fn write_status(
     hub: &Client,

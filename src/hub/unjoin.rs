@@ -308,6 +308,13 @@ async fn remove_hub_identity(member: &Client) -> anyhow::Result<()> {
             Some(MEMBER_NAMESPACE),
             HUB_SERVICE_ACCOUNT,
         ),
+        // No hub vouches for the member's job sets any more.
+        (
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some(MEMBER_NAMESPACE),
+            crate::controller::fence::FENCE_LEASE,
+        ),
         // The bundles are the hub's data; the Roles in the namespace go with it.
         (
             "v1",

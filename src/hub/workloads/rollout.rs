@@ -18,7 +18,8 @@ use super::health::Standings;
 use super::{HubContext, HubError, workload_key};
 use crate::api::kind::{PinterestKind, SliceShare};
 use crate::api::ranges::RangeSet;
-use crate::api::workload::WorkloadRef;
+use crate::api::workload::{WorkloadKind, WorkloadRef};
+use crate::controller::fence;
 use crate::expand::bundle::{self, ConfigKind, ConfigRef};
 use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, SliceSummary};
@@ -191,6 +192,20 @@ struct Target<'a> {
 }
 
 impl Target<'_> {
+    /// The member's epoch as its MemberCluster status records it.
+    fn member_epoch(&self) -> String {
+        let mc = self
+            .ctx
+            .members
+            .get(&kube::runtime::reflector::ObjectRef::new(self.cluster));
+        fence::member_epoch(
+            mc.as_ref()
+                .and_then(|mc| mc.status.as_ref())
+                .and_then(|s| s.returned_time.as_ref())
+                .map(|t| t.0),
+        )
+    }
+
     fn member_error(&self, source: kube::Error) -> HubError {
         HubError::WriteSlice {
             cluster: self.cluster.to_string(),
@@ -237,7 +252,14 @@ impl Target<'_> {
                 other: f.hub_uid.clone().unwrap_or_default(),
             });
         }
-        let slice = slices::build_slice(obj, share);
+        let mut slice = slices::build_slice(obj, share);
+        if K::KIND == WorkloadKind::JobSet {
+            // The fence (`controller::fence`): the slice starts shards only while the
+            // hub vouches for this epoch of the member.
+            slice
+                .annotations_mut()
+                .insert(fence::ANNOTATION_MEMBER_EPOCH.into(), self.member_epoch());
+        }
         // Most reconciles find the slice as they would write it: no namespace or slice
         // write then. A slice edited in the member differs and is written. (A slice found
         // means its namespace is there for the config below.)
