@@ -957,10 +957,23 @@ mod failover {
             .map(|(_, h, _)| *h)
             .collect();
         assert!(during.len() > 5, "too few samples: {during:?}");
-        assert!(
-            during.windows(2).all(|w| w[1] >= w[0]),
-            "available on healthy members dipped during failover: {during:?}"
-        );
+        // Grow first, shrink later (docs/federation.md): the healthy members never fall
+        // below what they had when the member went, and once they carry the target they
+        // never fall below it. (A share that moves between two healthy members on the way
+        // — seen once in CI: 19 → 38 → 30 — shrinks only after the other one grew.)
+        let at_stop = during[0];
+        let mut reached = false;
+        for (i, a) in during.iter().enumerate() {
+            assert!(
+                *a >= at_stop,
+                "available on healthy members dipped below {at_stop} during failover (sample {i}): {during:?}"
+            );
+            assert!(
+                !reached || *a >= 30,
+                "available on healthy members fell below 30 after reaching it (sample {i}): {during:?}"
+            );
+            reached |= *a >= 30;
+        }
         // After the member came back, total available never fell below 30.
         let after: Vec<i64> = samples
             .iter()
