@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 /// Objects are applied again at least this often, changed or not.
@@ -85,10 +84,7 @@ impl AppliedBook {
 
     /// Takes note of an owned-object watch event: a deletion, or a spec generation this
     /// agent did not write, drops the owner's record.
-    pub fn saw<Child: kube::Resource<DynamicType = ()>>(
-        &self,
-        event: &watcher::Event<PartialObjectMeta<Child>>,
-    ) {
+    pub fn saw<Child: kube::Resource<DynamicType = ()>>(&self, event: &watcher::Event<Child>) {
         let (object, deleted) = match event {
             watcher::Event::Delete(o) => (o, true),
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (o, false),
@@ -118,7 +114,7 @@ impl AppliedBook {
                 r.generations
                     .iter()
                     .find(|((k, n), _)| *k == kind && *n == name)
-                    .is_some_and(|(_, g)| g.is_some() && object.metadata.generation > *g)
+                    .is_some_and(|(_, g)| g.is_some() && object.meta().generation > *g)
             }
         });
         if stale {
@@ -132,6 +128,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::ObjectMeta;
+    use kube::core::PartialObjectMeta;
 
     fn owned(name: &str, generation: Option<i64>) -> PartialObjectMeta<Deployment> {
         PartialObjectMeta {

@@ -127,6 +127,40 @@ where
     ))
 }
 
+/// The services' Deployments, whole but for their pod template and managed fields (a
+/// reconcile reads their status and generation from this store instead of listing,
+/// `reconcile::observe`): stored, then passed on as triggers like [`owned`]'s.
+fn owned_deployments<K: AgentKind>(
+    ctx: &Arc<Context>,
+    queue: &QueueDepth,
+) -> impl Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
+    let writer = ctx
+        .deployments_writer
+        .lock()
+        .ok()
+        .and_then(|mut w| w.take())
+        .expect("one services controller per agent run");
+    let book = ctx.clone();
+    queue.track_owners::<K, _, _, _>(watch::skip_errors(
+        format!("Deployment (owned by {})", K::KIND.as_str()),
+        watcher(Api::<Deployment>::all(ctx.client.clone()), labels())
+            .backoff(watch::backoff())
+            .modify(|d| {
+                d.managed_fields_mut().clear();
+                if let Some(spec) = d.spec.as_mut() {
+                    spec.template = Default::default();
+                }
+            })
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    book.applied.saw(event);
+                }
+            })
+            .reflect(writer)
+            .touched_objects(),
+    ))
+}
+
 /// One controller for one kind, re-run for every object when RuntimeProfiles change. Its
 /// trigger streams are built here (not by `Controller::new` / `owns`) so every trigger is
 /// counted in the kind's queue-depth tracker before it reaches the scheduler.
@@ -154,6 +188,11 @@ async fn run_kind<K: AgentKind>(
         move |event| {
             // Own status writes the watch has now delivered need no record any more.
             ctx.own_writes.seen_in(&event, reconcile::slice_key);
+            match &event {
+                e if cache.brings_new(e) => ctx.born(e),
+                watcher::Event::Delete(o) => ctx.forget_born(&o.uid().unwrap_or_default()),
+                _ => {}
+            }
             cache.ingest(event)
         }
     })
@@ -169,7 +208,7 @@ async fn run_kind<K: AgentKind>(
     // Generated objects carry an owner reference: a change or deletion brings us back.
     controller = match K::KIND {
         WorkloadKind::Service => controller
-            .owns_stream(owned::<K, Deployment>(&ctx, &queue))
+            .owns_stream(owned_deployments::<K>(&ctx, &queue))
             .owns_stream(owned::<K, Service>(&ctx, &queue))
             .owns_stream(owned::<K, ConfigMap>(&ctx, &queue))
             .owns_stream(owned::<K, Ingress>(&ctx, &queue))

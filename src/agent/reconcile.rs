@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,7 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, Store};
 use kube::{Client, Resource, ResourceExt};
 
 use super::kinds::{AgentKind, assigned_shards, completed_shard_objects, shard_account};
@@ -59,6 +60,12 @@ pub struct Context {
     pub concurrency: u16,
     /// Slice statuses written that the watch has not delivered yet.
     pub own_writes: crate::controller::own_writes::OwnWrites,
+    /// The services' Deployments as the watch that triggers their reconciles has them.
+    pub deployments: Store<Deployment>,
+    /// Its writer, until the services' controller takes it for that watch.
+    pub deployments_writer: Mutex<Option<reflector::store::Writer<Deployment>>>,
+    /// Slices this process's watch saw being created, not pruned yet (`prune`).
+    born: Mutex<std::collections::HashSet<String>>,
 }
 
 /// (kind, name) of the generated objects a reconcile keeps.
@@ -82,6 +89,7 @@ impl Context {
             .iter()
             .map(|k| (*k, queues.tracker(k.as_str())))
             .collect();
+        let (deployments, writer) = reflector::store();
         Context {
             client,
             cluster,
@@ -89,6 +97,9 @@ impl Context {
             recorder,
             metrics,
             queues,
+            deployments,
+            deployments_writer: Mutex::new(Some(writer)),
+            born: Mutex::default(),
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             pruned: Mutex::default(),
             applied: Default::default(),
@@ -115,6 +126,29 @@ impl Context {
             }
             m.insert(uid.to_string(), (keep, Instant::now()));
         }
+    }
+
+    /// Records a slice the watch saw created (an `Apply` of one it never had).
+    pub fn born<K: Resource>(&self, event: &kube::runtime::watcher::Event<K>) {
+        if let kube::runtime::watcher::Event::Apply(o) = event
+            && let (Some(uid), Ok(mut b)) = (o.meta().uid.clone(), self.born.lock())
+        {
+            b.insert(uid);
+        }
+    }
+
+    pub fn forget_born(&self, uid: &str) {
+        if let Ok(mut b) = self.born.lock() {
+            b.remove(uid);
+        }
+    }
+
+    /// Whether `uid` was created after this process's watch listed its kind, and has not
+    /// been pruned since — then what is owned by it was applied by this process (a new
+    /// leader term starts a new watch), and its first prune need not list: a burst of new
+    /// slices took ten LISTs per slice. Ends the record.
+    fn first_prune_unneeded(&self, uid: &str) -> bool {
+        self.born.lock().is_ok_and(|mut b| b.remove(uid))
     }
 
     fn forget_prune(&self, uid: &str) {
@@ -218,17 +252,30 @@ pub(super) fn slice_key<K: AgentKind>(obj: &K) -> String {
 }
 
 async fn observe(
-    client: &Client,
+    ctx: &Context,
     ns: &str,
     kind: WorkloadKind,
     name: &str,
 ) -> Result<Observed, kube::Error> {
     let lp = ListParams::default().labels(&expand::workload_selector(kind, name));
-    let c = client.clone();
+    let c = ctx.client.clone();
     let mut o = Observed::default();
     match kind {
+        // From the watch whose events reconcile the service (it stores each event before
+        // it triggers): a LIST on every reconcile — and every Deployment status change
+        // reconciles — was the member API server's main load in a burst of slices. Its
+        // one Deployment is named after the service. Until that watch has listed, LIST.
         WorkloadKind::Service => {
-            o.deployments = Api::<Deployment>::namespaced(c, ns).list(&lp).await?.items
+            o.deployments = if ctx.deployments.wait_until_ready().now_or_never().is_some() {
+                let key = reflector::ObjectRef::new(&expand::names::object_name(name)).within(ns);
+                ctx.deployments
+                    .get(&key)
+                    .map(|d| (*d).clone())
+                    .into_iter()
+                    .collect()
+            } else {
+                Api::<Deployment>::namespaced(c, ns).list(&lp).await?.items
+            }
         }
         WorkloadKind::StatefulSet => {
             o.statefulsets = Api::<StatefulSet>::namespaced(c, ns).list(&lp).await?.items
@@ -400,7 +447,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             .await;
         }
     };
-    let observed = observe(&ctx.client, &ns, K::KIND, &name)
+    let observed = observe(ctx, &ns, K::KIND, &name)
         .await
         .map_err(AgentError::Observe)?;
 
@@ -633,6 +680,10 @@ async fn prune<K: AgentKind>(
     }
     let uid = obj.uid().unwrap_or_default();
     if ctx.pruned_recently(&uid, &keep) {
+        return Ok(());
+    }
+    if ctx.first_prune_unneeded(&uid) {
+        ctx.record_prune(&uid, keep);
         return Ok(());
     }
     let pruned = crate::controller::apply::prune(
