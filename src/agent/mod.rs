@@ -189,7 +189,9 @@ async fn run_kind<K: AgentKind>(
             // Own status writes the watch has now delivered need no record any more.
             ctx.own_writes.seen_in(&event, reconcile::slice_key);
             match &event {
-                e if cache.brings_new(e) => ctx.born(e),
+                watcher::Event::Apply(o) if cache.brings_new(&event) => {
+                    ctx.born(&o.uid().unwrap_or_default())
+                }
                 watcher::Event::Delete(o) => ctx.forget_born(&o.uid().unwrap_or_default()),
                 _ => {}
             }

@@ -254,10 +254,11 @@ async fn vouch(hub: &Client, member: &Client, cluster: &str, renewed: Timestamp)
         }
     };
     let status = mc.status.unwrap_or_default();
-    let ready = status.conditions.iter().any(|c| {
-        c.type_ == crate::api::common::condition_types::READY
-            && c.status == crate::api::common::ConditionStatus::True
-    });
+    let ready = crate::api::common::find_condition(
+        &status.conditions,
+        crate::api::common::condition_types::READY,
+    )
+    .is_some_and(|c| c.status == crate::api::common::ConditionStatus::True);
     if !ready || status.lost_time.is_some() {
         tracing::info!(
             "the hub does not count this member Ready yet: its job sets start no new shard"

@@ -129,11 +129,9 @@ impl Context {
     }
 
     /// Records a slice the watch saw created (an `Apply` of one it never had).
-    pub fn born<K: Resource>(&self, event: &kube::runtime::watcher::Event<K>) {
-        if let kube::runtime::watcher::Event::Apply(o) = event
-            && let (Some(uid), Ok(mut b)) = (o.meta().uid.clone(), self.born.lock())
-        {
-            b.insert(uid);
+    pub fn born(&self, uid: &str) {
+        if let Ok(mut b) = self.born.lock() {
+            b.insert(uid.to_string());
         }
     }
 
