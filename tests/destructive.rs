@@ -1078,6 +1078,30 @@ mod failover {
             }
         }))
         .unwrap();
+        // Every member placeable first (a member an earlier test left settling takes no
+        // new share): placed before, the whole job set lands on the others and the push
+        // members hold no shard back. A probe service spread over all of them says when.
+        let probe: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "probe"},
+            "spec": {
+                "owner": {"team": "ml", "contact": "ml@pinterest.com"},
+                "replicas": 3,
+                "placement": {"spread": {"minClusters": 3}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let svcs: Api<PinterestService> = Api::namespaced(fed.hub(), &ns.name);
+        svcs.create(&PostParams::default(), &probe).await.unwrap();
+        eventually_logged(
+            Duration::from_secs(90),
+            "a service placed on every member",
+            &[&daemons[0]],
+            || async { placed(&status(&svcs, "probe").await).len() == fed.member_names().len() },
+        )
+        .await;
         let jobsets: Api<PinterestJobSet> = Api::namespaced(fed.hub(), &ns.name);
         jobsets.create(&PostParams::default(), &js).await.unwrap();
         // Jobs in the push members: name → finished.
@@ -1147,11 +1171,17 @@ mod failover {
             .delete("paced", &DeleteParams::default())
             .await
             .unwrap();
+        svcs.delete("probe", &DeleteParams::default())
+            .await
+            .unwrap();
         eventually_logged(
             Duration::from_secs(60),
-            "the hub removes the job set",
+            "the hub removes the job set and the probe",
             &[&daemons[0]],
-            || async { jobsets.get_opt("paced").await.ok().flatten().is_none() },
+            || async {
+                jobsets.get_opt("paced").await.ok().flatten().is_none()
+                    && svcs.get_opt("probe").await.ok().flatten().is_none()
+            },
         )
         .await;
         for d in &daemons {
