@@ -170,11 +170,13 @@ async fn run_connected(
     kubeconfig: &str,
 ) -> anyhow::Error {
     let ns = pull_namespace(cluster);
+    // Whether the mirror has slices to write: their status reports wait for them.
+    let (mirroring, mirror_busy) = tokio::sync::watch::channel(false);
     tokio::select! {
         e = renew_lease(hub, member, &ns, cluster, identity) => e,
         e = report(hub, member, cluster) => e,
-        e = mirror_slices(hub, member, &ns) => e,
-        e = report_slice_status(hub, member, &ns) => e,
+        e = mirror_slices(hub, member, &ns, &mirroring) => e,
+        e = report_slice_status(hub, member, &ns, mirror_busy) => e,
         e = mirror_bundles::<Secret>(hub, member, &ns) => e,
         e = mirror_bundles::<ConfigMap>(hub, member, &ns) => e,
         e = mirror_profiles(hub, member) => e,
@@ -380,13 +382,13 @@ async fn apply_slice(
     member: &Client,
     ns: &str,
     ms: &MemberSlice,
-    namespaces: &mut BTreeSet<String>,
+    namespaces: &std::sync::Mutex<BTreeSet<String>>,
 ) -> bool {
     let Some((kind, namespace, name)) = carried(ms) else {
         tracing::warn!(member_slice = %ms.name_any(), "a MemberSlice without a slice of a known kind; ignored");
         return false;
     };
-    let known = namespaces.contains(&namespace);
+    let known = namespaces.lock().is_ok_and(|n| n.contains(&namespace));
     let result = async {
         if !known {
             crate::controller::apply::ensure_namespace_labelled(
@@ -413,11 +415,13 @@ async fn apply_slice(
     }
     .await;
     let error = result.err();
-    if error.is_none() {
-        namespaces.insert(namespace.clone());
-    } else {
-        // A namespace deleted meanwhile is made again next time.
-        namespaces.remove(&namespace);
+    if let Ok(mut n) = namespaces.lock() {
+        if error.is_none() {
+            n.insert(namespace.clone());
+        } else {
+            // A namespace deleted meanwhile is made again next time.
+            n.remove(&namespace);
+        }
     }
     if let Some(e) = &error {
         tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %e, "could not apply the slice in the member");
@@ -490,18 +494,76 @@ async fn delete_slice(
 /// How often applies and removals the member refused (or did not answer) are retried.
 const RETRY_EVERY: Duration = Duration::from_secs(3);
 
+/// MemberSlices mirrored into the member at once (each slice's own changes in order).
+const MIRROR_CONCURRENCY: usize = 16;
+
+/// The longest slice status reports wait for the mirror's slices.
+const REPORTS_WAIT_FOR_SLICES: Duration = Duration::from_secs(2);
+
+/// What the mirror does for one MemberSlice.
+enum MirrorOp {
+    Apply(Box<MemberSlice>),
+    /// The slice (kind, namespace, name) of a removed MemberSlice, and its hub uid.
+    Remove(WorkloadKind, String, String, Option<String>),
+}
+
+/// How a [`MirrorOp`] ended.
+enum Mirrored {
+    Applied,
+    NotApplied(Box<MemberSlice>),
+    Removed,
+    NotRemoved(WorkloadKind, String, String, Option<String>),
+}
+
+async fn mirror_one(
+    hub: &Client,
+    member: &Client,
+    ns: &str,
+    namespaces: &std::sync::Mutex<BTreeSet<String>>,
+    name: String,
+    op: MirrorOp,
+) -> (String, Mirrored) {
+    let done = match op {
+        MirrorOp::Apply(ms) => {
+            if apply_slice(hub, member, ns, &ms, namespaces).await {
+                Mirrored::Applied
+            } else {
+                Mirrored::NotApplied(ms)
+            }
+        }
+        MirrorOp::Remove(kind, namespace, name, uid) => {
+            if delete_slice(member, kind, &namespace, &name, uid.as_deref()).await {
+                Mirrored::Removed
+            } else {
+                Mirrored::NotRemoved(kind, namespace, name, uid)
+            }
+        }
+    };
+    (name, done)
+}
+
 /// Mirrors the MemberSlices of the agent's hub namespace into the member; after every
 /// (re)list, removes the member's slices the hub no longer has (the hub removed them
-/// while this agent was away).
-async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error {
+/// while this agent was away). Up to [`MIRROR_CONCURRENCY`] slices are written at once,
+/// each MemberSlice's changes in the order the watch brings them.
+async fn mirror_slices(
+    hub: &Client,
+    member: &Client,
+    ns: &str,
+    mirroring: &tokio::sync::watch::Sender<bool>,
+) -> anyhow::Error {
+    use crate::controller::keyed_work::KeyedWork;
+    use futures::stream::FuturesUnordered;
+
     let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
     let mut stream = watcher(api, watcher::Config::default())
         .backoff(crate::controller::watch::backoff())
         .boxed();
     let mut listing: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
-    let mut namespaces = BTreeSet::new();
-    // MemberSlice → the generation last applied without error.
-    let mut applied: HashMap<String, i64> = HashMap::new();
+    let namespaces = std::sync::Mutex::new(BTreeSet::new());
+    // MemberSlice → the generation last offered to apply (a failed apply is retried from
+    // `failed`): an event at that generation (our own status write) needs nothing.
+    let mut offered: HashMap<String, i64> = HashMap::new();
     // What the member refused or did not answer (its API server restarting): the latest
     // MemberSlice to apply, the slice to remove, and whether the orphan sweep is owed.
     // Retried on a timer: no further event may come for them.
@@ -509,26 +571,47 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
     let mut removals: HashMap<String, (WorkloadKind, String, String, Option<String>)> =
         HashMap::new();
     let mut sweep_owed: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
+    let mut work: KeyedWork<String, MirrorOp> = KeyedWork::new(MIRROR_CONCURRENCY);
+    let mut running = FuturesUnordered::new();
     let mut retry = tokio::time::interval(RETRY_EVERY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut offers: Vec<(String, MirrorOp)> = Vec::new();
     loop {
+        for (name, op) in offers.drain(..) {
+            if let Some((name, op)) = work.offer(name, op) {
+                running.push(mirror_one(hub, member, ns, &namespaces, name, op));
+            }
+        }
+        let busy_now = !work.is_idle();
+        mirroring.send_if_modified(|busy| std::mem::replace(busy, busy_now) != busy_now);
         let ev = tokio::select! {
+            Some((name, done)) = running.next(), if !running.is_empty() => {
+                match done {
+                    Mirrored::Applied | Mirrored::Removed => {}
+                    // A newer change of the same MemberSlice supersedes the retry.
+                    Mirrored::NotApplied(ms) if !work.waits(&name) => {
+                        failed.insert(name.clone(), *ms);
+                    }
+                    Mirrored::NotRemoved(kind, namespace, slice, uid) if !work.waits(&name) => {
+                        removals.insert(name.clone(), (kind, namespace, slice, uid));
+                    }
+                    Mirrored::NotApplied(_) | Mirrored::NotRemoved(..) => {}
+                }
+                for (name, op) in work.finished(&name) {
+                    running.push(mirror_one(hub, member, ns, &namespaces, name, op));
+                }
+                continue;
+            }
             ev = stream.next() => match ev {
                 Some(ev) => ev,
                 None => break,
             },
             _ = retry.tick() => {
                 for (name, ms) in std::mem::take(&mut failed) {
-                    if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
-                        applied.insert(name, ms.metadata.generation.unwrap_or(0));
-                    } else {
-                        failed.insert(name, ms);
-                    }
+                    offers.push((name, MirrorOp::Apply(Box::new(ms))));
                 }
                 for (name, (kind, namespace, slice, uid)) in std::mem::take(&mut removals) {
-                    if !delete_slice(member, kind, &namespace, &slice, uid.as_deref()).await {
-                        removals.insert(name, (kind, namespace, slice, uid));
-                    }
+                    offers.push((name, MirrorOp::Remove(kind, namespace, slice, uid)));
                 }
                 if let Some(wanted) = sweep_owed.take()
                     && !remove_unwanted(member, &wanted).await
@@ -544,12 +627,10 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                 if let (Some(l), Some(key)) = (listing.as_mut(), carried(&ms)) {
                     l.insert(key);
                 }
-                if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
-                    applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
-                    failed.remove(&ms.name_any());
-                } else {
-                    failed.insert(ms.name_any(), ms);
-                }
+                failed.remove(&ms.name_any());
+                removals.remove(&ms.name_any());
+                offered.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                offers.push((ms.name_any(), MirrorOp::Apply(Box::new(ms))));
             }
             Ok(watcher::Event::InitDone) => {
                 if let Some(wanted) = listing.take()
@@ -561,21 +642,19 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
             // A MemberSlice's own status write (ours) comes back as an event too: its spec
             // (generation) is unchanged, so there is nothing to apply again.
             Ok(watcher::Event::Apply(ms))
-                if applied.get(&ms.name_any()) == ms.metadata.generation.as_ref() => {}
+                if offered.get(&ms.name_any()) == ms.metadata.generation.as_ref() => {}
             Ok(watcher::Event::Apply(ms)) => {
                 // An owed orphan sweep must not take what arrived since its list.
                 if let (Some(w), Some(key)) = (sweep_owed.as_mut(), carried(&ms)) {
                     w.insert(key);
                 }
-                if apply_slice(hub, member, ns, &ms, &mut namespaces).await {
-                    applied.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
-                    failed.remove(&ms.name_any());
-                } else {
-                    failed.insert(ms.name_any(), ms);
-                }
+                failed.remove(&ms.name_any());
+                removals.remove(&ms.name_any());
+                offered.insert(ms.name_any(), ms.metadata.generation.unwrap_or(0));
+                offers.push((ms.name_any(), MirrorOp::Apply(Box::new(ms))));
             }
             Ok(watcher::Event::Delete(ms)) => {
-                applied.remove(&ms.name_any());
+                offered.remove(&ms.name_any());
                 failed.remove(&ms.name_any());
                 if let Some((kind, namespace, name)) = carried(&ms) {
                     if let Some(w) = sweep_owed.as_mut() {
@@ -585,9 +664,7 @@ async fn mirror_slices(hub: &Client, member: &Client, ns: &str) -> anyhow::Error
                         .labels()
                         .get(crate::api::member_slice::LABEL_HUB_UID)
                         .cloned();
-                    if !delete_slice(member, kind, &namespace, &name, uid.as_deref()).await {
-                        removals.insert(ms.name_any(), (kind, namespace, name, uid));
-                    }
+                    offers.push((ms.name_any(), MirrorOp::Remove(kind, namespace, name, uid)));
                 }
             }
             Err(kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(s)))
@@ -647,8 +724,16 @@ pub fn slice_report(o: &DynamicObject, now: Timestamp) -> MemberSliceStatus {
 /// it changed (the agent's Lease, not a rewrite, says the report is current). Changes are
 /// taken in batches, the latest per slice, and written 16 at a time: one by one, a burst
 /// of status changes queued for seconds behind the hub's round trips. A failed write is
-/// tried again with the next batch (or after 2 s).
-async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow::Error {
+/// tried again with the next batch (or after 2 s). While the mirror still has slices to
+/// write, a batch waits for it (2 s at most) and folds in what arrives meanwhile: the
+/// slices are what a burst waits for, and the hub API server writes one or the other.
+async fn report_slice_status(
+    hub: &Client,
+    member: &Client,
+    ns: &str,
+    mut mirror_busy: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Error {
+    use futures::FutureExt as _;
     let mut written: HashMap<String, MemberSliceStatus> = HashMap::new();
     let streams = WorkloadKind::ALL.into_iter().map(|kind| {
         watcher(
@@ -673,7 +758,17 @@ async fn report_slice_status(hub: &Client, member: &Client, ns: &str) -> anyhow:
                 () = tokio::time::sleep(Duration::from_secs(2)) => Some(Vec::new()),
             }
         };
-        let Some(batch) = batch else { break };
+        let Some(mut batch) = batch else { break };
+        let deadline = tokio::time::Instant::now() + REPORTS_WAIT_FOR_SLICES;
+        while *mirror_busy.borrow_and_update() && tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout_at(deadline, mirror_busy.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        while let Some(Some(more)) = batches.next().now_or_never() {
+            batch.extend(more);
+        }
         let mut latest = std::mem::take(&mut retry);
         for (kind, o) in batch {
             let name = crate::api::member_slice::member_slice_name(

@@ -8,6 +8,7 @@ pub mod election;
 pub mod events;
 pub mod fence;
 pub mod http;
+pub mod keyed_work;
 pub mod kube_args;
 pub mod leader;
 pub mod metrics;

@@ -283,6 +283,11 @@ impl Member {
         self.state.lock().map(|s| s.last_ok).unwrap_or(None)
     }
 
+    /// Whether the member's API server answered the last heartbeat.
+    pub fn answered_last(&self) -> bool {
+        self.state.lock().is_ok_and(|s| s.last_error.is_none())
+    }
+
     /// Whether the hub can write the member's slices: a pull member's are on the hub; a
     /// push member's API server answered within `grace` (its agent may be lost).
     pub fn is_writable(&self, now: Timestamp, grace: Duration) -> bool {
@@ -870,6 +875,11 @@ pub async fn renew_fence(
     let (Some(client), Some(last_ok)) = (member.push_client(), member.last_heartbeat()) else {
         return;
     };
+    // Its API server did not answer the heartbeat (down, within the grace): the renewal
+    // would fail the same way; the MemberCluster status says why.
+    if !member.answered_last() {
+        return;
+    }
     let epoch = fence::member_epoch(status.returned_time.as_ref().map(|t| t.0));
     let body = fence::renewal(
         MEMBER_SYSTEM_NAMESPACE,

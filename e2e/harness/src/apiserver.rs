@@ -73,7 +73,11 @@ pub fn component(
             "--authorization-mode=RBAC".into(),
             "--endpoint-reconciler-type=none".into(),
             "--allow-privileged=true".into(),
-            "--profiling=false".into(),
+            // PINFED_E2E_PROFILING=1: /debug/pprof for profiling a benchmark's API server.
+            format!(
+                "--profiling={}",
+                std::env::var("PINFED_E2E_PROFILING").is_ok_and(|v| v == "1")
+            ),
             "--max-requests-inflight=1000".into(),
             "--max-mutating-requests-inflight=500".into(),
         ]

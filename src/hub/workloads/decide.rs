@@ -93,6 +93,17 @@ pub struct Placed {
     /// The version this reconcile's own metadata write returned: its status write is made
     /// over that version, not over the copy it read.
     pub written: Option<String>,
+    /// What a new decision changed, told with the status write that follows it (an Event
+    /// is a hub API server write: in a burst it would hold up slices).
+    pub events: Vec<DecisionEvent>,
+}
+
+/// An Event a decision owes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionEvent {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub note: String,
 }
 
 pub enum Outcome {
@@ -163,7 +174,7 @@ pub async fn decide<K: PinterestKind>(
     let quotas = quotas_of(ctx, &ns, &profiles).await?;
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
-    let (decision, quota_exceeded, written) = match keep {
+    let (decision, quota_exceeded, written, events) = match keep {
         Some(kept) => {
             let mut written = None;
             if needs_finalizer {
@@ -176,7 +187,7 @@ pub async fn decide<K: PinterestKind>(
                     .map_err(HubError::Finalizer)?;
                 written = ctx.record_write(obj, None, &stored, Wrote::Metadata { finalizer: true });
             }
-            (recorded::from_status(kept), false, written)
+            (recorded::from_status(kept), false, written, Vec::new())
         }
         None => {
             let replan = Replan {
@@ -218,6 +229,7 @@ pub async fn decide<K: PinterestKind>(
         failback,
         requeue,
         written,
+        events,
     }))
 }
 
@@ -264,7 +276,7 @@ async fn plan_again<K: PinterestKind>(
     r: &Replan<'_>,
     now: Timestamp,
     needs_finalizer: bool,
-) -> Result<(Decision, bool, Option<String>), HubError> {
+) -> Result<(Decision, bool, Option<String>, Vec<DecisionEvent>), HubError> {
     let key = workload_key(obj);
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -374,8 +386,9 @@ async fn plan_again<K: PinterestKind>(
         first_or_new: before.as_ref() != Some(&outcome.decision),
         newly_held: quota_exceeded && !held_before,
     };
-    record_events(ctx, obj, &change, &outcome.decision).await;
-    Ok((outcome.decision, quota_exceeded, written))
+    ctx.status_deferrals.decided(std::time::Instant::now());
+    let events = events_for(&key, &change, &outcome.decision);
+    Ok((outcome.decision, quota_exceeded, written, events))
 }
 
 /// What a new decision changed, for Events.
@@ -388,26 +401,37 @@ struct Change<'a> {
 }
 
 /// Events: what changed where the workload runs, and why.
-async fn record_events<K: PinterestKind>(ctx: &HubContext, obj: &K, c: &Change<'_>, d: &Decision) {
-    let key = workload_key(obj);
+fn events_for(key: &str, c: &Change<'_>, d: &Decision) -> Vec<DecisionEvent> {
+    let mut events = Vec::new();
+    let mut say = |type_, reason, note| {
+        events.push(DecisionEvent {
+            type_,
+            reason,
+            note,
+        })
+    };
     if let Some(moved) = &c.moved {
         tracing::warn!(workload = %key, %moved, "failover");
-        ctx.event(obj, EventType::Warning, "FailedOver", moved.clone())
-            .await;
+        say(EventType::Warning, "FailedOver", moved.clone());
     } else if !c.failback.is_empty() {
         let to = c.failback.iter().cloned().collect::<Vec<_>>().join(", ");
         tracing::info!(workload = %key, members = %to, decision = %d.to_json(), "failback");
-        let note = format!("back to {to}: {}", placed_text(d));
-        ctx.event(obj, EventType::Normal, "FailedBack", note).await;
+        say(
+            EventType::Normal,
+            "FailedBack",
+            format!("back to {to}: {}", placed_text(d)),
+        );
     } else if c.first_or_new {
-        ctx.event(obj, EventType::Normal, "Placed", placed_text(d))
-            .await;
+        say(EventType::Normal, "Placed", placed_text(d));
     }
     if c.newly_held {
-        let why = d.reason.clone().unwrap_or_default();
-        ctx.event(obj, EventType::Warning, "QuotaExceeded", why)
-            .await;
+        say(
+            EventType::Warning,
+            "QuotaExceeded",
+            d.reason.clone().unwrap_or_default(),
+        );
     }
+    events
 }
 
 /// Records whether the workload's quota holds part of it back; says whether it was held

@@ -21,7 +21,8 @@ pub async fn remove_slices<K: PinterestKind>(
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let key = workload_key(obj);
-    ctx.status_deferrals.done(&key);
+    // Owed Events of a workload being deleted are not written.
+    let _ = ctx.status_deferrals.done(&key);
     // A copy from before this process removed the finalizer (the watch has not delivered
     // the deletion yet; a slice's removal triggered this run): the clean-up is done.
     if ctx

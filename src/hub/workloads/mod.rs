@@ -361,7 +361,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Decide: keep or plan again, recorded before any slice moves.
     let has_finalizer = unseen.finalizer;
-    let decided =
+    let mut decided =
         match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
             decide::Outcome::Invalid(message) => {
                 write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
@@ -371,8 +371,17 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         };
 
     // Roll out: read the slices, move them toward the decision.
-    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
-    rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+    let rolled_out = async {
+        let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
+        rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+        Ok::<_, HubError>(slices)
+    }
+    .await;
+    let key = workload_key(obj);
+    // The decision is recorded, its slices written or not: its Events follow its status.
+    ctx.status_deferrals
+        .owe_events(&key, std::mem::take(&mut decided.events));
+    let slices = rolled_out?;
 
     // Aggregate and write.
     let started = std::time::Instant::now();
@@ -428,7 +437,6 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         },
         totals_fields: K::totals_fields,
     };
-    let key = workload_key(obj);
     let status = hub_status(&input);
     // Only a status that carries a new placement waits: one that reports the members
     // (their slices' status) goes out at once, a backlog or not.
@@ -442,14 +450,21 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     {
         return Ok(Action::requeue(decided.requeue.min(left)));
     }
-    ctx.status_deferrals.done(&key);
-    if let Some(st) = status {
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let changed = crate::status::hub_status::status_changes(&stored_status, &st);
-            tracing::debug!(workload = %key, ?changed, "writing the hub status");
+    let events = ctx.status_deferrals.done(&key);
+    let written = match status {
+        Some(st) => {
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let changed = crate::status::hub_status::status_changes(&stored_status, &st);
+                tracing::debug!(workload = %key, ?changed, "writing the hub status");
+            }
+            write_hub_status(ctx, obj, decided.written.as_deref(), st).await
         }
-        write_hub_status(ctx, obj, decided.written.as_deref(), st).await?;
+        None => Ok(()),
+    };
+    for e in events {
+        ctx.event(obj, e.type_, e.reason, e.note).await;
     }
+    written?;
     ctx.hub_metrics
         .aggregation_seconds
         .observe(started.elapsed().as_secs_f64());
