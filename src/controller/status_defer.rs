@@ -14,12 +14,13 @@
 //! meanwhile fold into that one write, and so do the decision's Events, owed until the
 //! status is written. A status that only reports the members goes out at once: holding
 //! those back too cost the member status → hub status p99 2.4 s in the Karmada comparison.
+//!
+//! The agent holds a new slice's first status the same way while other slices of the
+//! kind are queued: their Deployments move work, that write only reports it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use super::decide::DecisionEvent;
 
 /// More new decisions than this within [`BURST_WINDOW`] is a burst (32/s: a steady 20/s
 /// is not one).
@@ -28,23 +29,25 @@ pub const BURST_WINDOW: Duration = Duration::from_millis(500);
 /// How often a status held back by a burst looks again.
 pub const BURST_RECHECK: Duration = Duration::from_millis(250);
 
-/// Workloads whose status write waits, and since when.
-#[derive(Debug, Default)]
-pub struct StatusDeferrals {
+/// Workloads whose status write waits, and since when; `E`: what they owe with it.
+#[derive(Debug)]
+pub struct StatusDeferrals<E> {
     /// The longest a status write waits (zero: never).
     max: Duration,
     since: Mutex<HashMap<String, Instant>>,
     /// When the latest new decisions were made ([`BURST_DECISIONS`] of them at most).
     decisions: Mutex<VecDeque<Instant>>,
     /// Events of decisions whose status is not written yet.
-    events: Mutex<HashMap<String, Vec<DecisionEvent>>>,
+    events: Mutex<HashMap<String, Vec<E>>>,
 }
 
-impl StatusDeferrals {
-    pub fn new(max: Duration) -> StatusDeferrals {
+impl<E> StatusDeferrals<E> {
+    pub fn new(max: Duration) -> StatusDeferrals<E> {
         StatusDeferrals {
             max,
-            ..StatusDeferrals::default()
+            since: Mutex::default(),
+            decisions: Mutex::default(),
+            events: Mutex::default(),
         }
     }
 
@@ -77,6 +80,11 @@ impl StatusDeferrals {
             since.remove(key);
             return None;
         }
+        // Entries of workloads that went away while held (no `done` came) age out.
+        if since.len() > 1024 {
+            let max = self.max;
+            since.retain(|_, t| now.saturating_duration_since(*t) < max * 2);
+        }
         let first = *since.entry(key.to_string()).or_insert(now);
         let left = self.max.saturating_sub(now.duration_since(first));
         if left.is_zero() {
@@ -87,7 +95,7 @@ impl StatusDeferrals {
     }
 
     /// Events `key`'s next status write is to be followed by.
-    pub fn owe_events(&self, key: &str, events: Vec<DecisionEvent>) {
+    pub fn owe_events(&self, key: &str, events: Vec<E>) {
         if events.is_empty() {
             return;
         }
@@ -98,7 +106,7 @@ impl StatusDeferrals {
 
     /// `key`'s status is written now, needs no write, or is gone: it no longer waits; the
     /// Events it owed.
-    pub fn done(&self, key: &str) -> Vec<DecisionEvent> {
+    pub fn done(&self, key: &str) -> Vec<E> {
         if let Ok(mut since) = self.since.lock() {
             since.remove(key);
         }
@@ -121,7 +129,7 @@ mod tests {
 
     #[test]
     fn a_status_waits_while_others_are_queued_but_never_past_the_limit() {
-        let d = StatusDeferrals::new(Duration::from_secs(2));
+        let d = StatusDeferrals::<()>::new(Duration::from_secs(2));
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         assert_eq!(d.hold("a", 50, t0), Some(ms(2000)));
@@ -144,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_burst_holds_statuses_without_a_queue_and_looks_again_soon() {
-        let d = StatusDeferrals::new(Duration::from_secs(2));
+        let d = StatusDeferrals::<()>::new(Duration::from_secs(2));
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         // A steady 20/s is no burst.
@@ -174,25 +182,18 @@ mod tests {
 
     #[test]
     fn owed_events_are_handed_over_once_when_the_status_is_done() {
-        use kube::runtime::events::EventType;
         let d = StatusDeferrals::new(Duration::from_secs(2));
-        let ev = |reason| DecisionEvent {
-            type_: EventType::Normal,
-            reason,
-            note: String::new(),
-        };
-        d.owe_events("a", vec![ev("Placed")]);
-        d.owe_events("a", vec![ev("FailedBack")]);
+        d.owe_events("a", vec!["Placed"]);
+        d.owe_events("a", vec!["FailedBack"]);
         d.owe_events("b", Vec::new());
-        assert_eq!(d.done("b"), Vec::new());
-        let owed: Vec<_> = d.done("a").into_iter().map(|e| e.reason).collect();
-        assert_eq!(owed, ["Placed", "FailedBack"]);
+        assert_eq!(d.done("b"), Vec::<&str>::new());
+        assert_eq!(d.done("a"), ["Placed", "FailedBack"]);
         assert!(d.done("a").is_empty(), "handed over once");
     }
 
     #[test]
     fn a_zero_limit_never_holds() {
-        let d = StatusDeferrals::new(Duration::ZERO);
+        let d = StatusDeferrals::<()>::new(Duration::ZERO);
         assert_eq!(d.hold("a", 1000, Instant::now()), None);
     }
 }
