@@ -66,12 +66,7 @@ pub struct Context {
     pub deployments_writer: Mutex<Option<reflector::store::Writer<Deployment>>>,
     /// Slices this process's watch saw being created, not pruned yet (`prune`).
     born: Mutex<std::collections::HashSet<String>>,
-    /// New slices whose first status waits while others of their kind are queued.
-    first_statuses: crate::controller::status_defer::StatusDeferrals<()>,
 }
-
-/// The longest a new slice's first status waits for the slices queued behind it.
-const FIRST_STATUS_WAIT: Duration = Duration::from_secs(2);
 
 /// (kind, name) of the generated objects a reconcile keeps.
 type Kept = BTreeSet<(String, String)>;
@@ -105,9 +100,6 @@ impl Context {
             deployments,
             deployments_writer: Mutex::new(Some(writer)),
             born: Mutex::default(),
-            first_statuses: crate::controller::status_defer::StatusDeferrals::new(
-                FIRST_STATUS_WAIT,
-            ),
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             pruned: Mutex::default(),
             applied: Default::default(),
@@ -530,21 +522,10 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
     prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
 
-    // Status. A new slice's first status waits while other slices of its kind are queued
-    // (a burst: their objects move work, this write only reports it; 2 s at most).
+    // Status.
     let health = working.observe(&observed, &mut status);
     K::set_meta(&mut status, generation, &profile.spec.version);
     status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
-    if stored.status.is_none()
-        && let Some(left) = ctx.first_statuses.hold(
-            &stored.key,
-            ctx.queue(K::KIND).len(),
-            std::time::Instant::now(),
-        )
-    {
-        return Ok(Action::requeue(left));
-    }
-    ctx.first_statuses.done(&stored.key);
     stored.write(ctx, obj, &status).await?;
     // Owned-object watches bring changes; the timer is a safety net. A bundle not there
     // yet is looked for again soon.

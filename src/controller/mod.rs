@@ -16,7 +16,6 @@ pub mod mirror;
 pub mod own_writes;
 pub mod queue;
 pub mod retry;
-pub mod status_defer;
 pub mod tokens;
 pub mod watch;
 pub mod write_gate;

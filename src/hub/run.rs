@@ -188,9 +188,9 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         // Fresh trackers per leader term: a lost term's leftovers do not count.
         decisions: Default::default(),
         own_writes: Default::default(),
-        status_deferrals: crate::controller::status_defer::StatusDeferrals::new(
-            Duration::from_millis(args.status_defer_ms),
-        ),
+        status_deferrals: workloads::status_defer::StatusDeferrals::new(Duration::from_millis(
+            args.status_defer_ms,
+        )),
         workload_caches: Default::default(),
         queues: crate::api::workload::WorkloadKind::ALL
             .into_iter()

@@ -21,6 +21,7 @@ mod deletion;
 mod health;
 mod profiles;
 mod rollout;
+pub mod status_defer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -169,7 +170,7 @@ pub struct HubContext {
     /// Finalizers and statuses written that the hub's watch has not delivered yet.
     pub own_writes: own_writes::OwnWrites,
     /// Status writes held back while other workloads wait for their slices.
-    pub status_deferrals: crate::controller::status_defer::StatusDeferrals<decide::DecisionEvent>,
+    pub status_deferrals: status_defer::StatusDeferrals,
     /// Each kind's cache of its workloads, for readers of every workload (the bundle
     /// sweep) that would otherwise list them all from the API server.
     pub workload_caches: Mutex<BTreeMap<WorkloadKind, crate::controller::compact::UntypedBodies>>,

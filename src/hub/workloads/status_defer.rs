@@ -14,13 +14,12 @@
 //! meanwhile fold into that one write, and so do the decision's Events, owed until the
 //! status is written. A status that only reports the members goes out at once: holding
 //! those back too cost the member status → hub status p99 2.4 s in the Karmada comparison.
-//!
-//! The agent holds a new slice's first status the same way while other slices of the
-//! kind are queued: their Deployments move work, that write only reports it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::decide::DecisionEvent;
 
 /// More new decisions than this within [`BURST_WINDOW`] is a burst (32/s: a steady 20/s
 /// is not one).
@@ -29,25 +28,23 @@ pub const BURST_WINDOW: Duration = Duration::from_millis(500);
 /// How often a status held back by a burst looks again.
 pub const BURST_RECHECK: Duration = Duration::from_millis(250);
 
-/// Workloads whose status write waits, and since when; `E`: what they owe with it.
-#[derive(Debug)]
-pub struct StatusDeferrals<E> {
+/// Workloads whose status write waits, and since when.
+#[derive(Debug, Default)]
+pub struct StatusDeferrals {
     /// The longest a status write waits (zero: never).
     max: Duration,
     since: Mutex<HashMap<String, Instant>>,
     /// When the latest new decisions were made ([`BURST_DECISIONS`] of them at most).
     decisions: Mutex<VecDeque<Instant>>,
     /// Events of decisions whose status is not written yet.
-    events: Mutex<HashMap<String, Vec<E>>>,
+    events: Mutex<HashMap<String, Vec<DecisionEvent>>>,
 }
 
-impl<E> StatusDeferrals<E> {
-    pub fn new(max: Duration) -> StatusDeferrals<E> {
+impl StatusDeferrals {
+    pub fn new(max: Duration) -> StatusDeferrals {
         StatusDeferrals {
             max,
-            since: Mutex::default(),
-            decisions: Mutex::default(),
-            events: Mutex::default(),
+            ..StatusDeferrals::default()
         }
     }
 
@@ -80,11 +77,6 @@ impl<E> StatusDeferrals<E> {
             since.remove(key);
             return None;
         }
-        // Entries of workloads that went away while held (no `done` came) age out.
-        if since.len() > 1024 {
-            let max = self.max;
-            since.retain(|_, t| now.saturating_duration_since(*t) < max * 2);
-        }
         let first = *since.entry(key.to_string()).or_insert(now);
         let left = self.max.saturating_sub(now.duration_since(first));
         if left.is_zero() {
@@ -95,7 +87,7 @@ impl<E> StatusDeferrals<E> {
     }
 
     /// Events `key`'s next status write is to be followed by.
-    pub fn owe_events(&self, key: &str, events: Vec<E>) {
+    pub fn owe_events(&self, key: &str, events: Vec<DecisionEvent>) {
         if events.is_empty() {
             return;
         }
@@ -106,7 +98,7 @@ impl<E> StatusDeferrals<E> {
 
     /// `key`'s status is written now, needs no write, or is gone: it no longer waits; the
     /// Events it owed.
-    pub fn done(&self, key: &str) -> Vec<E> {
+    pub fn done(&self, key: &str) -> Vec<DecisionEvent> {
         if let Ok(mut since) = self.since.lock() {
             since.remove(key);
         }
@@ -129,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_status_waits_while_others_are_queued_but_never_past_the_limit() {
-        let d = StatusDeferrals::<()>::new(Duration::from_secs(2));
+        let d = StatusDeferrals::new(Duration::from_secs(2));
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         assert_eq!(d.hold("a", 50, t0), Some(ms(2000)));
@@ -152,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_burst_holds_statuses_without_a_queue_and_looks_again_soon() {
-        let d = StatusDeferrals::<()>::new(Duration::from_secs(2));
+        let d = StatusDeferrals::new(Duration::from_secs(2));
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         // A steady 20/s is no burst.
@@ -182,18 +174,25 @@ mod tests {
 
     #[test]
     fn owed_events_are_handed_over_once_when_the_status_is_done() {
+        use kube::runtime::events::EventType;
         let d = StatusDeferrals::new(Duration::from_secs(2));
-        d.owe_events("a", vec!["Placed"]);
-        d.owe_events("a", vec!["FailedBack"]);
+        let ev = |reason| DecisionEvent {
+            type_: EventType::Normal,
+            reason,
+            note: String::new(),
+        };
+        d.owe_events("a", vec![ev("Placed")]);
+        d.owe_events("a", vec![ev("FailedBack")]);
         d.owe_events("b", Vec::new());
-        assert_eq!(d.done("b"), Vec::<&str>::new());
-        assert_eq!(d.done("a"), ["Placed", "FailedBack"]);
+        assert_eq!(d.done("b"), Vec::new());
+        let owed: Vec<_> = d.done("a").into_iter().map(|e| e.reason).collect();
+        assert_eq!(owed, ["Placed", "FailedBack"]);
         assert!(d.done("a").is_empty(), "handed over once");
     }
 
     #[test]
     fn a_zero_limit_never_holds() {
-        let d = StatusDeferrals::<()>::new(Duration::ZERO);
+        let d = StatusDeferrals::new(Duration::ZERO);
         assert_eq!(d.hold("a", 1000, Instant::now()), None);
     }
 }
