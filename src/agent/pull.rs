@@ -507,14 +507,6 @@ enum MirrorOp {
     Remove(WorkloadKind, String, String, Option<String>),
 }
 
-/// How a [`MirrorOp`] ended.
-enum Mirrored {
-    Applied,
-    NotApplied(Box<MemberSlice>),
-    Removed,
-    NotRemoved(WorkloadKind, String, String, Option<String>),
-}
-
 async fn mirror_one(
     hub: &Client,
     member: &Client,
@@ -522,24 +514,15 @@ async fn mirror_one(
     namespaces: &std::sync::Mutex<BTreeSet<String>>,
     name: String,
     op: MirrorOp,
-) -> (String, Mirrored) {
-    let done = match op {
-        MirrorOp::Apply(ms) => {
-            if apply_slice(hub, member, ns, &ms, namespaces).await {
-                Mirrored::Applied
-            } else {
-                Mirrored::NotApplied(ms)
-            }
-        }
+) -> (String, Option<MirrorOp>) {
+    let done = match &op {
+        MirrorOp::Apply(ms) => apply_slice(hub, member, ns, ms, namespaces).await,
         MirrorOp::Remove(kind, namespace, name, uid) => {
-            if delete_slice(member, kind, &namespace, &name, uid.as_deref()).await {
-                Mirrored::Removed
-            } else {
-                Mirrored::NotRemoved(kind, namespace, name, uid)
-            }
+            delete_slice(member, *kind, namespace, name, uid.as_deref()).await
         }
     };
-    (name, done)
+    // Not done: returned, to be retried.
+    (name, (!done).then_some(op))
 }
 
 /// Mirrors the MemberSlices of the agent's hub namespace into the member; after every
@@ -585,17 +568,17 @@ async fn mirror_slices(
         let busy_now = !work.is_idle();
         mirroring.send_if_modified(|busy| std::mem::replace(busy, busy_now) != busy_now);
         let ev = tokio::select! {
-            Some((name, done)) = running.next(), if !running.is_empty() => {
-                match done {
-                    Mirrored::Applied | Mirrored::Removed => {}
-                    // A newer change of the same MemberSlice supersedes the retry.
-                    Mirrored::NotApplied(ms) if !work.waits(&name) => {
+            Some((name, undone)) = running.next(), if !running.is_empty() => {
+                // A newer change of the same MemberSlice supersedes the retry.
+                match undone {
+                    Some(_) if work.waits(&name) => {}
+                    Some(MirrorOp::Apply(ms)) => {
                         failed.insert(name.clone(), *ms);
                     }
-                    Mirrored::NotRemoved(kind, namespace, slice, uid) if !work.waits(&name) => {
+                    Some(MirrorOp::Remove(kind, namespace, slice, uid)) => {
                         removals.insert(name.clone(), (kind, namespace, slice, uid));
                     }
-                    Mirrored::NotApplied(_) | Mirrored::NotRemoved(..) => {}
+                    None => {}
                 }
                 for (name, op) in work.finished(&name) {
                     running.push(mirror_one(hub, member, ns, &namespaces, name, op));

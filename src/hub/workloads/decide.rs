@@ -93,12 +93,10 @@ pub struct Placed {
     /// The version this reconcile's own metadata write returned: its status write is made
     /// over that version, not over the copy it read.
     pub written: Option<String>,
-    /// What a new decision changed, told with the status write that follows it (an Event
-    /// is a hub API server write: in a burst it would hold up slices).
-    pub events: Vec<DecisionEvent>,
 }
 
-/// An Event a decision owes.
+/// An Event a decision owes: written with the status that follows the decision (an Event
+/// is a hub API server write: in a burst it would hold up slices).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecisionEvent {
     pub type_: EventType,
@@ -174,7 +172,7 @@ pub async fn decide<K: PinterestKind>(
     let quotas = quotas_of(ctx, &ns, &profiles).await?;
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
-    let (decision, quota_exceeded, written, events) = match keep {
+    let (decision, quota_exceeded, written) = match keep {
         Some(kept) => {
             let mut written = None;
             if needs_finalizer {
@@ -187,7 +185,7 @@ pub async fn decide<K: PinterestKind>(
                     .map_err(HubError::Finalizer)?;
                 written = ctx.record_write(obj, None, &stored, Wrote::Metadata { finalizer: true });
             }
-            (recorded::from_status(kept), false, written, Vec::new())
+            (recorded::from_status(kept), false, written)
         }
         None => {
             let replan = Replan {
@@ -229,7 +227,6 @@ pub async fn decide<K: PinterestKind>(
         failback,
         requeue,
         written,
-        events,
     }))
 }
 
@@ -276,7 +273,7 @@ async fn plan_again<K: PinterestKind>(
     r: &Replan<'_>,
     now: Timestamp,
     needs_finalizer: bool,
-) -> Result<(Decision, bool, Option<String>, Vec<DecisionEvent>), HubError> {
+) -> Result<(Decision, bool, Option<String>), HubError> {
     let key = workload_key(obj);
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -387,8 +384,9 @@ async fn plan_again<K: PinterestKind>(
         newly_held: quota_exceeded && !held_before,
     };
     ctx.status_deferrals.decided(std::time::Instant::now());
-    let events = events_for(&key, &change, &outcome.decision);
-    Ok((outcome.decision, quota_exceeded, written, events))
+    ctx.status_deferrals
+        .owe_events(&key, events_for(&key, &change, &outcome.decision));
+    Ok((outcome.decision, quota_exceeded, written))
 }
 
 /// What a new decision changed, for Events.

@@ -361,7 +361,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Decide: keep or plan again, recorded before any slice moves.
     let has_finalizer = unseen.finalizer;
-    let mut decided =
+    let decided =
         match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
             decide::Outcome::Invalid(message) => {
                 write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
@@ -371,17 +371,9 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         };
 
     // Roll out: read the slices, move them toward the decision.
-    let rolled_out = async {
-        let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
-        rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
-        Ok::<_, HubError>(slices)
-    }
-    .await;
+    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
+    rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
     let key = workload_key(obj);
-    // The decision is recorded, its slices written or not: its Events follow its status.
-    ctx.status_deferrals
-        .owe_events(&key, std::mem::take(&mut decided.events));
-    let slices = rolled_out?;
 
     // Aggregate and write.
     let started = std::time::Instant::now();
