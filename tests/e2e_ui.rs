@@ -414,10 +414,12 @@ async fn a_submitted_service_shows_its_split_and_turns_ready_live() {
 async fn a_job_set_shard_map_fills_as_shards_complete() {
     let (fed, st) = start().await;
     let ns = TestNamespace::create(&fed.hub(), "ui-ads").await;
-    st.submit("alice-token", &ns.name, &jobset("emb", "ads", 24, "3s"))
-        .await;
+    // The browser is up before the job set is submitted: its start is not taken from the
+    // ~30 s the shards run (8 waves of 3 s on each member).
     let b = Browser::open(st).await;
     b.login("alice-token").await;
+    st.submit("alice-token", &ns.name, &jobset("emb", "ads", 24, "3s"))
+        .await;
     b.goto(&format!("/ui/workloads/{}/jobset/emb", ns.name))
         .await;
     let cells = b

@@ -73,26 +73,30 @@ pub fn write_config(dir: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The general pod-complete stage with no default delay or jitter.
+/// The general pod-complete stage with no default delay and no default jitter.
+///
+/// The jitter default is dropped, not zeroed: kwok takes a jitter at or below the delay
+/// as the whole delay, so a zero jitter would make every pod complete at once whatever
+/// its delay annotation asks. Without a default, a pod without the jitter annotation
+/// waits exactly its delay.
 fn immediate_unless_delayed(stage: &str) -> anyhow::Result<String> {
     let mut out = String::with_capacity(stage.len());
-    let mut replaced = 0;
+    let (mut delay, mut jitter) = (0, 0);
     for line in stage.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
         if trimmed.starts_with("durationMilliseconds:") {
             out.push_str(&format!("{indent}durationMilliseconds: 0\n"));
-            replaced += 1;
+            delay += 1;
         } else if trimmed.starts_with("jitterDurationMilliseconds:") {
-            out.push_str(&format!("{indent}jitterDurationMilliseconds: 0\n"));
-            replaced += 1;
+            jitter += 1;
         } else {
             out.push_str(line);
             out.push('\n');
         }
     }
     anyhow::ensure!(
-        replaced == 2,
+        (delay, jitter) == (1, 1),
         "kwok's general pod-complete stage changed shape (expected a delay and a jitter)"
     );
     Ok(out)
@@ -188,4 +192,30 @@ pub async fn wait_nodes_ready(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::immediate_unless_delayed;
+
+    const STAGE: &str = "spec:\n  delay:\n    durationMilliseconds: 1000\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"d\"]'\n    jitterDurationMilliseconds: 5000\n    jitterDurationFrom:\n      expressionFrom: '.metadata.annotations[\"j\"]'\n";
+
+    #[test]
+    fn the_delay_defaults_to_zero_and_the_jitter_has_no_default() {
+        let out = immediate_unless_delayed(STAGE).unwrap();
+        assert!(out.contains("    durationMilliseconds: 0\n"), "{out}");
+        assert!(!out.contains("jitterDurationMilliseconds"), "{out}");
+        // What a pod asks for still reaches kwok.
+        assert!(
+            out.contains("annotations[\"d\"]") && out.contains("annotations[\"j\"]"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_stage_of_another_shape_is_refused() {
+        let without_jitter = STAGE.replace("    jitterDurationMilliseconds: 5000\n", "");
+        let err = immediate_unless_delayed(&without_jitter).unwrap_err();
+        assert!(err.to_string().contains("changed shape"), "{err}");
+    }
 }
