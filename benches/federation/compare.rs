@@ -722,8 +722,9 @@ fn print_table(
         s.writes
             .iter()
             .filter(|((srv, _), _)| srv == server)
-            .map(|(_, v)| v)
-            .sum()
+            // (A fold from 0.0: an empty f64 sum is -0.0, printed as "-0.0" for the API
+            // server the other side does not use.)
+            .fold(0.0, |sum, (_, v)| sum + v)
     };
     for server in ["hub", "karmada", "members"] {
         let p = total(&spreads[&("burst", Side::Pinfed)], server);
