@@ -901,12 +901,19 @@ mod failover {
         .await;
         let failover_done = Instant::now();
 
-        // Back: after the failback window the split rebalances onto the victim again.
+        // Back: after the failback window the split rebalances onto the victim again. The
+        // window is timed from before the start: `harness start` returns only once the
+        // member's controllers and kwok run too, and the hub can see the API server (and
+        // start the window) seconds before that.
+        let started = Instant::now();
         harness(&["start", &victim]);
         victim_up.store(true, std::sync::atomic::Ordering::SeqCst);
         let returned_at = k8s_openapi::jiff::Timestamp::now();
-        eprintln!("started {victim} at {returned_at}");
-        let started = Instant::now();
+        let back = Instant::now();
+        eprintln!(
+            "started {victim} at {returned_at} (the start took {:?})",
+            started.elapsed()
+        );
         eventually_logged(
             // The returned member's controllers reconnect with their own backoff.
             Duration::from_secs(FAILBACK_WINDOW + 120),
@@ -977,7 +984,7 @@ mod failover {
         // After the member came back, total available never fell below 30.
         let after: Vec<i64> = samples
             .iter()
-            .filter(|(t, _, _)| *t >= started)
+            .filter(|(t, _, _)| *t >= back)
             .filter_map(|(_, _, all)| *all)
             .collect();
         assert!(
