@@ -27,9 +27,6 @@ fn hub_args(identity: &str, lease: &str) -> Vec<String> {
         "hub",
         "--heartbeat-secs",
         "1",
-        // The resync the one-writer test waits out (the default is 300 s).
-        "--resync-secs",
-        "20",
         "--lease-name",
         lease,
         "--identity",

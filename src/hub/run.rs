@@ -50,10 +50,8 @@ pub struct HubArgs {
     pub stale_after_secs: i64,
     /// Reconcile every workload at least this often (seconds). A safety net: slice
     /// changes in members, member health changes and the end of a failover grace or
-    /// failback window each trigger the workloads concerned at once. Each resync is a
-    /// reconcile of every workload: at 20 s a hub holding 30,000 spent half a core on them
-    /// while idle, so the net is wide.
-    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "300")]
+    /// failback window each trigger the workloads concerned at once.
+    #[arg(long, env = "PINFED_RESYNC_SECS", default_value = "20")]
     pub resync_secs: u64,
     /// How often bundles no workload on their member references any more are looked for
     /// (seconds); one found unwanted twice in a row is removed.
