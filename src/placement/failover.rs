@@ -186,6 +186,103 @@ pub fn transition(input: &TransitionInput<'_>) -> BTreeMap<String, SliceStep> {
     steps
 }
 
+/// A run-to-completion slice as read from a member, for [`hand_off`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkSeen {
+    /// The shards its spec assigns (a job set), empty for a whole workload.
+    pub shards: RangeSet,
+    /// Its agent has acted on its current spec (status observedGeneration = generation).
+    pub processed: bool,
+    /// Shards its status reports completed.
+    pub completed: RangeSet,
+}
+
+/// What [`hand_off`] held back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    /// Shards not given to their new cluster yet (not those finished elsewhere).
+    pub shards: RangeSet,
+    /// Whole workloads (cron, training) not started in their new cluster yet.
+    pub whole: bool,
+}
+
+impl HeldBack {
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty() && !self.whole
+    }
+}
+
+/// Work that moves between two live members (their agents alive, their slices readable)
+/// goes in two steps, so it never runs in both: the member it leaves gets its slice
+/// without it (or loses the slice) first, and the member it goes to gets it only once
+/// the first has acted on that (its agent stopped the Jobs, or recorded them finished).
+/// A lost member is not waited for: the fence stops it (`controller::fence`).
+///
+/// `steps` is [`transition`]'s output for a run-to-completion kind; a shard new to a
+/// cluster is held while another live member's slice still lists it or has not been
+/// processed since the hub last wrote it (its agent may still run what an older spec
+/// gave it), and not given at all when any slice reports it completed. A whole workload new to a
+/// cluster is held (the step becomes `Keep`) while another live member still has its
+/// slice. Returns what was held; the caller looks again soon.
+pub fn hand_off(
+    steps: &mut BTreeMap<String, SliceStep>,
+    seen: &BTreeMap<String, WorkSeen>,
+    live: &BTreeSet<String>,
+) -> HeldBack {
+    let mut held = HeldBack::default();
+    let completed = seen
+        .values()
+        .fold(RangeSet::new(), |acc, w| acc.union(&w.completed));
+    for (cluster, step) in steps.iter_mut() {
+        let others = || {
+            seen.iter()
+                .filter(move |(c, _)| *c != cluster && live.contains(*c))
+                .map(|(_, w)| w)
+        };
+        match step {
+            SliceStep::Apply(Share::Shards(s)) => {
+                let Ok(target) = RangeSet::parse(s) else {
+                    continue;
+                };
+                let had = seen
+                    .get(cluster)
+                    .map(|w| w.shards.clone())
+                    .unwrap_or_default();
+                let new = target.difference(&had);
+                if new.is_empty() {
+                    continue;
+                }
+                // Finished elsewhere: never handed out (the next plan drops it).
+                let done = new.intersection(&completed);
+                let new = new.difference(&done);
+                let mut hold = RangeSet::new();
+                for w in others() {
+                    hold = if w.processed {
+                        hold.union(&new.intersection(&w.shards))
+                    } else {
+                        new.clone()
+                    };
+                    if hold == new {
+                        break;
+                    }
+                }
+                if !hold.is_empty() || !done.is_empty() {
+                    *s = target.difference(&hold).difference(&done).to_string();
+                    held.shards = held.shards.union(&hold);
+                }
+            }
+            SliceStep::Apply(Share::Whole)
+                if !seen.contains_key(cluster) && others().next().is_some() =>
+            {
+                *step = SliceStep::Keep;
+                held.whole = true;
+            }
+            _ => {}
+        }
+    }
+    held
+}
+
 /// Completed shards stay assigned to the cluster that held them (unless it is lost), so
 /// a re-plan — which only places unfinished shards — does not take them out of that
 /// cluster's slice and fence or prune their finished Jobs before their TTL.
@@ -384,6 +481,107 @@ mod tests {
 
     fn set(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn work(shards: &str, processed: bool, completed: &str) -> WorkSeen {
+        WorkSeen {
+            shards: RangeSet::parse(shards).unwrap(),
+            processed,
+            completed: RangeSet::parse(completed).unwrap(),
+        }
+    }
+
+    fn shard_steps(v: &[(&str, &str)]) -> BTreeMap<String, SliceStep> {
+        v.iter()
+            .map(|(c, s)| {
+                (
+                    c.to_string(),
+                    SliceStep::Apply(Share::Shards(s.to_string())),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shard_moves_between_live_members_only_after_the_first_let_it_go() {
+        let live = set(&["a", "b"]);
+        // The plan moves shard 2 from a to b: a's slice still lists it, so b waits.
+        let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-2", true, "")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        let held = hand_off(&mut steps, &seen, &live);
+        assert_eq!(held.shards.to_string(), "2");
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("3-5".into())));
+        assert_eq!(steps["a"], SliceStep::Apply(Share::Shards("0-1".into())));
+        // a's slice without it, not yet acted on: b still waits (for all it is new to).
+        let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-1", false, "")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        assert_eq!(hand_off(&mut steps, &seen, &live).shards.to_string(), "2");
+        // Acted on: b gets it.
+        let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-1", true, "")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        assert!(hand_off(&mut steps, &seen, &live).is_empty());
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("2-5".into())));
+    }
+
+    #[test]
+    fn a_lost_member_is_not_waited_for_and_a_finished_shard_is_not_handed_out() {
+        // a is lost (not live): its shards go to b at once (the fence stops a).
+        let mut steps = shard_steps(&[("b", "0-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-2", false, "")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        assert!(hand_off(&mut steps, &seen, &set(&["b"])).is_empty());
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("0-5".into())));
+        // a finished shard 2 before it let it go: b never gets it, and nothing waits.
+        let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-1", true, "2")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        assert!(hand_off(&mut steps, &seen, &set(&["a", "b"])).is_empty());
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("3-5".into())));
+        // A first placement (no slice anywhere) holds nothing back.
+        let mut steps = shard_steps(&[("a", "0-2"), ("b", "3-5")]);
+        assert!(hand_off(&mut steps, &BTreeMap::new(), &set(&["a", "b"])).is_empty());
+        assert_eq!(steps["a"], SliceStep::Apply(Share::Shards("0-2".into())));
+    }
+
+    #[test]
+    fn a_whole_job_starts_in_its_new_member_once_the_old_slice_is_gone() {
+        let live = set(&["a", "b"]);
+        let mut steps: BTreeMap<String, SliceStep> = [
+            ("a".to_string(), SliceStep::Delete),
+            ("b".to_string(), SliceStep::Apply(Share::Whole)),
+        ]
+        .into();
+        let seen: BTreeMap<String, WorkSeen> = [("a".to_string(), WorkSeen::default())].into();
+        let held = hand_off(&mut steps, &seen, &live);
+        assert!(held.whole);
+        assert_eq!(steps["b"], SliceStep::Keep);
+        assert_eq!(steps["a"], SliceStep::Delete);
+        // Gone from a (or a lost): b starts it.
+        let mut steps: BTreeMap<String, SliceStep> =
+            [("b".to_string(), SliceStep::Apply(Share::Whole))].into();
+        assert!(hand_off(&mut steps, &BTreeMap::new(), &live).is_empty());
+        let mut steps: BTreeMap<String, SliceStep> =
+            [("b".to_string(), SliceStep::Apply(Share::Whole))].into();
+        assert!(hand_off(&mut steps, &seen, &set(&["b"])).is_empty());
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Whole));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct Standings {
     /// When a standing changes by the clock (end of a failover grace or of the failback
     /// window), capped at the resync period.
     pub requeue: Duration,
+    /// The workload fails over: a member Waiting turns Lost at the end of its grace
+    /// (otherwise it waits for as long as it is NotReady).
+    pub fails_over: bool,
 }
 
 impl Standings {
@@ -77,6 +80,7 @@ impl Standings {
             ready,
             settling,
             requeue,
+            fails_over: fpolicy.enabled,
         }
     }
 

@@ -357,7 +357,35 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Read: standings of the members as this workload sees them, and what was decided.
     let standings = health::Standings::read(ctx, obj, now);
-    let remembered = decide::Remembered::read(ctx, obj, &stored_status);
+    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
+    let mut remembered = decide::Remembered::read(ctx, obj, &stored_status);
+    if remembered.previous.is_none() && remembered.decided_for.is_some() {
+        // Placed (that record is written before any slice), but the decision itself was
+        // never recorded where this process reads it: a leader stopped before its status
+        // write, which waits under a burst. Plan again from what the members run, so
+        // nothing that runs moves without need — once every member that may hold a part
+        // is Ready again: one NotReady within its failover grace (down, or its first
+        // heartbeat under this leader not in yet) is waited for, not planned around.
+        let waiting: Vec<&String> = standings
+            .standings
+            .iter()
+            .filter(|(_, s)| **s == crate::placement::failover::Standing::Waiting)
+            .map(|(m, _)| m)
+            .collect();
+        // (Without failover a NotReady member waits for good; its share is planned
+        // around, as for a workload placed while it was down.)
+        if standings.fails_over && !waiting.is_empty() {
+            tracing::info!(workload = %workload_key(obj), members = ?waiting, "no recorded decision; waiting for every member that may hold a slice");
+            return Ok(Action::requeue(
+                standings.requeue.min(std::time::Duration::from_secs(5)),
+            ));
+        }
+        if let Some(out_there) = rollout::decision_from_slices(obj.uid().as_deref(), &slices) {
+            tracing::info!(workload = %workload_key(obj), decision = ?out_there, "no recorded decision; planning from the slices out in the members");
+            remembered.previous = Some(out_there);
+            remembered.decided_for = None;
+        }
+    }
 
     // Decide: keep or plan again, recorded before any slice moves.
     let has_finalizer = unseen.finalizer;
@@ -370,9 +398,15 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             decide::Outcome::Decided(d) => d,
         };
 
-    // Roll out: read the slices, move them toward the decision.
-    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
-    rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+    // Roll out: move the slices toward the decision.
+    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+    // A hand-off waits for the member the work leaves; its status brings the next look,
+    // this is the net under it.
+    let requeue = if held.is_empty() {
+        decided.requeue
+    } else {
+        decided.requeue.min(HAND_OFF_RECHECK)
+    };
     let key = workload_key(obj);
 
     // Aggregate and write.
@@ -440,7 +474,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             ctx.status_deferrals
                 .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())
     {
-        return Ok(Action::requeue(decided.requeue.min(left)));
+        return Ok(Action::requeue(requeue.min(left)));
     }
     let events = ctx.status_deferrals.done(&key);
     let written = match status {
@@ -460,8 +494,11 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     ctx.hub_metrics
         .aggregation_seconds
         .observe(started.elapsed().as_secs_f64());
-    Ok(Action::requeue(decided.requeue))
+    Ok(Action::requeue(requeue))
 }
+
+/// How soon a workload whose work waits for a hand-off looks again at the latest.
+const HAND_OFF_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// An invalid workload: Invalid and not Ready, no placement; it waits for a change.
 async fn write_invalid<K: PinterestKind>(

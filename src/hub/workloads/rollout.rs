@@ -23,7 +23,9 @@ use crate::controller::fence;
 use crate::expand::bundle::{self, ConfigKind, ConfigRef};
 use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, SliceSummary};
-use crate::placement::failover::{self, Share, SliceSeen, SliceStep, TransitionInput};
+use crate::placement::failover::{
+    self, HeldBack, Share, SliceSeen, SliceStep, TransitionInput, WorkSeen,
+};
 use crate::status::MemberObservation;
 
 /// The workload's slice in each member it has one in.
@@ -67,16 +69,43 @@ pub async fn read_slices<K: PinterestKind>(
     Ok(found)
 }
 
+/// The decision the slices of `uid` out in the members carry: what a hub that placed the
+/// workload and stopped before its status write (the status of a new placement may wait
+/// under a burst) left behind. `None` without any.
+pub fn decision_from_slices(
+    uid: Option<&str>,
+    slices: &Slices,
+) -> Option<crate::api::common::PlacementDecision> {
+    let placements: Vec<crate::api::common::ClusterPlacement> = slices
+        .iter()
+        .filter(|(_, s)| s.hub_uid.as_deref() == uid)
+        .map(|(c, s)| crate::api::common::ClusterPlacement {
+            cluster: c.clone(),
+            replicas: s
+                .share
+                .replicas
+                .map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
+            shards: s.share.shards.clone(),
+            pods: None,
+        })
+        .collect();
+    (!placements.is_empty()).then(|| crate::api::common::PlacementDecision {
+        placements,
+        ..Default::default()
+    })
+}
+
 /// Moves the slices toward the decision, every member at once (each step touches only its
 /// own member). Slices written are put into `slices` as stored, so the status aggregated
-/// next says what was just written rather than "slice not observed yet".
+/// next says what was just written rather than "slice not observed yet". Returns what a
+/// hand-off between live members holds back for now (see [`failover::hand_off`]).
 pub async fn roll_out<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
     placed: &Placed,
     standings: &Standings,
     slices: &mut Slices,
-) -> Result<(), HubError> {
+) -> Result<HeldBack, HubError> {
     let seen: BTreeMap<String, SliceSeen> = slices
         .iter()
         .map(|(c, s)| {
@@ -91,13 +120,35 @@ pub async fn roll_out<K: PinterestKind>(
         })
         .collect();
     let target = Share::of(&placed.decision);
-    let steps = failover::transition(&TransitionInput {
+    let mut steps = failover::transition(&TransitionInput {
         target: &target,
         seen: &seen,
         reachable: &standings.reachable,
         settling: &standings.settling,
         run_to_completion: K::KIND.runs_to_completion(),
     });
+    // Work that runs to completion moves between live members in two steps.
+    let held = if K::KIND.runs_to_completion() {
+        let parse = |r: Option<&str>| r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default();
+        let work: BTreeMap<String, WorkSeen> = slices
+            .iter()
+            .map(|(c, s)| {
+                let w = WorkSeen {
+                    shards: parse(s.share.shards.as_deref()),
+                    processed: s.processed(),
+                    completed: parse(s.report.counts.completed_shards.as_deref()),
+                };
+                (c.clone(), w)
+            })
+            .collect();
+        let held = failover::hand_off(&mut steps, &work, &standings.ready);
+        if !held.is_empty() {
+            tracing::info!(workload = %workload_key(obj), shards = %held.shards, whole = held.whole, "work moving between members waits until the member it leaves lets it go");
+        }
+        held
+    } else {
+        HeldBack::default()
+    };
     let parallelism = job_set_parallelism(obj.as_workload(), &placed.decision);
     let config = config_of(obj);
     ctx.config.record(
@@ -147,7 +198,7 @@ pub async fn roll_out<K: PinterestKind>(
             slices.insert(cluster, stored);
         }
     }
-    Ok(())
+    Ok(held)
 }
 
 /// Each job-set slice's part of the global parallelism, by cluster.
@@ -457,4 +508,48 @@ pub fn observations(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(uid: &str, replicas: Option<u32>, shards: Option<&str>) -> Arc<SliceSummary> {
+        Arc::new(SliceSummary {
+            hub_uid: Some(uid.to_string()),
+            generation: Some(1),
+            hub_generation: Some(1),
+            spec_digest: 0,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            share: SliceShare {
+                replicas,
+                shards: shards.map(str::to_string),
+                parallelism: None,
+            },
+            report: Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_decision_out_in_the_members_is_read_from_this_resources_slices_only() {
+        let slices: Slices = [
+            ("a".to_string(), slice("u1", None, Some("0-2"))),
+            ("b".to_string(), slice("u1", None, Some("3-5"))),
+            ("c".to_string(), slice("other", None, Some("0-5"))),
+        ]
+        .into();
+        let d = decision_from_slices(Some("u1"), &slices).unwrap();
+        let got: Vec<(&str, Option<&str>)> = d
+            .placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.shards.as_deref()))
+            .collect();
+        assert_eq!(got, vec![("a", Some("0-2")), ("b", Some("3-5"))]);
+        assert_eq!(d.unplaced, 0);
+        let services: Slices = [("a".to_string(), slice("u2", Some(4), None))].into();
+        let d = decision_from_slices(Some("u2"), &services).unwrap();
+        assert_eq!(d.placements[0].replicas, Some(4));
+        assert!(decision_from_slices(Some("u3"), &slices).is_none());
+    }
 }
