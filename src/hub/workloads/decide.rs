@@ -121,17 +121,7 @@ pub async fn decide<K: PinterestKind>(
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let generation = obj.meta().generation.unwrap_or(0);
-    // Validate and size the workload (the profile it will run with counts).
-    let profiles: Vec<RuntimeProfile> =
-        ctx.profiles.state().iter().map(|p| (**p).clone()).collect();
-    let profile = crate::expand::select_profile(&profiles, obj.runtime_version())
-        .ok()
-        .cloned();
     let w = obj.as_workload();
-    let demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
-        Ok(d) => d,
-        Err(e) => return Ok(Outcome::Invalid(e.invalid().to_string())),
-    };
     let policy = placement::from_workload::policy_for(w);
     let lost_placed: BTreeSet<String> = remembered
         .previous
@@ -152,10 +142,15 @@ pub async fn decide<K: PinterestKind>(
         .cloned()
         .collect();
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
-    let eligible = cluster_views(ctx, now, own, standings, false)
-        .iter()
-        .filter(|v| v.ready)
-        .count() as u32;
+    // (Only a spread asks how many are eligible.)
+    let eligible = if policy.spread.min_clusters > 0 {
+        cluster_views(ctx, now, own, standings, false)
+            .iter()
+            .filter(|v| v.ready)
+            .count() as u32
+    } else {
+        0
+    };
     // A decision made while fewer clusters were Ready than the spread asks for is redone
     // once more are. Nothing left to place (a finished job set) is never short.
     let spread_short = |p: &PlacementDecision| {
@@ -169,7 +164,6 @@ pub async fn decide<K: PinterestKind>(
             && lost_placed.is_empty()
             && failback.is_empty()
     });
-    let quotas = quotas_of(ctx, &ns, &profiles).await?;
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
     let (decision, quota_exceeded, written) = match keep {
@@ -188,6 +182,19 @@ pub async fn decide<K: PinterestKind>(
             (recorded::from_status(kept), false, written)
         }
         None => {
+            // Validate and size the workload (the profile it will run with counts). A
+            // decision kept for this generation was made from the same spec, so the
+            // reconciles that keep one (nearly all) skip this expansion.
+            let profiles: Vec<RuntimeProfile> =
+                ctx.profiles.state().iter().map(|p| (**p).clone()).collect();
+            let profile = crate::expand::select_profile(&profiles, obj.runtime_version())
+                .ok()
+                .cloned();
+            let demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
+                Ok(d) => d,
+                Err(e) => return Ok(Outcome::Invalid(e.invalid().to_string())),
+            };
+            let quotas = quotas_of(ctx, &ns, &profiles).await?;
             let replan = Replan {
                 demand: &demand,
                 policy: &policy,

@@ -349,10 +349,8 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         .unwrap_or_default();
     let stored_status = match unseen.status {
         Some(s) => s,
-        None => serde_json::to_value(obj)?
-            .get("status")
-            .cloned()
-            .unwrap_or_default(),
+        // (The status alone: the whole object is mostly its pod template.)
+        None => serde_json::to_value(obj.status())?,
     };
 
     // Read: standings of the members as this workload sees them, and what was decided.
