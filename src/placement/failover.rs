@@ -331,6 +331,59 @@ pub fn keep_completed_shards(
         .sort_by(|a, b| a.cluster.cmp(&b.cluster));
 }
 
+/// A member back from a loss keeps what runs there while it settles (it takes nothing
+/// new), so a re-plan in that window — the engine places only on Ready members — gives it
+/// back the unfinished shards it held, taking them from whichever cluster the plan gave
+/// them to. Without this a plan made while a member settles moved its running shards.
+pub fn keep_settling_shards(
+    decision: &mut Decision,
+    previous: &Decision,
+    completed: &RangeSet,
+    settling: &BTreeSet<String>,
+) {
+    for p in previous
+        .placements
+        .iter()
+        .filter(|p| settling.contains(&p.cluster))
+    {
+        let Some(held) = p
+            .shards
+            .as_deref()
+            .and_then(|s| RangeSet::parse(s).ok())
+            .map(|s| s.difference(completed))
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        let mut found = false;
+        decision.placements.retain_mut(|n| {
+            let Some(now) = n.shards.as_deref().and_then(|s| RangeSet::parse(s).ok()) else {
+                return true;
+            };
+            if n.cluster == p.cluster {
+                found = true;
+                n.shards = Some(now.union(&held).to_string());
+                return true;
+            }
+            let left = now.difference(&held);
+            let emptied = left.is_empty() && !now.is_empty();
+            n.shards = Some(left.to_string());
+            !emptied
+        });
+        if !found {
+            decision.placements.push(super::Placement {
+                cluster: p.cluster.clone(),
+                replicas: None,
+                shards: Some(held.to_string()),
+                pods: None,
+            });
+        }
+    }
+    decision
+        .placements
+        .sort_by(|a, b| a.cluster.cmp(&b.cluster));
+}
+
 /// A line for status: what moved off `lost` between two decisions.
 pub fn moved_text(before: &Decision, after: &Decision, lost: &BTreeSet<String>) -> String {
     let share = |d: &Decision, c: &str| -> (u64, Option<String>) {
@@ -582,6 +635,47 @@ mod tests {
             [("b".to_string(), SliceStep::Apply(Share::Whole))].into();
         assert!(hand_off(&mut steps, &seen, &set(&["b"])).is_empty());
         assert_eq!(steps["b"], SliceStep::Apply(Share::Whole));
+    }
+
+    #[test]
+    fn a_settling_member_keeps_its_unfinished_shards_through_a_re_plan() {
+        let shards = |v: &[(&str, &str)]| Decision {
+            placements: v
+                .iter()
+                .map(|(c, s)| Placement {
+                    cluster: c.to_string(),
+                    replicas: None,
+                    shards: Some(s.to_string()),
+                    pods: None,
+                })
+                .collect(),
+            strategy: crate::placement::Strategy::Divided,
+            unplaced: 0,
+            reason: None,
+        };
+        let previous = shards(&[("a", "0-1"), ("b", "2-3"), ("c", "4-5")]);
+        // The plan (c not Ready) gave c's shards to a and b; shard 4 is done.
+        let mut d = shards(&[("a", "0-1,4"), ("b", "2-3,5")]);
+        let completed = RangeSet::parse("4").unwrap();
+        keep_settling_shards(&mut d, &previous, &completed, &set(&["c"]));
+        let got: Vec<(&str, Option<&str>)> = d
+            .placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.shards.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("a", Some("0-1,4")), ("b", Some("2-3")), ("c", Some("5"))]
+        );
+        // A cluster left with nothing drops out; nothing changes without a settling member.
+        let mut d = shards(&[("a", "0-3"), ("b", "4-5")]);
+        keep_settling_shards(&mut d, &previous, &RangeSet::new(), &set(&["c"]));
+        assert_eq!(d.placements.len(), 2);
+        assert_eq!(d.placements[1].cluster, "c");
+        assert_eq!(d.placements[1].shards.as_deref(), Some("4-5"));
+        let mut same = shards(&[("a", "0-2"), ("b", "3-5")]);
+        keep_settling_shards(&mut same, &previous, &RangeSet::new(), &BTreeSet::new());
+        assert_eq!(same, shards(&[("a", "0-2"), ("b", "3-5")]));
     }
 
     #[test]

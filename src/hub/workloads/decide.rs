@@ -318,6 +318,7 @@ async fn plan_again<K: PinterestKind>(
     };
     if let (Some(b), placement::Count::Shards { completed, .. }) = (&before, &r.demand.count) {
         let completed = RangeSet::from_indices(completed.iter().copied());
+        failover::keep_settling_shards(&mut outcome.decision, b, &completed, &standings.settling);
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
     }
     let quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
