@@ -305,30 +305,35 @@ pub fn keep_completed_shards(
         else {
             continue;
         };
-        match decision
-            .placements
-            .iter_mut()
-            .find(|n| n.cluster == p.cluster)
-        {
-            Some(n) => {
-                let now = n
-                    .shards
-                    .as_deref()
-                    .and_then(|s| RangeSet::parse(s).ok())
-                    .unwrap_or_default();
-                n.shards = Some(now.union(&held).to_string());
-            }
-            None => decision.placements.push(super::Placement {
-                cluster: p.cluster.clone(),
-                replicas: None,
-                shards: Some(held.to_string()),
-                pods: None,
-            }),
-        }
+        add_shards(decision, &p.cluster, &held);
     }
     decision
         .placements
         .sort_by(|a, b| a.cluster.cmp(&b.cluster));
+}
+
+/// Adds `held` to `cluster`'s shards in `decision`, placing it there if it was not.
+fn add_shards(decision: &mut Decision, cluster: &str, held: &RangeSet) {
+    match decision
+        .placements
+        .iter_mut()
+        .find(|n| n.cluster == cluster)
+    {
+        Some(n) => {
+            let now = n
+                .shards
+                .as_deref()
+                .and_then(|s| RangeSet::parse(s).ok())
+                .unwrap_or_default();
+            n.shards = Some(now.union(held).to_string());
+        }
+        None => decision.placements.push(super::Placement {
+            cluster: cluster.to_string(),
+            replicas: None,
+            shards: Some(held.to_string()),
+            pods: None,
+        }),
+    }
 }
 
 /// A member back from a loss keeps what runs there while it settles (it takes nothing
@@ -355,29 +360,19 @@ pub fn keep_settling_shards(
         else {
             continue;
         };
-        let mut found = false;
+        // Taken from the others (one left with nothing drops out), then given back.
         decision.placements.retain_mut(|n| {
             let Some(now) = n.shards.as_deref().and_then(|s| RangeSet::parse(s).ok()) else {
                 return true;
             };
             if n.cluster == p.cluster {
-                found = true;
-                n.shards = Some(now.union(&held).to_string());
                 return true;
             }
             let left = now.difference(&held);
-            let emptied = left.is_empty() && !now.is_empty();
             n.shards = Some(left.to_string());
-            !emptied
+            !left.is_empty() || now.is_empty()
         });
-        if !found {
-            decision.placements.push(super::Placement {
-                cluster: p.cluster.clone(),
-                replicas: None,
-                shards: Some(held.to_string()),
-                pods: None,
-            });
-        }
+        add_shards(decision, &p.cluster, &held);
     }
     decision
         .placements
@@ -532,6 +527,24 @@ mod tests {
             .collect()
     }
 
+    /// A decision of shard ranges by cluster.
+    fn shards(v: &[(&str, &str)]) -> Decision {
+        Decision {
+            placements: v
+                .iter()
+                .map(|(c, s)| Placement {
+                    cluster: c.to_string(),
+                    replicas: None,
+                    shards: Some(s.to_string()),
+                    pods: None,
+                })
+                .collect(),
+            strategy: crate::placement::Strategy::Divided,
+            unplaced: 0,
+            reason: None,
+        }
+    }
+
     fn set(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
@@ -639,20 +652,6 @@ mod tests {
 
     #[test]
     fn a_settling_member_keeps_its_unfinished_shards_through_a_re_plan() {
-        let shards = |v: &[(&str, &str)]| Decision {
-            placements: v
-                .iter()
-                .map(|(c, s)| Placement {
-                    cluster: c.to_string(),
-                    replicas: None,
-                    shards: Some(s.to_string()),
-                    pods: None,
-                })
-                .collect(),
-            strategy: crate::placement::Strategy::Divided,
-            unplaced: 0,
-            reason: None,
-        };
         let previous = shards(&[("a", "0-1"), ("b", "2-3"), ("c", "4-5")]);
         // The plan (c not Ready) gave c's shards to a and b; shard 4 is done.
         let mut d = shards(&[("a", "0-1,4"), ("b", "2-3,5")]);
@@ -759,20 +758,6 @@ mod tests {
 
     #[test]
     fn completed_shards_stay_with_their_cluster_unless_it_is_lost() {
-        let shards = |v: &[(&str, &str)]| Decision {
-            placements: v
-                .iter()
-                .map(|(c, s)| Placement {
-                    cluster: c.to_string(),
-                    replicas: None,
-                    shards: Some(s.to_string()),
-                    pods: None,
-                })
-                .collect(),
-            strategy: crate::placement::Strategy::Divided,
-            unplaced: 0,
-            reason: None,
-        };
         let previous = shards(&[("a", "0-9"), ("b", "10-19"), ("c", "20-29")]);
         // 0-4 and 10-19 done; b's unfinished shards none; c lost with 20-29 unfinished.
         let mut next = shards(&[("a", "5-9,20-24"), ("d", "25-29")]);
