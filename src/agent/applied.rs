@@ -1,17 +1,22 @@
-//! What this agent last applied for each workload. A reconcile whose expansion is the same
-//! as the last complete apply, recently, skips the server-side applies: every status change
-//! of a Deployment (each pod that turns Ready) triggers its workload, and re-applying four
-//! or five unchanged objects each time was most of the agent's writes, allocations and
-//! member API server load during a rollout.
+//! What this agent last applied and pruned for each workload. A reconcile whose expansion
+//! is the same as the last complete apply skips the server-side applies: every status
+//! change of a Deployment (each pod that turns Ready) triggers its workload, and
+//! re-applying four or five unchanged objects each time was most of the agent's writes,
+//! allocations and member API server load during a rollout.
 //!
-//! The record is dropped — so the next reconcile applies again — when an object it covers
-//! is deleted, when its `metadata.generation` moves past what our apply returned (someone
-//! else changed its spec), when the workload goes away, and after [`APPLY_AT_LEAST_EVERY`]
+//! The apply record is dropped — so the next reconcile applies again — when an object it
+//! covers is deleted, when its `metadata.generation` moves past what our apply returned
+//! (someone else changed its spec), when the workload goes away, after [`REFRESH_EVERY`]
 //! (drift that changes no generation, e.g. a label edited on a Service, is repaired then),
 //! and for every workload when a watch of owned objects starts over (it may have missed a
 //! deletion).
+//!
+//! A prune lists every generated kind in the workload's namespace, which the API server
+//! answers by scanning that namespace: it is done again only when the kept set changes,
+//! when a watch of owned objects shows one of the workload's objects the last prune did
+//! not keep, and after [`REFRESH_EVERY`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -20,15 +25,42 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
-/// Objects are applied again at least this often, changed or not.
-pub const APPLY_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
+/// Objects are applied, and pruned with a full listing, again at least this often per
+/// workload, changed or not — plus up to a quarter more, set by the workload's uid, so
+/// that workloads created together do not all come due together. It was 5 minutes: with
+/// 10,000 services in a member that was 67 applies and 330 namespace LISTs a second for
+/// nothing, each LIST a scan of the namespace in the API server, and a first sync of
+/// 10,000 slowed from ~50 to ~7 services a second once its first slices came due.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(3600);
+
+/// When a record made now for `uid` comes due.
+fn due(uid: &str) -> Instant {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    uid.hash(&mut h);
+    let spread = REFRESH_EVERY / 4 * u32::try_from(h.finish() % 1024).unwrap_or(0) / 1024;
+    Instant::now() + REFRESH_EVERY + spread
+}
 
 /// (kind, name) of a generated object; the namespace is the workload's.
 type Generated = (String, String);
 
+/// (kind, name) of the generated objects a reconcile keeps.
+pub type Kept = BTreeSet<Generated>;
+
+/// The uid of the workload that controls `object`, if any.
+fn controller_uid<Child: kube::Resource>(object: &Child) -> Option<&str> {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
 struct Record {
     digest: u64,
-    at: Instant,
+    due: Instant,
     /// Each applied object and the generation the API server returned for it (objects
     /// without a generation, such as ConfigMaps, have none).
     generations: Vec<(Generated, Option<i64>)>,
@@ -54,7 +86,7 @@ impl AppliedBook {
     pub fn unchanged(&self, uid: &str, digest: u64) -> bool {
         self.by_owner.lock().is_ok_and(|m| {
             m.get(uid)
-                .is_some_and(|r| r.digest == digest && r.at.elapsed() < APPLY_AT_LEAST_EVERY)
+                .is_some_and(|r| r.digest == digest && Instant::now() < r.due)
         })
     }
 
@@ -63,13 +95,14 @@ impl AppliedBook {
         if let Ok(mut m) = self.by_owner.lock() {
             // Records of workloads deleted while this agent was not looking expire.
             if m.len() % 1024 == 1023 {
-                m.retain(|_, r| r.at.elapsed() < APPLY_AT_LEAST_EVERY);
+                let now = Instant::now();
+                m.retain(|_, r| now < r.due);
             }
             m.insert(
                 uid.to_string(),
                 Record {
                     digest,
-                    at: Instant::now(),
+                    due: due(uid),
                     generations,
                 },
             );
@@ -97,17 +130,13 @@ impl AppliedBook {
             }
             watcher::Event::InitDone => return,
         };
-        let Some(owner) = object
-            .owner_references()
-            .iter()
-            .find(|r| r.controller == Some(true))
-        else {
+        let Some(owner) = controller_uid(object) else {
             return;
         };
         let Ok(mut m) = self.by_owner.lock() else {
             return;
         };
-        let stale = m.get(&owner.uid).is_some_and(|r| {
+        let stale = m.get(owner).is_some_and(|r| {
             deleted || {
                 let kind = Child::kind(&()).to_string();
                 let name = object.name_any();
@@ -118,7 +147,66 @@ impl AppliedBook {
             }
         });
         if stale {
-            m.remove(&owner.uid);
+            m.remove(owner);
+        }
+    }
+}
+
+/// Per workload uid, the objects its last full prune kept, and when it comes due again.
+#[derive(Default)]
+pub struct PruneBook {
+    by_owner: Mutex<HashMap<String, (Kept, Instant)>>,
+}
+
+impl PruneBook {
+    /// Whether a full prune of `uid` kept exactly `keep` and is not due yet.
+    pub fn recent(&self, uid: &str, keep: &Kept) -> bool {
+        self.by_owner.lock().is_ok_and(|m| {
+            m.get(uid)
+                .is_some_and(|(k, due)| k == keep && Instant::now() < *due)
+        })
+    }
+
+    pub fn record(&self, uid: &str, keep: Kept) {
+        if let Ok(mut m) = self.by_owner.lock() {
+            // Entries of deleted workloads expire: drop the stale ones now and then.
+            if m.len() % 1024 == 1023 {
+                let now = Instant::now();
+                m.retain(|_, (_, due)| now < *due);
+            }
+            m.insert(uid.to_string(), (keep, due(uid)));
+        }
+    }
+
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut m) = self.by_owner.lock() {
+            m.remove(uid);
+        }
+    }
+
+    /// Takes note of an owned-object watch event: an object of the workload that its last
+    /// prune did not keep (left by an earlier expansion, or made by someone else with its
+    /// owner reference) makes the next reconcile prune in full. The event also triggers
+    /// that reconcile. (A re-list needs nothing more: what appeared during the gap comes
+    /// as its objects.)
+    pub fn saw<Child: kube::Resource<DynamicType = ()>>(&self, event: &watcher::Event<Child>) {
+        let (watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event else {
+            return;
+        };
+        if object.meta().deletion_timestamp.is_some() {
+            return;
+        }
+        let Some(owner) = controller_uid(object) else {
+            return;
+        };
+        let Ok(mut m) = self.by_owner.lock() else {
+            return;
+        };
+        let unkept = m.get(owner).is_some_and(|(keep, _)| {
+            !keep.contains(&(Child::kind(&()).to_string(), object.name_any()))
+        });
+        if unkept {
+            m.remove(owner);
         }
     }
 }
@@ -187,5 +275,83 @@ mod tests {
         let b = book();
         b.saw::<Deployment>(&watcher::Event::Init);
         assert!(!b.unchanged("u1", 7), "a re-list may have missed deletions");
+    }
+
+    fn prune_book() -> PruneBook {
+        let b = PruneBook::default();
+        b.record(
+            "u1",
+            Kept::from([
+                ("Deployment".into(), "web".into()),
+                ("ConfigMap".into(), "web".into()),
+            ]),
+        );
+        b
+    }
+
+    #[test]
+    fn a_full_prune_is_skipped_until_an_object_it_did_not_keep_shows_up() {
+        let keep: Kept = Kept::from([
+            ("Deployment".into(), "web".into()),
+            ("ConfigMap".into(), "web".into()),
+        ]);
+        let b = prune_book();
+        assert!(b.recent("u1", &keep));
+        assert!(
+            !b.recent("u1", &Kept::from([("Deployment".into(), "web".into())])),
+            "another kept set prunes"
+        );
+        assert!(!b.recent("u2", &keep), "another workload prunes");
+        // Its own objects, changed, deleted or listed again: nothing to prune.
+        b.saw(&watcher::Event::Apply(owned("web", Some(4))));
+        b.saw(&watcher::Event::InitApply(owned("web", Some(4))));
+        b.saw(&watcher::Event::Delete(owned("web", Some(4))));
+        b.saw::<Deployment>(&watcher::Event::Init);
+        assert!(b.recent("u1", &keep));
+        // One it did not keep: a leftover of an earlier expansion, or someone else's.
+        let mut leaving = owned("web-old", Some(1));
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        b.saw(&watcher::Event::Apply(leaving));
+        assert!(b.recent("u1", &keep), "one already being deleted is going");
+        b.saw(&watcher::Event::InitApply(owned("web-old", Some(1))));
+        assert!(!b.recent("u1", &keep));
+        let b = prune_book();
+        b.saw(&watcher::Event::Apply(owned("web-old", Some(1))));
+        assert!(!b.recent("u1", &keep));
+        let b = prune_book();
+        b.forget("u1");
+        assert!(!b.recent("u1", &keep));
+    }
+
+    #[test]
+    fn records_come_due_after_the_refresh_period_spread_by_uid() {
+        let now = Instant::now();
+        let dues: Vec<Duration> = (0..64)
+            .map(|i| due(&format!("uid-{i}")).duration_since(now))
+            .collect();
+        for d in &dues {
+            assert!(
+                *d >= REFRESH_EVERY
+                    && *d < REFRESH_EVERY + REFRESH_EVERY / 4 + Duration::from_secs(1),
+                "{d:?}"
+            );
+        }
+        let spread = dues
+            .iter()
+            .max()
+            .unwrap()
+            .saturating_sub(*dues.iter().min().unwrap());
+        assert!(
+            spread > REFRESH_EVERY / 8,
+            "64 uids spread over {spread:?} only"
+        );
+        let again = due("uid-3").duration_since(now);
+        assert!(
+            again.abs_diff(dues[3]) < Duration::from_secs(1),
+            "the same uid, the same spread"
+        );
     }
 }

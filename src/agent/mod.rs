@@ -121,6 +121,7 @@ where
         .inspect(move |event| {
             if let Ok(event) = event {
                 book.applied.saw(event);
+                book.pruned.saw(event);
             }
         })
         .touched_objects(),
@@ -154,6 +155,7 @@ fn owned_deployments<K: AgentKind>(
             .inspect(move |event| {
                 if let Ok(event) = event {
                     book.applied.saw(event);
+                    book.pruned.saw(event);
                 }
             })
             .reflect(writer)

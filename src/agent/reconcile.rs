@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -21,6 +21,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, Store};
 use kube::{Client, Resource, ResourceExt};
 
+use super::applied::Kept;
 use super::kinds::{AgentKind, assigned_shards, completed_shard_objects, shard_account};
 use super::status::{self, Observed};
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
@@ -45,11 +46,11 @@ pub struct Context {
     queues: HashMap<WorkloadKind, QueueDepth>,
     /// Per-object backoff of failed reconciles.
     retries: RetryPolicy,
-    /// Per object uid: the set of objects kept at its last complete prune, and when. A
-    /// prune lists every generated kind (ten LISTs); with the same set kept since, nothing
-    /// this agent made can have become unwanted, so the LISTs are skipped — they were
-    /// most of a member API server's load during a burst of slices.
-    pruned: Mutex<HashMap<String, (Kept, Instant)>>,
+    /// Per object uid: the set of objects kept at its last complete prune. A prune lists
+    /// every generated kind (ten LISTs); with the same set kept since, nothing this agent
+    /// made can have become unwanted, so the LISTs are skipped — they were most of a
+    /// member API server's load during a burst of slices.
+    pub pruned: super::applied::PruneBook,
     /// Per object uid: its last complete apply (see `applied`).
     pub applied: super::applied::AppliedBook,
     /// Per object uid: the config copies it holds (see `bundles`).
@@ -67,12 +68,6 @@ pub struct Context {
     /// Slices this process's watch saw being created, not pruned yet (`prune`).
     born: Mutex<std::collections::HashSet<String>>,
 }
-
-/// (kind, name) of the generated objects a reconcile keeps.
-type Kept = BTreeSet<(String, String)>;
-
-/// A full prune runs at least this often per object even when its kept set is unchanged.
-const PRUNE_AT_LEAST_EVERY: Duration = Duration::from_secs(300);
 
 impl Context {
     pub fn new(
@@ -101,30 +96,12 @@ impl Context {
             deployments_writer: Mutex::new(Some(writer)),
             born: Mutex::default(),
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
-            pruned: Mutex::default(),
+            pruned: Default::default(),
             applied: Default::default(),
             claims: Default::default(),
             bundle_users: Default::default(),
             concurrency,
             own_writes: Default::default(),
-        }
-    }
-
-    /// Whether `uid`'s last complete prune kept exactly `keep`, recently enough.
-    fn pruned_recently(&self, uid: &str, keep: &Kept) -> bool {
-        self.pruned.lock().is_ok_and(|m| {
-            m.get(uid)
-                .is_some_and(|(k, at)| k == keep && at.elapsed() < PRUNE_AT_LEAST_EVERY)
-        })
-    }
-
-    fn record_prune(&self, uid: &str, keep: Kept) {
-        if let Ok(mut m) = self.pruned.lock() {
-            // Entries of deleted objects expire: drop the stale ones now and then.
-            if m.len() % 1024 == 1023 {
-                m.retain(|_, (_, at)| at.elapsed() < PRUNE_AT_LEAST_EVERY);
-            }
-            m.insert(uid.to_string(), (keep, Instant::now()));
         }
     }
 
@@ -147,12 +124,6 @@ impl Context {
     /// slices took ten LISTs per slice. Ends the record.
     fn first_prune_unneeded(&self, uid: &str) -> bool {
         self.born.lock().is_ok_and(|mut b| b.remove(uid))
-    }
-
-    fn forget_prune(&self, uid: &str) {
-        if let Ok(mut m) = self.pruned.lock() {
-            m.remove(uid);
-        }
     }
 
     /// The queue-depth tracker of one kind's controller.
@@ -416,7 +387,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
     if obj.meta().deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove what we made.
-        ctx.forget_prune(&obj.uid().unwrap_or_default());
+        ctx.pruned.forget(&obj.uid().unwrap_or_default());
         ctx.applied.forget(&obj.uid().unwrap_or_default());
         ctx.claims.forget(&obj.uid().unwrap_or_default());
         ctx.bundle_users.forget(K::KIND, &ns, &name);
@@ -677,11 +648,11 @@ async fn prune<K: AgentKind>(
         ));
     }
     let uid = obj.uid().unwrap_or_default();
-    if ctx.pruned_recently(&uid, &keep) {
+    if ctx.pruned.recent(&uid, &keep) {
         return Ok(());
     }
     if ctx.first_prune_unneeded(&uid) {
-        ctx.record_prune(&uid, keep);
+        ctx.pruned.record(&uid, keep);
         return Ok(());
     }
     let pruned = crate::controller::apply::prune(
@@ -694,7 +665,7 @@ async fn prune<K: AgentKind>(
     )
     .await
     .map_err(AgentError::Prune)?;
-    ctx.record_prune(&uid, keep);
+    ctx.pruned.record(&uid, keep);
     if !pruned.is_empty() {
         publish(
             ctx,
