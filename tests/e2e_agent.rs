@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pinfed::api::common::ConditionStatus;
@@ -180,6 +180,38 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
         let ingresses = ingresses.clone();
         async move { ingresses.get_opt("web").await.unwrap().is_none() }
     })
+    .await;
+
+    // An object of the workload that its last prune did not keep (here made by hand, with
+    // its labels and owner) is pruned as soon as the owned-object watch shows it — not at
+    // the next periodic full prune, an hour away.
+    let owner = api.get("web").await.unwrap();
+    let labels: std::collections::BTreeMap<String, String> =
+        pinfed::expand::workload_selector(pinfed::api::workload::WorkloadKind::Service, "web")
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    let stray: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-stray", "labels": labels, "ownerReferences": [{
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "name": "web", "uid": owner.metadata.uid.clone().unwrap(), "controller": true}]},
+        "data": {"left": "behind"}
+    }))
+    .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    configmaps
+        .create(&PostParams::default(), &stray)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        &format!("the stray ConfigMap to be pruned\n{}", agent.log_tail()),
+        || {
+            let configmaps = configmaps.clone();
+            async move { configmaps.get_opt("web-stray").await.unwrap().is_none() }
+        },
+    )
     .await;
 
     // Metrics count reconciliations.
