@@ -296,10 +296,7 @@ pub fn keep_completed_shards(
         if lost.contains(&p.cluster) {
             continue;
         }
-        let Some(held) = p
-            .shards
-            .as_deref()
-            .and_then(|s| RangeSet::parse(s).ok())
+        let Some(held) = shards_of(p)
             .map(|s| s.intersection(completed))
             .filter(|s| !s.is_empty())
         else {
@@ -312,6 +309,11 @@ pub fn keep_completed_shards(
         .sort_by(|a, b| a.cluster.cmp(&b.cluster));
 }
 
+/// A placement's shard indices, when it has a readable range.
+fn shards_of(p: &super::Placement) -> Option<RangeSet> {
+    p.shards.as_deref().and_then(|s| RangeSet::parse(s).ok())
+}
+
 /// Adds `held` to `cluster`'s shards in `decision`, placing it there if it was not.
 fn add_shards(decision: &mut Decision, cluster: &str, held: &RangeSet) {
     match decision
@@ -320,11 +322,7 @@ fn add_shards(decision: &mut Decision, cluster: &str, held: &RangeSet) {
         .find(|n| n.cluster == cluster)
     {
         Some(n) => {
-            let now = n
-                .shards
-                .as_deref()
-                .and_then(|s| RangeSet::parse(s).ok())
-                .unwrap_or_default();
+            let now = shards_of(n).unwrap_or_default();
             n.shards = Some(now.union(held).to_string());
         }
         None => decision.placements.push(super::Placement {
@@ -351,10 +349,7 @@ pub fn keep_settling_shards(
         .iter()
         .filter(|p| settling.contains(&p.cluster))
     {
-        let Some(held) = p
-            .shards
-            .as_deref()
-            .and_then(|s| RangeSet::parse(s).ok())
+        let Some(held) = shards_of(p)
             .map(|s| s.difference(completed))
             .filter(|s| !s.is_empty())
         else {
@@ -362,7 +357,7 @@ pub fn keep_settling_shards(
         };
         // Taken from the others (one left with nothing drops out), then given back.
         decision.placements.retain_mut(|n| {
-            let Some(now) = n.shards.as_deref().and_then(|s| RangeSet::parse(s).ok()) else {
+            let Some(now) = shards_of(n) else {
                 return true;
             };
             if n.cluster == p.cluster {
