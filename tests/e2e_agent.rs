@@ -395,14 +395,52 @@ async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
         assert_eq!(uids.len(), 1, "shard {shard} got {} Jobs", uids.len());
     }
     assert_eq!(seen_uids.len(), 6);
-    // Restart the agent: the record survives, no shard gets a Job again.
+    // Restart the agent: the record survives, no shard gets a Job again. While no agent
+    // runs, an object of the job set appears that it does not want (made by hand, with its
+    // labels and owner): the new agent prunes it from its watches' first listing.
     agent.kill();
+    let owner = api.get("emb").await.unwrap();
+    let labels: std::collections::BTreeMap<String, String> =
+        pinfed::expand::workload_selector(pinfed::api::workload::WorkloadKind::JobSet, "emb")
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    let stray: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "emb-stray", "labels": labels, "ownerReferences": [{
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+            "name": "emb", "uid": owner.metadata.uid.clone().unwrap(), "controller": true}]},
+        "data": {"left": "while no agent ran"}
+    }))
+    .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    configmaps
+        .create(&PostParams::default(), &stray)
+        .await
+        .unwrap();
     let agent2 = spawn_daemon(
         &fed,
         "agent-jobset-2",
         &agent_args(&member, support::free_port()),
     );
+    eventually(
+        Duration::from_secs(30),
+        &format!(
+            "the new agent to prune the stray ConfigMap\n{}",
+            agent2.log_tail()
+        ),
+        || {
+            let configmaps = configmaps.clone();
+            async move { configmaps.get_opt("emb-stray").await.unwrap().is_none() }
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !agent2.log_text().contains("pruning by listing"),
+        "the new agent pruned by listing, not from its watches:\n{}",
+        agent2.log_tail()
+    );
     let after = jobs.list(&ListParams::default()).await.unwrap().items;
     for j in &after {
         let shard = j

@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,8 @@ use kube::ResourceExt;
 use crate::daemon::{Daemon, report_logs};
 use crate::fed::{Fed, condition, service, service_resource};
 use crate::helpers::{
-    AbortOnDrop, Dist, create_all, load_line, progress, wait_for, watch_services,
+    AbortOnDrop, Dist, cpu_by_component, cpu_used_line, create_all, load_line, progress,
+    request_counts, wait_for, watch_services,
 };
 use crate::settings::env_or;
 
@@ -35,6 +36,8 @@ struct AgentRun {
     at_ready_kib: u64,
     peak_kib: u64,
     ready_secs: f64,
+    /// The same services under a fresh agent process.
+    restart: Option<Restart>,
 }
 
 pub async fn run(fed: &Fed) -> anyhow::Result<()> {
@@ -88,8 +91,36 @@ async fn one_count(
     progress(&format!(
         "agent1k: starting `pinfed agent --cluster-name {member}` (no leader election) for {n}"
     ));
-    let agent = fed.spawn_agent(member)?;
-    let result = agent1k_run(fed, member, &ns, &agent, n, concurrency, settle, timeout).await;
+    let mut agent = fed.spawn_agent(member)?;
+    let mut result = agent1k_run(fed, member, &ns, &agent, n, concurrency, settle, timeout).await;
+    if let Ok(run) = &mut result {
+        // The same services under a new agent process (an upgrade, a leader change).
+        progress(&format!(
+            "agent1k: restarting the agent over the {n} services"
+        ));
+        drop(agent);
+        let client = fed.client(member);
+        let requests_before = request_counts(&client, ALL_VERBS).await;
+        let cpu_before = cpu_by_component();
+        let started = Instant::now();
+        agent = fed.spawn_agent(member)?;
+        match restart_run(fed, member, n, &agent, started, timeout).await {
+            Ok(quiet_after) => {
+                let requests = request_counts(&client, ALL_VERBS).await;
+                let cpu = cpu_by_component();
+                run.restart = Some(print_restart(
+                    member,
+                    n,
+                    quiet_after,
+                    &requests_before,
+                    &requests,
+                    &cpu_before,
+                    &cpu,
+                ));
+            }
+            Err(e) => result = Err(e.context("restarting the agent")),
+        }
+    }
     if let Err(e) = &result {
         eprintln!(
             "agent1k failed: {e:#}\nlast lines of the agent log ({}):\n{}",
@@ -119,13 +150,130 @@ async fn one_count(
     result
 }
 
+/// Verbs counted for a restart (not WATCH: a watch is counted when it ends).
+const ALL_VERBS: &[&str] = &["LIST", "GET", "POST", "PUT", "PATCH", "APPLY", "DELETE"];
+
+/// What a restart of the agent over the same services cost its member.
+struct Restart {
+    quiet_secs: f64,
+    lists: f64,
+    writes: f64,
+    apiserver_cpu: f64,
+}
+
+/// Waits for the new agent's `/readyz`, then until it has reconciled at least `n` times and
+/// then nothing for 5 s; returns the time from `started` to its last reconcile.
+async fn restart_run(
+    fed: &Fed,
+    member: &str,
+    n: usize,
+    agent: &Daemon,
+    started: Instant,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    agent.wait_http("/readyz", fed.s.timeout).await?;
+    let addr = agent.metrics_addr.clone().context("no metrics address")?;
+    let mut last = (0.0, started);
+    loop {
+        let text = testkit::http::get(&format!("http://{addr}/metrics"), Duration::from_secs(5))
+            .await?
+            .body;
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("pinfed_agent_reconciles_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+            .sum();
+        if total != last.0 {
+            last = (total, Instant::now());
+        } else if total >= n as f64 && last.1.elapsed() >= Duration::from_secs(5) {
+            return Ok(last.1 - started);
+        }
+        if !agent.alive() {
+            bail!("the restarted agent exited:\n{}", agent.log_last(30));
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "the restarted agent in {member} reconciled {total} times in {timeout:?}, not yet \
+                 {n} and quiet"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn print_restart(
+    member: &str,
+    n: usize,
+    quiet_after: Duration,
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    cpu_before: &BTreeMap<String, f64>,
+    cpu: &BTreeMap<String, f64>,
+) -> Restart {
+    let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+    for (key, v) in after {
+        let d = v - before.get(key).copied().unwrap_or(0.0);
+        if d > 0.0 {
+            let verb = key.rsplit_once(' ').map(|x| x.1).unwrap_or(key);
+            *by_verb.entry(verb.to_string()).or_default() += d;
+        }
+    }
+    let get = |v: &str| by_verb.get(v).copied().unwrap_or(0.0);
+    let writes = ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+        .iter()
+        .map(|v| get(v))
+        .sum::<f64>();
+    let apiserver = format!("kube-apiserver {member}");
+    let apiserver_cpu = cpu.get(&apiserver).copied().unwrap_or(0.0)
+        - cpu_before.get(&apiserver).copied().unwrap_or(0.0);
+    println!("\n== agent1k: the agent restarted over {n} services ==");
+    println!(
+        "  new process → last reconcile (then 5 s quiet): {:.1} s",
+        quiet_after.as_secs_f64()
+    );
+    println!(
+        "  {member} API server requests until then: {} (set-up and the other controllers \
+         of the member included); its CPU {apiserver_cpu:.1} s; all components: {}",
+        by_verb
+            .iter()
+            .map(|(v, d)| format!("{v} {d:.0}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        cpu_used_line(cpu_before, cpu)
+    );
+    println!(
+        "  per service: {:.2} LISTs, {:.2} writes",
+        get("LIST") / n as f64,
+        writes / n as f64
+    );
+    Restart {
+        quiet_secs: quiet_after.as_secs_f64(),
+        lists: get("LIST"),
+        writes,
+        apiserver_cpu,
+    }
+}
+
 /// RSS at all Ready against the count: the least-squares line through the runs.
 fn print_model(runs: &[AgentRun]) {
     println!("\n== agent1k: memory per workload ==");
-    println!("  services | first create → all Ready | RSS at all Ready | peak RSS");
+    println!(
+        "  services | first create → all Ready | RSS at all Ready | peak RSS | restart: → quiet \
+         | LISTs | writes | member API server CPU"
+    );
     for r in runs {
+        let restart = r
+            .restart
+            .as_ref()
+            .map(|x| {
+                format!(
+                    "{:>6.1} s | {:>5.0} | {:>6.0} | {:>5.1} s",
+                    x.quiet_secs, x.lists, x.writes, x.apiserver_cpu
+                )
+            })
+            .unwrap_or_else(|| "-".into());
         println!(
-            "  {:>8} | {:>22.1} s | {:>12.1} MiB | {:>6.1} MiB",
+            "  {:>8} | {:>22.1} s | {:>12.1} MiB | {:>6.1} MiB | {restart}",
             r.n,
             r.ready_secs,
             r.at_ready_kib as f64 / 1024.0,
@@ -380,5 +528,6 @@ async fn agent1k_run(
         at_ready_kib: at_ready.map(|m| m.1).unwrap_or(0),
         peak_kib: peak_rss,
         ready_secs: (all_ready - started).as_secs_f64(),
+        restart: None,
     })
 }

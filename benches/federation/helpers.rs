@@ -219,6 +219,12 @@ pub async fn create_all(
 /// The API server's mutating requests so far (`apiserver_request_total`), by
 /// `resource[/subresource] VERB`.
 pub async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
+    request_counts(client, &["POST", "PUT", "PATCH", "APPLY", "DELETE"]).await
+}
+
+/// The API server's requests with one of `verbs` so far (`apiserver_request_total`), by
+/// `resource[/subresource] VERB`.
+pub async fn request_counts(client: &Client, verbs: &[&str]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else {
         return out;
@@ -241,7 +247,7 @@ pub async fn write_counts(client: &Client) -> BTreeMap<String, f64> {
                 .unwrap_or_default()
         };
         let verb = label("verb");
-        if !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") {
+        if !verbs.contains(&verb.as_str()) {
             continue;
         }
         let sub = label("subresource");

@@ -9,12 +9,8 @@
 //! (someone else changed its spec), when the workload goes away, after [`REFRESH_EVERY`]
 //! (drift that changes no generation, e.g. a label edited on a Service, is repaired then),
 //! and for every workload when a watch of owned objects starts over (it may have missed a
-//! deletion).
-//!
-//! A prune lists every generated kind in the workload's namespace, which the API server
-//! answers by scanning that namespace: it is done again only when the kept set changes,
-//! when a watch of owned objects shows one of the workload's objects the last prune did
-//! not keep, and after [`REFRESH_EVERY`].
+//! deletion). Prunes need no record: they are answered from the owned-object watches
+//! (`owned`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -25,12 +21,11 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
-/// Objects are applied, and pruned with a full listing, again at least this often per
-/// workload, changed or not — plus up to a quarter more, set by the workload's uid, so
-/// that workloads created together do not all come due together. It was 5 minutes: with
-/// 10,000 services in a member that was 67 applies and 330 namespace LISTs a second for
-/// nothing, each LIST a scan of the namespace in the API server, and a first sync of
-/// 10,000 slowed from ~50 to ~7 services a second once its first slices came due.
+/// Objects are applied again at least this often per workload, changed or not — plus up
+/// to a quarter more, set by the workload's uid, so that workloads created together do not
+/// all come due together. It was 5 minutes, with a listing prune: with 10,000 services in
+/// a member that was 67 applies and 330 namespace LISTs a second for nothing, and a first
+/// sync of 10,000 slowed from ~50 to ~7 services a second once its first slices came due.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(3600);
 
 /// When a record made now for `uid` comes due.
@@ -152,65 +147,6 @@ impl AppliedBook {
     }
 }
 
-/// Per workload uid, the objects its last full prune kept, and when it comes due again.
-#[derive(Default)]
-pub struct PruneBook {
-    by_owner: Mutex<HashMap<String, (Kept, Instant)>>,
-}
-
-impl PruneBook {
-    /// Whether a full prune of `uid` kept exactly `keep` and is not due yet.
-    pub fn recent(&self, uid: &str, keep: &Kept) -> bool {
-        self.by_owner.lock().is_ok_and(|m| {
-            m.get(uid)
-                .is_some_and(|(k, due)| k == keep && Instant::now() < *due)
-        })
-    }
-
-    pub fn record(&self, uid: &str, keep: Kept) {
-        if let Ok(mut m) = self.by_owner.lock() {
-            // Entries of deleted workloads expire: drop the stale ones now and then.
-            if m.len() % 1024 == 1023 {
-                let now = Instant::now();
-                m.retain(|_, (_, due)| now < *due);
-            }
-            m.insert(uid.to_string(), (keep, due(uid)));
-        }
-    }
-
-    pub fn forget(&self, uid: &str) {
-        if let Ok(mut m) = self.by_owner.lock() {
-            m.remove(uid);
-        }
-    }
-
-    /// Takes note of an owned-object watch event: an object of the workload that its last
-    /// prune did not keep (left by an earlier expansion, or made by someone else with its
-    /// owner reference) makes the next reconcile prune in full. The event also triggers
-    /// that reconcile. (A re-list needs nothing more: what appeared during the gap comes
-    /// as its objects.)
-    pub fn saw<Child: kube::Resource<DynamicType = ()>>(&self, event: &watcher::Event<Child>) {
-        let (watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event else {
-            return;
-        };
-        if object.meta().deletion_timestamp.is_some() {
-            return;
-        }
-        let Some(owner) = controller_uid(object) else {
-            return;
-        };
-        let Ok(mut m) = self.by_owner.lock() else {
-            return;
-        };
-        let unkept = m.get(owner).is_some_and(|(keep, _)| {
-            !keep.contains(&(Child::kind(&()).to_string(), object.name_any()))
-        });
-        if unkept {
-            m.remove(owner);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,55 +211,6 @@ mod tests {
         let b = book();
         b.saw::<Deployment>(&watcher::Event::Init);
         assert!(!b.unchanged("u1", 7), "a re-list may have missed deletions");
-    }
-
-    fn prune_book() -> PruneBook {
-        let b = PruneBook::default();
-        b.record(
-            "u1",
-            Kept::from([
-                ("Deployment".into(), "web".into()),
-                ("ConfigMap".into(), "web".into()),
-            ]),
-        );
-        b
-    }
-
-    #[test]
-    fn a_full_prune_is_skipped_until_an_object_it_did_not_keep_shows_up() {
-        let keep: Kept = Kept::from([
-            ("Deployment".into(), "web".into()),
-            ("ConfigMap".into(), "web".into()),
-        ]);
-        let b = prune_book();
-        assert!(b.recent("u1", &keep));
-        assert!(
-            !b.recent("u1", &Kept::from([("Deployment".into(), "web".into())])),
-            "another kept set prunes"
-        );
-        assert!(!b.recent("u2", &keep), "another workload prunes");
-        // Its own objects, changed, deleted or listed again: nothing to prune.
-        b.saw(&watcher::Event::Apply(owned("web", Some(4))));
-        b.saw(&watcher::Event::InitApply(owned("web", Some(4))));
-        b.saw(&watcher::Event::Delete(owned("web", Some(4))));
-        b.saw::<Deployment>(&watcher::Event::Init);
-        assert!(b.recent("u1", &keep));
-        // One it did not keep: a leftover of an earlier expansion, or someone else's.
-        let mut leaving = owned("web-old", Some(1));
-        leaving.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ));
-        b.saw(&watcher::Event::Apply(leaving));
-        assert!(b.recent("u1", &keep), "one already being deleted is going");
-        b.saw(&watcher::Event::InitApply(owned("web-old", Some(1))));
-        assert!(!b.recent("u1", &keep));
-        let b = prune_book();
-        b.saw(&watcher::Event::Apply(owned("web-old", Some(1))));
-        assert!(!b.recent("u1", &keep));
-        let b = prune_book();
-        b.forget("u1");
-        assert!(!b.recent("u1", &keep));
     }
 
     #[test]

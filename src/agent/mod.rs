@@ -4,6 +4,7 @@
 pub mod applied;
 pub mod bundles;
 pub mod kinds;
+pub mod owned;
 pub mod pull;
 pub mod reconcile;
 pub mod status;
@@ -111,8 +112,10 @@ where
     Child: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let book = ctx.clone();
+    let child = Child::kind(&()).to_string();
+    ctx.owned.register(K::KIND, &child);
     queue.track_owners::<K, _, _, _>(watch::skip_errors(
-        format!("{} (owned by {})", Child::kind(&()), K::KIND.as_str()),
+        format!("{child} (owned by {})", K::KIND.as_str()),
         watcher(
             Api::<PartialObjectMeta<Child>>::all(ctx.client.clone()),
             labels(),
@@ -121,7 +124,7 @@ where
         .inspect(move |event| {
             if let Ok(event) = event {
                 book.applied.saw(event);
-                book.pruned.saw(event);
+                book.owned.saw(K::KIND, &child, event);
             }
         })
         .touched_objects(),
@@ -142,6 +145,7 @@ fn owned_deployments<K: AgentKind>(
         .and_then(|mut w| w.take())
         .expect("one services controller per agent run");
     let book = ctx.clone();
+    ctx.owned.register(K::KIND, "Deployment");
     queue.track_owners::<K, _, _, _>(watch::skip_errors(
         format!("Deployment (owned by {})", K::KIND.as_str()),
         watcher(Api::<Deployment>::all(ctx.client.clone()), labels())
@@ -155,7 +159,7 @@ fn owned_deployments<K: AgentKind>(
             .inspect(move |event| {
                 if let Ok(event) = event {
                     book.applied.saw(event);
-                    book.pruned.saw(event);
+                    book.owned.saw(K::KIND, "Deployment", event);
                 }
             })
             .reflect(writer)
@@ -190,13 +194,6 @@ async fn run_kind<K: AgentKind>(
         move |event| {
             // Own status writes the watch has now delivered need no record any more.
             ctx.own_writes.seen_in(&event, reconcile::slice_key);
-            match &event {
-                watcher::Event::Apply(o) if cache.brings_new(&event) => {
-                    ctx.born(&o.uid().unwrap_or_default())
-                }
-                watcher::Event::Delete(o) => ctx.forget_born(&o.uid().unwrap_or_default()),
-                _ => {}
-            }
             cache.ingest(event)
         }
     })

@@ -46,11 +46,9 @@ pub struct Context {
     queues: HashMap<WorkloadKind, QueueDepth>,
     /// Per-object backoff of failed reconciles.
     retries: RetryPolicy,
-    /// Per object uid: the set of objects kept at its last complete prune. A prune lists
-    /// every generated kind (ten LISTs); with the same set kept since, nothing this agent
-    /// made can have become unwanted, so the LISTs are skipped — they were most of a
-    /// member API server's load during a burst of slices.
-    pub pruned: super::applied::PruneBook,
+    /// Per workload uid, the generated objects the owned-object watches show: a prune
+    /// deletes what it holds beyond the kept set, without listing (see `owned`).
+    pub owned: super::owned::OwnedIndex,
     /// Per object uid: its last complete apply (see `applied`).
     pub applied: super::applied::AppliedBook,
     /// Per object uid: the config copies it holds (see `bundles`).
@@ -65,8 +63,6 @@ pub struct Context {
     pub deployments: Store<Deployment>,
     /// Its writer, until the services' controller takes it for that watch.
     pub deployments_writer: Mutex<Option<reflector::store::Writer<Deployment>>>,
-    /// Slices this process's watch saw being created, not pruned yet (`prune`).
-    born: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -94,36 +90,14 @@ impl Context {
             queues,
             deployments,
             deployments_writer: Mutex::new(Some(writer)),
-            born: Mutex::default(),
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
-            pruned: Default::default(),
+            owned: Default::default(),
             applied: Default::default(),
             claims: Default::default(),
             bundle_users: Default::default(),
             concurrency,
             own_writes: Default::default(),
         }
-    }
-
-    /// Records a slice the watch saw created (an `Apply` of one it never had).
-    pub fn born(&self, uid: &str) {
-        if let Ok(mut b) = self.born.lock() {
-            b.insert(uid.to_string());
-        }
-    }
-
-    pub fn forget_born(&self, uid: &str) {
-        if let Ok(mut b) = self.born.lock() {
-            b.remove(uid);
-        }
-    }
-
-    /// Whether `uid` was created after this process's watch listed its kind, and has not
-    /// been pruned since — then what is owned by it was applied by this process (a new
-    /// leader term starts a new watch), and its first prune need not list: a burst of new
-    /// slices took ten LISTs per slice. Ends the record.
-    fn first_prune_unneeded(&self, uid: &str) -> bool {
-        self.born.lock().is_ok_and(|mut b| b.remove(uid))
     }
 
     /// The queue-depth tracker of one kind's controller.
@@ -387,7 +361,6 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
     if obj.meta().deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove what we made.
-        ctx.pruned.forget(&obj.uid().unwrap_or_default());
         ctx.applied.forget(&obj.uid().unwrap_or_default());
         ctx.claims.forget(&obj.uid().unwrap_or_default());
         ctx.bundle_users.forget(K::KIND, &ns, &name);
@@ -648,24 +621,35 @@ async fn prune<K: AgentKind>(
         ));
     }
     let uid = obj.uid().unwrap_or_default();
-    if ctx.pruned.recent(&uid, &keep) {
-        return Ok(());
-    }
-    if ctx.first_prune_unneeded(&uid) {
-        ctx.pruned.record(&uid, keep);
-        return Ok(());
-    }
-    let pruned = crate::controller::apply::prune(
-        &ctx.client,
-        &ns,
-        &expand::generated_api_resources(),
-        &selector,
-        &uid,
-        &keep,
-    )
-    .await
-    .map_err(AgentError::Prune)?;
-    ctx.pruned.record(&uid, keep);
+    let pruned = match unwanted::<K>(ctx, &uid, &obj.name_any(), &keep).await {
+        Some(unwanted) => {
+            let resources = expand::generated_api_resources();
+            let mut deleted = Vec::new();
+            for (kind, name) in unwanted {
+                let Some(ar) = resources.iter().find(|r| r.kind == kind) else {
+                    continue;
+                };
+                if crate::controller::apply::delete_generated(&ctx.client, &ns, ar, &name)
+                    .await
+                    .map_err(AgentError::Prune)?
+                {
+                    deleted.push(format!("{kind}/{name}"));
+                }
+            }
+            deleted
+        }
+        // The owned watches have not listed yet (or one cannot): list as they would.
+        None => crate::controller::apply::prune(
+            &ctx.client,
+            &ns,
+            &expand::generated_api_resources(),
+            &selector,
+            &uid,
+            &keep,
+        )
+        .await
+        .map_err(AgentError::Prune)?,
+    };
     if !pruned.is_empty() {
         publish(
             ctx,
@@ -678,6 +662,32 @@ async fn prune<K: AgentKind>(
     }
     Ok(())
 }
+
+/// The workload's objects that `keep` leaves out, from the owned-object watches; waits
+/// for their first listing (an agent start) until [`OWNED_LISTING_WAIT`] after the index
+/// was made, then None (the prune lists, and no later prune waits).
+async fn unwanted<K: AgentKind>(
+    ctx: &Context,
+    uid: &str,
+    name: &str,
+    keep: &Kept,
+) -> Option<Vec<(String, String)>> {
+    let workload = expand::names::label_value(name);
+    loop {
+        if let Some(u) = ctx.owned.unwanted(K::KIND, uid, &workload, keep) {
+            return Some(u);
+        }
+        if ctx.owned.age() >= OWNED_LISTING_WAIT {
+            tracing::warn!(kind = K::KIND.as_str(), %name, "the owned-object watches have not listed yet: pruning by listing");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How long a prune waits for the owned-object watches' first listing before it lists
+/// the namespace itself.
+const OWNED_LISTING_WAIT: Duration = Duration::from_secs(30);
 
 fn admit<K: AgentKind>(
     working: &K,

@@ -212,15 +212,28 @@ pub async fn prune(
             {
                 continue;
             }
-            // Background propagation lets the garbage collector remove a Job's pods.
-            match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => deleted.push(format!("{}/{name}", ar.kind)),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
+            if delete_generated(client, namespace, ar, &name).await? {
+                deleted.push(format!("{}/{name}", ar.kind));
             }
         }
     }
     Ok(deleted)
+}
+
+/// Deletes one generated object; false when it was gone already. Background propagation
+/// lets the garbage collector remove a Job's pods.
+pub async fn delete_generated(
+    client: &Client,
+    namespace: &str,
+    ar: &ApiResource,
+    name: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, ar);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

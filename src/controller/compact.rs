@@ -111,19 +111,6 @@ where
         }
     }
 
-    /// Whether `event` brings an object the watch never had: created after its first
-    /// list (a re-list's objects never count — one created during the gap may be older
-    /// than this process's own watch of it).
-    pub fn brings_new(&self, event: &watcher::Event<K>) -> bool {
-        let watcher::Event::Apply(o) = event else {
-            return false;
-        };
-        let bodies = self.bodies.read().unwrap_or_else(|e| e.into_inner());
-        bodies.listed
-            && bodies.relisting.is_none()
-            && !bodies.by_key.contains_key(&key_of(o.meta()))
-    }
-
     /// The object as last seen, decoded; `None` when it is gone (deleted meanwhile).
     pub fn get(&self, meta: &PartialObjectMeta<K>) -> Option<Result<K, serde_json::Error>> {
         let body = {
@@ -221,34 +208,6 @@ mod tests {
         );
         cache.ingest(watcher::Event::Delete(cm("a", "2")));
         assert!(cache.get(&meta("a")).is_none());
-    }
-
-    #[test]
-    fn only_an_object_first_seen_after_the_first_list_is_new() {
-        let cache = CompactCache::<ConfigMap>::default();
-        let seen = |e: watcher::Event<ConfigMap>| {
-            let new = cache.brings_new(&e);
-            cache.ingest(e);
-            new
-        };
-        // Before and during the first list: nothing is known to be new.
-        assert!(!seen(watcher::Event::Apply(cm("early", "1"))));
-        assert!(!seen(watcher::Event::Init));
-        assert!(!seen(watcher::Event::InitApply(cm("a", "1"))));
-        assert!(!seen(watcher::Event::InitDone));
-        // After it: an object the cache never had is; an update is not.
-        assert!(seen(watcher::Event::Apply(cm("b", "1"))));
-        assert!(!seen(watcher::Event::Apply(cm("b", "2"))));
-        assert!(!seen(watcher::Event::Apply(cm("a", "2"))));
-        // Nor is one a re-list brings (it may have been made during the gap).
-        assert!(!seen(watcher::Event::Init));
-        assert!(!seen(watcher::Event::InitApply(cm("c", "1"))));
-        assert!(
-            !seen(watcher::Event::Apply(cm("d", "1"))),
-            "still re-listing"
-        );
-        assert!(!seen(watcher::Event::InitDone));
-        assert!(seen(watcher::Event::Apply(cm("e", "1"))));
     }
 
     #[test]
