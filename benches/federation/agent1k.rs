@@ -211,13 +211,16 @@ fn print_restart(
     cpu: &BTreeMap<String, f64>,
 ) -> Restart {
     let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+    let mut by_request: Vec<(f64, &String)> = Vec::new();
     for (key, v) in after {
         let d = v - before.get(key).copied().unwrap_or(0.0);
         if d > 0.0 {
             let verb = key.rsplit_once(' ').map(|x| x.1).unwrap_or(key);
             *by_verb.entry(verb.to_string()).or_default() += d;
+            by_request.push((d, key));
         }
     }
+    by_request.sort_by(|a, b| b.0.total_cmp(&a.0));
     let get = |v: &str| by_verb.get(v).copied().unwrap_or(0.0);
     let writes = ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
         .iter()
@@ -240,6 +243,15 @@ fn print_restart(
             .collect::<Vec<_>>()
             .join(", "),
         cpu_used_line(cpu_before, cpu)
+    );
+    println!(
+        "  most requests: {}",
+        by_request
+            .iter()
+            .take(8)
+            .map(|(d, k)| format!("{k} {d:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "  per service: {:.2} LISTs, {:.2} writes",
