@@ -766,6 +766,13 @@ async fn a_tensorflow_job_writes_its_cluster_spec_once_and_every_pod_refers_to_i
         assert!(!tf.contains("tf-worker-"), "no host list in a pod: {tf}");
     }
     assert!(agent.alive(), "{}", agent.log_tail());
+    // Every kind the training job generates (its ConfigMap too) is under an owned-object
+    // watch, so its prunes are answered from the watches.
+    assert!(
+        !agent.log_text().contains("pruning by listing"),
+        "{}",
+        agent.log_tail()
+    );
     api.delete("tf", &DeleteParams::default()).await.unwrap();
     ns.delete().await;
 }

@@ -222,7 +222,8 @@ async fn run_kind<K: AgentKind>(
         WorkloadKind::Daemon => controller.owns_stream(owned::<K, DaemonSet>(&ctx, &queue)),
         WorkloadKind::TrainingJob => controller
             .owns_stream(owned::<K, Job>(&ctx, &queue))
-            .owns_stream(owned::<K, Service>(&ctx, &queue)),
+            .owns_stream(owned::<K, Service>(&ctx, &queue))
+            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue)),
         WorkloadKind::StatefulSet => controller
             .owns_stream(owned::<K, StatefulSet>(&ctx, &queue))
             .owns_stream(owned::<K, Service>(&ctx, &queue))

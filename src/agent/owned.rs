@@ -145,16 +145,19 @@ impl OwnedIndex {
     }
 
     /// The objects of workload `uid` (of kind `owner`, whose objects carry the workload
-    /// label `workload`) not in `keep`, as (kind, name); None while a watch of the owning
-    /// kind has not listed yet (or none was registered).
-    pub fn unwanted(
-        &self,
-        owner: WorkloadKind,
-        uid: &str,
-        workload: &str,
-        keep: &Kept,
-    ) -> Option<Vec<(String, String)>> {
-        let streams = self.streams.lock().ok()?;
+    /// label `workload`) not in `keep`, as (kind, name).
+    pub fn unwanted(&self, owner: WorkloadKind, uid: &str, workload: &str, keep: &Kept) -> Answer {
+        let Ok(streams) = self.streams.lock() else {
+            return Answer::NotWatched("(poisoned)".into());
+        };
+        // A kind the reconcile applies that no watch of the owning kind covers: the index
+        // cannot vouch for it.
+        if let Some((kind, _)) = keep
+            .iter()
+            .find(|(kind, _)| !streams.contains_key(&(owner, kind.clone())))
+        {
+            return Answer::NotWatched(kind.clone());
+        }
         let mut registered = false;
         let mut out = Vec::new();
         for ((o, child), stream) in streams.iter() {
@@ -163,7 +166,7 @@ impl OwnedIndex {
             }
             registered = true;
             if !stream.listed {
-                return None;
+                return Answer::NotListedYet;
             }
             let Some(names) = stream.by_owner.get(uid) else {
                 continue;
@@ -175,8 +178,23 @@ impl OwnedIndex {
             }
         }
         out.sort();
-        registered.then_some(out)
+        if registered {
+            Answer::Unwanted(out)
+        } else {
+            Answer::NotWatched(format!("{} (no watch at all)", owner.as_str()))
+        }
     }
+}
+
+/// What the index can say of a workload's unwanted objects.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    /// These, as (kind, name).
+    Unwanted(Vec<(String, String)>),
+    /// A watch of the owning kind has not completed its first listing.
+    NotListedYet,
+    /// No watch of the owning kind covers this generated kind.
+    NotWatched(String),
 }
 
 fn object_key<O: kube::Resource>(o: &O) -> ObjectKey {
@@ -279,8 +297,10 @@ mod tests {
     }
 
     fn unwanted(i: &OwnedIndex, keep: &[&str]) -> Option<Vec<String>> {
-        i.unwanted(SVC, "u1", "web", &kept(keep))
-            .map(|v| v.into_iter().map(|(_, n)| n).collect())
+        match i.unwanted(SVC, "u1", "web", &kept(keep)) {
+            Answer::Unwanted(v) => Some(v.into_iter().map(|(_, n)| n).collect()),
+            _ => None,
+        }
     }
 
     #[test]
@@ -315,15 +335,25 @@ mod tests {
         );
         assert_eq!(
             i.unwanted(SVC, "u9", "web", &kept(&[])),
-            Some(vec![]),
+            Answer::Unwanted(vec![]),
             "a workload without objects has nothing to prune"
+        );
+        // The reconcile applied a kind no watch of services covers: no answer.
+        let mut keep = kept(&["web"]);
+        keep.insert(("ConfigMap".into(), "web".into()));
+        assert_eq!(
+            i.unwanted(SVC, "u1", "web", &keep),
+            Answer::NotWatched("ConfigMap".into())
         );
     }
 
     #[test]
     fn nothing_is_answered_until_every_watch_of_the_kind_has_listed() {
         let i = OwnedIndex::default();
-        assert_eq!(unwanted(&i, &[]), None, "no watch registered");
+        assert_eq!(
+            i.unwanted(SVC, "u1", "web", &Kept::new()),
+            Answer::NotWatched("PinterestService (no watch at all)".into())
+        );
         i.register(SVC, "Deployment");
         i.register(SVC, "ConfigMap");
         i.saw(
@@ -336,7 +366,11 @@ mod tests {
             "Deployment",
             &watcher::Event::InitApply(web("web-old")),
         );
-        assert_eq!(unwanted(&i, &[]), None, "Deployments still listing");
+        assert_eq!(
+            i.unwanted(SVC, "u1", "web", &Kept::new()),
+            Answer::NotListedYet,
+            "Deployments still listing"
+        );
         i.saw(
             SVC,
             "Deployment",
@@ -356,7 +390,7 @@ mod tests {
         assert_eq!(unwanted(&i, &[]), Some(vec!["web-old".to_string()]));
         assert_eq!(
             i.unwanted(WorkloadKind::CronJob, "u1", "web", &Kept::new()),
-            None,
+            Answer::NotWatched("PinterestCronJob (no watch at all)".into()),
             "another kind's watches are not this kind's"
         );
     }

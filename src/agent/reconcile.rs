@@ -665,23 +665,28 @@ async fn prune<K: AgentKind>(
 
 /// The workload's objects that `keep` leaves out, from the owned-object watches; waits
 /// for their first listing (an agent start) until [`OWNED_LISTING_WAIT`] after the index
-/// was made, then None (the prune lists, and no later prune waits).
+/// was made. None when the index cannot answer: the prune lists.
 async fn unwanted<K: AgentKind>(
     ctx: &Context,
     uid: &str,
     name: &str,
     keep: &Kept,
 ) -> Option<Vec<(String, String)>> {
+    use super::owned::Answer;
     let workload = expand::names::label_value(name);
     loop {
-        if let Some(u) = ctx.owned.unwanted(K::KIND, uid, &workload, keep) {
-            return Some(u);
+        match ctx.owned.unwanted(K::KIND, uid, &workload, keep) {
+            Answer::Unwanted(u) => return Some(u),
+            Answer::NotWatched(kind) => {
+                tracing::warn!(kind = K::KIND.as_str(), %name, generated = %kind, "no owned-object watch covers a generated kind: pruning by listing");
+                return None;
+            }
+            Answer::NotListedYet if ctx.owned.age() >= OWNED_LISTING_WAIT => {
+                tracing::warn!(kind = K::KIND.as_str(), %name, "the owned-object watches have not listed yet: pruning by listing");
+                return None;
+            }
+            Answer::NotListedYet => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-        if ctx.owned.age() >= OWNED_LISTING_WAIT {
-            tracing::warn!(kind = K::KIND.as_str(), %name, "the owned-object watches have not listed yet: pruning by listing");
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
