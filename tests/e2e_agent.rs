@@ -35,6 +35,28 @@ fn agent_args(cluster: &str, port: u16) -> Vec<String> {
     .collect()
 }
 
+/// `<workload>-stray`: a ConfigMap with the workload's labels and controller owner
+/// reference that no expansion of it makes — an object its prune must remove.
+fn stray_config_map(
+    kind: pinfed::api::workload::WorkloadKind,
+    workload: &str,
+    uid: &str,
+) -> ConfigMap {
+    let labels: std::collections::BTreeMap<String, String> =
+        pinfed::expand::workload_selector(kind, workload)
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{workload}-stray"), "labels": labels, "ownerReferences": [{
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": kind.as_str(),
+            "name": workload, "uid": uid, "controller": true}]},
+        "data": {"left": "behind"}
+    }))
+    .unwrap()
+}
+
 /// One agent for the first member, shared by the tests of this file.
 fn shared_agent(fed: &Federation) -> &'static (Daemon, u16) {
     static AGENT: OnceLock<(Daemon, u16)> = OnceLock::new();
@@ -186,19 +208,11 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
     // its labels and owner) is pruned as soon as the owned-object watch shows it — not at
     // the next periodic full prune, an hour away.
     let owner = api.get("web").await.unwrap();
-    let labels: std::collections::BTreeMap<String, String> =
-        pinfed::expand::workload_selector(pinfed::api::workload::WorkloadKind::Service, "web")
-            .split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-    let stray: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web-stray", "labels": labels, "ownerReferences": [{
-            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
-            "name": "web", "uid": owner.metadata.uid.clone().unwrap(), "controller": true}]},
-        "data": {"left": "behind"}
-    }))
-    .unwrap();
+    let stray = stray_config_map(
+        pinfed::api::workload::WorkloadKind::Service,
+        "web",
+        &owner.metadata.uid.clone().unwrap(),
+    );
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     configmaps
         .create(&PostParams::default(), &stray)
@@ -400,19 +414,11 @@ async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
     // labels and owner): the new agent prunes it from its watches' first listing.
     agent.kill();
     let owner = api.get("emb").await.unwrap();
-    let labels: std::collections::BTreeMap<String, String> =
-        pinfed::expand::workload_selector(pinfed::api::workload::WorkloadKind::JobSet, "emb")
-            .split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-    let stray: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "emb-stray", "labels": labels, "ownerReferences": [{
-            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
-            "name": "emb", "uid": owner.metadata.uid.clone().unwrap(), "controller": true}]},
-        "data": {"left": "while no agent ran"}
-    }))
-    .unwrap();
+    let stray = stray_config_map(
+        pinfed::api::workload::WorkloadKind::JobSet,
+        "emb",
+        &owner.metadata.uid.clone().unwrap(),
+    );
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     configmaps
         .create(&PostParams::default(), &stray)
