@@ -168,12 +168,13 @@ impl ResourceAmounts {
         })
     }
 
-    /// Formats parsed amounts back into quantities.
+    /// Formats parsed amounts back into quantities, memory as `Milli::format_memory` (what
+    /// `kubectl get fq` and `pinfed` show: `1536Mi`, not `1610612736`).
     pub fn from_amounts(a: &Amounts) -> ResourceAmounts {
         let q = |m: Option<Milli>| m.map(|m| Quantity(m.to_string()));
         ResourceAmounts {
-            cpu: q(a.cpu),
-            memory: q(a.memory),
+            cpu: a.cpu.map(|m| Quantity(m.format_cpu())),
+            memory: a.memory.map(|m| Quantity(m.format_memory())),
             pods: q(a.pods),
             gpus: q(a.gpus),
         }

@@ -100,6 +100,59 @@ impl Milli {
     pub fn from_units(units: i128) -> Milli {
         Milli(units * 1000)
     }
+
+    /// CPU as Kubernetes writes it: whole cores (`2`), else milli-cores (`500m`, `2500m`).
+    /// The one display form of cpu (CLI, JSS, UI, placement reasons); `Display` is the same.
+    pub fn format_cpu(self) -> String {
+        self.to_string()
+    }
+
+    /// Memory as an exact quantity, the one display form of memory (CLI, JSS, UI, placement
+    /// reasons): the largest binary suffix that divides the bytes (`1536Mi`, `3Gi`, `4Ki`),
+    /// unless a decimal suffix gives a smaller number (`1T`, not `976562500Ki`); plain bytes
+    /// when neither divides (`1610612737`, 1.5Gi and a byte); milli-bytes for a fraction of a
+    /// byte (`1500m`), as Kubernetes writes it. Never rounds: `parse` gives `self` back.
+    pub fn format_memory(self) -> String {
+        if self.0 % 1000 != 0 {
+            return format!("{}m", self.0);
+        }
+        let bytes = self.0 / 1000;
+        if bytes == 0 {
+            return "0".to_string();
+        }
+        // The first suffix of each list that divides is its largest; the larger of the two
+        // leaves the smaller number.
+        let binary = [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ]
+        .into_iter()
+        .map(|(suffix, shift)| (suffix, 1i128 << shift))
+        .find(|(_, unit)| bytes % unit == 0);
+        let decimal = [
+            ("E", 18),
+            ("P", 15),
+            ("T", 12),
+            ("G", 9),
+            ("M", 6),
+            ("k", 3),
+        ]
+        .into_iter()
+        .map(|(suffix, exp)| (suffix, 10i128.pow(exp)))
+        .find(|(_, unit)| bytes % unit == 0);
+        match binary
+            .into_iter()
+            .chain(decimal)
+            .max_by_key(|&(_, unit)| unit)
+        {
+            Some((suffix, unit)) => format!("{}{suffix}", bytes / unit),
+            None => bytes.to_string(),
+        }
+    }
 }
 
 impl std::ops::Add for Milli {
@@ -167,5 +220,75 @@ mod tests {
     fn displays_whole_and_milli_values() {
         assert_eq!(Milli(8000).to_string(), "8");
         assert_eq!(Milli(250).to_string(), "250m");
+    }
+
+    fn memory(q: &str) -> String {
+        Milli::parse(q).unwrap().format_memory()
+    }
+
+    #[test]
+    fn memory_is_the_largest_exact_binary_unit() {
+        assert_eq!(memory("1536Mi"), "1536Mi", "never rounded to 1Gi or 1.5Gi");
+        assert_eq!(memory("1.5Gi"), "1536Mi");
+        assert_eq!(memory("3Gi"), "3Gi");
+        assert_eq!(memory("3072Mi"), "3Gi");
+        assert_eq!(memory("1024Gi"), "1Ti");
+        assert_eq!(memory("2Ei"), "2Ei");
+        assert_eq!(memory("4Ki"), "4Ki");
+        assert_eq!(memory("65843812Ki"), "65843812Ki");
+        assert_eq!(memory("0"), "0");
+        assert_eq!(memory("0Gi"), "0");
+        assert_eq!(memory("-1536Mi"), "-1536Mi");
+    }
+
+    #[test]
+    fn memory_off_the_binary_units_stays_exact() {
+        assert_eq!(memory("1"), "1");
+        assert_eq!(memory("1023"), "1023");
+        assert_eq!(memory("1500"), "1500");
+        assert_eq!(
+            Milli((3 * (1 << 29) + 1) * 1000).format_memory(),
+            "1610612737",
+            "1.5Gi and a byte"
+        );
+        assert_eq!(memory("1G"), "1G", "not a multiple of 1Ki");
+        assert_eq!(memory("1T"), "1T", "not 976562500Ki");
+        assert_eq!(memory("500M"), "500M");
+        assert_eq!(memory("125Mi"), "125Mi", "not 131072k");
+        assert_eq!(memory("1.5"), "1500m", "a fraction of a byte");
+        assert_eq!(memory("1m"), "1m");
+    }
+
+    #[test]
+    fn cpu_is_whole_cores_or_milli_cores() {
+        let cpu = |q: &str| Milli::parse(q).unwrap().format_cpu();
+        assert_eq!(cpu("500m"), "500m");
+        assert_eq!(cpu("0.5"), "500m");
+        assert_eq!(cpu("2"), "2");
+        assert_eq!(cpu("2000m"), "2");
+        assert_eq!(cpu("2.5"), "2500m");
+        assert_eq!(cpu("7250m"), "7250m");
+        assert_eq!(cpu("0"), "0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn formats_parse_back_to_the_same_value(
+            mantissa in -(1i128 << 70)..(1i128 << 70),
+            shift in 0u32..=60,
+            exp in 0u32..=18,
+            kind in 0..3,
+        ) {
+            // Any milli value, or whole bytes on a binary unit (as nodes report) or a
+            // decimal one (as people write quotas).
+            let m = match kind {
+                0 => Milli(mantissa),
+                1 => Milli((mantissa >> shift) * (1i128 << shift) * 1000),
+                _ => Milli(mantissa / 10i128.pow(exp) * 10i128.pow(exp) * 1000),
+            };
+            for shown in [m.format_memory(), m.format_cpu()] {
+                proptest::prop_assert_eq!(Milli::parse(&shown), Ok(m), "{}", shown);
+            }
+        }
     }
 }

@@ -364,8 +364,8 @@ fn describe_text(w: &Value) -> String {
         "Requested:",
         format!(
             "cpu {} memory {} gpus {} pods {}",
-            str_of(&r["cpu"]),
-            str_of(&r["memory"]),
+            quantity("cpu", &r["cpu"]),
+            quantity("memory", &r["memory"]),
             r["gpus"],
             r["pods"]
         ),
@@ -455,18 +455,25 @@ fn units(v: &Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn gib(v: &Value) -> String {
-    v.as_str()
-        .and_then(|q| Milli::parse(q).ok())
-        .map(|m| format!("{}Gi", m.units() >> 30))
-        .unwrap_or_else(|| "-".into())
+/// A quantity as every pinfed surface prints it (`Milli::format_cpu`, `format_memory`);
+/// other resources, and what does not parse, as given.
+fn quantity(resource: &str, v: &Value) -> String {
+    match v {
+        Value::String(q) => match (resource, Milli::parse(q)) {
+            ("cpu", Ok(m)) => m.format_cpu(),
+            ("memory", Ok(m)) => m.format_memory(),
+            _ => q.clone(),
+        },
+        Value::Number(n) => n.to_string(),
+        _ => "-".into(),
+    }
 }
 
 pub fn clusters_table(items: &[Value]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>17} {:>9} {:>8}",
+        "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>23} {:>9} {:>8}",
         "NAME",
         "REGION",
         "ZONE",
@@ -481,7 +488,7 @@ pub fn clusters_table(items: &[Value]) -> String {
     for c in items {
         let _ = writeln!(
             out,
-            "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>17} {:>9} {:>8}",
+            "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>23} {:>9} {:>8}",
             c["name"].as_str().unwrap_or("-"),
             c["region"].as_str().unwrap_or("-"),
             c["zone"].as_str().unwrap_or("-"),
@@ -493,13 +500,13 @@ pub fn clusters_table(items: &[Value]) -> String {
                 .unwrap_or("-".into()),
             format!(
                 "{}/{}",
-                units(&c["available"]["cpu"]),
-                units(&c["allocatable"]["cpu"])
+                quantity("cpu", &c["available"]["cpu"]),
+                quantity("cpu", &c["allocatable"]["cpu"])
             ),
             format!(
                 "{}/{}",
-                gib(&c["available"]["memory"]),
-                gib(&c["allocatable"]["memory"])
+                quantity("memory", &c["available"]["memory"]),
+                quantity("memory", &c["allocatable"]["memory"])
             ),
             units(&c["available"]["gpus"]),
             format!(
@@ -530,11 +537,6 @@ pub fn quotas_table(items: &[Value]) -> String {
         "{:<28} {:<10} {:<8} {:>10} {:>10} {:>12}",
         "NAMESPACE/QUOTA", "SCOPE", "RESOURCE", "HARD", "USED", "REQUESTED"
     );
-    let s = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => "-".into(),
-    };
     for q in items {
         let name = format!(
             "{}/{}",
@@ -551,9 +553,9 @@ pub fn quotas_table(items: &[Value]) -> String {
                 name,
                 "total",
                 r,
-                s(&q["hard"][r]),
-                s(&q["used"][r]),
-                s(&q["requested"][r]),
+                quantity(r, &q["hard"][r]),
+                quantity(r, &q["used"][r]),
+                quantity(r, &q["requested"][r]),
             );
         }
         let mut clusters: Vec<String> = q["perCluster"]
@@ -583,8 +585,8 @@ pub fn quotas_table(items: &[Value]) -> String {
                     name,
                     c,
                     r,
-                    s(hard),
-                    s(used),
+                    quantity(r, hard),
+                    quantity(r, used),
                     "",
                 );
             }
@@ -640,8 +642,8 @@ pub fn owners_table(v: &Value) -> String {
                 } else {
                     clusters.join(",")
                 },
-                w["requested"]["cpu"].as_str().unwrap_or("-"),
-                w["requested"]["memory"].as_str().unwrap_or("-"),
+                quantity("cpu", &w["requested"]["cpu"]),
+                quantity("memory", &w["requested"]["memory"]),
                 w["requested"]["gpus"],
                 expires,
             );
@@ -663,8 +665,8 @@ pub fn owners_table(v: &Value) -> String {
                     .unwrap_or_default()
             ),
             "",
-            t["requested"]["cpu"].as_str().unwrap_or("-"),
-            t["requested"]["memory"].as_str().unwrap_or("-"),
+            quantity("cpu", &t["requested"]["cpu"]),
+            quantity("memory", &t["requested"]["memory"]),
             t["requested"]["gpus"],
         );
     }
@@ -707,6 +709,25 @@ mod tests {
         );
         let web = t.lines().find(|l| l.contains("ads/web")).unwrap();
         assert!(web.ends_with(" -"), "{t}");
+    }
+
+    #[test]
+    fn clusters_and_quotas_show_exact_quantities() {
+        let c = json!({"name": "use1a", "nodes": 2,
+            "allocatable": {"cpu": "32", "memory": "1536Mi", "pods": "220"},
+            "allocated": {"pods": "12"},
+            "available": {"cpu": "24500m", "memory": "1610612736", "gpus": "0"}});
+        let t = clusters_table(&[c]);
+        assert!(t.contains(" 24500m/32 "), "{t}");
+        assert!(t.contains(" 1536Mi/1536Mi "), "not 1Gi/1Gi: {t}");
+        let q = json!({"namespace": "ads", "name": "team",
+            "hard": {"cpu": "4", "memory": "2Gi"},
+            "used": {"cpu": "2500m", "memory": "1610612736"},
+            "requested": {"cpu": "1", "memory": "512Mi"}});
+        let t = quotas_table(&[q]);
+        let mem = t.lines().find(|l| l.contains("memory")).unwrap();
+        assert!(mem.ends_with("2Gi     1536Mi        512Mi"), "{t}");
+        assert!(t.contains(" 2500m "), "{t}");
     }
 
     #[test]

@@ -47,6 +47,14 @@ fn qty(v: &serde_json::Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// A cpu or memory quantity as `Milli::format_cpu`/`format_memory` print it everywhere.
+fn exact(v: &serde_json::Value, format: fn(Milli) -> String) -> String {
+    v.as_str()
+        .and_then(|q| Milli::parse(q).ok())
+        .map(format)
+        .unwrap_or_else(|| "-".into())
+}
+
 async fn render(client: &Client) -> anyhow::Result<String> {
     let mut out = String::new();
     let members = Api::<MemberCluster>::all(client.clone())
@@ -55,19 +63,14 @@ async fn render(client: &Client) -> anyhow::Result<String> {
     writeln!(out, "MEMBERS")?;
     writeln!(
         out,
-        "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>9} {:>6}",
+        "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>11} {:>6}",
         "NAME", "ZONE", "READY", "VERSION", "NODES", "CPU FREE", "MEM FREE", "GPU"
     )?;
     for m in members.items {
         let s = serde_json::to_value(m.status.clone().unwrap_or_default())?;
-        let mem = s["available"]["memory"]
-            .as_str()
-            .and_then(|q| Milli::parse(q).ok())
-            .map(|m| format!("{}Gi", m.units() >> 30))
-            .unwrap_or("-".into());
         writeln!(
             out,
-            "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>9} {:>6}",
+            "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>11} {:>6}",
             m.name_any(),
             m.spec.zone.clone().unwrap_or_default(),
             cond(&s, "Ready"),
@@ -76,8 +79,8 @@ async fn render(client: &Client) -> anyhow::Result<String> {
                 .as_i64()
                 .map(|n| n.to_string())
                 .unwrap_or("-".into()),
-            qty(&s["available"]["cpu"]),
-            mem,
+            exact(&s["available"]["cpu"], Milli::format_cpu),
+            exact(&s["available"]["memory"], Milli::format_memory),
             qty(&s["available"]["gpus"]),
         )?;
     }

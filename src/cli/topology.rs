@@ -31,12 +31,12 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         let gpu: u32 = nodes.iter().map(|n| n.gpu).sum();
         let pods: u32 = nodes.iter().map(|n| n.pods).sum();
         println!(
-            "member {} zone={} nodes={} cpu={} memory={}Gi pods={} gpu={} mode={}",
+            "member {} zone={} nodes={} cpu={} memory={} pods={} gpu={} mode={}",
             m.name,
             m.zone.as_deref().unwrap_or("-"),
             nodes.len(),
-            cpu,
-            mem.units() >> 30,
+            cpu.format_cpu(),
+            mem.format_memory(),
             pods,
             gpu,
             match m.mode {

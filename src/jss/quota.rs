@@ -85,18 +85,6 @@ impl std::fmt::Display for QuotaExceeded {
     }
 }
 
-/// Memory in the largest binary unit that divides it exactly (`1536Mi`, `3Gi`), else bytes.
-pub fn format_memory(m: Milli) -> String {
-    let bytes = m.0.div_euclid(1000) + i128::from(m.0.rem_euclid(1000) != 0);
-    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        let size = 1i128 << shift;
-        if bytes != 0 && bytes % size == 0 {
-            return format!("{}{unit}", bytes / size);
-        }
-    }
-    bytes.to_string()
-}
-
 /// Checks `used + requested <= hard` in every dimension the quota limits and the
 /// submission asks for (asking nothing of a dimension already over its limit adds
 /// nothing to it; the hub places such a workload too).
@@ -114,9 +102,9 @@ pub fn check(
     {
         rows.push(QuotaRow {
             resource: "cpu",
-            requested: requested.cpu.to_string(),
-            used: used.cpu.to_string(),
-            hard: h.to_string(),
+            requested: requested.cpu.format_cpu(),
+            used: used.cpu.format_cpu(),
+            hard: h.format_cpu(),
         });
     }
     if let Some(h) = hard.memory
@@ -125,9 +113,9 @@ pub fn check(
     {
         rows.push(QuotaRow {
             resource: "memory",
-            requested: format_memory(requested.memory),
-            used: format_memory(used.memory),
-            hard: format_memory(h),
+            requested: requested.memory.format_memory(),
+            used: used.memory.format_memory(),
+            hard: h.format_memory(),
         });
     }
     if let Some(h) = hard.gpus
@@ -598,13 +586,5 @@ mod tests {
                 proptest::prop_assert!(jss.is_err() || hub.decision.unplaced == 0, "jss admitted, hub {:?}", hub.decision);
             }
         }
-    }
-
-    #[test]
-    fn memory_is_shown_in_binary_units() {
-        assert_eq!(format_memory(Milli(1536 * (1 << 20) * 1000)), "1536Mi");
-        assert_eq!(format_memory(Milli(3 * (1 << 30) * 1000)), "3Gi");
-        assert_eq!(format_memory(Milli(1500 * 1000)), "1500");
-        assert_eq!(format_memory(Milli(0)), "0");
     }
 }

@@ -8,7 +8,6 @@ use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
 use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
-use super::quota::format_memory;
 use crate::api::federation::{FederatedQuota, MemberCluster};
 use crate::api::workload::WorkloadKind;
 use crate::placement::model::Resources;
@@ -16,8 +15,8 @@ use crate::placement::model::Resources;
 /// Amounts as quantities people read (`1500m`, `3Gi`).
 pub fn amounts(r: &Resources) -> Value {
     json!({
-        "cpu": r.cpu.to_string(),
-        "memory": format_memory(r.memory),
+        "cpu": r.cpu.format_cpu(),
+        "memory": r.memory.format_memory(),
         "gpus": r.gpu,
         "pods": r.pods,
     })

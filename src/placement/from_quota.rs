@@ -287,6 +287,20 @@ mod tests {
     }
 
     #[test]
+    fn status_usage_is_written_as_pinfed_shows_it() {
+        let used = amounts(&Resources {
+            cpu: Milli(2500),
+            memory: Milli::parse("1536Mi").unwrap(),
+            gpu: 1,
+            pods: 3,
+        });
+        let q = |q: Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| q.unwrap().0;
+        assert_eq!(q(used.cpu), "2500m");
+        assert_eq!(q(used.memory), "1536Mi", "not 1610612736");
+        assert_eq!((q(used.gpus), q(used.pods)), ("1".into(), "3".into()));
+    }
+
+    #[test]
     fn the_tightest_quota_wins_in_each_dimension_total_and_per_cluster() {
         assert_eq!(tightest(vec![]), None);
         let one = view("ns/a", Some(4000), None, 0);

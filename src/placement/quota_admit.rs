@@ -2,7 +2,7 @@
 //! it, and what does not fit stays unplaced with `QuotaExceeded`.
 
 use super::model::{Limits, QuotaUse, Resources};
-use super::text::{cpu, memory};
+use crate::api::quantity::Milli;
 
 /// What a quota admits of one size of pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +74,12 @@ struct Dim {
 fn dims(hard: &Limits, used: &Resources, need: &Resources) -> Vec<Dim> {
     fn plain(v: i128) -> String {
         v.to_string()
+    }
+    fn cpu(v: i128) -> String {
+        Milli(v).format_cpu()
+    }
+    fn memory(v: i128) -> String {
+        Milli(v).format_memory()
     }
     let mut out = Vec::new();
     let mut add = |name, hard: Option<i128>, used: i128, need: i128, show| {

@@ -145,15 +145,11 @@ impl Resource {
         }
     }
 
-    /// An amount as people read it (`7500m` cpu as `7.5`, memory in binary units).
+    /// An amount exactly as the CLI and the JSS print it (`7500m` cpu, `1536Mi` memory).
     pub fn format(self, m: Milli) -> String {
         match self {
-            // Exact binary units when they fit (`128Gi`), else Gi with one decimal.
-            Resource::Memory if m.0 >= 1000 << 30 && m.0 % (1000 << 30) != 0 => {
-                format!("{:.1}Gi", m.0 as f64 / (1000u64 << 30) as f64)
-            }
-            Resource::Memory => crate::jss::quota::format_memory(m),
-            Resource::Cpu if m.0 % 1000 != 0 => format!("{:.1}", m.0 as f64 / 1000.0),
+            Resource::Memory => m.format_memory(),
+            Resource::Cpu => m.format_cpu(),
             _ => m.to_string(),
         }
     }
@@ -1009,10 +1005,20 @@ mod tests {
         assert_eq!(cpu.resource, Resource::Cpu);
         assert_eq!(cpu.allocatable, Some(Milli(32000)));
         assert_eq!(cpu.allocated, Some(Milli(7500)));
-        assert_eq!(Resource::Cpu.format(Milli(7500)), "7.5");
+        assert_eq!(Resource::Cpu.format(Milli(7500)), "7500m");
+        assert_eq!(
+            Resource::Cpu.format(Milli(7250)),
+            "7250m",
+            "not rounded to 7.2"
+        );
         assert_eq!(
             Resource::Memory.format(Milli(130_624 * (1000 << 20))),
-            "127.6Gi"
+            "130624Mi",
+            "not rounded to 127.6Gi"
+        );
+        assert_eq!(
+            Resource::Memory.format(Milli(1536 * (1000 << 20))),
+            "1536Mi"
         );
         assert_eq!(Resource::Memory.format(Milli(448 * (1000 << 20))), "448Mi");
         assert_eq!(
