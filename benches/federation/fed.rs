@@ -92,6 +92,12 @@ impl Fed {
             if self.s.is_pull(&m.name) {
                 args.extend(["--mode".into(), "pull".into()]);
             }
+            // The member policy the e2e topologies use (its namespaces include the
+            // agent benchmark's).
+            args.extend([
+                "--member-policy".into(),
+                format!("{}/e2e/member-policy.yaml", env!("CARGO_MANIFEST_DIR")),
+            ]);
             let out = std::process::Command::new(&self.s.pinfed)
                 .args(&args)
                 .env("KUBECONFIG", &self.s.kubeconfig)

@@ -186,19 +186,31 @@ fn resource(kind: ConfigKind) -> kube::core::ApiResource {
     }
 }
 
+/// What [`materialize`] did.
+#[derive(Debug, Default)]
+pub struct Materialized {
+    /// References whose bundle is not in the drop namespace yet (the hub writes bundles
+    /// before slices; pods wait for them as they would anywhere).
+    pub missing: Vec<ConfigRef>,
+    /// A ConfigMap or Secret of a referenced name that someone else made: nothing was
+    /// written (the message says what and how to hand it over).
+    pub clash: Option<String>,
+}
+
 /// Brings the copies of what `obj` references up to date and releases those it no
-/// longer references. Returns the references whose bundle is not in the drop namespace
-/// yet (the hub writes bundles before slices; pods wait for them as they would anywhere).
+/// longer references. A copy never replaces an object pinfed did not make: every copy
+/// not yet claimed is checked first, and one clash writes nothing.
 pub async fn materialize<K>(
     client: &Client,
     claims: &Claims,
     users: &BundleUsers,
     kind: WorkloadKind,
     obj: &K,
-) -> Result<Vec<ConfigRef>, MaterializeError>
+) -> Result<Materialized, MaterializeError>
 where
     K: Resource<DynamicType = ()> + serde::Serialize,
 {
+    use crate::api::member_policy::{Ownership, ownership};
     let uid = obj.uid().unwrap_or_default();
     let wanted = serde_json::to_value(obj)
         .map(|v| bundle::workload_config(&v))
@@ -209,10 +221,12 @@ where
         &wanted,
     );
     let held = claims.get(&uid);
+    let mut done = Materialized::default();
     if wanted.is_empty() && held.is_empty() {
-        return Ok(Vec::new());
+        return Ok(done);
     }
     let ns = obj.namespace().unwrap_or_default();
+    let workload = format!("{}/{}", kind.as_str(), obj.name_any());
     let owner = OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
@@ -221,8 +235,7 @@ where
         ..OwnerReference::default()
     };
     let params = PatchParams::apply(&manager(&uid)).force();
-    let mut missing = Vec::new();
-    let mut claimed = BTreeSet::new();
+    let mut copies = Vec::new();
     for r in &wanted {
         let ar = resource(r.kind);
         let err = |source| MaterializeError {
@@ -236,29 +249,70 @@ where
             .await
             .map_err(err)?
         else {
-            missing.push(r.clone());
+            done.missing.push(r.clone());
             continue;
         };
+        let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        if !held.contains(r) {
+            let existing = target.get_metadata_opt(&r.name).await.map_err(err)?;
+            let owners: Vec<String> = existing
+                .iter()
+                .flat_map(|m| m.metadata.owner_references.iter().flatten())
+                .map(|o| o.uid.clone())
+                .collect();
+            let empty = Default::default();
+            let view = existing
+                .as_ref()
+                .map(|m| crate::api::member_policy::Existing {
+                    owners: &owners,
+                    labels: m.metadata.labels.as_ref().unwrap_or(&empty),
+                    annotations: m.metadata.annotations.as_ref().unwrap_or(&empty),
+                });
+            if ownership(view, &uid, &workload, Some((LABEL_PROPAGATED, "true")))
+                == Ownership::Foreign
+            {
+                done.clash = Some(format!(
+                    "{kind} {name} in namespace {ns} was not made by pinfed: the copy of the hub's {kind} {name} \
+                     that {workload} references does not replace it (nothing was written). Rename one of them, or \
+                     let a member admin hand it over: `pinfed adopt {kind}/{name} -n {ns} --to {workload}`",
+                    kind = r.kind.as_str(),
+                    name = r.name,
+                ));
+                return Ok(done);
+            }
+        }
         let b = serde_json::to_value(&b).unwrap_or_default();
-        let copy = bundle::materialize(r.kind, &b, &ns, &r.name, &owner);
-        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+        copies.push((
+            r,
+            target,
+            bundle::materialize(r.kind, &b, &ns, &r.name, &owner),
+        ));
+    }
+    let mut claimed = BTreeSet::new();
+    for (r, target, copy) in copies {
+        target
             .patch(&r.name, &params, &Patch::Apply(&copy))
             .await
-            .map_err(err)?;
+            .map_err(|source| MaterializeError {
+                kind: r.kind.as_str(),
+                name: r.name.clone(),
+                source,
+            })?;
         claimed.insert(r.clone());
     }
     for r in held.difference(&wanted) {
         release(client, &ns, r, &uid).await?;
     }
     claims.set(&uid, claimed);
-    if !missing.is_empty() {
-        let names: Vec<String> = missing
+    if !done.missing.is_empty() {
+        let names: Vec<String> = done
+            .missing
             .iter()
             .map(|r| format!("{} {}", r.kind.as_str(), r.name))
             .collect();
         tracing::debug!(namespace = %ns, workload = %obj.name_any(), missing = ?names, "referenced config not in the drop namespace yet");
     }
-    Ok(missing)
+    Ok(done)
 }
 
 /// Gives up this slice's claim on a copy; deletes the copy when no slice holds one (on

@@ -5,6 +5,7 @@ pub mod applied;
 pub mod bundles;
 pub mod kinds;
 pub mod owned;
+pub mod policy;
 pub mod pull;
 pub mod reconcile;
 pub mod status;
@@ -301,6 +302,13 @@ pub async fn run_controllers(
         senders.push(tx);
         receivers.push(rx);
     }
+    // A changed RuntimeProfile or member policy reconciles every workload.
+    let reconcile_all = move || {
+        for tx in &senders {
+            let _ = tx.unbounded_send(());
+        }
+    };
+    let (policy, _policy_watches) = policy::follow(&client, reconcile_all.clone());
     let profile_watch = watcher(
         Api::<RuntimeProfile>::all(client.clone()),
         watcher::Config::default(),
@@ -309,14 +317,13 @@ pub async fn run_controllers(
     .reflect(writer)
     .applied_objects()
     .for_each(move |_| {
-        for tx in &senders {
-            let _ = tx.unbounded_send(());
-        }
+        reconcile_all();
         futures::future::ready(())
     });
     // Owned by this term: dropped (and stopped) with it, even when the term is aborted.
     let _profile_watch = crate::controller::mirror::Watching::spawn(profile_watch);
     profiles.wait_until_ready().await?;
+    policy::ready(&policy).await?;
     let reporter = Reporter {
         controller: "pinfed-agent".into(),
         instance: Some(cluster.clone()),
@@ -325,6 +332,7 @@ pub async fn run_controllers(
         client.clone(),
         cluster,
         profiles,
+        policy,
         crate::controller::events::EventSink::new(client, reporter),
         metrics,
         &queues,

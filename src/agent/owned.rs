@@ -144,6 +144,29 @@ impl OwnedIndex {
         }
     }
 
+    /// Whether every watch of objects generated for `owner` has listed.
+    pub fn listed(&self, owner: WorkloadKind) -> bool {
+        let Ok(streams) = self.streams.lock() else {
+            return false;
+        };
+        streams
+            .iter()
+            .filter(|((o, _), _)| *o == owner)
+            .all(|(_, s)| s.listed)
+    }
+
+    /// Whether the watch of `child` objects of `owner` shows `name` owned by workload
+    /// `uid` (false when it does not, or has not listed).
+    pub fn holds(&self, owner: WorkloadKind, child: &str, uid: &str, name: &str) -> bool {
+        let Ok(streams) = self.streams.lock() else {
+            return false;
+        };
+        streams
+            .get(&(owner, child.to_string()))
+            .and_then(|s| s.by_owner.get(uid))
+            .is_some_and(|names| names.contains_key(name))
+    }
+
     /// The objects of workload `uid` (of kind `owner`, whose objects carry the workload
     /// label `workload`) not in `keep`, as (kind, name).
     pub fn unwanted(&self, owner: WorkloadKind, uid: &str, workload: &str, keep: &Kept) -> Answer {

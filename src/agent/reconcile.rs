@@ -40,6 +40,8 @@ pub struct Context {
     pub client: Client,
     pub cluster: String,
     pub profiles: Store<RuntimeProfile>,
+    /// What the member's admins let pinfed run here (`policy`).
+    pub policy: super::policy::PolicyView,
     pub recorder: crate::controller::events::EventSink,
     pub metrics: ReconcileMetrics,
     /// Queue depth per kind: a reconcile removes its object on start.
@@ -66,10 +68,12 @@ pub struct Context {
 }
 
 impl Context {
+    #[allow(clippy::too_many_arguments)] // each is one of the agent's parts, named at the call
     pub fn new(
         client: Client,
         cluster: String,
         profiles: Store<RuntimeProfile>,
+        policy: super::policy::PolicyView,
         recorder: crate::controller::events::EventSink,
         metrics: ReconcileMetrics,
         queues: &QueueMetrics,
@@ -85,6 +89,7 @@ impl Context {
             client,
             cluster,
             profiles,
+            policy,
             recorder,
             metrics,
             queues,
@@ -445,10 +450,48 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
 
+    // Policy: the member's admins decide what pinfed may run here. A refused workload
+    // gets nothing created or changed; what already runs of it stays.
+    let bodies: Vec<(&str, &str, &serde_json::Value)> = objects
+        .iter()
+        .map(|o| {
+            (
+                o.types.as_ref().map(|t| t.kind.as_str()).unwrap_or(""),
+                o.metadata.name.as_deref().unwrap_or(""),
+                &o.data,
+            )
+        })
+        .collect();
+    let verdict = ctx
+        .policy
+        .judge(&ctx.client, &ns, K::KIND, &bodies)
+        .await
+        .map_err(AgentError::Observe)?;
+    let refusal = match verdict {
+        super::policy::Verdict::Admit => None,
+        super::policy::Verdict::Refuse(r) => Some((r.reason(), r.to_string())),
+        super::policy::Verdict::PolicyBroken(e) => Some((
+            "MemberPolicyUnreadable",
+            format!(
+                "the member policy cannot be read ({e}); nothing new is created until its admins fix it"
+            ),
+        )),
+    };
+    if let Some((reason, message)) = refusal {
+        ctx.metrics.refused(K::KIND.as_str(), reason);
+        return invalid(ctx, obj, &mut stored, status, reason, &message, &now).await;
+    }
+
     // The ConfigMaps and Secrets the pods reference, from the hub's bundles.
-    let missing =
+    let materialized =
         super::bundles::materialize(&ctx.client, &ctx.claims, &ctx.bundle_users, K::KIND, obj)
             .await?;
+    if let Some(clash) = materialized.clash {
+        ctx.metrics.refused(K::KIND.as_str(), "Conflict");
+        invalid(ctx, obj, &mut stored, status, "Conflict", &clash, &now).await?;
+        return Ok(Action::requeue(CONFLICT_RECHECK));
+    }
+    let missing = materialized.missing;
 
     // Apply (unless the same objects were applied moments ago), then prune what this
     // workload no longer wants.
@@ -460,7 +503,17 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             .map(|o| (api_resource(o).kind, o.name_any()))
             .collect()
     } else {
-        let (keep, generations) = apply_objects(ctx, &ns, &objects).await?;
+        // Nothing of someone else's is overwritten: a clash refuses the whole workload
+        // before any object is applied.
+        let adopted = match claim_objects(ctx, obj, &ns, &objects).await? {
+            Ok(adopted) => adopted,
+            Err(clash) => {
+                ctx.metrics.refused(K::KIND.as_str(), "Conflict");
+                invalid(ctx, obj, &mut stored, status, "Conflict", &clash, &now).await?;
+                return Ok(Action::requeue(CONFLICT_RECHECK));
+            }
+        };
+        let (keep, generations) = apply_objects(ctx, &ns, &objects, &adopted).await?;
         ctx.applied.record(&uid, digest, generations);
         keep
     };
@@ -549,12 +602,145 @@ async fn record_shards<K: AgentKind>(
     Ok((admitted, account.completed, occupied))
 }
 
+/// How soon a workload whose object names clash with someone else's objects looks again
+/// (the other object has none of our labels, so no watch brings its deletion).
+const CONFLICT_RECHECK: Duration = Duration::from_secs(10);
+
+/// Checks that every object about to be applied is this workload's, new, or handed over
+/// by the member's admin (`ADOPT_ANNOTATION`: adopted, with an Event). Ok: the names of
+/// the objects to adopt. Err: the clash, to report; nothing was written.
+async fn claim_objects<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    ns: &str,
+    objects: &[DynamicObject],
+) -> Result<Result<BTreeSet<(String, String)>, String>, AgentError> {
+    use crate::api::member_policy::{ADOPT_ANNOTATION, Ownership, ownership};
+    let uid = obj.uid().unwrap_or_default();
+    let workload = format!("{}/{}", K::KIND.as_str(), obj.name_any());
+    // Once the owned-object watches have listed (an agent start), they answer for what
+    // is ours, and only new names are looked up.
+    while !ctx.owned.listed(K::KIND) && ctx.owned.age() < OWNED_LISTING_WAIT {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut adopted = BTreeSet::new();
+    for o in objects {
+        let ar = api_resource(o);
+        let name = o.name_any();
+        if ctx.owned.holds(K::KIND, &ar.kind, &uid, &name) {
+            continue;
+        }
+        let existing = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &ar)
+            .get_metadata_opt(&name)
+            .await
+            .map_err(AgentError::Observe)?;
+        let owners: Vec<String> = existing
+            .iter()
+            .flat_map(|m| m.metadata.owner_references.iter().flatten())
+            .map(|r| r.uid.clone())
+            .collect();
+        let empty = Default::default();
+        let view = existing
+            .as_ref()
+            .map(|m| crate::api::member_policy::Existing {
+                owners: &owners,
+                labels: m.metadata.labels.as_ref().unwrap_or(&empty),
+                annotations: m.metadata.annotations.as_ref().unwrap_or(&empty),
+            });
+        match ownership(view, &uid, &workload, None) {
+            Ownership::Absent | Ownership::Ours => {}
+            Ownership::Adoptable => {
+                adopted.insert((ar.kind.clone(), name));
+            }
+            Ownership::Foreign => {
+                return Ok(Err(format!(
+                    "{}/{name} already exists in namespace {ns} and was not created by pinfed for {workload}: \
+                     pinfed does not take it over (nothing was applied). Rename the workload, delete that object, \
+                     or let a member admin hand it over: `pinfed adopt {}/{name} -n {ns} --to {workload}` \
+                     (annotation {ADOPT_ANNOTATION}={workload})",
+                    ar.kind, ar.kind
+                )));
+            }
+        }
+    }
+    if !adopted.is_empty() {
+        let names: Vec<String> = adopted.iter().map(|(k, n)| format!("{k}/{n}")).collect();
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Adopted",
+            format!(
+                "took over {} as its member admin allowed ({ADOPT_ANNOTATION})",
+                names.join(", ")
+            ),
+        )
+        .await;
+    }
+    Ok(Ok(adopted))
+}
+
+/// Makes an adopted object exactly the generated one: replaced whole (what the API
+/// server allocated, such as a Service's cluster IP, it keeps), so none of its former
+/// owner's fields linger beside ours; the apply that follows then owns every field.
+async fn replace_for_adoption(
+    api: &Api<DynamicObject>,
+    generated: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let existing = api.get(&generated.name_any()).await?;
+    let mut body = generated.clone();
+    body.metadata.resource_version = existing.metadata.resource_version.clone();
+    api.replace(
+        &generated.name_any(),
+        &kube::api::PostParams {
+            field_manager: Some(AGENT_FIELD_MANAGER.to_string()),
+            ..Default::default()
+        },
+        &body,
+    )
+    .await?;
+    Ok(())
+}
+
+/// After the first apply of an adopted object: only the agent's apply (and status
+/// writers) own its fields, so a field the expansion later drops is removed.
+async fn drop_other_owners(
+    api: &Api<DynamicObject>,
+    applied: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let kept: Vec<_> = applied
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.subresource.is_some()
+                || (m.manager.as_deref() == Some(AGENT_FIELD_MANAGER)
+                    && m.operation.as_deref() == Some("Apply"))
+        })
+        .cloned()
+        .collect();
+    if kept.len() == applied.metadata.managed_fields.as_ref().map_or(0, Vec::len) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"managedFields": kept,
+        "resourceVersion": applied.metadata.resource_version}});
+    api.patch(
+        &applied.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Server-side applies every generated object; returns (kind, name) of each, and each
 /// one's generation as the API server returned it.
 async fn apply_objects(
     ctx: &Context,
     ns: &str,
     objects: &[DynamicObject],
+    adopted: &BTreeSet<(String, String)>,
 ) -> Result<(Kept, Vec<((String, String), Option<i64>)>), AgentError> {
     let mut keep = BTreeSet::new();
     let mut generations = Vec::with_capacity(objects.len());
@@ -562,6 +748,15 @@ async fn apply_objects(
         let ar = api_resource(o);
         let oname = o.name_any();
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+        let apply_err = |source| AgentError::Apply {
+            kind: ar.kind.clone(),
+            name: oname.clone(),
+            source,
+        };
+        let adopting = adopted.contains(&(ar.kind.clone(), oname.clone()));
+        if adopting {
+            replace_for_adoption(&api, o).await.map_err(apply_err)?;
+        }
         let applied = api
             .patch(
                 &oname,
@@ -569,11 +764,10 @@ async fn apply_objects(
                 &Patch::Apply(o),
             )
             .await
-            .map_err(|source| AgentError::Apply {
-                kind: ar.kind.clone(),
-                name: oname.clone(),
-                source,
-            })?;
+            .map_err(apply_err)?;
+        if adopting {
+            drop_other_owners(&api, &applied).await.map_err(apply_err)?;
+        }
         ctx.metrics
             .applied_objects
             .get_or_create(&crate::controller::metrics::KindLabels {

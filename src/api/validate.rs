@@ -116,10 +116,14 @@ pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
     }
 }
 
-/// Namespaces no workload may run in: pinfed's own (member credentials live there) and
-/// Kubernetes' (`kube-*`).
+/// Namespaces no workload may run in: pinfed's own (member credentials live in
+/// `pinfed-system`, config copies in `pinfed-drop`, a pull member's slices and bundles in
+/// `pinfed-member-*` on the hub) and Kubernetes' (`kube-*`).
 pub fn is_reserved_namespace(ns: &str) -> bool {
-    ns == "pinfed-system" || ns.starts_with("kube-")
+    ns == "pinfed-system"
+        || ns == "pinfed-drop"
+        || ns.starts_with("pinfed-member-")
+        || ns.starts_with("kube-")
 }
 
 fn common(e: &mut Errors, w: WorkloadRef<'_>) {
@@ -129,7 +133,9 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
             e,
             !is_reserved_namespace(ns),
             "metadata.namespace",
-            format!("{ns:?} is reserved (pinfed-system and kube-* run no workloads)"),
+            format!(
+                "{ns:?} is reserved (pinfed-system, pinfed-drop, pinfed-member-* and kube-* run no workloads)"
+            ),
         );
     }
     owner(e, w.owner());
@@ -1153,7 +1159,13 @@ mod tests {
             }))
             .unwrap()
         };
-        for ns in ["pinfed-system", "kube-system", "kube-public"] {
+        for ns in [
+            "pinfed-system",
+            "pinfed-drop",
+            "pinfed-member-use1c",
+            "kube-system",
+            "kube-public",
+        ] {
             let err = workload(WorkloadRef::Service(&service(ns))).unwrap_err();
             assert_eq!(err.first_field(), "metadata.namespace", "{ns}");
             assert!(err.to_string().contains("reserved"), "{err}");

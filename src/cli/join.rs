@@ -54,6 +54,12 @@ pub struct JoinArgs {
     /// identity of the member's own namespace there (docs/federation.md).
     #[arg(long, value_enum, default_value = "push")]
     pub mode: crate::agent::AgentMode,
+    /// Write this member policy into the member (what pinfed may run there, see
+    /// `pinfed member-policy`); without it an existing policy is left as it is, and a
+    /// member without one runs workloads only in namespaces pinfed created, at Pod
+    /// Security baseline, no daemons.
+    #[arg(long, value_name = "FILE", env = "PINFED_MEMBER_POLICY")]
+    pub member_policy: Option<std::path::PathBuf>,
     /// Pull mode: the hub API server URL as the member's agent reaches it (default: from
     /// the hub context).
     #[arg(long)]
@@ -80,6 +86,11 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
     if args.install_agent {
         check_image_reference(&args.agent_image)?;
     }
+    let policy = args
+        .member_policy
+        .as_deref()
+        .map(super::member::read_policy)
+        .transpose()?;
     let mut args = args;
     if let Some(path) = &args.from_topology {
         let text =
@@ -126,6 +137,11 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
         } else {
             None
         };
+        if let Some((text, policy)) = &policy {
+            super::member::set_policy(&member, text).await.context("writing the member policy")?;
+            eprintln!("member policy of {name}:");
+            eprint!("{}", super::member::describe(policy));
+        }
         if pull {
             let hub_ctx = hub_ctx.clone().or_else(|| {
                 kube::config::Kubeconfig::read().ok().and_then(|k| k.current_context)

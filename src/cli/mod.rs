@@ -9,6 +9,7 @@ mod crds;
 mod expand;
 mod grant;
 mod join;
+mod member;
 mod overview;
 mod plan;
 mod topology;
@@ -37,6 +38,13 @@ pub enum Command {
     /// Register a member cluster with the hub (ServiceAccount, RBAC and CRDs in the member;
     /// kubeconfig Secret and MemberCluster on the hub).
     Join(join::JoinArgs),
+    /// A member's policy: which namespaces pinfed may act in there, at which Pod Security
+    /// level (check a file, set it in a member, show it). Run with the member's admin
+    /// credential.
+    MemberPolicy(member::MemberPolicyArgs),
+    /// Hand an existing object in a member to a workload (KIND/NAME -n NS --to
+    /// PinterestService/NAME): the agent takes over nothing else. Run as the member's admin.
+    Adopt(member::AdoptArgs),
     /// Remove a member: move its workloads off first (or, with --force, detach a member
     /// that is gone for good).
     Unjoin(unjoin::UnjoinArgs),
@@ -79,6 +87,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topology(args) => topology::run(args),
         Command::Join(args) => join::run(args),
         Command::Unjoin(args) => unjoin::run(args),
+        Command::MemberPolicy(args) => member::run_policy(args),
+        Command::Adopt(args) => member::run_adopt(args),
         Command::Hub(args) => crate::hub::run(args),
         Command::GrantSecrets(args) => grant::run(args),
         Command::Agent(args) => crate::agent::run(args),

@@ -29,7 +29,7 @@ pub async fn ensure_namespace(
 /// teams) run in namespaces the member's admins made for them.
 pub const WORKLOAD_NAMESPACE_LABELS: &[(&str, &str)] = &[
     ("pod-security.kubernetes.io/enforce", "baseline"),
-    ("app.kubernetes.io/managed-by", "pinfed"),
+    crate::api::member_policy::CREATED_LABEL,
 ];
 
 /// [`ensure_namespace`], with `labels` on a namespace it creates (one that exists is left

@@ -34,6 +34,8 @@ pub struct ReconcileMetrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Family<KindLabels, Histogram>,
     pub applied_objects: Family<KindLabels, Counter<u64, AtomicU64>>,
+    /// Workloads refused (member policy, a name clash), by kind and reason.
+    pub refusals: Family<ErrorLabels, Counter>,
 }
 
 impl ReconcileMetrics {
@@ -46,6 +48,7 @@ impl ReconcileMetrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
             applied_objects: Family::default(),
+            refusals: Family::default(),
         };
         registry.register(
             "reconciles",
@@ -67,7 +70,22 @@ impl ReconcileMetrics {
             "Objects server-side applied",
             m.applied_objects.clone(),
         );
+        registry.register(
+            "refusals",
+            "Workloads refused (member policy, objects of the same name someone else owns), by kind and reason",
+            m.refusals.clone(),
+        );
         m
+    }
+
+    /// Counts one refusal of a workload of `kind`.
+    pub fn refused(&self, kind: &str, reason: &str) {
+        self.refusals
+            .get_or_create(&ErrorLabels {
+                kind: kind.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Starts timing one reconciliation; call [`ReconcileTimer::finish`] with the outcome.

@@ -204,6 +204,42 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The hub's pod policy for writers other than the JSS (`crds/hub-pod-policy.yaml`).
+pub const HUB_POD_POLICY: &str = include_str!("../../crds/hub-pod-policy.yaml");
+
+/// Installs the hub's pod policy (a ValidatingAdmissionPolicy and its binding).
+pub async fn install_hub_pod_policy(hub: &Client) -> anyhow::Result<()> {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let docs: Vec<serde_json::Value> =
+        crate::api::yaml::documents(HUB_POD_POLICY).context("reading crds/hub-pod-policy.yaml")?;
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let plural = match kind.as_str() {
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+            other => anyhow::bail!("crds/hub-pod-policy.yaml: unexpected kind {other}"),
+        };
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
+            plural,
+        );
+        Api::<DynamicObject>::all_with(hub.clone(), &ar)
+            .patch(
+                &name,
+                &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
+                &Patch::Apply(&doc),
+            )
+            .await
+            .with_context(|| format!("installing {kind} {name} on the hub"))?;
+    }
+    Ok(())
+}
+
 /// The agent image `deploy/image/build` tags: `pinfed:<crate version>`.
 pub const DEFAULT_AGENT_IMAGE: &str = concat!("pinfed:", env!("CARGO_PKG_VERSION"));
 pub const AGENT_DEPLOYMENT: &str = "pinfed-agent";
@@ -465,6 +501,7 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
     install_crds(hub)
         .await
         .context("installing CRDs on the hub")?;
+    install_hub_pod_policy(hub).await?;
     apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token)))
         .await
         .context("registering the member on the hub")?;

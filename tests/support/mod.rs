@@ -251,6 +251,11 @@ pub fn pinfed(fed: &Federation, args: &[&str]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("running pinfed {args:?}: {e}"))
 }
 
+/// The member policy the tests join members with (`e2e/member-policy.yaml`).
+pub fn member_policy_file() -> String {
+    format!("{}/e2e/member-policy.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// Joins every member of the topology to the hub (idempotent).
 pub fn join_all(fed: &Federation) {
     for m in &fed.topology.members {
@@ -279,6 +284,8 @@ pub fn join_all(fed: &Federation) {
         if m.mode == pinfed::api::federation::ClusterMode::Pull {
             args.extend(["--mode", "pull"]);
         }
+        let policy = member_policy_file();
+        args.extend(["--member-policy", &policy]);
         let out = pinfed(fed, &args);
         assert!(
             out.status.success(),

@@ -1,0 +1,684 @@
+//! The attacker's view (issue 36): with the credential the hub stores for a push member,
+//! and as a kubectl user of the hub with rights in one namespace, try to get a privileged
+//! pod, the host, a privileged ServiceAccount, a privileged sidecar or a daemon on every
+//! node into a member, or take over an object someone else made. Each is refused (a
+//! condition and an Event saying why) and nothing of it reaches the member. One agent
+//! runs for the first push member, as the ServiceAccount `deploy/` ships.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use support::{Daemon, Federation, agent_args, eventually, join_all, spawn_daemon, unique_name};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The first push member, with its agent running (shared by the tests of this file).
+fn member_with_agent(fed: &Federation) -> &'static (String, Daemon) {
+    static AGENT: OnceLock<(String, Daemon)> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        join_all(fed);
+        let m = fed
+            .member_names()
+            .into_iter()
+            .find(|m| !fed.is_pull(m))
+            .expect("the topology has a push member");
+        let agent = spawn_daemon(fed, &format!("esc-agent-{m}"), &agent_args(fed, &m));
+        (m, agent)
+    })
+}
+
+/// A client for `member` with the credential the hub stores for it (its Secret on the
+/// hub, as `pinfed join` wrote it): what someone who read that Secret holds.
+async fn stolen_hub_credential(fed: &Federation, member: &str) -> Client {
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fed.hub(), "pinfed-system")
+        .get(&format!("member-{member}"))
+        .await
+        .expect("the hub's kubeconfig Secret for the member");
+    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let kc = Kubeconfig::from_yaml(&text).expect("a kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    Client::try_from(cfg).expect("client")
+}
+
+fn resource(kind: &str) -> ApiResource {
+    let plural = format!("{}s", kind.to_lowercase());
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("compute.pinterest.com", "v1alpha1", kind),
+        &plural,
+    )
+}
+
+fn workload(kind: &str, name: &str, pod: serde_json::Value) -> serde_json::Value {
+    let mut spec = serde_json::json!({
+        "owner": {"team": "mallory", "contact": "mallory@example.com"},
+        "template": {"spec": pod},
+    });
+    if kind == "PinterestService" {
+        spec["replicas"] = 1.into();
+    }
+    serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": kind,
+        "metadata": {"name": name}, "spec": spec,
+    })
+}
+
+fn container() -> serde_json::Value {
+    serde_json::json!({"name": "app", "image": "registry.example/app:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}})
+}
+
+async fn create(client: &Client, ns: &str, obj: &serde_json::Value) {
+    let kind = obj["kind"].as_str().unwrap();
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource(kind))
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind} in {ns}: {e}"));
+}
+
+/// Waits until the agent refuses the workload: its Invalid condition with `reason`, whose
+/// message holds every one of `says`. Returns the message.
+async fn refused(
+    member: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+    says: &[&str],
+    agent: &Daemon,
+) -> String {
+    let api = Api::<DynamicObject>::namespaced_with(member.clone(), ns, &resource(kind));
+    let mut message = String::new();
+    let found = std::sync::Mutex::new(String::new());
+    eventually(
+        WAIT,
+        &format!(
+            "{kind} {ns}/{name} refused with {reason}\n{}",
+            agent.log_tail()
+        ),
+        || {
+            let api = api.clone();
+            let found = &found;
+            async move {
+                let Ok(o) = api.get(name).await else {
+                    return false;
+                };
+                let c = o.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| {
+                        c["type"] == "Invalid" && c["status"] == "True" && c["reason"] == reason
+                    })
+                    .cloned();
+                if let Some(c) = c {
+                    *found.lock().unwrap() = c["message"].as_str().unwrap_or("").to_string();
+                    return true;
+                }
+                false
+            }
+        },
+    )
+    .await;
+    message.push_str(&found.lock().unwrap());
+    for s in says {
+        assert!(message.contains(s), "the refusal says {s:?}: {message}");
+    }
+    message
+}
+
+/// Nothing of the workload was created in the member: no object carries its name.
+async fn nothing_created(member: &Client, ns: &str, name: &str) {
+    let d = Api::<Deployment>::namespaced(member.clone(), ns);
+    assert!(
+        d.get_opt(name).await.unwrap().is_none(),
+        "Deployment {ns}/{name} exists"
+    );
+    let ds = Api::<DaemonSet>::namespaced(member.clone(), ns);
+    assert!(
+        ds.get_opt(name).await.unwrap().is_none(),
+        "DaemonSet {ns}/{name} exists"
+    );
+}
+
+/// A namespace in the member as pinfed would create it (the hub's credential may create
+/// namespaces, and label them as it likes).
+async fn pinfed_namespace(client: &Client, prefix: &str) -> String {
+    let name = unique_name(prefix);
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name,
+        "labels": {"app.kubernetes.io/managed-by": "pinfed", "pinfed.dev/e2e": "true"}}}))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+async fn delete_namespace(admin: &Client, ns: &str) {
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(ns, &Default::default())
+        .await;
+}
+
+#[tokio::test]
+async fn the_hub_credential_cannot_run_a_privileged_pod_where_the_member_did_not_enable_pinfed() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    let name = unique_name("esc-priv");
+    let mut c = container();
+    c["securityContext"] = serde_json::json!({"privileged": true});
+    create(
+        &stolen,
+        "default",
+        &workload(
+            "PinterestService",
+            &name,
+            serde_json::json!({"containers": [c]}),
+        ),
+    )
+    .await;
+    refused(
+        &admin,
+        "default",
+        "PinterestService",
+        &name,
+        "NamespaceNotEnabled",
+        &[
+            "namespace default is not enabled for pinfed",
+            "nothing was created",
+        ],
+        agent,
+    )
+    .await;
+    nothing_created(&admin, "default", &name).await;
+    let _ = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        "default",
+        &resource("PinterestService"),
+    )
+    .delete(&name, &Default::default())
+    .await;
+}
+
+#[tokio::test]
+async fn the_hub_credential_cannot_reach_the_host_from_a_namespace_it_creates() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    let ns = pinfed_namespace(&stolen, "esc-host").await;
+    let name = "rooted";
+    let pod = serde_json::json!({"hostNetwork": true, "hostPID": true,
+        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+        "containers": [container()]});
+    create(&stolen, &ns, &workload("PinterestService", name, pod)).await;
+    refused(
+        &admin,
+        &ns,
+        "PinterestService",
+        name,
+        "PodPolicyDenied",
+        &[
+            "Pod Security baseline",
+            "spec.template.spec.hostNetwork",
+            "spec.template.spec.hostPID",
+            "spec.template.spec.volumes[0].hostPath",
+        ],
+        agent,
+    )
+    .await;
+    nothing_created(&admin, &ns, name).await;
+    delete_namespace(&admin, &ns).await;
+}
+
+#[tokio::test]
+async fn the_hub_credential_cannot_run_as_a_privileged_service_account_of_an_enabled_namespace() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    // A namespace the member's admins enabled (e2e/member-policy.yaml: agent-*), holding a
+    // ServiceAccount bound to cluster-admin.
+    let ns = support::TestNamespace::create(&admin, "agent-esc-sa").await;
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "powerful"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns.name)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {n}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: powerful\n  namespace: {n}\n",
+        n = ns.name
+    );
+    support::kubectl_apply(&fed, m, &binding);
+    let name = "as-admin";
+    let pod = serde_json::json!({"serviceAccountName": "powerful", "containers": [container()]});
+    create(&stolen, &ns.name, &workload("PinterestService", name, pod)).await;
+    refused(
+        &admin,
+        &ns.name,
+        "PinterestService",
+        name,
+        "PodPolicyDenied",
+        &["spec.template.spec.serviceAccountName"],
+        agent,
+    )
+    .await;
+    nothing_created(&admin, &ns.name, name).await;
+    support::kubectl_in(&fed, m, &["delete", "clusterrolebinding", &ns.name], "");
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_runtime_profile_from_the_hub_cannot_inject_a_privileged_sidecar() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    let version = unique_name("esc");
+    let profile = serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+        "metadata": {"name": version},
+        "spec": {"version": version, "sidecars": [{"container": {"name": "evil",
+            "image": "registry.example/evil:1", "securityContext": {"privileged": true}}}]}
+    });
+    let profiles = Api::<DynamicObject>::all_with(
+        stolen.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("compute.pinterest.com", "v1alpha1", "RuntimeProfile"),
+            "runtimeprofiles",
+        ),
+    );
+    profiles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(profile).unwrap(),
+        )
+        .await
+        .expect("the hub's credential writes RuntimeProfiles");
+    let ns = pinfed_namespace(&stolen, "esc-profile").await;
+    // Pinned to the profile: its pods would carry the sidecar.
+    let mut pinned = workload(
+        "PinterestService",
+        "pinned",
+        serde_json::json!({"containers": [container()]}),
+    );
+    pinned["spec"]["runtimeVersion"] = version.clone().into();
+    create(&stolen, &ns, &pinned).await;
+    let message = refused(
+        &admin,
+        &ns,
+        "PinterestService",
+        "pinned",
+        "PodPolicyDenied",
+        &["securityContext.privileged"],
+        agent,
+    )
+    .await;
+    assert!(message.contains("Deployment/pinned"), "{message}");
+    nothing_created(&admin, &ns, "pinned").await;
+    // An ordinary workload in the same namespace runs: the agent refuses what breaks the
+    // policy, not everything.
+    create(
+        &stolen,
+        &ns,
+        &workload(
+            "PinterestService",
+            "plain",
+            serde_json::json!({"containers": [container()]}),
+        ),
+    )
+    .await;
+    let d = Api::<Deployment>::namespaced(admin.clone(), &ns);
+    eventually(
+        WAIT,
+        &format!("the plain service's Deployment\n{}", agent.log_tail()),
+        || {
+            let d = d.clone();
+            async move { d.get_opt("plain").await.ok().flatten().is_some() }
+        },
+    )
+    .await;
+    let _ = profiles.delete(&version, &Default::default()).await;
+    delete_namespace(&admin, &ns).await;
+}
+
+#[tokio::test]
+async fn the_hub_credential_cannot_start_a_daemon_on_every_node() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    let ns = pinfed_namespace(&stolen, "esc-daemon").await;
+    create(
+        &stolen,
+        &ns,
+        &workload(
+            "PinterestDaemon",
+            "everywhere",
+            serde_json::json!({"containers": [container()]}),
+        ),
+    )
+    .await;
+    refused(
+        &admin,
+        &ns,
+        "PinterestDaemon",
+        "everywhere",
+        "DaemonNotAllowed",
+        &["PinterestDaemons are not allowed"],
+        agent,
+    )
+    .await;
+    nothing_created(&admin, &ns, "everywhere").await;
+    delete_namespace(&admin, &ns).await;
+}
+
+#[tokio::test]
+async fn the_agent_takes_over_no_object_it_did_not_make_until_a_member_admin_hands_it_over() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let stolen = stolen_hub_credential(&fed, m).await;
+    let admin = fed.client(m);
+    let ns = pinfed_namespace(&admin, "esc-clash").await;
+    // Another app's Service, made by the member's own team.
+    let theirs: Service = serde_json::from_value(serde_json::json!({"metadata": {"name": "web"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"name": "http", "port": 7000}]}}))
+    .unwrap();
+    let services = Api::<Service>::namespaced(admin.clone(), &ns);
+    services
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let mut w = workload(
+        "PinterestService",
+        "web",
+        serde_json::json!({"containers": [container()]}),
+    );
+    w["spec"]["service"] =
+        serde_json::json!({"ports": [{"name": "http", "port": 80, "targetPort": 8080}]});
+    create(&stolen, &ns, &w).await;
+    refused(
+        &admin,
+        &ns,
+        "PinterestService",
+        "web",
+        "Conflict",
+        &["Service/web already exists", "pinfed adopt Service/web"],
+        agent,
+    )
+    .await;
+    // Untouched, and nothing half-created.
+    let s = services.get("web").await.unwrap();
+    assert!(s.owner_references().is_empty(), "{:?}", s.metadata);
+    assert_eq!(s.spec.unwrap().ports.unwrap()[0].port, 7000);
+    nothing_created(&admin, &ns, "web").await;
+    // The member's admin hands it over: the agent takes it and the workload runs.
+    let out = support::pinfed(
+        &fed,
+        &[
+            "adopt",
+            "Service/web",
+            "-n",
+            &ns,
+            "--to",
+            "PinterestService/web",
+            "--context",
+            m,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "pinfed adopt: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(
+        WAIT,
+        &format!(
+            "the Service taken over by the workload\n{}",
+            agent.log_tail()
+        ),
+        || {
+            let services = services.clone();
+            async move {
+                services.get("web").await.is_ok_and(|s| {
+                    s.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "PinterestService" && o.name == "web")
+                        && s.spec
+                            .and_then(|s| s.ports)
+                            .is_some_and(|p| p.iter().any(|p| p.port == 80))
+                })
+            }
+        },
+    )
+    .await;
+    assert!(
+        Api::<Deployment>::namespaced(admin.clone(), &ns)
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    delete_namespace(&admin, &ns).await;
+}
+
+#[tokio::test]
+async fn a_member_admin_enables_a_namespace_and_its_refused_workload_runs() {
+    let fed = Federation::connect().await;
+    let (m, agent) = member_with_agent(&fed);
+    let admin = fed.client(m);
+    // Made by the member's admins, not enabled yet: nothing runs there.
+    let ns = support::TestNamespace::create(&admin, "esc-enable").await;
+    create(
+        &admin,
+        &ns.name,
+        &workload(
+            "PinterestService",
+            "waits",
+            serde_json::json!({"containers": [container()]}),
+        ),
+    )
+    .await;
+    refused(
+        &admin,
+        &ns.name,
+        "PinterestService",
+        "waits",
+        "NamespaceNotEnabled",
+        &[],
+        agent,
+    )
+    .await;
+    let base = std::fs::read_to_string(support::member_policy_file()).unwrap();
+    let file = std::env::temp_dir().join(unique_name("member-policy"));
+    std::fs::write(
+        &file,
+        format!("{base}  - names: [{}]\n    level: baseline\n", ns.name),
+    )
+    .unwrap();
+    let out = support::pinfed(
+        &fed,
+        &[
+            "member-policy",
+            "set",
+            "-f",
+            file.to_str().unwrap(),
+            "--context",
+            m,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "pinfed member-policy set: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = Api::<Deployment>::namespaced(admin.clone(), &ns.name);
+    let ran = tokio::time::timeout(WAIT, async {
+        while d.get_opt("waits").await.ok().flatten().is_none() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    // Back to the topology's policy before asserting, for the other tests.
+    let out = support::pinfed(
+        &fed,
+        &[
+            "member-policy",
+            "set",
+            "-f",
+            &support::member_policy_file(),
+            "--context",
+            m,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "restoring the policy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        ran.is_ok(),
+        "the workload did not run after its namespace was enabled\n{}",
+        agent.log_tail()
+    );
+    ns.delete().await;
+}
+
+/// A user of the hub with rights on one namespace only, without the JSS: the hub API
+/// server's ValidatingAdmissionPolicy refuses what the JSS would refuse them.
+#[tokio::test]
+async fn a_kubectl_user_of_the_hub_cannot_submit_host_access_privileges_or_daemons() {
+    let fed = Federation::connect().await;
+    join_all(&fed); // installs the policy with the CRDs
+    let hub = fed.hub();
+    let ns = support::TestNamespace::create(&hub, "esc-hubuser").await;
+    let role = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: writer\n  namespace: {n}\nrules:\n- apiGroups: [compute.pinterest.com]\n  resources: [pinterestservices, pinterestdaemons]\n  verbs: [get, list, create, patch, update, delete]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: writer\n  namespace: {n}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: writer\nsubjects:\n- kind: User\n  name: mallory\n  apiGroup: rbac.authorization.k8s.io\n",
+        n = ns.name
+    );
+    support::kubectl_apply(&fed, &fed.topology.hub.name, &role);
+    let kc = Kubeconfig::read_from(&fed.kubeconfig).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(
+        kc,
+        &KubeConfigOptions {
+            context: Some(fed.topology.hub.name.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    cfg.auth_info.impersonate = Some("mallory".into());
+    cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
+    let mallory = Client::try_from(cfg).unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let submit = |obj: serde_json::Value| {
+        let mallory = mallory.clone();
+        let ns = ns.name.clone();
+        let dry = dry.clone();
+        async move {
+            let kind = obj["kind"].as_str().unwrap().to_string();
+            let o: DynamicObject = serde_json::from_value(obj).unwrap();
+            Api::<DynamicObject>::namespaced_with(mallory, &ns, &resource(&kind))
+                .create(&dry, &o)
+                .await
+        }
+    };
+    // Allowed: an ordinary service (so the refusals below are the policy's).
+    submit(workload(
+        "PinterestService",
+        "ok",
+        serde_json::json!({"containers": [container()]}),
+    ))
+    .await
+    .expect("an ordinary service is admitted");
+    let mut privileged = container();
+    privileged["securityContext"] = serde_json::json!({"privileged": true});
+    let mut sysadmin = container();
+    sysadmin["securityContext"] = serde_json::json!({"capabilities": {"add": ["SYS_ADMIN"]}});
+    for (what, obj, says) in [
+        (
+            "privileged",
+            workload(
+                "PinterestService",
+                "p",
+                serde_json::json!({"containers": [privileged]}),
+            ),
+            "privileged",
+        ),
+        (
+            "hostPID",
+            workload(
+                "PinterestService",
+                "h",
+                serde_json::json!({"hostPID": true, "containers": [container()]}),
+            ),
+            "host namespaces",
+        ),
+        (
+            "hostPath",
+            workload(
+                "PinterestService",
+                "v",
+                serde_json::json!({"volumes": [{"name": "r", "hostPath": {"path": "/"}}], "containers": [container()]}),
+            ),
+            "hostPath",
+        ),
+        (
+            "SYS_ADMIN",
+            workload(
+                "PinterestService",
+                "c",
+                serde_json::json!({"containers": [sysadmin]}),
+            ),
+            "capabilities",
+        ),
+        (
+            "pinned",
+            workload(
+                "PinterestService",
+                "n",
+                serde_json::json!({"nodeName": "node-0", "containers": [container()]}),
+            ),
+            "nodeName",
+        ),
+        (
+            "daemon",
+            workload(
+                "PinterestDaemon",
+                "d",
+                serde_json::json!({"containers": [container()]}),
+            ),
+            "PinterestDaemons",
+        ),
+    ] {
+        match submit(obj).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 403, "{what}: {e:?}");
+                assert!(
+                    e.message.contains("pinfed-hub-pod-policy") && e.message.contains(says),
+                    "{what}: {}",
+                    e.message
+                );
+            }
+            other => panic!("{what} was admitted on the hub: {other:?}"),
+        }
+    }
+    ns.delete().await;
+}
