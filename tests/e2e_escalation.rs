@@ -682,3 +682,135 @@ async fn a_kubectl_user_of_the_hub_cannot_submit_host_access_privileges_or_daemo
     }
     ns.delete().await;
 }
+
+/// A pull member's agent reports its capacity with its hub token, which may write its
+/// MemberCluster's status: forged with that token, an impossible report is refused and a
+/// sudden growth is held (`ReportAccepted` says which), so placement keeps the last
+/// report it accepted. A hub runs for this test alone.
+#[tokio::test]
+async fn a_pull_members_forged_capacity_is_refused_or_held() {
+    use pinfed::api::federation::MemberCluster;
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let m = fed
+        .member_names()
+        .into_iter()
+        .find(|m| fed.is_pull(m))
+        .expect("the topology has a pull member");
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fed.client(&m), "pinfed-system")
+            .get("pinfed-hub-kubeconfig")
+            .await
+            .expect("the pull agent's hub kubeconfig");
+    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&text).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let token = Client::try_from(cfg).unwrap();
+    let forge = |nodes: usize, cpu: &str| {
+        let names: Vec<serde_json::Value> = (0..nodes)
+            .map(|i| serde_json::json!({"name": format!("forged-{i}"), "schedulable": true, "allocated": {}}))
+            .collect();
+        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "status": {"agentReport": {"healthy": true, "time": "2026-01-01T00:00:00Z",
+                "nodePools": [{"capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
+                    "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"}, "nodes": names}]}}})
+    };
+    let api = Api::<MemberCluster>::all(token);
+    let report = |body: serde_json::Value| {
+        let api = api.clone();
+        let m = m.clone();
+        async move {
+            api.patch_status(
+                &m,
+                &kube::api::PatchParams::apply("e2e-forger").force(),
+                &kube::api::Patch::Apply(&body),
+            )
+            .await
+            .expect("the pull agent's token writes its report");
+        }
+    };
+    let hub_api = Api::<MemberCluster>::all(fed.hub());
+    let original = hub_api
+        .get(&m)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.agent_report);
+    let condition = |reason: &'static str| {
+        let hub_api = hub_api.clone();
+        let m = m.clone();
+        async move {
+            hub_api
+                .get(&m)
+                .await
+                .ok()
+                .and_then(|mc| mc.status)
+                .is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "ReportAccepted" && c.reason == reason)
+                })
+        }
+    };
+    // Refused first: a condition an earlier hub left is never mistaken for this one's.
+    report(forge(4, "100000")).await;
+    let hub = spawn_daemon(
+        &fed,
+        "esc-hub",
+        &[
+            "hub",
+            "--context",
+            "hub",
+            "--no-leader-election",
+            "--heartbeat-secs",
+            "1",
+            // No agent runs for the pull member here: a long grace, so this hub records
+            // no member lost (a return would keep work off it in the tests that follow).
+            "--member-grace-secs",
+            "3600",
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", support::free_port()),
+        ]
+        .map(String::from),
+    );
+    eventually(
+        WAIT,
+        &format!("a 100,000-core node refused\n{}", hub.log_tail()),
+        || condition("Refused"),
+    )
+    .await;
+    report(forge(4, "16")).await;
+    eventually(
+        WAIT,
+        &format!("the modest report accepted\n{}", hub.log_tail()),
+        || condition("Accepted"),
+    )
+    .await;
+    report(forge(40, "16")).await;
+    eventually(
+        WAIT,
+        &format!("ten times the nodes held\n{}", hub.log_tail()),
+        || condition("GrowthHeld"),
+    )
+    .await;
+    let held = hub_api.get(&m).await.unwrap().status.unwrap();
+    let c = held
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ReportAccepted")
+        .unwrap();
+    assert!(c.message.contains("nodes 4 → 40"), "{}", c.message);
+    drop(hub);
+    // The agent's own report back, for the tests that follow.
+    let restore = match original {
+        Some(r) => serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1",
+            "kind": "MemberCluster", "status": {"agentReport": r}}),
+        None => serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1",
+            "kind": "MemberCluster", "status": {}}),
+    };
+    report(restore).await;
+}

@@ -156,6 +156,15 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
             ],
             &["list", "pods", "-A"],
             &["get", "namespaces/pinfed-system"],
+            // Which namespaces pinfed created (their labels), for the member policy.
+            &["watch", "namespaces"],
+            // The member policy its admins write.
+            &[
+                "get",
+                "configmaps/pinfed-member-policy",
+                "-n",
+                "pinfed-system",
+            ],
             // Bundles are read in pinfed-drop and materialized next to the workloads.
             &["get", "secrets", "-n", "pinfed-drop"],
             &["create", "secrets", "-n", "default"],
@@ -193,7 +202,7 @@ async fn each_agent_runs_as_its_shipped_service_account_and_cannot_read_secrets(
             &["get", "secrets", "-n", "pinfed-system"],
             &["create", "pods", "-n", "default"],
             &["patch", "namespaces"],
-            &["get", "namespaces/kube-system"],
+            &["delete", "namespaces"],
             &[
                 "create",
                 "rolebindings.rbac.authorization.k8s.io",
@@ -318,6 +327,7 @@ async fn jss_patches_of_a_member_stop_at_the_draining_mark(
         r#"{"metadata":{"labels":{"pinfed-test":"x"}}}"#,
         r#"{"metadata":{"annotations":{"pinfed-test":"x"}}}"#,
         r#"{"metadata":{"finalizers":["pinfed-test/x"]}}"#,
+        r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000000"}]}}"#,
     ];
     // A new policy takes a moment to be enforced: wait until a hostile patch is refused.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -210,7 +210,6 @@ pub async fn materialize<K>(
 where
     K: Resource<DynamicType = ()> + serde::Serialize,
 {
-    use crate::api::member_policy::{Ownership, ownership};
     let uid = obj.uid().unwrap_or_default();
     let wanted = serde_json::to_value(obj)
         .map(|v| bundle::workload_config(&v))
@@ -253,24 +252,28 @@ where
             continue;
         };
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        let b = serde_json::to_value(&b).unwrap_or_default();
+        let copy = bundle::materialize(r.kind, &b, &ns, &r.name, &owner);
         if !held.contains(r) {
-            let existing = target.get_metadata_opt(&r.name).await.map_err(err)?;
-            let owners: Vec<String> = existing
-                .iter()
-                .flat_map(|m| m.metadata.owner_references.iter().flatten())
-                .map(|o| o.uid.clone())
-                .collect();
-            let empty = Default::default();
-            let view = existing
+            // The agent may not read Secrets outside the drop namespace; a dry run of the
+            // apply shows what is there: fields someone other than pinfed manages mean
+            // the object is not a copy of ours.
+            let probe = target
+                .patch(&r.name, &params.clone().dry_run(), &Patch::Apply(&copy))
+                .await
+                .map_err(err)?;
+            let foreign = probe.metadata.managed_fields.iter().flatten().any(|m| {
+                !m.manager
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("pinfed"))
+            });
+            let handed_over = probe
+                .metadata
+                .annotations
                 .as_ref()
-                .map(|m| crate::api::member_policy::Existing {
-                    owners: &owners,
-                    labels: m.metadata.labels.as_ref().unwrap_or(&empty),
-                    annotations: m.metadata.annotations.as_ref().unwrap_or(&empty),
-                });
-            if ownership(view, &uid, &workload, Some((LABEL_PROPAGATED, "true")))
-                == Ownership::Foreign
-            {
+                .and_then(|a| a.get(crate::api::member_policy::ADOPT_ANNOTATION))
+                .is_some_and(|a| *a == workload);
+            if foreign && !handed_over {
                 done.clash = Some(format!(
                     "{kind} {name} in namespace {ns} was not made by pinfed: the copy of the hub's {kind} {name} \
                      that {workload} references does not replace it (nothing was written). Rename one of them, or \
@@ -281,12 +284,7 @@ where
                 return Ok(done);
             }
         }
-        let b = serde_json::to_value(&b).unwrap_or_default();
-        copies.push((
-            r,
-            target,
-            bundle::materialize(r.kind, &b, &ns, &r.name, &owner),
-        ));
+        copies.push((r, target, copy));
     }
     let mut claimed = BTreeSet::new();
     for (r, target, copy) in copies {

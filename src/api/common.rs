@@ -51,6 +51,8 @@ pub mod condition_types {
     pub const COMPLETE: &str = "Complete";
     /// Run-to-completion kinds only.
     pub const FAILED: &str = "Failed";
+    /// MemberClusters in pull mode: whether the hub uses its agent's capacity report.
+    pub const REPORT_ACCEPTED: &str = "ReportAccepted";
 }
 
 /// Who owns a workload. Every generated object carries the team as labels and the contact

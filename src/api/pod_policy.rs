@@ -19,10 +19,14 @@ pub enum Privilege {
     PinfedServiceAccount,
     /// Submitting a PinterestDaemon.
     Daemon,
+    /// Any other setting Pod Security `baseline` forbids (extra capabilities, host ports,
+    /// Unconfined seccomp or AppArmor, `procMount`, unsafe sysctls, SELinux types,
+    /// `hostProcess`), or pinning pods to a node (`nodeName`).
+    BeyondBaseline,
 }
 
 impl Privilege {
-    pub const ALL: [Privilege; 7] = [
+    pub const ALL: [Privilege; 8] = [
         Privilege::HostPath,
         Privilege::Privileged,
         Privilege::HostNetwork,
@@ -30,6 +34,7 @@ impl Privilege {
         Privilege::HostIpc,
         Privilege::PinfedServiceAccount,
         Privilege::Daemon,
+        Privilege::BeyondBaseline,
     ];
 
     /// The name a team file grants it by.
@@ -42,6 +47,7 @@ impl Privilege {
             Privilege::HostIpc => "hostIPC",
             Privilege::PinfedServiceAccount => "pinfedServiceAccount",
             Privilege::Daemon => "daemon",
+            Privilege::BeyondBaseline => "beyondBaseline",
         }
     }
 
@@ -122,6 +128,24 @@ fn pod_spec(spec: &serde_json::Map<String, Value>, path: &str, out: &mut Vec<Use
             add(Privilege::HostPath, format!("{path}.volumes[{i}].hostPath"));
         }
     }
+    // What Pod Security baseline forbids beyond the named privileges above.
+    let named = ["hostNamespaces", "hostPathVolumes", "privileged"];
+    for f in super::pod_security::check(
+        &Value::Object(spec.clone()),
+        path,
+        super::pod_security::Level::Baseline,
+    ) {
+        if !named.contains(&f.rule) {
+            add(Privilege::BeyondBaseline, f.field);
+        }
+    }
+    if spec
+        .get("nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+    {
+        add(Privilege::BeyondBaseline, format!("{path}.nodeName"));
+    }
     for list in ["initContainers", "containers", "ephemeralContainers"] {
         for (i, c) in spec
             .get(list)
@@ -195,6 +219,28 @@ mod tests {
         assert_eq!(
             u[0].field,
             "spec.replicaSpecs.Worker.template.spec.containers[0].securityContext.privileged"
+        );
+    }
+
+    #[test]
+    fn what_baseline_forbids_beyond_the_named_privileges_needs_a_grant() {
+        let w = json!({"spec": {"template": {"spec": {"nodeName": "n1",
+            "containers": [{"name": "a", "image": "a", "ports": [{"containerPort": 80, "hostPort": 80}],
+                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]},
+                    "seccompProfile": {"type": "Unconfined"}}}]}}}});
+        let found: Vec<(Privilege, String)> = uses(WorkloadKind::Service, &w)
+            .into_iter()
+            .map(|u| (u.privilege, u.field))
+            .collect();
+        let f = |s: &str| (Privilege::BeyondBaseline, s.to_string());
+        assert_eq!(
+            found,
+            vec![
+                f("spec.template.spec.containers[0].ports[0].hostPort"),
+                f("spec.template.spec.containers[0].securityContext.capabilities.add[0]"),
+                f("spec.template.spec.containers[0].securityContext.seccompProfile.type"),
+                f("spec.template.spec.nodeName"),
+            ]
         );
     }
 

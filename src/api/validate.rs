@@ -584,12 +584,12 @@ pub fn service(s: &PinterestService) -> Result<(), Invalid> {
     }
     if let Some(ing) = &spec.ingress {
         if let Some(h) = ing.host.as_deref() {
-            let bare = h.strip_prefix("*.").unwrap_or(h);
+            // A wildcard would answer for every other team's host under it.
             check!(
                 e,
-                is_dns_subdomain(bare),
+                is_dns_subdomain(h) && h.contains('.'),
                 "spec.ingress.host",
-                format!("{h:?} is not a valid host name"),
+                format!("{h:?} is not a host name (one fully qualified name, no wildcard)"),
             );
         }
         if let Some(p) = ing.path.as_deref() {
@@ -1146,6 +1146,33 @@ mod tests {
         int_or_percent(&mut e, &IntOrString::String("120%".into()), "d");
         int_or_percent(&mut e, &IntOrString::Int(-1), "e");
         assert_eq!(e.0.len(), 3);
+    }
+
+    #[test]
+    fn an_ingress_host_is_one_name_never_a_wildcard() {
+        let with_host = |h: &str| -> crate::api::service::PinterestService {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": "web", "namespace": "ads"},
+                "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "replicas": 1,
+                         "template": {"spec": {"containers": [{"name": "w", "image": "w:1",
+                             "ports": [{"containerPort": 8080}]}]}},
+                         "ingress": {"host": h, "path": "/"}}
+            }))
+            .unwrap()
+        };
+        let ok = workload(WorkloadRef::Service(&with_host("web.ads.example")));
+        assert!(ok.is_ok(), "{ok:?}");
+        for bad in [
+            "*.example",
+            "*.ads.example",
+            "localhost",
+            "web..example",
+            "Web.example",
+        ] {
+            let err = workload(WorkloadRef::Service(&with_host(bad))).unwrap_err();
+            assert_eq!(err.first_field(), "spec.ingress.host", "{bad}");
+        }
     }
 
     #[test]

@@ -23,13 +23,14 @@ use tokio::task::JoinHandle;
 use crate::api::common::{
     Condition, ConditionStatus, LABEL_KIND, LABEL_WORKLOAD, condition_types as ct, set_condition,
 };
-use crate::api::federation::{AgentReport, ClusterMode, MemberCluster, MemberClusterStatus};
+use crate::api::federation::{ClusterMode, MemberCluster, MemberClusterStatus};
 use crate::api::member_slice::{MemberSlice, agent_lease_name, pull_namespace};
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
 use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
+use crate::placement::report_guard::{ReportGuard, ReportLimits, Verdict};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
 pub const HUB_NAMESPACE: &str = "pinfed-system";
@@ -182,7 +183,9 @@ enum Link {
         kubeconfig: String,
     },
     /// The member's agent reports into the MemberCluster; the hub never connects.
-    Pull { report: Mutex<Option<AgentReport>> },
+    /// Its report passes a guard (`placement::report_guard`): placement sees only what
+    /// the guard accepted.
+    Pull { report: Mutex<ReportGuard> },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -320,7 +323,7 @@ impl Member {
                 return report
                     .lock()
                     .ok()
-                    .and_then(|r| r.as_ref().map(|r| capacity::from_pools(&r.node_pools)))
+                    .and_then(|g| g.accepted().map(|r| capacity::from_pools(&r.node_pools)))
                     .unwrap_or_default();
             }
         };
@@ -587,15 +590,30 @@ fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, (String, String))> {
 /// there; what it has room for is what its agent reports.
 fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluster) -> Arc<Member> {
     let name = mc.name_any();
-    let report = mc.status.as_ref().and_then(|s| s.agent_report.clone());
+    let report = mc.status.as_ref().and_then(|s| s.agent_report.as_ref());
+    let offer = |guard: &mut ReportGuard| {
+        let verdict = guard.offer(
+            report,
+            Timestamp::now().as_second(),
+            &ReportLimits::default(),
+        );
+        match verdict {
+            Verdict::Accepted => {}
+            Verdict::Held(why) | Verdict::Refused(why) => {
+                tracing::warn!(member = %name, %why, "pull member's capacity report not used");
+            }
+        }
+    };
     if let Some(m) = registry.get(&name).filter(|m| m.is_pull()) {
         if let Link::Pull { report: r } = &m.link
-            && let Ok(mut r) = r.lock()
+            && let Ok(mut guard) = r.lock()
         {
-            *r = report;
+            offer(&mut guard);
         }
         return m;
     }
+    let mut guard = ReportGuard::default();
+    offer(&mut guard);
     let namespace = pull_namespace(&name);
     let caches: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>> = WorkloadKind::ALL
         .into_iter()
@@ -650,7 +668,7 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
             namespace,
         },
         link: Link::Pull {
-            report: Mutex::new(report),
+            report: Mutex::new(guard),
         },
         slices: caches,
         connected_at: Timestamp::now(),
@@ -711,7 +729,7 @@ pub async fn heartbeat(hub: &Client, member: &Member) {
             let version = report
                 .lock()
                 .ok()
-                .and_then(|r| r.as_ref().and_then(|r| r.kubernetes_version.clone()));
+                .and_then(|g| g.accepted().and_then(|r| r.kubernetes_version.clone()));
             let Ok(mut s) = member.state.lock() else {
                 return;
             };
@@ -753,6 +771,27 @@ pub fn member_status(
 ) -> MemberClusterStatus {
     let mut s = previous.cloned().unwrap_or_default();
     s.observed_generation = generation;
+    // What the hub made of a pull member's report, whatever its readiness.
+    if let Some(Link::Pull { report }) = member.map(|m| &m.link)
+        && let Some(verdict) = report.lock().ok().and_then(|g| g.verdict.clone())
+    {
+        let (status, reason, message) = match verdict {
+            Verdict::Accepted => (ConditionStatus::True, "Accepted", String::new()),
+            Verdict::Held(why) => (ConditionStatus::False, "GrowthHeld", why),
+            Verdict::Refused(why) => (ConditionStatus::False, "Refused", why),
+        };
+        set_condition(
+            &mut s.conditions,
+            Condition::new(
+                ct::REPORT_ACCEPTED,
+                status,
+                reason,
+                message,
+                generation,
+                &Time(now),
+            ),
+        );
+    }
     // Connected moments ago (this hub just started, or the member's Secret changed) and
     // not asked yet: say nothing new. Recording it as lost here would make its first
     // answer a "return", and a returned member takes no new work for the failback window.

@@ -25,6 +25,7 @@ mod ledger;
 pub mod model;
 mod quota_admit;
 pub mod recorded;
+pub mod report_guard;
 mod shards;
 mod text;
 

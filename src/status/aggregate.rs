@@ -25,6 +25,8 @@ pub struct MemberObservation {
     pub slice_hub_generation: Option<i64>,
     /// Whether the member agent has processed the slice's current generation.
     pub slice_processed: bool,
+    /// The shards the slice in the member holds (a range list; job sets), as stored there.
+    pub held_shards: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -210,8 +212,22 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
                 .as_deref()
                 .and_then(|r| RangeSet::parse(r).ok())
             {
+                // A member's completions count only for shards it holds or the decision
+                // gives it: one member cannot mark another's shards done.
                 let done = match input.progress {
-                    Progress::Shards { total } => done.intersection(&RangeSet::full(total)),
+                    Progress::Shards { total } => {
+                        let placed = input
+                            .decision
+                            .placements
+                            .iter()
+                            .filter(|p| p.cluster == m.cluster)
+                            .filter_map(|p| p.shards.as_deref())
+                            .chain(m.held_shards.as_deref())
+                            .filter_map(|r| RangeSet::parse(r).ok())
+                            .fold(RangeSet::new(), |a, r| a.union(&r));
+                        done.intersection(&RangeSet::full(total))
+                            .intersection(&placed)
+                    }
                     _ => done,
                 };
                 out.completed_shards = out.completed_shards.union(&done);
@@ -482,6 +498,7 @@ mod tests {
             status: s,
             slice_hub_generation: Some(hub_gen),
             slice_processed: true,
+            held_shards: None,
         }
     }
 
@@ -665,6 +682,50 @@ mod tests {
         });
         assert_eq!(a.completed_shards.to_string(), "0-3,5-9");
         assert_eq!(a.shards_succeeded, 9, "shard 2 reported twice counts once");
+        assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn a_member_completes_only_shards_it_holds_or_held() {
+        let d = PlacementDecision {
+            strategy: None,
+            placements: vec![
+                ClusterPlacement {
+                    cluster: "a".into(),
+                    replicas: None,
+                    shards: Some("0-4".into()),
+                    pods: None,
+                },
+                ClusterPlacement {
+                    cluster: "b".into(),
+                    replicas: None,
+                    shards: Some("5-9".into()),
+                    pods: None,
+                },
+            ],
+            unplaced: 0,
+            reason: None,
+        };
+        // a claims b's shards too; b's slice still holds 3 from before a move.
+        let mut sa = status("a", 0, 0, "Complete");
+        sa.completed_shards = Some("0-9".into());
+        let mut sb = status("b", 0, 0, "Progressing");
+        sb.completed_shards = Some("3,5".into());
+        let mut ob = obs("b", true, Some(sb), 1);
+        ob.held_shards = Some("3,5-9".into());
+        let members = [obs("a", true, Some(sa), 1), ob];
+        let a = aggregate(&AggregateInput {
+            hub_generation: 1,
+            previous_observed_generation: None,
+            previous_completed: &RangeSet::new(),
+            progress: Progress::Shards { total: 10 },
+            decision: &d,
+            quota_exceeded: false,
+            members: &members,
+            now: &t(1),
+            stale_after_secs: 60,
+        });
+        assert_eq!(a.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
     }
 

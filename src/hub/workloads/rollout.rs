@@ -476,6 +476,7 @@ pub fn observations(
         .iter()
         .map(|p| {
             let member_ready = standings.ready.contains(&p.cluster);
+            let held_shards = slices.get(&p.cluster).and_then(|s| s.share.shards.clone());
             let (status, hub_gen, processed) = match slices.get(&p.cluster) {
                 Some(s) => (
                     Some(slices::member_workload_status(
@@ -505,6 +506,7 @@ pub fn observations(
                 status,
                 slice_hub_generation: hub_gen,
                 slice_processed: processed,
+                held_shards,
             }
         })
         .collect()
