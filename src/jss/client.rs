@@ -69,7 +69,13 @@ pub fn check_plain_http(server: &str) -> anyhow::Result<()> {
     let Some(rest) = server.strip_prefix("http://") else {
         return Ok(());
     };
-    let authority = rest.split('/').next().unwrap_or_default();
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // `http://127.0.0.1:1@jss.example/` is a request to jss.example: user info is
+    // refused rather than read past.
+    anyhow::ensure!(
+        !authority.contains('@'),
+        "{server}: a URL with user info (`user@host`) is not accepted; give the JSS's host"
+    );
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
@@ -213,6 +219,10 @@ mod plain_http_tests {
         ] {
             let err = check_plain_http(bad).unwrap_err().to_string();
             assert!(err.contains(bad) && err.contains("https://"), "{err}");
+        }
+        for fooled in ["http://127.0.0.1:1@jss.example/", "http://localhost@evil.example:80"] {
+            let err = check_plain_http(fooled).unwrap_err().to_string();
+            assert!(err.contains("user info"), "{fooled}: {err}");
         }
     }
 }
