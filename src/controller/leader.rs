@@ -43,8 +43,9 @@ where
     W: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    // Standing by: no write passes until this process holds the lease.
+    // Standing by: no write passes until this process holds the lease (but the lease's).
     let gate = super::write_gate::gate();
+    gate.set_election_lease(&cfg.namespace, &cfg.lease_name);
     gate.close();
     let leases: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let (mut leading, election) = election::spawn(

@@ -1,6 +1,6 @@
 //! One writer. Under leader election a process may write only while its lease is
 //! valid by its own clock: every client it builds carries [`WriteGateLayer`], which refuses
-//! a mutating request (other than to a Lease) once the deadline has passed. Aborting the
+//! a mutating request (other than to its own election Lease) once the deadline has passed. Aborting the
 //! leader's tasks when the lease manager reports the loss is not enough: a process that
 //! was stopped (SIGSTOP, a long GC-like pause, a frozen VM) past its lease wakes with every
 //! timer due at once, and its reconcilers can write before the lease task runs. The gate
@@ -10,8 +10,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,9 @@ pub struct WriteGate {
     base: Instant,
     /// Milliseconds after `base` until which writes pass; 0 = closed.
     deadline_ms: AtomicU64,
+    /// The election Lease's path (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`,
+    /// name): the one write a process that does not lead must make.
+    election: Mutex<Option<(String, String)>>,
 }
 
 /// The process's gate (one leadership per process).
@@ -34,10 +37,39 @@ pub fn gate() -> &'static WriteGate {
     GATE.get_or_init(|| WriteGate {
         base: Instant::now(),
         deadline_ms: AtomicU64::new(OPEN),
+        election: Mutex::new(None),
     })
 }
 
 impl WriteGate {
+    /// Names the Lease this process elects itself with: writes to it pass a closed gate,
+    /// and no other Lease's do (a deposed hub must not renew a member's fence Lease).
+    pub fn set_election_lease(&self, namespace: &str, name: &str) {
+        if let Ok(mut e) = self.election.lock() {
+            *e = Some((
+                format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
+                name.to_string(),
+            ));
+        }
+    }
+
+    /// Whether `req` writes the election Lease (a create of it, or a change).
+    fn is_election_lease<B>(&self, req: &Request<B>) -> bool {
+        let Ok(e) = self.election.lock() else {
+            return false;
+        };
+        let Some((collection, name)) = e.as_ref() else {
+            return false;
+        };
+        let path = req.uri().path();
+        match path.strip_prefix(collection.as_str()) {
+            // A create names the Lease in its body; the collection is the election's.
+            Some("") => req.method() == hyper::Method::POST,
+            Some(rest) => rest.strip_prefix('/') == Some(name.as_str()),
+            None => false,
+        }
+    }
+
     /// Writes pass until `deadline` (the lease's end by this process's clock).
     pub fn open_until(&self, deadline: Instant) {
         let ms = deadline.saturating_duration_since(self.base).as_millis();
@@ -107,11 +139,6 @@ fn mutating(method: &hyper::Method) -> bool {
     )
 }
 
-/// Leases are how leadership is won and kept: never gated.
-fn is_lease<B>(req: &Request<B>) -> bool {
-    req.uri().path().starts_with("/apis/coordination.k8s.io/")
-}
-
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WriteGateLayer;
 
@@ -143,7 +170,8 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let write = mutating(req.method());
-        if write && !is_lease(&req) && !gate().is_open() {
+        // The election Lease is how leadership is won and kept: never gated.
+        if write && !gate().is_open() && !gate().is_election_lease(&req) {
             return Box::pin(async { Err(Box::new(NotLeading) as BoxError) });
         }
         // Every request names its process; a write also when it passed the gate, so an
@@ -182,6 +210,7 @@ mod tests {
         let g = WriteGate {
             base: Instant::now(),
             deadline_ms: AtomicU64::new(OPEN),
+            election: Mutex::new(None),
         };
         assert!(g.is_open(), "open without leader election");
         g.close();
@@ -215,19 +244,37 @@ mod tests {
     }
 
     #[test]
-    fn only_writes_other_than_leases_are_gated() {
+    fn only_writes_other_than_the_election_lease_are_gated() {
         let req =
             |m: hyper::Method, path: &str| Request::builder().method(m).uri(path).body(()).unwrap();
         assert!(!mutating(&hyper::Method::GET));
         assert!(mutating(&hyper::Method::PATCH));
         assert!(mutating(&hyper::Method::DELETE));
-        assert!(is_lease(&req(
-            hyper::Method::PUT,
-            "/apis/coordination.k8s.io/v1/namespaces/pinfed-system/leases/pinfed-hub"
-        )));
-        assert!(!is_lease(&req(
-            hyper::Method::PATCH,
+        let g = WriteGate {
+            base: Instant::now(),
+            deadline_ms: AtomicU64::new(0),
+            election: Mutex::new(None),
+        };
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/pinfed-system/leases";
+        let own = format!("{leases}/pinfed-hub");
+        assert!(
+            !g.is_election_lease(&req(hyper::Method::PUT, &own)),
+            "none named yet"
+        );
+        g.set_election_lease("pinfed-system", "pinfed-hub");
+        assert!(g.is_election_lease(&req(hyper::Method::PUT, &own)));
+        assert!(g.is_election_lease(&req(hyper::Method::POST, leases)));
+        for other in [
+            format!("{leases}/pinfed-hub-fence"),
+            format!("{leases}/pinfed-hub2"),
+            "/apis/coordination.k8s.io/v1/namespaces/other/leases/pinfed-hub".to_string(),
             "/apis/compute.pinterest.com/v1alpha1/namespaces/a/pinterestservices/web/status"
-        )));
+                .to_string(),
+        ] {
+            assert!(
+                !g.is_election_lease(&req(hyper::Method::PATCH, &other)),
+                "{other}"
+            );
+        }
     }
 }

@@ -220,7 +220,10 @@ mod plain_http_tests {
             let err = check_plain_http(bad).unwrap_err().to_string();
             assert!(err.contains(bad) && err.contains("https://"), "{err}");
         }
-        for fooled in ["http://127.0.0.1:1@jss.example/", "http://localhost@evil.example:80"] {
+        for fooled in [
+            "http://127.0.0.1:1@jss.example/",
+            "http://localhost@evil.example:80",
+        ] {
             let err = check_plain_http(fooled).unwrap_err().to_string();
             assert!(err.contains("user info"), "{fooled}: {err}");
         }
