@@ -82,10 +82,14 @@ fn service(name: &str, replicas: i32) -> PinterestService {
     .unwrap()
 }
 
-/// `pinfed grant-secrets -n NS NAMES...` with the topology's admin credential.
-fn grant_secrets(fed: &Federation, ns: &str, names: &[&str]) {
+/// `pinfed grant-secrets -n NS NAMES... [--members M]` with the topology's admin
+/// credential.
+fn grant_secrets(fed: &Federation, ns: &str, names: &[&str], members: Option<&str>) {
     let mut args = vec!["grant-secrets", "--context", "hub", "-n", ns];
     args.extend(names);
+    if let Some(m) = members {
+        args.extend(["--members", m]);
+    }
     let out = support::pinfed(fed, &args);
     assert!(
         out.status.success(),
@@ -134,7 +138,8 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         .await
         .unwrap();
     // The hub reads only the Secrets a team grants it, by name.
-    grant_secrets(&fed, &ns.name, &["app-db"]);
+    // Every member, the pull member too.
+    grant_secrets(&fed, &ns.name, &["app-db"], Some("*"));
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
     api.create(&PostParams::default(), &service("web", 9))
         .await
@@ -867,8 +872,9 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
             "the ungranted Secret reached {m}"
         );
     }
-    // Granted, it follows with the next rollout (a change of the workload here).
-    grant_secrets(&fed, &ns.name, &["app-db"]);
+    // Granted, it follows with the next rollout (a change of the workload here) — to the
+    // push members: the grant names no pull member, whose copy its agent's token reads.
+    grant_secrets(&fed, &ns.name, &["app-db"], None);
     api.patch(
         "web",
         &PatchParams::default(),
@@ -892,6 +898,33 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
         },
     )
     .await;
+    if let Some(pull) = members.iter().find(|m| fed.is_pull(m)) {
+        let to_member = || {
+            let events = events.clone();
+            async move {
+                events
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("SecretNotGrantedToMember"))
+                    .filter_map(|e| e.message)
+                    .next()
+            }
+        };
+        eventually(WAIT, "a SecretNotGrantedToMember event", || async {
+            to_member().await.is_some()
+        })
+        .await;
+        let msg = to_member().await.unwrap();
+        assert!(msg.contains(&format!("--members {pull}")), "{msg}");
+        let bundles = Api::<Secret>::namespaced(hub.clone(), &format!("pinfed-member-{pull}"));
+        assert!(
+            bundles.get_opt(&key).await.unwrap().is_none(),
+            "the Secret reached pull member {pull}'s namespace on the hub"
+        );
+    }
     // With nothing referencing them any more, the bundles leave the drop namespace.
     api.delete("web", &Default::default()).await.unwrap();
     let cm_drop = Api::<ConfigMap>::namespaced(fed.client(&m), "pinfed-drop");

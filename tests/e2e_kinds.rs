@@ -658,7 +658,16 @@ async fn config_a_daemon_references_follows_its_changes_on_the_hub_into_every_me
         .unwrap();
     let out = support::pinfed(
         &fed,
-        &["grant-secrets", "--context", "hub", "-n", &ns.name, "creds"],
+        &[
+            "grant-secrets",
+            "--context",
+            "hub",
+            "-n",
+            &ns.name,
+            "creds",
+            "--members",
+            "*",
+        ],
     );
     assert!(
         out.status.success(),

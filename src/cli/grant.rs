@@ -25,6 +25,11 @@ pub struct GrantArgs {
     /// Take the grant back for these names instead.
     #[arg(long)]
     pub revoke: bool,
+    /// Pull members these Secrets may also go to (comma-separated, `*` for all): a pull
+    /// member's copy is readable on the hub with its agent's token, so none gets one
+    /// unless named. Written on the Secrets (annotation federation.pinterest.com/members).
+    #[arg(long, value_name = "MEMBERS", conflicts_with = "revoke")]
+    pub members: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -75,6 +80,28 @@ pub fn run(args: GrantArgs) -> anyhow::Result<()> {
                         args.namespace
                     )
                 })?;
+        }
+        if let Some(members) = &args.members {
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(hub.clone(), &args.namespace);
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                crate::hub::secret_grant::MEMBERS_ANNOTATION: members}}});
+            for name in &args.names {
+                secrets
+                    .patch(
+                        name,
+                        &kube::api::PatchParams::apply(FIELD_MANAGER),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "naming the pull members on Secret {}/{name}",
+                            args.namespace
+                        )
+                    })?;
+            }
+            println!("pull members they may go to: {members}");
         }
         println!(
             "the hub may read these Secrets of {}: {}",

@@ -18,6 +18,26 @@ pub const SECRET_GRANT_ROLE: &str = "pinfed-hub-propagated-secrets";
 /// The field manager of `pinfed grant-secrets`.
 pub const FIELD_MANAGER: &str = "pinfed-grant-secrets";
 
+/// On a granted Secret: the pull members it may go to (comma-separated, `*` for all). A
+/// pull member's copies sit on the hub where its agent's token reads them, so a Secret
+/// goes to a pull member only where the team named it (`grant-secrets --members`); push
+/// members' copies sit in their drop namespace, which no identity there reads.
+pub const MEMBERS_ANNOTATION: &str = "federation.pinterest.com/members";
+
+/// Whether a granted Secret with these annotations may go to pull member `member`.
+pub fn may_go_to_pull_member(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    member: &str,
+) -> bool {
+    annotations
+        .and_then(|a| a.get(MEMBERS_ANNOTATION))
+        .is_some_and(|list| {
+            list.split(',')
+                .map(str::trim)
+                .any(|m| m == "*" || m == member)
+        })
+}
+
 /// The Role and RoleBinding letting the hub `get` exactly `names` in `namespace`.
 pub fn grant_objects(namespace: &str, names: &BTreeSet<String>) -> Vec<Value> {
     let labels = json!({"app.kubernetes.io/managed-by": "pinfed"});
@@ -85,6 +105,18 @@ mod tests {
         assert_eq!(objs[1]["subjects"][0]["name"], HUB_ACCOUNT);
         assert_eq!(objs[1]["subjects"][0]["namespace"], "pinfed-system");
         assert_eq!(granted_names(&objs[0]), names);
+    }
+
+    #[test]
+    fn a_pull_member_gets_a_secret_only_where_the_team_named_it() {
+        let with = |v: &str| -> std::collections::BTreeMap<String, String> {
+            [(MEMBERS_ANNOTATION.to_string(), v.to_string())].into()
+        };
+        assert!(!may_go_to_pull_member(None, "use1c"));
+        assert!(may_go_to_pull_member(Some(&with("use1a, use1c")), "use1c"));
+        assert!(may_go_to_pull_member(Some(&with("*")), "use1c"));
+        assert!(!may_go_to_pull_member(Some(&with("use1a")), "use1c"));
+        assert!(!may_go_to_pull_member(Some(&with("use1c2")), "use1c"));
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub enum SliceTarget {
 }
 
 impl SliceTarget {
+    /// A pull member's: written on the hub, where its agent reads it.
+    pub fn is_pull(&self) -> bool {
+        matches!(self, SliceTarget::Pull { .. })
+    }
+
     fn member_slices(hub: &Client, namespace: &str) -> Api<MemberSlice> {
         Api::namespaced(hub.clone(), namespace)
     }

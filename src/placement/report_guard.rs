@@ -113,11 +113,11 @@ impl ReportGuard {
                     self.growing_since = None;
                     Verdict::Accepted
                 } else {
+                    // No countdown in the message: the condition carrying it is written
+                    // only when it changes.
                     Verdict::Held(format!(
-                        "the agent's report grew more than {}x ({what}); it is used once reported for {}s (another {}s)",
-                        limits.jump_factor,
-                        limits.confirm_secs,
-                        limits.confirm_secs - (now - since)
+                        "the agent's report grew more than {}x ({what}); it is used once reported for {}s",
+                        limits.jump_factor, limits.confirm_secs,
                     ))
                 }
             }

@@ -431,6 +431,24 @@ impl Target<'_> {
                         let got = got.map_err(HubError::ReadConfig)?;
                         // Granted (read): its changes are followed from now on.
                         self.ctx.config.secret_read(&ns, &r.name);
+                        if self.target.is_pull()
+                            && let Some(secret) = &got
+                            && !crate::hub::secret_grant::may_go_to_pull_member(
+                                secret.metadata.annotations.as_ref(),
+                                self.cluster,
+                            )
+                        {
+                            let note = format!(
+                                "Secret {} not propagated to pull member {}: its copy would be readable \
+                                 there with the member's token, and the grant does not name it; grant it \
+                                 with `pinfed grant-secrets -n {ns} {} --members {}` (or '*')",
+                                r.name, self.cluster, r.name, self.cluster
+                            );
+                            self.ctx
+                                .event(obj, EventType::Warning, "SecretNotGrantedToMember", note)
+                                .await;
+                            continue;
+                        }
                         got.map(serde_json::to_value).transpose()?
                     }
                 },
