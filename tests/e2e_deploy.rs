@@ -332,6 +332,19 @@ fn the_overlays_render_with_their_parts() {
     ] {
         let r = render(overlay, "  []\n");
         r.check_namespace();
+        // The hub's pod policy goes with the hub, never into a member (where it would
+        // refuse the hub's own slices).
+        let pod_policy = r.objects.iter().any(|o| {
+            o["kind"] == "ValidatingAdmissionPolicy"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("pinfed-hub-pod-policy"))
+        });
+        assert_eq!(
+            pod_policy,
+            overlay != "member-cluster",
+            "{overlay}: the hub's pod policy"
+        );
         for d in r.objects.iter().filter(|o| o["kind"] == "Deployment") {
             let spec = &d["spec"]["template"]["spec"];
             assert_eq!(

@@ -114,7 +114,7 @@ fn render() -> String {
         ("hub cluster", "deploy/hub/rbac.yaml"),
         ("hub cluster", "deploy/jss/rbac.yaml"),
         ("member cluster", "deploy/agent/rbac.yaml"),
-        ("hub cluster", "crds/hub-pod-policy.yaml"),
+        ("hub cluster", "deploy/hub/pod-policy.yaml"),
     ] {
         objects.extend(
             yaml_docs(&root.join(file))

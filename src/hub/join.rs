@@ -204,15 +204,15 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The hub's pod policy for writers other than the JSS (`crds/hub-pod-policy.yaml`).
-pub const HUB_POD_POLICY: &str = include_str!("../../crds/hub-pod-policy.yaml");
+/// The hub's pod policy for writers other than the JSS (`deploy/hub/pod-policy.yaml`).
+pub const HUB_POD_POLICY: &str = include_str!("../../deploy/hub/pod-policy.yaml");
 
 /// Installs the hub's pod policy (a ValidatingAdmissionPolicy and its binding).
 pub async fn install_hub_pod_policy(hub: &Client) -> anyhow::Result<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind};
-    let docs: Vec<serde_json::Value> =
-        crate::api::yaml::documents(HUB_POD_POLICY).context("reading crds/hub-pod-policy.yaml")?;
+    let docs: Vec<serde_json::Value> = crate::api::yaml::documents(HUB_POD_POLICY)
+        .context("reading deploy/hub/pod-policy.yaml")?;
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
         let name = doc["metadata"]["name"]
@@ -222,7 +222,7 @@ pub async fn install_hub_pod_policy(hub: &Client) -> anyhow::Result<()> {
         let plural = match kind.as_str() {
             "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
             "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
-            other => anyhow::bail!("crds/hub-pod-policy.yaml: unexpected kind {other}"),
+            other => anyhow::bail!("deploy/hub/pod-policy.yaml: unexpected kind {other}"),
         };
         let ar = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
