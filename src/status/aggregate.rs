@@ -519,6 +519,44 @@ mod tests {
         }
     }
 
+    /// A job set's decision: (cluster, shard range) per member.
+    fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
+        PlacementDecision {
+            strategy: None,
+            placements: parts
+                .iter()
+                .map(|(c, r)| ClusterPlacement {
+                    cluster: c.to_string(),
+                    replicas: None,
+                    shards: Some(r.to_string()),
+                    pods: None,
+                })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        }
+    }
+
+    /// The aggregate of a job set of `total` shards at generation 1.
+    fn aggregate_shards(
+        d: &PlacementDecision,
+        members: &[MemberObservation],
+        previous: &RangeSet,
+        total: u32,
+    ) -> Aggregate {
+        aggregate(&AggregateInput {
+            hub_generation: 1,
+            previous_observed_generation: None,
+            previous_completed: previous,
+            progress: Progress::Shards { total },
+            decision: d,
+            quota_exceeded: false,
+            members,
+            now: &t(1),
+            stale_after_secs: 60,
+        })
+    }
+
     fn get<'a>(a: &'a Aggregate, t: &str) -> &'a Condition {
         a.conditions.iter().find(|c| c.type_ == t).unwrap()
     }
@@ -644,42 +682,14 @@ mod tests {
 
     #[test]
     fn completed_shards_are_a_union_and_never_forgotten() {
-        let d = PlacementDecision {
-            strategy: None,
-            placements: vec![
-                ClusterPlacement {
-                    cluster: "a".into(),
-                    replicas: None,
-                    shards: Some("0-4".into()),
-                    pods: None,
-                },
-                ClusterPlacement {
-                    cluster: "b".into(),
-                    replicas: None,
-                    shards: Some("5-9".into()),
-                    pods: None,
-                },
-            ],
-            unplaced: 0,
-            reason: None,
-        };
+        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
         let mut sa = status("a", 0, 0, "Progressing");
         sa.completed_shards = Some("0-2".into());
         let mut sb = status("b", 0, 0, "Complete");
         sb.completed_shards = Some("2,5-9".into());
         let prev = RangeSet::parse("3").unwrap();
         let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
-        let a = aggregate(&AggregateInput {
-            hub_generation: 1,
-            previous_observed_generation: None,
-            previous_completed: &prev,
-            progress: Progress::Shards { total: 10 },
-            decision: &d,
-            quota_exceeded: false,
-            members: &members,
-            now: &t(1),
-            stale_after_secs: 60,
-        });
+        let a = aggregate_shards(&d, &members, &prev, 10);
         assert_eq!(a.completed_shards.to_string(), "0-3,5-9");
         assert_eq!(a.shards_succeeded, 9, "shard 2 reported twice counts once");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
@@ -687,25 +697,7 @@ mod tests {
 
     #[test]
     fn a_member_completes_only_shards_it_holds_or_held() {
-        let d = PlacementDecision {
-            strategy: None,
-            placements: vec![
-                ClusterPlacement {
-                    cluster: "a".into(),
-                    replicas: None,
-                    shards: Some("0-4".into()),
-                    pods: None,
-                },
-                ClusterPlacement {
-                    cluster: "b".into(),
-                    replicas: None,
-                    shards: Some("5-9".into()),
-                    pods: None,
-                },
-            ],
-            unplaced: 0,
-            reason: None,
-        };
+        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
         // a claims b's shards too; b's slice still holds 3 from before a move.
         let mut sa = status("a", 0, 0, "Complete");
         sa.completed_shards = Some("0-9".into());
@@ -714,51 +706,21 @@ mod tests {
         let mut ob = obs("b", true, Some(sb), 1);
         ob.held_shards = Some("3,5-9".into());
         let members = [obs("a", true, Some(sa), 1), ob];
-        let a = aggregate(&AggregateInput {
-            hub_generation: 1,
-            previous_observed_generation: None,
-            previous_completed: &RangeSet::new(),
-            progress: Progress::Shards { total: 10 },
-            decision: &d,
-            quota_exceeded: false,
-            members: &members,
-            now: &t(1),
-            stale_after_secs: 60,
-        });
+        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
         assert_eq!(a.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
     }
 
     #[test]
     fn hostile_member_reports_are_bounded() {
-        let d = PlacementDecision {
-            strategy: None,
-            placements: vec![ClusterPlacement {
-                cluster: "a".into(),
-                replicas: None,
-                shards: Some("0-9".into()),
-                pods: None,
-            }],
-            unplaced: 0,
-            reason: None,
-        };
+        let d = shard_decision(&[("a", "0-9")]);
         let mut sa = status("a", 0, i32::MAX, "Progressing");
         sa.completed_shards = Some("0-4294967294".into());
         sa.shards_succeeded = Some(i32::MAX);
         let mut sb = status("b", 0, i32::MAX, "Progressing");
         sb.shards_succeeded = Some(i32::MAX);
         let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
-        let a = aggregate(&AggregateInput {
-            hub_generation: 1,
-            previous_observed_generation: None,
-            previous_completed: &RangeSet::new(),
-            progress: Progress::Shards { total: 10 },
-            decision: &d,
-            quota_exceeded: false,
-            members: &members,
-            now: &t(1),
-            stale_after_secs: 60,
-        });
+        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
         assert_eq!(
             a.completed_shards.to_string(),
             "0-9",
