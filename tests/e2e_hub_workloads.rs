@@ -82,6 +82,21 @@ fn service(name: &str, replicas: i32) -> PinterestService {
     .unwrap()
 }
 
+/// The message of the first Event with `reason` among `events`, if any.
+async fn event_message(
+    events: &Api<k8s_openapi::api::core::v1::Event>,
+    reason: &str,
+) -> Option<String> {
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .find_map(|e| e.message)
+}
+
 /// `pinfed grant-secrets -n NS NAMES... [--members M]` with the topology's admin
 /// credential.
 fn grant_secrets(fed: &Federation, ns: &str, names: &[&str], members: Option<&str>) {
@@ -820,20 +835,7 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
         .await
         .unwrap();
     let events: Api<Event> = Api::namespaced(hub.clone(), &ns.name);
-    let not_granted = || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("SecretNotGranted"))
-                .filter_map(|e| e.message)
-                .next()
-        }
-    };
+    let not_granted = || event_message(&events, "SecretNotGranted");
     eventually(WAIT, "a SecretNotGranted event", || async {
         not_granted().await.is_some()
     })
@@ -899,20 +901,7 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
     )
     .await;
     if let Some(pull) = members.iter().find(|m| fed.is_pull(m)) {
-        let to_member = || {
-            let events = events.clone();
-            async move {
-                events
-                    .list(&ListParams::default())
-                    .await
-                    .unwrap()
-                    .items
-                    .into_iter()
-                    .filter(|e| e.reason.as_deref() == Some("SecretNotGrantedToMember"))
-                    .filter_map(|e| e.message)
-                    .next()
-            }
-        };
+        let to_member = || event_message(&events, "SecretNotGrantedToMember");
         eventually(WAIT, "a SecretNotGrantedToMember event", || async {
             to_member().await.is_some()
         })
