@@ -339,3 +339,192 @@ mod tests {
         );
     }
 }
+
+/// Golden files: the hub status each kind writes for one fixed scene (two members, one
+/// ready and one behind; a stored status with an Invalid condition and an unchanged
+/// member entry), under `tests/golden/hub-status/`, so a change to what the hub writes
+/// shows up as a reviewable diff. Regenerate with `PINFED_UPDATE_GOLDEN=1`.
+#[cfg(test)]
+mod golden {
+    use super::*;
+    use crate::api::common::{ClusterPlacement, MemberWorkloadStatus};
+    use crate::api::cronjob::PinterestCronJob;
+    use crate::api::daemon::PinterestDaemon;
+    use crate::api::jobset::PinterestJobSet;
+    use crate::api::kind::{PinterestKind, Progress};
+    use crate::api::ranges::RangeSet;
+    use crate::api::service::PinterestService;
+    use crate::api::statefulset::PinterestStatefulSet;
+    use crate::api::training::PinterestTrainingJob;
+    use crate::status::aggregate::MemberObservation;
+
+    fn t(s: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + s).unwrap())
+    }
+
+    /// A member's entry as its slice reports it; `counts` sets the kind's numbers.
+    fn entry(cluster: &str, state: &str, counts: serde_json::Value) -> MemberWorkloadStatus {
+        let mut v = serde_json::json!({
+            "cluster": cluster, "observedTime": t(100), "observedGeneration": 2, "state": state,
+        });
+        for (k, x) in counts.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    struct Scene {
+        progress: Progress,
+        decision: PlacementDecision,
+        a: MemberWorkloadStatus,
+        b: MemberWorkloadStatus,
+    }
+
+    fn placement(parts: &[(&str, Option<i32>, Option<&str>)]) -> PlacementDecision {
+        PlacementDecision {
+            strategy: Some(crate::api::common::PlacementStrategy::Divided),
+            placements: parts
+                .iter()
+                .map(|(c, r, s)| ClusterPlacement {
+                    cluster: c.to_string(),
+                    replicas: *r,
+                    shards: s.map(str::to_string),
+                    pods: None,
+                })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        }
+    }
+
+    fn replicated() -> Scene {
+        use serde_json::json;
+        Scene {
+            progress: Progress::Replicas { desired: 5 },
+            decision: placement(&[("a", Some(3), None), ("b", Some(2), None)]),
+            a: entry(
+                "a",
+                "Ready",
+                json!({"replicas": 3, "readyReplicas": 3, "availableReplicas": 3, "updatedReplicas": 3}),
+            ),
+            b: entry(
+                "b",
+                "Progressing",
+                json!({"replicas": 2, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
+                       "message": "1 of 2 pods available"}),
+            ),
+        }
+    }
+
+    fn scene(kind: &str) -> Scene {
+        use serde_json::json;
+        match kind {
+            "PinterestService" | "PinterestStatefulSet" => replicated(),
+            "PinterestDaemon" => Scene {
+                progress: Progress::Replicas { desired: 0 },
+                decision: placement(&[("a", None, None), ("b", None, None)]),
+                ..replicated()
+            },
+            "PinterestJobSet" => Scene {
+                progress: Progress::Shards { total: 10 },
+                decision: placement(&[("a", None, Some("0-4")), ("b", None, Some("5-9"))]),
+                a: entry(
+                    "a",
+                    "Complete",
+                    json!({"shardsRunning": 0, "shardsSucceeded": 5, "shardsFailed": 0, "completedShards": "0-4"}),
+                ),
+                b: entry(
+                    "b",
+                    "Progressing",
+                    json!({"shardsRunning": 2, "shardsSucceeded": 3, "shardsFailed": 0, "completedShards": "5-7"}),
+                ),
+            },
+            "PinterestCronJob" => Scene {
+                progress: Progress::RunToCompletion,
+                decision: placement(&[("a", None, None)]),
+                a: entry(
+                    "a",
+                    "Ready",
+                    json!({"active": 1, "lastScheduleTime": t(60), "lastSuccessfulTime": t(0)}),
+                ),
+                b: entry("b", "Ready", json!({"active": 0})),
+            },
+            _ => Scene {
+                progress: Progress::RunToCompletion,
+                decision: placement(&[("a", Some(3), None), ("b", Some(1), None)]),
+                a: entry("a", "Complete", json!({"replicas": 3})),
+                b: entry("b", "Progressing", json!({"replicas": 1})),
+            },
+        }
+    }
+
+    fn render<K: PinterestKind>() -> String {
+        let s = scene(K::KIND.as_str());
+        let t0 = t(0);
+        // Stored: an Invalid condition (dropped now the workload is valid) and `a`'s entry
+        // as it is now but observed earlier (it keeps its time).
+        let mut stored_a = s.a.clone();
+        stored_a.observed_time = t(50);
+        let stored = serde_json::json!({
+            "conditions": [Condition::new(ct::INVALID, ConditionStatus::True, "InvalidSpec", "x", Some(1), &t0)],
+            "clusters": [stored_a],
+        });
+        let members: Vec<MemberObservation> = s
+            .decision
+            .placements
+            .iter()
+            .map(|p| MemberObservation {
+                cluster: p.cluster.clone(),
+                member_ready: true,
+                status: Some(if p.cluster == "a" { s.a.clone() } else { s.b.clone() }),
+                slice_hub_generation: Some(2),
+                slice_processed: true,
+                held_shards: p.shards.clone(),
+            })
+            .collect();
+        let previous = RangeSet::new();
+        let now = t(110);
+        let input = HubStatusInput {
+            stored: &stored,
+            aggregate: AggregateInput {
+                hub_generation: 2,
+                previous_observed_generation: Some(1),
+                previous_completed: &previous,
+                progress: s.progress,
+                decision: &s.decision,
+                quota_exceeded: false,
+                members: &members,
+                now: &now,
+                stale_after_secs: 60,
+            },
+            failover: FailoverView::default(),
+            totals_fields: K::totals_fields,
+        };
+        let status = hub_status(&input).expect("a status that differs from the stored one");
+        serde_json::to_string_pretty(&status).unwrap() + "\n"
+    }
+
+    fn check(kind: &str, got: String) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/hub-status")
+            .join(format!("{kind}.json"));
+        if std::env::var_os("PINFED_UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &got).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (PINFED_UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(got, want, "{kind}: the hub status differs from {}", path.display());
+    }
+
+    #[test]
+    fn every_kind_writes_its_golden_hub_status() {
+        check("PinterestService", render::<PinterestService>());
+        check("PinterestStatefulSet", render::<PinterestStatefulSet>());
+        check("PinterestDaemon", render::<PinterestDaemon>());
+        check("PinterestJobSet", render::<PinterestJobSet>());
+        check("PinterestCronJob", render::<PinterestCronJob>());
+        check("PinterestTrainingJob", render::<PinterestTrainingJob>());
+    }
+}
