@@ -469,6 +469,9 @@ pub struct MemberWorkloadStatus {
     /// Pods available in this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
+    /// Pods (daemons: nodes) running this cluster's current template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
     /// Job sets: shards running in this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards_running: Option<i32>,
@@ -496,6 +499,30 @@ pub struct MemberWorkloadStatus {
     /// Human-readable detail (e.g. why the cluster's share is not ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+impl MemberWorkloadStatus {
+    /// An entry for `cluster` observed at `time`, with nothing reported yet.
+    pub fn observed(cluster: &str, time: Time) -> MemberWorkloadStatus {
+        MemberWorkloadStatus {
+            cluster: cluster.to_string(),
+            observed_time: time,
+            observed_generation: None,
+            state: None,
+            replicas: None,
+            ready_replicas: None,
+            available_replicas: None,
+            updated_replicas: None,
+            shards_running: None,
+            shards_succeeded: None,
+            shards_failed: None,
+            completed_shards: None,
+            active: None,
+            last_schedule_time: None,
+            last_successful_time: None,
+            message: None,
+        }
+    }
 }
 
 /// Schema for a Kubernetes timestamp field (`metav1.Time`).

@@ -10,7 +10,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::common::Condition;
+use super::common::{Condition, MemberWorkloadStatus, PlacementDecision};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::cronjob::{PinterestCronJob, PinterestCronJobStatus};
@@ -41,6 +41,8 @@ pub struct SliceCounts {
     pub replicas: Option<i32>,
     pub ready_replicas: Option<i32>,
     pub available_replicas: Option<i32>,
+    /// Pods (daemons: nodes) running the slice's current template.
+    pub updated_replicas: Option<i32>,
     pub shards_running: Option<i32>,
     pub shards_succeeded: Option<i32>,
     pub shards_failed: Option<i32>,
@@ -59,6 +61,8 @@ pub struct Totals {
     pub replicas: i32,
     pub ready_replicas: i32,
     pub available_replicas: i32,
+    /// Pods (daemons: nodes) running their member's current template.
+    pub updated_replicas: i32,
     pub shards_running: i32,
     pub shards_succeeded: i32,
     pub shards_failed: i32,
@@ -70,6 +74,15 @@ pub struct Totals {
     pub last_schedule_time: Option<Time>,
     /// Cron jobs: the latest success of any member.
     pub last_successful_time: Option<Time>,
+}
+
+/// The part of every kind's hub status that is not the kind's totals.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HubPart {
+    pub observed_generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+    pub placement: Option<PlacementDecision>,
+    pub clusters: Vec<MemberWorkloadStatus>,
 }
 
 /// A member's share of a workload, as its slice carries it.
@@ -123,10 +136,18 @@ pub trait PinterestKind:
     fn share_of(&self) -> SliceShare {
         SliceShare::default()
     }
-    /// The hub status fields that hold this kind's totals.
-    fn totals_fields(_t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
-        Vec::new()
+    /// Writes the kind's totals into its status (a total no member reported yet, such
+    /// as a cron job's first schedule, stays unset).
+    fn set_totals(_s: &mut Self::Status, _t: &Totals) {}
+    /// The totals a status holds (what [`Self::set_totals`] wrote), e.g. the completed
+    /// shards recorded before.
+    fn totals(_s: &Self::Status) -> Totals {
+        Totals::default()
     }
+    /// The hub's part of a status: placement, per-member entries, conditions.
+    fn hub_part(s: &Self::Status) -> HubPart;
+    /// A status holding `part` and `totals` and nothing else: what the hub writes.
+    fn hub_status(part: HubPart, totals: &Totals) -> Self::Status;
 }
 
 /// Evaluates `$body` with the type name `$K` bound to the Rust type of the kind `$kind`
@@ -171,7 +192,7 @@ pub fn api_resource(kind: super::workload::WorkloadKind) -> kube::core::ApiResou
 }
 
 macro_rules! common {
-    ($status:ty, $variant:ident) => {
+    ($status:ident, $variant:ident) => {
         type Status = $status;
         fn status(&self) -> Option<&$status> {
             self.status.as_ref()
@@ -195,6 +216,25 @@ macro_rules! common {
             s.observed_generation = generation;
             s.runtime_version = Some(runtime_version.to_string());
         }
+        fn hub_part(s: &$status) -> HubPart {
+            HubPart {
+                observed_generation: s.observed_generation,
+                conditions: s.conditions.clone(),
+                placement: s.placement.clone(),
+                clusters: s.clusters.clone(),
+            }
+        }
+        fn hub_status(part: HubPart, totals: &Totals) -> $status {
+            let mut s = $status {
+                observed_generation: part.observed_generation,
+                conditions: part.conditions,
+                placement: part.placement,
+                clusters: part.clusters,
+                ..Default::default()
+            };
+            Self::set_totals(&mut s, totals);
+            s
+        }
     };
 }
 
@@ -211,6 +251,7 @@ macro_rules! replicated {
                 replicas: Some(s.replicas),
                 ready_replicas: Some(s.ready_replicas),
                 available_replicas: Some(s.available_replicas),
+                updated_replicas: Some(s.updated_replicas),
                 ..Default::default()
             }
         }
@@ -223,12 +264,20 @@ macro_rules! replicated {
                 ..Default::default()
             }
         }
-        fn totals_fields(t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
-            vec![
-                ("replicas", t.replicas.into()),
-                ("readyReplicas", t.ready_replicas.into()),
-                ("availableReplicas", t.available_replicas.into()),
-            ]
+        fn set_totals(s: &mut Self::Status, t: &Totals) {
+            s.replicas = t.replicas;
+            s.ready_replicas = t.ready_replicas;
+            s.available_replicas = t.available_replicas;
+            s.updated_replicas = t.updated_replicas;
+        }
+        fn totals(s: &Self::Status) -> Totals {
+            Totals {
+                replicas: s.replicas,
+                ready_replicas: s.ready_replicas,
+                available_replicas: s.available_replicas,
+                updated_replicas: s.updated_replicas,
+                ..Default::default()
+            }
         }
     };
 }
@@ -254,15 +303,24 @@ impl PinterestKind for PinterestDaemon {
             replicas: Some(s.desired),
             ready_replicas: Some(s.ready),
             available_replicas: Some(s.available),
+            updated_replicas: Some(s.updated),
             ..Default::default()
         }
     }
-    fn totals_fields(t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
-        vec![
-            ("desired", t.replicas.into()),
-            ("ready", t.ready_replicas.into()),
-            ("available", t.available_replicas.into()),
-        ]
+    fn set_totals(s: &mut PinterestDaemonStatus, t: &Totals) {
+        s.desired = t.replicas;
+        s.ready = t.ready_replicas;
+        s.available = t.available_replicas;
+        s.updated = t.updated_replicas;
+    }
+    fn totals(s: &PinterestDaemonStatus) -> Totals {
+        Totals {
+            replicas: s.desired,
+            ready_replicas: s.ready,
+            available_replicas: s.available,
+            updated_replicas: s.updated,
+            ..Default::default()
+        }
     }
 }
 
@@ -302,13 +360,26 @@ impl PinterestKind for PinterestJobSet {
             ..Default::default()
         }
     }
-    fn totals_fields(t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
-        vec![
-            ("shardsRunning", t.shards_running.into()),
-            ("shardsSucceeded", t.shards_succeeded.into()),
-            ("shardsFailed", t.shards_failed.into()),
-            ("completedShards", t.completed_shards.to_string().into()),
-        ]
+    fn set_totals(s: &mut PinterestJobSetStatus, t: &Totals) {
+        s.shards_running = t.shards_running;
+        s.shards_succeeded = t.shards_succeeded;
+        s.shards_failed = t.shards_failed;
+        s.completed_shards = Some(t.completed_shards.to_string());
+    }
+    /// (Completed shards as recorded, bounded by the job set's shards: a malformed
+    /// record is none.)
+    fn totals(s: &PinterestJobSetStatus) -> Totals {
+        Totals {
+            shards_running: s.shards_running,
+            shards_succeeded: s.shards_succeeded,
+            shards_failed: s.shards_failed,
+            completed_shards: s
+                .completed_shards
+                .as_deref()
+                .and_then(|r| RangeSet::parse(r).ok())
+                .unwrap_or_default(),
+            ..Default::default()
+        }
     }
 }
 
@@ -325,17 +396,18 @@ impl PinterestKind for PinterestCronJob {
             ..Default::default()
         }
     }
-    fn totals_fields(t: &Totals) -> Vec<(&'static str, serde_json::Value)> {
-        let time = |t: &Option<Time>| {
-            t.as_ref()
-                .and_then(|t| serde_json::to_value(t).ok())
-                .unwrap_or(serde_json::Value::Null)
-        };
-        vec![
-            ("active", t.active.into()),
-            ("lastScheduleTime", time(&t.last_schedule_time)),
-            ("lastSuccessfulTime", time(&t.last_successful_time)),
-        ]
+    fn set_totals(s: &mut PinterestCronJobStatus, t: &Totals) {
+        s.active = t.active;
+        s.last_schedule_time = t.last_schedule_time.clone();
+        s.last_successful_time = t.last_successful_time.clone();
+    }
+    fn totals(s: &PinterestCronJobStatus) -> Totals {
+        Totals {
+            active: s.active,
+            last_schedule_time: s.last_schedule_time.clone(),
+            last_successful_time: s.last_successful_time.clone(),
+            ..Default::default()
+        }
     }
 }
 
@@ -407,29 +479,40 @@ mod tests {
     }
 
     #[test]
-    fn each_kind_names_its_totals() {
+    fn each_kind_keeps_its_totals_in_its_own_fields() {
         let t = Totals {
             replicas: 5,
             available_replicas: 4,
+            updated_replicas: 3,
+            shards_succeeded: 2,
+            completed_shards: RangeSet::parse("0-1").unwrap(),
+            active: 1,
             ..Default::default()
         };
-        let names = |f: Vec<(&'static str, serde_json::Value)>| {
-            f.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
-        };
+        let svc = PinterestService::hub_status(HubPart::default(), &t);
         assert_eq!(
-            names(PinterestService::totals_fields(&t)),
-            ["replicas", "readyReplicas", "availableReplicas"]
+            (svc.replicas, svc.available_replicas, svc.updated_replicas),
+            (5, 4, 3)
         );
-        assert_eq!(
-            names(PinterestDaemon::totals_fields(&t)),
-            ["desired", "ready", "available"]
-        );
-        assert_eq!(
-            names(PinterestCronJob::totals_fields(&t)),
-            ["active", "lastScheduleTime", "lastSuccessfulTime"]
-        );
-        // A time no member reported yet is null (the hub leaves it out of status).
-        assert!(PinterestCronJob::totals_fields(&t)[1].1.is_null());
-        assert_eq!(PinterestDaemon::totals_fields(&t)[0].1, 5);
+        let d = PinterestDaemon::hub_status(HubPart::default(), &t);
+        assert_eq!((d.desired, d.available, d.updated), (5, 4, 3));
+        let j = PinterestJobSet::hub_status(HubPart::default(), &t);
+        assert_eq!(j.completed_shards.as_deref(), Some("0-1"));
+        // A time no member reported yet stays out of the written status.
+        let c = PinterestCronJob::hub_status(HubPart::default(), &t);
+        let c = serde_json::to_value(&c).unwrap();
+        assert_eq!(c["active"], 1);
+        assert!(c.get("lastScheduleTime").is_none());
+        // What is written reads back.
+        for (written, read) in [
+            (PinterestService::totals(&svc).replicas, 5),
+            (PinterestDaemon::totals(&d).updated_replicas, 3),
+            (
+                i32::try_from(PinterestJobSet::totals(&j).completed_shards.len()).unwrap(),
+                2,
+            ),
+        ] {
+            assert_eq!(written, read);
+        }
     }
 }

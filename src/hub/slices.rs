@@ -241,6 +241,7 @@ pub fn member_workload_status(
         replicas: c.replicas,
         ready_replicas: c.ready_replicas,
         available_replicas: c.available_replicas,
+        updated_replicas: c.updated_replicas,
         shards_running: c.shards_running,
         shards_succeeded: c.shards_succeeded,
         shards_failed: c.shards_failed,

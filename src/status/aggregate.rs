@@ -10,7 +10,7 @@ use crate::api::common::{
 };
 use crate::api::ranges::RangeSet;
 
-pub use crate::api::kind::Progress;
+pub use crate::api::kind::{Progress, Totals};
 
 /// What the hub knows of one placed cluster.
 #[derive(Debug, Clone)]
@@ -49,16 +49,7 @@ pub struct AggregateInput<'a> {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Aggregate {
     pub clusters: Vec<MemberWorkloadStatus>,
-    pub replicas: i32,
-    pub ready_replicas: i32,
-    pub available_replicas: i32,
-    pub shards_running: i32,
-    pub shards_succeeded: i32,
-    pub shards_failed: i32,
-    pub completed_shards: RangeSet,
-    pub active: i32,
-    pub last_schedule_time: Option<Time>,
-    pub last_successful_time: Option<Time>,
+    pub totals: Totals,
     pub conditions: Vec<Condition>,
     pub observed_generation: Option<i64>,
 }
@@ -88,12 +79,12 @@ pub fn aggregate(input: &AggregateInput<'_>) -> Aggregate {
     ));
     let target_met = match input.progress {
         Progress::Replicas { desired } => {
-            out.available_replicas >= desired && input.decision.unplaced == 0
+            out.totals.available_replicas >= desired && input.decision.unplaced == 0
         }
-        Progress::Shards { total } => out.completed_shards.len() >= u64::from(total),
+        Progress::Shards { total } => out.totals.completed_shards.len() >= u64::from(total),
         Progress::RunToCompletion => findings.all_complete,
     };
-    let conditions = health_conditions(input, &out, &findings, target_met);
+    let conditions = health_conditions(input, &out.totals, &findings, target_met);
     out.conditions.extend(conditions);
     out.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     out.observed_generation = if findings.caught_up() && findings.lost.is_empty() {
@@ -125,7 +116,8 @@ impl Findings {
 
 /// Counts summed over the members, each member's `clusters[]` entry, and the findings.
 fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
-    let mut out = Aggregate {
+    let mut out = Aggregate::default();
+    let mut t = Totals {
         completed_shards: input.previous_completed.clone(),
         ..Default::default()
     };
@@ -141,23 +133,7 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
             .is_some_and(|s| age_secs(&s.observed_time, input.now) <= input.stale_after_secs);
         let mut shown = match &m.status {
             Some(s) => s.clone(),
-            None => MemberWorkloadStatus {
-                cluster: m.cluster.clone(),
-                observed_time: input.now.clone(),
-                observed_generation: None,
-                state: None,
-                replicas: None,
-                ready_replicas: None,
-                available_replicas: None,
-                shards_running: None,
-                shards_succeeded: None,
-                shards_failed: None,
-                completed_shards: None,
-                active: None,
-                last_schedule_time: None,
-                last_successful_time: None,
-                message: None,
-            },
+            None => MemberWorkloadStatus::observed(&m.cluster, input.now.clone()),
         };
         if !m.member_ready {
             f.lost.push(format!("{} is NotReady", m.cluster));
@@ -188,25 +164,7 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
             // to trust them. Completed shards are facts and are always kept.
             // Member reports are input: sums saturate, and completed shards count only
             // within the job set's shards (a report of 0-4294967294 is 0-(shards-1)).
-            out.replicas = out.replicas.saturating_add(s.replicas.unwrap_or(0));
-            out.ready_replicas = out
-                .ready_replicas
-                .saturating_add(s.ready_replicas.unwrap_or(0));
-            out.available_replicas = out
-                .available_replicas
-                .saturating_add(s.available_replicas.unwrap_or(0));
-            out.shards_running = out
-                .shards_running
-                .saturating_add(s.shards_running.unwrap_or(0));
-            out.shards_succeeded = out
-                .shards_succeeded
-                .saturating_add(s.shards_succeeded.unwrap_or(0));
-            out.shards_failed = out
-                .shards_failed
-                .saturating_add(s.shards_failed.unwrap_or(0));
-            out.active = out.active.saturating_add(s.active.unwrap_or(0).max(0));
-            out.last_schedule_time = latest(&out.last_schedule_time, &s.last_schedule_time);
-            out.last_successful_time = latest(&out.last_successful_time, &s.last_successful_time);
+            add_counts(&mut t, s);
             if let Some(done) = s
                 .completed_shards
                 .as_deref()
@@ -230,7 +188,7 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
                     }
                     _ => done,
                 };
-                out.completed_shards = out.completed_shards.union(&done);
+                t.completed_shards = t.completed_shards.union(&done);
             }
             match s.state.as_deref() {
                 Some(member_state::FAILED) => f.failing.push(format!("{} failed", m.cluster)),
@@ -251,9 +209,25 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
     // Shard counters: succeeded is the size of the union, so a shard counted in two
     // members (rerun after failover) is counted once.
     if let Progress::Shards { .. } = input.progress {
-        out.shards_succeeded = i32::try_from(out.completed_shards.len()).unwrap_or(i32::MAX);
+        t.shards_succeeded = i32::try_from(t.completed_shards.len()).unwrap_or(i32::MAX);
     }
+    out.totals = t;
     (out, f)
+}
+
+/// Adds one member's counts to the totals. Member reports are input: sums saturate.
+fn add_counts(t: &mut Totals, s: &MemberWorkloadStatus) {
+    let add = |total: &mut i32, n: Option<i32>| *total = total.saturating_add(n.unwrap_or(0));
+    add(&mut t.replicas, s.replicas);
+    add(&mut t.ready_replicas, s.ready_replicas);
+    add(&mut t.available_replicas, s.available_replicas);
+    add(&mut t.updated_replicas, s.updated_replicas);
+    add(&mut t.shards_running, s.shards_running);
+    add(&mut t.shards_succeeded, s.shards_succeeded);
+    add(&mut t.shards_failed, s.shards_failed);
+    add(&mut t.active, s.active.map(|a| a.max(0)));
+    t.last_schedule_time = latest(&t.last_schedule_time, &s.last_schedule_time);
+    t.last_successful_time = latest(&t.last_successful_time, &s.last_successful_time);
 }
 
 /// The later of two optional times.
@@ -325,7 +299,7 @@ fn placement_conditions(
 /// Ready: never on stale data.
 fn readiness(
     input: &AggregateInput<'_>,
-    totals: &Aggregate,
+    totals: &Totals,
     f: &Findings,
     target_met: bool,
 ) -> (ConditionStatus, &'static str, String) {
@@ -367,7 +341,7 @@ fn readiness(
 /// Degraded, Ready, Progressing (and Complete, Failed for run-to-completion kinds).
 fn health_conditions(
     input: &AggregateInput<'_>,
-    totals: &Aggregate,
+    totals: &Totals,
     f: &Findings,
     target_met: bool,
 ) -> Vec<Condition> {
@@ -468,21 +442,12 @@ mod tests {
 
     fn status(cluster: &str, at: i64, available: i32, state: &str) -> MemberWorkloadStatus {
         MemberWorkloadStatus {
-            cluster: cluster.into(),
-            observed_time: t(at),
             observed_generation: Some(1),
             state: Some(state.into()),
             replicas: Some(available),
             ready_replicas: Some(available),
             available_replicas: Some(available),
-            shards_running: None,
-            shards_succeeded: None,
-            shards_failed: None,
-            completed_shards: None,
-            active: None,
-            last_schedule_time: None,
-            last_successful_time: None,
-            message: None,
+            ..MemberWorkloadStatus::observed(cluster, t(at))
         }
     }
 
@@ -596,9 +561,9 @@ mod tests {
             obs("b", true, Some(cron("b", 2, Some(120))), 2),
         ];
         let a = run(&m, &d, 10, 2);
-        assert_eq!(a.active, 3);
-        assert_eq!(a.last_schedule_time, Some(t(120)));
-        assert_eq!(a.last_successful_time, Some(t(60)));
+        assert_eq!(a.totals.active, 3);
+        assert_eq!(a.totals.last_schedule_time, Some(t(120)));
+        assert_eq!(a.totals.last_successful_time, Some(t(60)));
         // A member that never ran leaves the times to the others; a negative count from a
         // hostile member counts as nothing.
         let m = [
@@ -606,8 +571,8 @@ mod tests {
             obs("b", true, Some(cron("b", 0, Some(30))), 2),
         ];
         let a = run(&m, &d, 10, 2);
-        assert_eq!(a.active, 0);
-        assert_eq!(a.last_schedule_time, Some(t(30)));
+        assert_eq!(a.totals.active, 0);
+        assert_eq!(a.totals.last_schedule_time, Some(t(30)));
     }
 
     #[test]
@@ -618,7 +583,7 @@ mod tests {
             obs("b", true, Some(status("b", 0, 4, "Ready")), 2),
         ];
         let a = run(&m, &d, 10, 2);
-        assert_eq!(a.available_replicas, 10);
+        assert_eq!(a.totals.available_replicas, 10);
         assert_eq!(get(&a, "Ready").status, ConditionStatus::True);
         assert_eq!(get(&a, "Degraded").status, ConditionStatus::False);
         assert_eq!(get(&a, "Progressing").status, ConditionStatus::False);
@@ -690,8 +655,11 @@ mod tests {
         let prev = RangeSet::parse("3").unwrap();
         let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
         let a = aggregate_shards(&d, &members, &prev, 10);
-        assert_eq!(a.completed_shards.to_string(), "0-3,5-9");
-        assert_eq!(a.shards_succeeded, 9, "shard 2 reported twice counts once");
+        assert_eq!(a.totals.completed_shards.to_string(), "0-3,5-9");
+        assert_eq!(
+            a.totals.shards_succeeded, 9,
+            "shard 2 reported twice counts once"
+        );
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
     }
 
@@ -707,7 +675,7 @@ mod tests {
         ob.held_shards = Some("3,5-9".into());
         let members = [obs("a", true, Some(sa), 1), ob];
         let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
-        assert_eq!(a.completed_shards.to_string(), "0-5");
+        assert_eq!(a.totals.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
     }
 
@@ -722,11 +690,11 @@ mod tests {
         let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
         let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
         assert_eq!(
-            a.completed_shards.to_string(),
+            a.totals.completed_shards.to_string(),
             "0-9",
             "within the job set's shards"
         );
-        assert_eq!(a.shards_succeeded, 10);
-        assert_eq!(a.available_replicas, i32::MAX, "sums saturate");
+        assert_eq!(a.totals.shards_succeeded, 10);
+        assert_eq!(a.totals.available_replicas, i32::MAX, "sums saturate");
     }
 }

@@ -30,7 +30,6 @@ use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};
 use crate::placement::from_quota;
 use crate::placement::{self, Decision, PlanInput, recorded};
-use crate::status::hub_status::stored_decision;
 
 /// What was decided for the workload before this reconcile (this process's memory
 /// first: the watch cache may not show our own writes yet).
@@ -46,7 +45,7 @@ impl Remembered {
     pub fn read<K: PinterestKind>(
         ctx: &HubContext,
         obj: &K,
-        stored_status: &serde_json::Value,
+        stored_decision: Option<crate::api::common::PlacementDecision>,
     ) -> Remembered {
         let key = workload_key(obj);
         if let Some(r) = ctx.decisions.lock().ok().and_then(|d| d.get(&key).cloned()) {
@@ -59,7 +58,7 @@ impl Remembered {
         }
         let annotations = obj.annotations();
         Remembered {
-            previous: stored_decision(stored_status),
+            previous: stored_decision,
             decided_for: annotations
                 .get(ANNOTATION_PLACEMENT_GENERATION)
                 .and_then(|g| g.parse::<i64>().ok()),

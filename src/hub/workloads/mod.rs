@@ -347,16 +347,16 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         .own_writes
         .unseen(&workload_key(obj), obj.meta().resource_version.as_deref())
         .unwrap_or_default();
-    let stored_status = match unseen.status {
-        Some(s) => s,
-        // (The status alone: the whole object is mostly its pod template.)
-        None => serde_json::to_value(obj.status())?,
+    let stored_status: K::Status = match unseen.status {
+        Some(s) => serde_json::from_value(s)?,
+        None => obj.status().cloned().unwrap_or_default(),
     };
+    let stored_part = K::hub_part(&stored_status);
 
     // Read: standings of the members as this workload sees them, and what was decided.
     let standings = health::Standings::read(ctx, obj, now);
     let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
-    let mut remembered = decide::Remembered::read(ctx, obj, &stored_status);
+    let mut remembered = decide::Remembered::read(ctx, obj, stored_part.placement.clone());
     if remembered.previous.is_none() && remembered.decided_for.is_some() {
         // Placed (that record is written before any slice), but the decision itself was
         // never recorded where this process reads it: a leader stopped before its status
@@ -390,7 +390,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     let decided =
         match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
             decide::Outcome::Invalid(message) => {
-                write_invalid(ctx, obj, &stored_status, &message, &now_time).await?;
+                write_invalid(ctx, obj, &stored_part.conditions, &message, &now_time).await?;
                 return Ok(Action::await_change());
             }
             decide::Outcome::Decided(d) => d,
@@ -419,7 +419,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &decided.decision,
         &standings,
         &slices,
-        &stored_status,
+        &stored_part.clusters,
         &agent_times,
         &now_time,
     );
@@ -429,10 +429,9 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         crate::api::kind::Progress::Shards { total } => total,
         _ => 0,
     };
-    let previous_completed = stored_status["completedShards"]
-        .as_str()
-        .and_then(|r| crate::api::ranges::RangeSet::parse_within(r, shards).ok())
-        .unwrap_or_default();
+    let previous_completed = K::totals(&stored_status)
+        .completed_shards
+        .intersection(&crate::api::ranges::RangeSet::full(shards));
     let generation = obj.meta().generation.unwrap_or(0);
     let counts = |c: &BTreeSet<String>| -> BTreeSet<String> {
         c.iter()
@@ -440,11 +439,11 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             .cloned()
             .collect()
     };
-    let input = HubStatusInput {
+    let input = HubStatusInput::<K> {
         stored: &stored_status,
         aggregate: AggregateInput {
             hub_generation: generation,
-            previous_observed_generation: stored_status["observedGeneration"].as_i64(),
+            previous_observed_generation: stored_part.observed_generation,
             previous_completed: &previous_completed,
             progress: obj.progress(),
             decision: &api_decision,
@@ -459,14 +458,13 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             lost_now: counts(&decided.lost_placed),
             failing_back: decided.failback.clone(),
         },
-        totals_fields: K::totals_fields,
     };
     let status = hub_status(&input);
     // Only a status that carries a new placement waits: one that reports the members
     // (their slices' status) goes out at once, a backlog or not.
     let new_placement = status
         .as_ref()
-        .is_some_and(|st| st.get("placement") != stored_status.get("placement"));
+        .is_some_and(|st| K::hub_part(st).placement != stored_part.placement);
     if new_placement
         && let Some(left) =
             ctx.status_deferrals
@@ -478,10 +476,13 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     let written = match status {
         Some(st) => {
             if tracing::enabled!(tracing::Level::DEBUG) {
-                let changed = crate::status::hub_status::status_changes(&stored_status, &st);
+                let changed = crate::status::hub_status::status_changes(
+                    &serde_json::to_value(&stored_status)?,
+                    &serde_json::to_value(&st)?,
+                );
                 tracing::debug!(workload = %key, ?changed, "writing the hub status");
             }
-            write_hub_status(ctx, obj, decided.written.as_deref(), st).await
+            write_hub_status(ctx, obj, decided.written.as_deref(), &st).await
         }
         None => Ok(()),
     };
@@ -502,15 +503,23 @@ const HAND_OFF_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 async fn write_invalid<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
-    stored_status: &serde_json::Value,
+    stored_conditions: &[crate::api::common::Condition],
     message: &str,
     now: &Time,
 ) -> Result<(), HubError> {
-    let mut conds: Vec<crate::api::common::Condition> =
-        serde_json::from_value(stored_status.get("conditions").cloned().unwrap_or_default())
-            .unwrap_or_default();
-    crate::api::common::set_invalid_conditions(&mut conds, message, obj.meta().generation, now);
-    write_hub_status(ctx, obj, None, serde_json::json!({"conditions": conds})).await
+    let mut conditions = stored_conditions.to_vec();
+    crate::api::common::set_invalid_conditions(
+        &mut conditions,
+        message,
+        obj.meta().generation,
+        now,
+    );
+    let part = crate::api::kind::HubPart {
+        conditions,
+        ..Default::default()
+    };
+    let status = K::hub_status(part, &Default::default());
+    write_hub_status(ctx, obj, None, &status).await
 }
 
 /// Sets one condition on the hub resource, best effort: the
@@ -522,13 +531,10 @@ pub(super) async fn write_condition<K: PinterestKind>(
     reason: &str,
     message: &str,
 ) {
-    let stored = serde_json::to_value(obj)
-        .ok()
-        .map(|v| v["status"].clone())
+    let mut conds = obj
+        .status()
+        .map(|s| K::conditions_of(s).to_vec())
         .unwrap_or_default();
-    let mut conds: Vec<crate::api::common::Condition> =
-        serde_json::from_value(stored.get("conditions").cloned().unwrap_or_default())
-            .unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let changed = crate::api::common::set_condition(
         &mut conds,
@@ -566,7 +572,7 @@ async fn write_hub_status<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
     over: Option<&str>,
-    status: serde_json::Value,
+    status: &K::Status,
 ) -> Result<(), HubError> {
     let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
     let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});

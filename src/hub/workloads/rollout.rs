@@ -485,7 +485,7 @@ pub fn observations(
     decision: &crate::placement::Decision,
     standings: &Standings,
     slices: &Slices,
-    stored_status: &serde_json::Value,
+    stored_clusters: &[crate::api::common::MemberWorkloadStatus],
     agent_times: &BTreeMap<String, Time>,
     now: &Time,
 ) -> Vec<MemberObservation> {
@@ -509,11 +509,10 @@ pub fn observations(
                     s.processed(),
                 ),
                 None if !member_ready => {
-                    let shown = stored_status["clusters"]
-                        .as_array()
-                        .and_then(|cs| cs.iter().find(|c| c["cluster"] == p.cluster.as_str()))
-                        .cloned()
-                        .and_then(|p| serde_json::from_value(p).ok());
+                    let shown = stored_clusters
+                        .iter()
+                        .find(|c| c.cluster == p.cluster)
+                        .cloned();
                     (shown, None, false)
                 }
                 None => (None, None, false),
