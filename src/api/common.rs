@@ -343,6 +343,16 @@ pub enum ConditionStatus {
     Unknown,
 }
 
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
 impl From<bool> for ConditionStatus {
     fn from(b: bool) -> Self {
         if b {

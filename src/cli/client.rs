@@ -8,11 +8,19 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::api::common::MemberWorkloadStatus;
+use crate::api::federation::ResourceAmounts;
 use crate::api::quantity::Milli;
-use crate::jss::client::{JssClient, Reply};
+use crate::api::workload::WorkloadKind;
+use crate::jss::artifacts::ArtifactRef;
+use crate::jss::client::JssClient;
 use crate::jss::request::{kind_path, parse_kind};
+use crate::jss::wire::{
+    Amounts, ClusterView, Deleted, HubStatusView, List, OwnersReport, QuotaView, SubmitRequest,
+    Submitted, WorkloadView,
+};
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default)]
 pub enum Output {
@@ -139,19 +147,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// A successful reply's body, or the JSS's error with its details as the command's error.
-fn ok(r: Reply) -> anyhow::Result<Value> {
-    if r.is_success() {
-        Ok(r.body)
-    } else {
-        anyhow::bail!("{}", r.error_text())
-    }
-}
-
-fn print(output: Output, v: &Value, table: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+fn print<T: serde::Serialize>(
+    output: Output,
+    v: &T,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(v)?),
-        Output::Yaml => print!("{}", crate::api::yaml::to_string(v)?),
+        Output::Yaml => print!(
+            "{}",
+            crate::api::yaml::to_string(&serde_json::to_value(v)?)?
+        ),
         Output::Table => print!("{}", table(v)),
     }
     Ok(())
@@ -167,134 +173,134 @@ fn kind_segment(kind: &str) -> anyhow::Result<String> {
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let client = args.server.client()?;
-    let mut body = match (&args.file, &args.name) {
+    let body = match (&args.file, &args.name) {
         (Some(f), _) => {
             let text =
                 std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            json!({ "resource": text })
+            SubmitRequest {
+                resource: Some(text.into()),
+                ..Default::default()
+            }
         }
         (None, Some(name)) => {
             let version = args
                 .version
                 .clone()
                 .context("--version is required with an artifact name")?;
-            json!({ "artifact": { "name": name, "version": version } })
+            SubmitRequest {
+                artifact: Some(ArtifactRef {
+                    name: name.clone(),
+                    version,
+                }),
+                ..Default::default()
+            }
         }
         (None, None) => anyhow::bail!("give an artifact NAME --version V, or -f FILE"),
     };
-    if let Some(ns) = &args.namespace {
-        body["namespace"] = ns.clone().into();
-    }
-    let v = ok(runtime()?.block_on(client.post_json("/v1/submissions", &body))?)?;
+    let body = SubmitRequest {
+        namespace: args.namespace.clone(),
+        ..body
+    };
+    let v: Submitted = runtime()?
+        .block_on(client.post_json("/v1/submissions", &serde_json::to_value(&body)?))?
+        .decode()?;
     print(args.server.output, &v, |v| {
         format!(
             "{} {}/{} {} by {} for team {}{}\n",
-            v["kind"].as_str().unwrap_or("-"),
-            v["namespace"].as_str().unwrap_or("-"),
-            v["name"].as_str().unwrap_or("-"),
-            if v["created"] == true {
-                "created"
-            } else {
-                "updated"
-            },
-            v["submittedBy"].as_str().unwrap_or("-"),
-            v["team"].as_str().unwrap_or("-"),
-            v["artifact"]
-                .as_str()
+            v.kind.as_str(),
+            v.namespace,
+            v.name,
+            if v.created { "created" } else { "updated" },
+            v.submitted_by,
+            v.team,
+            v.artifact
+                .as_ref()
                 .map(|a| format!(" (artifact {a})"))
                 .unwrap_or_default()
         )
     })
 }
 
-fn cond(s: &Value, t: &str) -> String {
-    s["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == t))
-        .and_then(|c| c["status"].as_str())
+fn cond(s: &HubStatusView, t: &str) -> String {
+    s.condition(t)
+        .map(|c| c.status.as_str())
         .unwrap_or("-")
         .to_string()
 }
 
-fn progress(w: &Value) -> String {
-    let s = &w["status"];
-    match w["kind"].as_str().unwrap_or("") {
-        "PinterestService" | "PinterestStatefulSet" => format!(
+fn progress(w: &WorkloadView) -> String {
+    let s = w.hub_status();
+    let t = &s.totals;
+    let desired = |n: Option<i64>| n.unwrap_or(0);
+    match w.kind {
+        WorkloadKind::Service | WorkloadKind::StatefulSet => format!(
             "{}/{} avail",
-            s["availableReplicas"].as_i64().unwrap_or(0),
-            w["desired"]["replicas"].as_i64().unwrap_or(0)
+            t.available_replicas,
+            desired(w.desired.replicas)
         ),
-        "PinterestJobSet" => format!(
-            "{}/{} done",
-            s["shardsSucceeded"].as_i64().unwrap_or(0),
-            w["desired"]["shards"].as_i64().unwrap_or(0)
-        ),
-        "PinterestDaemon" => format!(
-            "{}/{} ready",
-            s["ready"].as_i64().unwrap_or(0),
-            s["desired"].as_i64().unwrap_or(0)
-        ),
-        "PinterestTrainingJob" => format!(
+        WorkloadKind::JobSet => {
+            format!("{}/{} done", t.shards_succeeded, desired(w.desired.shards))
+        }
+        WorkloadKind::Daemon => format!("{}/{} ready", t.ready_replicas, t.replicas),
+        // A training job's counts are its members' (it has no totals of its own).
+        WorkloadKind::TrainingJob => format!(
             "{}/{} ready, complete={}",
-            s["readyReplicas"].as_i64().unwrap_or(0),
-            w["desired"]["replicas"].as_i64().unwrap_or(0),
-            cond(s, "Complete")
+            s.part
+                .clusters
+                .iter()
+                .filter_map(|c| c.ready_replicas)
+                .sum::<i32>(),
+            desired(w.desired.replicas),
+            cond(&s, "Complete")
         ),
-        _ => format!("complete={}", cond(s, "Complete")),
+        WorkloadKind::CronJob => format!("complete={}", cond(&s, "Complete")),
     }
 }
 
-fn member_line(c: &Value) -> String {
-    let num = |k: &str| c[k].as_i64().map(|n| n.to_string());
-    let share = match (
-        num("replicas"),
-        num("readyReplicas"),
-        num("availableReplicas"),
-    ) {
-        (Some(r), ready, avail) => format!(
+fn member_line(c: &MemberWorkloadStatus) -> String {
+    let n = |v: Option<i32>| v.unwrap_or(0);
+    let share = match c.replicas {
+        Some(r) => format!(
             "replicas {r} ready {} available {}",
-            ready.unwrap_or("0".into()),
-            avail.unwrap_or("0".into())
+            n(c.ready_replicas),
+            n(c.available_replicas)
         ),
-        _ => match (
-            num("shardsRunning"),
-            num("shardsSucceeded"),
-            num("shardsFailed"),
-        ) {
-            (None, None, None) => String::new(),
-            (r, s, f) => format!(
-                "shards running {} succeeded {} failed {}",
-                r.unwrap_or("0".into()),
-                s.unwrap_or("0".into()),
-                f.unwrap_or("0".into())
-            ),
-        },
+        None if c.shards_running.is_none()
+            && c.shards_succeeded.is_none()
+            && c.shards_failed.is_none() =>
+        {
+            String::new()
+        }
+        None => format!(
+            "shards running {} succeeded {} failed {}",
+            n(c.shards_running),
+            n(c.shards_succeeded),
+            n(c.shards_failed)
+        ),
     };
     format!(
         "{:<10} {:<12} {}{}",
-        c["cluster"].as_str().unwrap_or("?"),
-        c["state"].as_str().unwrap_or("-"),
+        c.cluster,
+        c.state.as_deref().unwrap_or("-"),
         share,
-        c["message"]
-            .as_str()
+        c.message
+            .as_ref()
             .map(|m| format!("  ({m})"))
             .unwrap_or_default()
     )
 }
 
-fn split(w: &Value) -> String {
-    let p = &w["status"]["placement"];
-    let parts: Vec<String> = p["placements"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            let c = p["cluster"].as_str().unwrap_or("?");
-            match (p["replicas"].as_i64(), p["shards"].as_str()) {
-                (Some(r), _) => format!("{c}:{r}"),
-                (None, Some(s)) => format!("{c}:[{s}]"),
-                _ => c.to_string(),
-            }
+fn split(s: &HubStatusView) -> String {
+    let Some(p) = &s.part.placement else {
+        return "-".into();
+    };
+    let parts: Vec<String> = p
+        .placements
+        .iter()
+        .map(|p| match (p.replicas, &p.shards) {
+            (Some(r), _) => format!("{}:{r}", p.cluster),
+            (None, Some(sh)) => format!("{}:[{sh}]", p.cluster),
+            _ => p.cluster.clone(),
         })
         .collect();
     let mut out = if parts.is_empty() {
@@ -302,14 +308,14 @@ fn split(w: &Value) -> String {
     } else {
         parts.join(" ")
     };
-    if let Some(u) = p["unplaced"].as_i64().filter(|u| *u > 0) {
-        out.push_str(&format!(" (+{u} unplaced)"));
+    if p.unplaced > 0 {
+        out.push_str(&format!(" (+{} unplaced)", p.unplaced));
     }
     out
 }
 
 /// The `get` table: one line per workload, then one indented line per member cluster.
-pub fn workloads_table(items: &[Value]) -> String {
+pub fn workloads_table(items: &[WorkloadView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -317,21 +323,18 @@ pub fn workloads_table(items: &[Value]) -> String {
         "KIND", "NAMESPACE/NAME", "TEAM", "SPLIT", "PROGRESS", "READY"
     );
     for w in items {
+        let s = w.hub_status();
         let _ = writeln!(
             out,
             "{:<22} {:<36} {:<14} {:<28} {:<18} {:<6}",
-            w["kind"].as_str().unwrap_or("-"),
-            format!(
-                "{}/{}",
-                w["namespace"].as_str().unwrap_or("-"),
-                w["name"].as_str().unwrap_or("-")
-            ),
-            w["team"].as_str().unwrap_or("-"),
-            split(w),
+            w.kind.as_str(),
+            format!("{}/{}", w.namespace.as_deref().unwrap_or("-"), w.name),
+            w.team.as_deref().unwrap_or("-"),
+            split(&s),
             progress(w),
-            cond(&w["status"], "Ready"),
+            cond(&s, "Ready"),
         );
-        for c in w["status"]["clusters"].as_array().into_iter().flatten() {
+        for c in &s.part.clusters {
             let _ = writeln!(out, "  └ {}", member_line(c));
         }
     }
@@ -341,59 +344,77 @@ pub fn workloads_table(items: &[Value]) -> String {
     out
 }
 
-fn describe_text(w: &Value) -> String {
+fn describe_text(w: &WorkloadView) -> String {
     let mut out = String::new();
-    let s = &w["status"];
+    let s = w.hub_status();
     let line = |out: &mut String, k: &str, v: String| {
         let _ = writeln!(out, "{k:<14} {v}");
     };
-    let str_of = |v: &Value| v.as_str().unwrap_or("-").to_string();
-    line(&mut out, "Kind:", str_of(&w["kind"]));
-    line(&mut out, "Namespace:", str_of(&w["namespace"]));
-    line(&mut out, "Name:", str_of(&w["name"]));
+    let or_dash = |v: Option<&str>| v.unwrap_or("-").to_string();
+    line(&mut out, "Kind:", w.kind.as_str().to_string());
+    line(&mut out, "Namespace:", or_dash(w.namespace.as_deref()));
+    line(&mut out, "Name:", w.name.clone());
     line(
         &mut out,
         "Owner:",
-        format!("{} ({})", str_of(&w["team"]), str_of(&w["contact"])),
+        format!(
+            "{} ({})",
+            or_dash(w.team.as_deref()),
+            or_dash(w.contact.as_deref())
+        ),
     );
-    line(&mut out, "Submitted by:", str_of(&w["submittedBy"]));
-    line(&mut out, "Artifact:", str_of(&w["artifact"]));
-    let r = &w["requested"];
+    line(
+        &mut out,
+        "Submitted by:",
+        or_dash(w.submitted_by.as_deref()),
+    );
+    line(&mut out, "Artifact:", or_dash(w.artifact.as_deref()));
+    let r = &w.requested;
     line(
         &mut out,
         "Requested:",
         format!(
             "cpu {} memory {} gpus {} pods {}",
-            quantity("cpu", &r["cpu"]),
-            quantity("memory", &r["memory"]),
-            r["gpus"],
-            r["pods"]
+            r.cpu, r.memory, r.gpus, r.pods
         ),
     );
-    line(&mut out, "Strategy:", str_of(&s["placement"]["strategy"]));
-    line(&mut out, "Split:", split(w));
-    if let Some(reason) = s["placement"]["reason"].as_str() {
-        line(&mut out, "Reason:", reason.to_string());
+    let placement = s.part.placement.as_ref();
+    line(
+        &mut out,
+        "Strategy:",
+        placement
+            .and_then(|p| p.strategy)
+            .map(|st| format!("{st:?}"))
+            .unwrap_or_else(|| "-".into()),
+    );
+    line(&mut out, "Split:", split(&s));
+    if let Some(reason) = placement.and_then(|p| p.reason.as_ref()) {
+        line(&mut out, "Reason:", reason.clone());
     }
     line(&mut out, "Progress:", progress(w));
+    let num = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "null".into());
     line(
         &mut out,
         "Generation:",
-        format!("{} (observed {})", w["generation"], s["observedGeneration"]),
+        format!(
+            "{} (observed {})",
+            num(w.generation),
+            num(s.part.observed_generation)
+        ),
     );
     let _ = writeln!(out, "Clusters:");
-    for c in s["clusters"].as_array().into_iter().flatten() {
+    for c in &s.part.clusters {
         let _ = writeln!(out, "  {}", member_line(c));
     }
     let _ = writeln!(out, "Conditions:");
-    for c in s["conditions"].as_array().into_iter().flatten() {
+    for c in &s.part.conditions {
         let _ = writeln!(
             out,
             "  {:<14} {:<8} {:<24} {}",
-            str_of(&c["type"]),
-            str_of(&c["status"]),
-            str_of(&c["reason"]),
-            c["message"].as_str().unwrap_or("")
+            c.type_,
+            c.status.as_str(),
+            c.reason,
+            c.message
         );
     }
     out
@@ -402,18 +423,21 @@ fn describe_text(w: &Value) -> String {
 pub fn get(args: GetArgs) -> anyhow::Result<()> {
     let client = args.server.client()?;
     let path = match (&args.kind, &args.name, &args.namespace) {
-        (Some(k), Some(n), Some(ns)) => format!("/v1/workloads/{ns}/{}/{n}", kind_segment(k)?),
+        (Some(k), Some(n), Some(ns)) => {
+            let path = format!("/v1/workloads/{ns}/{}/{n}", kind_segment(k)?);
+            let w: WorkloadView = runtime()?.block_on(client.get(&path))?.decode()?;
+            return print(args.server.output, &w, |w| {
+                workloads_table(std::slice::from_ref(w))
+            });
+        }
         (Some(_), Some(_), None) => anyhow::bail!("give --namespace with a name"),
         (Some(k), None, Some(ns)) => format!("/v1/workloads/{ns}/{}", kind_segment(k)?),
         (Some(k), None, None) => format!("/v1/workloads?kind={}", kind_segment(k)?),
         (None, _, Some(ns)) => format!("/v1/workloads/{ns}"),
         (None, _, None) => "/v1/workloads".to_string(),
     };
-    let v = ok(runtime()?.block_on(client.get(&path))?)?;
-    print(args.server.output, &v, |v| match v["items"].as_array() {
-        Some(items) => workloads_table(items),
-        None => workloads_table(std::slice::from_ref(v)),
-    })
+    let v: List<WorkloadView> = runtime()?.block_on(client.get(&path))?.decode()?;
+    print(args.server.output, &v, |v| workloads_table(&v.items))
 }
 
 pub fn describe(args: ObjectArgs) -> anyhow::Result<()> {
@@ -424,8 +448,8 @@ pub fn describe(args: ObjectArgs) -> anyhow::Result<()> {
         kind_segment(&args.kind)?,
         args.name
     );
-    let v = ok(runtime()?.block_on(client.get(&path))?)?;
-    print(args.server.output, &v, describe_text)
+    let w: WorkloadView = runtime()?.block_on(client.get(&path))?.decode()?;
+    print(args.server.output, &w, describe_text)
 }
 
 pub fn delete(args: ObjectArgs) -> anyhow::Result<()> {
@@ -436,40 +460,56 @@ pub fn delete(args: ObjectArgs) -> anyhow::Result<()> {
         kind_segment(&args.kind)?,
         args.name
     );
-    let v = ok(runtime()?.block_on(client.delete(&path))?)?;
+    let v: Deleted = runtime()?.block_on(client.delete(&path))?.decode()?;
     print(args.server.output, &v, |v| {
-        let d = &v["deleted"];
+        let d = &v.deleted;
         format!(
             "{} {}/{} deleted (its slices are removed from every member)\n",
-            d["kind"].as_str().unwrap_or("-"),
-            d["namespace"].as_str().unwrap_or("-"),
-            d["name"].as_str().unwrap_or("-")
+            d.kind.as_str(),
+            d.namespace,
+            d.name
         )
     })
 }
 
-fn units(v: &Value) -> String {
-    v.as_str()
-        .and_then(|q| Milli::parse(q).ok())
-        .map(|m| m.units().to_string())
-        .unwrap_or_else(|| "-".into())
-}
-
 /// A quantity as every pinfed surface prints it (`Milli::format_cpu`, `format_memory`);
-/// other resources, and what does not parse, as given.
-fn quantity(resource: &str, v: &Value) -> String {
-    match v {
-        Value::String(q) => match (resource, Milli::parse(q)) {
-            ("cpu", Ok(m)) => m.format_cpu(),
-            ("memory", Ok(m)) => m.format_memory(),
-            _ => q.clone(),
-        },
-        Value::Number(n) => n.to_string(),
-        _ => "-".into(),
+/// other resources as whole units; what does not parse, as given; none as `-`.
+fn quantity(resource: &str, q: Option<&Quantity>) -> String {
+    let Some(Quantity(q)) = q else {
+        return "-".into();
+    };
+    match (resource, Milli::parse(q)) {
+        ("cpu", Ok(m)) => m.format_cpu(),
+        ("memory", Ok(m)) => m.format_memory(),
+        (_, Ok(m)) => m.units().to_string(),
+        _ => q.clone(),
     }
 }
 
-pub fn clusters_table(items: &[Value]) -> String {
+/// One resource of a set of amounts, by name.
+fn amount<'a>(a: Option<&'a ResourceAmounts>, resource: &str) -> Option<&'a Quantity> {
+    let a = a?;
+    match resource {
+        "cpu" => a.cpu.as_ref(),
+        "memory" => a.memory.as_ref(),
+        "gpus" => a.gpus.as_ref(),
+        "pods" => a.pods.as_ref(),
+        _ => None,
+    }
+}
+
+/// What a workload or team requests, by name (the JSS's own amounts).
+fn requested(a: Option<&Amounts>, resource: &str) -> String {
+    match (a, resource) {
+        (None, _) => "-".into(),
+        (Some(a), "cpu") => a.cpu.clone(),
+        (Some(a), "memory") => a.memory.clone(),
+        (Some(a), "gpus") => a.gpus.to_string(),
+        (Some(a), _) => a.pods.to_string(),
+    }
+}
+
+pub fn clusters_table(items: &[ClusterView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -486,33 +526,31 @@ pub fn clusters_table(items: &[Value]) -> String {
         "PODS"
     );
     for c in items {
+        let (avail, alloc) = (c.available.as_ref(), c.allocatable.as_ref());
         let _ = writeln!(
             out,
             "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>23} {:>9} {:>8}",
-            c["name"].as_str().unwrap_or("-"),
-            c["region"].as_str().unwrap_or("-"),
-            c["zone"].as_str().unwrap_or("-"),
-            c["ready"].as_str().unwrap_or("-"),
-            c["kubernetesVersion"].as_str().unwrap_or("-"),
-            c["nodes"]
-                .as_i64()
-                .map(|n| n.to_string())
-                .unwrap_or("-".into()),
+            c.name,
+            c.region.as_deref().unwrap_or("-"),
+            c.zone.as_deref().unwrap_or("-"),
+            c.ready,
+            c.kubernetes_version.as_deref().unwrap_or("-"),
+            c.nodes.map(|n| n.to_string()).unwrap_or("-".into()),
             format!(
                 "{}/{}",
-                quantity("cpu", &c["available"]["cpu"]),
-                quantity("cpu", &c["allocatable"]["cpu"])
+                quantity("cpu", amount(avail, "cpu")),
+                quantity("cpu", amount(alloc, "cpu"))
             ),
             format!(
                 "{}/{}",
-                quantity("memory", &c["available"]["memory"]),
-                quantity("memory", &c["allocatable"]["memory"])
+                quantity("memory", amount(avail, "memory")),
+                quantity("memory", amount(alloc, "memory"))
             ),
-            units(&c["available"]["gpus"]),
+            quantity("gpus", amount(avail, "gpus")),
             format!(
                 "{}/{}",
-                units(&c["allocated"]["pods"]),
-                units(&c["allocatable"]["pods"])
+                quantity("pods", amount(c.allocated.as_ref(), "pods")),
+                quantity("pods", amount(alloc, "pods"))
             ),
         );
     }
@@ -524,13 +562,13 @@ pub fn clusters_table(items: &[Value]) -> String {
 
 pub fn clusters(args: ListArgs) -> anyhow::Result<()> {
     let client = args.server.client()?;
-    let v = ok(runtime()?.block_on(client.get("/v1/clusters"))?)?;
-    print(args.server.output, &v, |v| {
-        clusters_table(v["items"].as_array().map(Vec::as_slice).unwrap_or(&[]))
-    })
+    let v: List<ClusterView> = runtime()?.block_on(client.get("/v1/clusters"))?.decode()?;
+    print(args.server.output, &v, |v| clusters_table(&v.items))
 }
 
-pub fn quotas_table(items: &[Value]) -> String {
+const RESOURCES: [&str; 4] = ["cpu", "memory", "gpus", "pods"];
+
+pub fn quotas_table(items: &[QuotaView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -538,45 +576,32 @@ pub fn quotas_table(items: &[Value]) -> String {
         "NAMESPACE/QUOTA", "SCOPE", "RESOURCE", "HARD", "USED", "REQUESTED"
     );
     for q in items {
-        let name = format!(
-            "{}/{}",
-            q["namespace"].as_str().unwrap_or("-"),
-            q["name"].as_str().unwrap_or("-")
-        );
-        for r in ["cpu", "memory", "gpus", "pods"] {
-            if q["hard"][r].is_null() {
+        let name = format!("{}/{}", q.namespace.as_deref().unwrap_or("-"), q.name);
+        for r in RESOURCES {
+            let Some(hard) = amount(Some(&q.hard), r) else {
                 continue;
-            }
+            };
             let _ = writeln!(
                 out,
                 "{:<28} {:<10} {:<8} {:>10} {:>10} {:>12}",
                 name,
                 "total",
                 r,
-                quantity(r, &q["hard"][r]),
-                quantity(r, &q["used"][r]),
-                quantity(r, &q["requested"][r]),
+                quantity(r, Some(hard)),
+                quantity(r, amount(q.used.as_ref(), r)),
+                requested(q.requested.as_ref(), r),
             );
         }
-        let mut clusters: Vec<String> = q["perCluster"]
-            .as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        for c in q["usedPerCluster"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.keys())
-        {
-            if !clusters.contains(c) {
-                clusters.push(c.clone());
-            }
-        }
-        clusters.sort();
+        let clusters: std::collections::BTreeSet<&String> = q
+            .per_cluster
+            .keys()
+            .chain(q.used_per_cluster.keys())
+            .collect();
         for c in clusters {
-            for r in ["cpu", "memory", "gpus", "pods"] {
-                let hard = &q["perCluster"][&c][r];
-                let used = &q["usedPerCluster"][&c][r];
-                if hard.is_null() && (used.is_null() || q["hard"][r].is_null()) {
+            for r in RESOURCES {
+                let hard = amount(q.per_cluster.get(c), r);
+                let used = amount(q.used_per_cluster.get(c), r);
+                if hard.is_none() && (used.is_none() || amount(Some(&q.hard), r).is_none()) {
                     continue;
                 }
                 let _ = writeln!(
@@ -600,74 +625,51 @@ pub fn quotas_table(items: &[Value]) -> String {
 
 pub fn quota(args: ListArgs) -> anyhow::Result<()> {
     let client = args.server.client()?;
-    let v = ok(runtime()?.block_on(client.get("/v1/quotas"))?)?;
-    print(args.server.output, &v, |v| {
-        quotas_table(v["items"].as_array().map(Vec::as_slice).unwrap_or(&[]))
-    })
+    let v: List<QuotaView> = runtime()?.block_on(client.get("/v1/quotas"))?.decode()?;
+    print(args.server.output, &v, |v| quotas_table(&v.items))
 }
 
-pub fn owners_table(v: &Value) -> String {
+pub fn owners_table(v: &OwnersReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  EXPIRES",
         "TEAM", "KIND", "NAMESPACE/NAME", "CLUSTERS", "CPU", "MEMORY", "GPUS"
     );
-    for t in v["teams"].as_array().into_iter().flatten() {
-        let team = t["team"].as_str().unwrap_or("-");
-        for w in t["workloads"].as_array().into_iter().flatten() {
-            let clusters: Vec<&str> = w["clusters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let expires = match (w["expiresAt"].as_str(), w["expired"].as_bool()) {
-                (Some(t), Some(true)) => format!("{t} (expired)"),
-                (Some(t), _) => t.to_string(),
+    for t in &v.teams {
+        for w in &t.workloads {
+            let expires = match (&w.expires_at, w.expired) {
+                (Some(t), true) => format!("{t} (expired)"),
+                (Some(t), false) => t.clone(),
                 (None, _) => "-".into(),
             };
             let _ = writeln!(
                 out,
                 "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  {}",
-                team,
-                w["kind"].as_str().unwrap_or("-"),
-                format!(
-                    "{}/{}",
-                    w["namespace"].as_str().unwrap_or("-"),
-                    w["name"].as_str().unwrap_or("-")
-                ),
-                if clusters.is_empty() {
+                t.team,
+                w.kind.as_str(),
+                format!("{}/{}", w.namespace, w.name),
+                if w.clusters.is_empty() {
                     "-".into()
                 } else {
-                    clusters.join(",")
+                    w.clusters.join(",")
                 },
-                quantity("cpu", &w["requested"]["cpu"]),
-                quantity("memory", &w["requested"]["memory"]),
-                w["requested"]["gpus"],
+                w.requested.cpu,
+                w.requested.memory,
+                w.requested.gpus,
                 expires,
             );
         }
         let _ = writeln!(
             out,
             "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}",
-            team,
+            t.team,
             "TOTAL",
-            format!(
-                "contacts: {}",
-                t["contacts"]
-                    .as_array()
-                    .map(|c| c
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(","))
-                    .unwrap_or_default()
-            ),
+            format!("contacts: {}", t.contacts.join(",")),
             "",
-            quantity("cpu", &t["requested"]["cpu"]),
-            quantity("memory", &t["requested"]["memory"]),
-            t["requested"]["gpus"],
+            t.requested.cpu,
+            t.requested.memory,
+            t.requested.gpus,
         );
     }
     out
@@ -680,27 +682,34 @@ pub fn owners(args: OwnersArgs) -> anyhow::Result<()> {
     } else {
         "/v1/owners"
     };
-    let v = ok(runtime()?.block_on(client.get(path))?)?;
+    let v: OwnersReport = runtime()?.block_on(client.get(path))?.decode()?;
     print(args.server.output, &v, owners_table)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jss::client::Reply;
+    use serde_json::json;
+
+    fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     #[test]
     fn owners_table_says_when_each_workload_expires() {
-        let v = json!({"teams": [{
-            "team": "ads", "contacts": ["a@x"], "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0},
+        let amounts = json!({"cpu": "1", "memory": "1Gi", "gpus": 0, "pods": 1});
+        let v: OwnersReport = from(json!({"teams": [{
+            "team": "ads", "contacts": ["a@x"], "clusters": ["a", "b"], "requested": amounts,
+            "expired": 1,
             "workloads": [
                 {"kind": "PinterestJobSet", "namespace": "ads", "name": "old", "clusters": ["a", "b"],
-                 "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0},
-                 "expiresAt": "2026-01-01T00:00:00Z", "expired": true},
+                 "requested": amounts, "expiresAt": "2026-01-01T00:00:00Z", "expired": true},
                 {"kind": "PinterestService", "namespace": "ads", "name": "web", "clusters": [],
-                 "requested": {"cpu": "0", "memory": "0", "gpus": 0},
+                 "requested": {"cpu": "0", "memory": "0", "gpus": 0, "pods": 0},
                  "expiresAt": null, "expired": false}
             ]
-        }]});
+        }]}));
         let t = owners_table(&v);
         let old = t.lines().find(|l| l.contains("ads/old")).unwrap();
         assert!(
@@ -713,17 +722,21 @@ mod tests {
 
     #[test]
     fn clusters_and_quotas_show_exact_quantities() {
-        let c = json!({"name": "use1a", "nodes": 2,
+        let c: ClusterView = from(
+            json!({"name": "use1a", "labels": {}, "ready": "True", "nodes": 2,
             "allocatable": {"cpu": "32", "memory": "1536Mi", "pods": "220"},
             "allocated": {"pods": "12"},
-            "available": {"cpu": "24500m", "memory": "1610612736", "gpus": "0"}});
+            "available": {"cpu": "24500m", "memory": "1610612736", "gpus": "0"}}),
+        );
         let t = clusters_table(&[c]);
         assert!(t.contains(" 24500m/32 "), "{t}");
         assert!(t.contains(" 1536Mi/1536Mi "), "not 1Gi/1Gi: {t}");
-        let q = json!({"namespace": "ads", "name": "team",
-            "hard": {"cpu": "4", "memory": "2Gi"},
+        assert!(t.contains(" 12/220"), "{t}");
+        let q: QuotaView = from(json!({"namespace": "ads", "name": "team",
+            "hard": {"cpu": "4", "memory": "2Gi"}, "perCluster": {}, "usedPerCluster": {},
             "used": {"cpu": "2500m", "memory": "1610612736"},
-            "requested": {"cpu": "1", "memory": "512Mi"}});
+            "requested": {"cpu": "1", "memory": "512Mi", "gpus": 0, "pods": 1},
+            "conditions": []}));
         let t = quotas_table(&[q]);
         let mem = t.lines().find(|l| l.contains("memory")).unwrap();
         assert!(mem.ends_with("2Gi     1536Mi        512Mi"), "{t}");
@@ -732,23 +745,25 @@ mod tests {
 
     #[test]
     fn get_table_shows_the_per_cluster_breakdown() {
-        let w = json!({
+        let w: WorkloadView = from(json!({
             "kind": "PinterestService", "namespace": "ads", "name": "web", "team": "ads",
-            "desired": {"replicas": 4},
+            "deleting": false, "desired": {"replicas": 4},
+            "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0, "pods": 4},
             "status": {
                 "availableReplicas": 4,
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "Available", "message": ""}],
                 "placement": {"placements": [{"cluster": "a", "replicas": 3}, {"cluster": "b", "replicas": 1}]},
                 "clusters": [
-                    {"cluster": "a", "state": "Ready", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3},
-                    {"cluster": "b", "state": "Ready", "replicas": 1, "readyReplicas": 1, "availableReplicas": 1}
+                    {"cluster": "a", "observedTime": "2026-01-01T00:00:00Z", "state": "Ready", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3},
+                    {"cluster": "b", "observedTime": "2026-01-01T00:00:00Z", "state": "Ready", "replicas": 1, "readyReplicas": 1, "availableReplicas": 1}
                 ]
             }
-        });
+        }));
         let t = workloads_table(&[w]);
         assert!(t.contains("ads/web"), "{t}");
         assert!(t.contains("a:3 b:1"), "{t}");
         assert!(t.contains("4/4 avail"), "{t}");
+        assert!(t.contains("True"), "{t}");
         assert!(
             t.contains("└ a          Ready        replicas 3 ready 3 available 3"),
             "{t}"
@@ -765,6 +780,7 @@ mod tests {
                 {"field": "resource", "message": "bad", "line": 3, "column": 4}]}),
         };
         let t = r.error_text();
+        assert!(t.starts_with("422 (Invalid): invalid"), "{t}");
         assert!(t.contains("\n  spec.replicas: must be at least 0"), "{t}");
         assert!(t.contains("(line 3, column 4)"), "{t}");
         let r = Reply {
@@ -777,5 +793,12 @@ mod tests {
             r.error_text()
                 .contains("ads/q: cpu: requested 2 + used 3 > hard 4")
         );
+        // Not the JSS's error shape (a proxy's page): shown as text.
+        let r = Reply {
+            status: 502,
+            text: "Bad Gateway\n".into(),
+            body: serde_json::Value::Null,
+        };
+        assert_eq!(r.error_text(), "502 (error): Bad Gateway");
     }
 }

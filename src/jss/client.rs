@@ -31,35 +31,24 @@ impl Reply {
     }
 
     /// The error body as people read it: the message, then one line per detail
-    /// (`  spec.replicas: must be at least 0`, quota rows with their numbers).
+    /// (`  spec.replicas: must be at least 0`, quota rows with their numbers); a body
+    /// that is not the JSS's error shape is shown as text.
     pub fn error_text(&self) -> String {
-        let mut out = format!(
-            "{} ({}): {}",
-            self.status,
-            self.body["reason"].as_str().unwrap_or("error"),
-            self.body["error"].as_str().unwrap_or(self.text.trim())
-        );
-        for d in self.body["details"].as_array().into_iter().flatten() {
-            if let Some(field) = d["field"].as_str() {
-                let at = match (d["line"].as_u64(), d["column"].as_u64()) {
-                    (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
-                    _ => String::new(),
-                };
-                out.push_str(&format!(
-                    "\n  {field}: {}{at}",
-                    d["message"].as_str().unwrap_or("")
-                ));
-            } else if let Some(r) = d["resource"].as_str() {
-                out.push_str(&format!(
-                    "\n  {}: {r}: requested {} + used {} > hard {}",
-                    d["quota"].as_str().unwrap_or(""),
-                    d["requested"].as_str().unwrap_or(""),
-                    d["used"].as_str().unwrap_or(""),
-                    d["hard"].as_str().unwrap_or("")
-                ));
-            }
+        match serde_json::from_value::<super::wire::ErrorReply>(self.body.clone()) {
+            Ok(e) => e.describe(self.status),
+            Err(_) => format!("{} (error): {}", self.status, self.text.trim()),
         }
-        out
+    }
+
+    /// A successful reply's body as `T`, or the JSS's error as the error.
+    pub fn decode<T: serde::de::DeserializeOwned>(self) -> anyhow::Result<T> {
+        anyhow::ensure!(self.is_success(), "{}", self.error_text());
+        serde_json::from_value(self.body).with_context(|| {
+            format!(
+                "the JSS's reply is not what this client reads: {}",
+                self.text.trim()
+            )
+        })
     }
 }
 

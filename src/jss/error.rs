@@ -2,8 +2,7 @@
 //! (`{"error": "...", "reason": "...", "details": [...]}`) and a stable reason name that
 //! is also the `outcome` label of the submission metrics and the audit log.
 
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::artifacts::ArtifactError;
 use super::auth::{AuthError, Forbidden};
@@ -11,37 +10,7 @@ use super::quota::QuotaExceeded;
 use crate::api::parse::ParseError;
 use crate::api::validate::Invalid;
 
-/// One line of an error body's `details`: a field error, or a quota row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum Detail {
-    Field {
-        field: String,
-        message: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        line: Option<usize>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        column: Option<usize>,
-    },
-    Quota {
-        quota: String,
-        resource: String,
-        requested: String,
-        used: String,
-        hard: String,
-    },
-}
-
-impl Detail {
-    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Detail {
-        Detail::Field {
-            field: field.into(),
-            message: message.into(),
-            line: None,
-            column: None,
-        }
-    }
-}
+pub use super::wire::Detail;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Rejection {
@@ -147,12 +116,17 @@ impl Rejection {
         }
     }
 
+    pub fn reply(&self) -> super::wire::ErrorReply {
+        super::wire::ErrorReply {
+            error: self.to_string(),
+            reason: self.reason().to_string(),
+            details: self.details(),
+        }
+    }
+
+    /// The reply as JSON.
     pub fn body(&self) -> Value {
-        json!({
-            "error": self.to_string(),
-            "reason": self.reason(),
-            "details": self.details(),
-        })
+        serde_json::to_value(self.reply()).unwrap_or_default()
     }
 
     pub fn invalid(message: impl Into<String>, details: Vec<Detail>) -> Rejection {
@@ -243,6 +217,7 @@ impl From<ArtifactError> for Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_rejection_has_a_json_body_with_error_reason_and_details() {

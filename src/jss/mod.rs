@@ -22,6 +22,7 @@ pub mod request;
 pub mod server;
 pub mod ui;
 pub mod views;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,6 @@
 //! Reading requests: the submission body and the kind in a URL. Pure; any bytes in, a
 //! typed request or a [`Rejection`] out (never a panic — a property test feeds it noise).
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::artifacts::ArtifactRef;
@@ -23,17 +22,6 @@ pub struct Submission {
     pub source: Source,
     /// Namespace to submit into; fills in a resource without one (a conflict is invalid).
     pub namespace: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Body {
-    #[serde(default)]
-    artifact: Option<ArtifactRef>,
-    #[serde(default)]
-    resource: Option<Value>,
-    #[serde(default)]
-    namespace: Option<String>,
 }
 
 fn is_yaml(content_type: &str) -> bool {
@@ -66,7 +54,7 @@ pub fn parse_submission(
             namespace: namespace_param,
         });
     }
-    let b: Body = serde_json::from_slice(body).map_err(|e| {
+    let b: super::wire::SubmitRequest = serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             Rejection::invalid(
                 format!("the submission body is not a submission: {e}"),

@@ -22,7 +22,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 
@@ -38,7 +38,7 @@ use super::limits;
 use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
 use super::quota::{check_all, check_placeable, requested, whole_pods};
 use super::request::{Source, parse_kind, parse_submission};
-use super::views;
+use super::{views, wire};
 use crate::controller::http::Readiness;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -207,7 +207,7 @@ fn reply(result: Result<(StatusCode, Value), Rejection>) -> Response {
 
 fn error_response(r: &Rejection) -> Response {
     let code = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (code, axum::Json(r.body())).into_response();
+    let mut resp = (code, axum::Json(r.reply())).into_response();
     if code == StatusCode::UNAUTHORIZED {
         resp.headers_mut()
             .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static"));
@@ -495,22 +495,20 @@ impl Jss {
         } else {
             StatusCode::CREATED
         };
-        Ok((
-            code,
-            json!({
-                "kind": admitted.kind.as_str(),
-                "namespace": admitted.namespace,
-                "name": admitted.name,
-                "uid": applied.metadata.uid,
-                "generation": applied.metadata.generation,
-                "team": admitted.team,
-                "submittedBy": who.user,
-                "artifact": artifact.as_ref().map(|a| a.reference.to_string()),
-                "sha256": artifact.as_ref().map(|a| a.sha256.clone()),
-                "requested": views::amounts(&want),
-                "created": existing.is_none(),
-            }),
-        ))
+        let reply = wire::Submitted {
+            kind: admitted.kind,
+            namespace: admitted.namespace.clone(),
+            name: admitted.name.clone(),
+            uid: applied.metadata.uid.clone(),
+            generation: applied.metadata.generation,
+            team: admitted.team.clone(),
+            submitted_by: who.user.clone(),
+            artifact: artifact.as_ref().map(|a| a.reference.to_string()),
+            sha256: artifact.as_ref().map(|a| a.sha256.clone()),
+            requested: (&want).into(),
+            created: existing.is_none(),
+        };
+        Ok((code, to_body(&reply)?))
     }
 
     async fn list(
@@ -524,7 +522,7 @@ impl Jss {
         if let Some(ns) = namespace {
             authorize_namespace(&self.auth, &who, ns)?;
         }
-        let items: Vec<Value> = self
+        let items: Vec<wire::WorkloadView> = self
             .hub
             .list_workloads(namespace, kind)
             .await?
@@ -534,7 +532,7 @@ impl Jss {
             })
             .map(|(k, o)| views::workload(*k, o, &self.hub.requested_by(*k, o)))
             .collect();
-        Ok((StatusCode::OK, json!({ "items": items })))
+        Ok((StatusCode::OK, to_body(&wire::List { items })?))
     }
 
     async fn get_one(
@@ -555,7 +553,7 @@ impl Jss {
                 Rejection::NotFound(format!("{} {ns}/{name} not found", kind.as_str()))
             })?;
         let r = self.hub.requested_by(kind, &o);
-        Ok((StatusCode::OK, views::workload(kind, &o, &r)))
+        Ok((StatusCode::OK, to_body(&views::workload(kind, &o, &r))?))
     }
 
     async fn delete(
@@ -583,21 +581,25 @@ impl Jss {
         audit.team = team.to_string();
         authorize_change_of_existing(&self.auth, &who, team, ns)?;
         self.hub.delete(kind, ns, name).await?;
-        Ok((
-            StatusCode::OK,
-            json!({"deleted": {"kind": kind.as_str(), "namespace": ns, "name": name}}),
-        ))
+        let deleted = wire::Deleted {
+            deleted: wire::ObjectName {
+                kind,
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            },
+        };
+        Ok((StatusCode::OK, to_body(&deleted)?))
     }
 
     async fn clusters(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
         self.authenticate(headers).await?;
-        let items: Vec<Value> = self
+        let items: Vec<wire::ClusterView> = self
             .hub
             .members()
             .iter()
             .map(|m| views::cluster(m))
             .collect();
-        Ok((StatusCode::OK, json!({ "items": items })))
+        Ok((StatusCode::OK, to_body(&wire::List { items })?))
     }
 
     async fn quotas(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
@@ -611,7 +613,7 @@ impl Jss {
             let req = self.hub.namespace_usage(&ns).await?;
             items.push(views::quota(&q, Some(&req)));
         }
-        Ok((StatusCode::OK, json!({ "items": items })))
+        Ok((StatusCode::OK, to_body(&wire::List { items })?))
     }
 
     async fn owners(
@@ -653,10 +655,8 @@ impl Jss {
             })
             .collect();
         let now = k8s_openapi::jiff::Timestamp::now();
-        Ok((
-            StatusCode::OK,
-            views::owners(&rows, now, q.expired.unwrap_or(false)),
-        ))
+        let report = views::owners(&rows, now, q.expired.unwrap_or(false));
+        Ok((StatusCode::OK, to_body(&report)?))
     }
 
     /// The artifacts the caller's teams own (`spec.owner.team`), or all for an admin team:
@@ -674,8 +674,13 @@ impl Jss {
         })
         .await
         .map_err(|e| Rejection::Internal(e.to_string()))?;
-        Ok((StatusCode::OK, json!({ "items": list })))
+        Ok((StatusCode::OK, to_body(&wire::List { items: list })?))
     }
+}
+
+/// A reply type as the JSON body.
+fn to_body<T: serde::Serialize>(reply: &T) -> Result<Value, Rejection> {
+    serde_json::to_value(reply).map_err(|e| Rejection::Internal(e.to_string()))
 }
 
 fn parse_kind_or_404(kind: &str) -> Result<crate::api::workload::WorkloadKind, Rejection> {

@@ -5,107 +5,102 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use serde_json::{Value, json};
 
 use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
+use super::wire::{
+    Amounts, ClusterView, Desired, OwnedView, OwnersReport, QuotaView, TeamView, WorkloadView,
+};
 use crate::api::federation::{FederatedQuota, MemberCluster};
 use crate::api::workload::WorkloadKind;
 use crate::placement::model::Resources;
 
-/// Amounts as quantities people read (`1500m`, `3Gi`).
-pub fn amounts(r: &Resources) -> Value {
-    json!({
-        "cpu": r.cpu.format_cpu(),
-        "memory": r.memory.format_memory(),
-        "gpus": r.gpu,
-        "pods": r.pods,
-    })
-}
-
-fn annotation(o: &DynamicObject, key: &str) -> Value {
-    o.annotations()
-        .get(key)
-        .map(|v| Value::String(v.clone()))
-        .unwrap_or(Value::Null)
+fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
+    o.annotations().get(key).cloned()
 }
 
 /// One workload with its aggregated per-cluster status.
-pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) -> Value {
+pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) -> WorkloadView {
     let spec = &o.data["spec"];
     let desired = match kind {
-        WorkloadKind::Service | WorkloadKind::StatefulSet => json!({"replicas": spec["replicas"]}),
-        WorkloadKind::JobSet => json!({"shards": spec["shards"]}),
-        WorkloadKind::TrainingJob => {
-            let replicas: i64 = spec["replicaSpecs"]
-                .as_object()
-                .map(|m| m.values().filter_map(|r| r["replicas"].as_i64()).sum())
-                .unwrap_or(0);
-            json!({"replicas": replicas})
-        }
-        WorkloadKind::CronJob => json!({"schedule": spec["schedule"]}),
-        WorkloadKind::Daemon => json!({}),
+        WorkloadKind::Service | WorkloadKind::StatefulSet => Desired {
+            replicas: spec["replicas"].as_i64(),
+            ..Default::default()
+        },
+        WorkloadKind::JobSet => Desired {
+            shards: spec["shards"].as_i64(),
+            ..Default::default()
+        },
+        WorkloadKind::TrainingJob => Desired {
+            replicas: Some(
+                spec["replicaSpecs"]
+                    .as_object()
+                    .map(|m| m.values().filter_map(|r| r["replicas"].as_i64()).sum())
+                    .unwrap_or(0),
+            ),
+            ..Default::default()
+        },
+        WorkloadKind::CronJob => Desired {
+            schedule: spec["schedule"].as_str().map(str::to_string),
+            ..Default::default()
+        },
+        WorkloadKind::Daemon => Desired::default(),
     };
-    json!({
-        "kind": kind.as_str(),
-        "namespace": o.namespace(),
-        "name": o.name_any(),
-        "uid": o.metadata.uid,
-        "generation": o.metadata.generation,
-        "deleting": o.metadata.deletion_timestamp.is_some(),
-        "team": spec["owner"]["team"],
-        "contact": spec["owner"]["contact"],
-        "submittedBy": annotation(o, ANNOTATION_SUBMITTED_BY),
-        "artifact": annotation(o, ANNOTATION_ARTIFACT),
-        "desired": desired,
-        "requested": amounts(requested),
-        "status": o.data.get("status").cloned().unwrap_or(Value::Null),
-    })
+    let owner = |k: &str| spec["owner"][k].as_str().map(str::to_string);
+    WorkloadView {
+        kind,
+        namespace: o.namespace(),
+        name: o.name_any(),
+        uid: o.metadata.uid.clone(),
+        generation: o.metadata.generation,
+        deleting: o.metadata.deletion_timestamp.is_some(),
+        team: owner("team"),
+        contact: owner("contact"),
+        submitted_by: annotation(o, ANNOTATION_SUBMITTED_BY),
+        artifact: annotation(o, ANNOTATION_ARTIFACT),
+        desired,
+        requested: requested.into(),
+        status: o.data.get("status").cloned().unwrap_or_default(),
+    }
 }
 
 /// One member cluster: where it is, whether it is Ready, and its capacity.
-pub fn cluster(m: &MemberCluster) -> Value {
-    let status = m
-        .status
-        .as_ref()
-        .map(|s| serde_json::to_value(s).unwrap_or_default())
-        .unwrap_or_default();
-    let ready = status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    json!({
-        "name": m.name_any(),
-        "region": m.spec.region,
-        "zone": m.spec.zone,
-        "labels": m.labels(),
-        "ready": ready["status"].as_str().unwrap_or("Unknown"),
-        "readyReason": ready["reason"],
-        "readyMessage": ready["message"],
-        "kubernetesVersion": status["kubernetesVersion"],
-        "lastHeartbeatTime": status["lastHeartbeatTime"],
-        "nodes": status["nodes"],
-        "capacity": status["capacity"],
-        "allocatable": status["allocatable"],
-        "allocated": status["allocated"],
-        "available": status["available"],
-    })
+pub fn cluster(m: &MemberCluster) -> ClusterView {
+    let status = m.status.clone().unwrap_or_default();
+    let ready = crate::api::common::find_condition(&status.conditions, "Ready");
+    ClusterView {
+        name: m.name_any(),
+        region: m.spec.region.clone(),
+        zone: m.spec.zone.clone(),
+        labels: m.labels().clone(),
+        ready: ready
+            .map(|c| c.status.as_str().to_string())
+            .unwrap_or_else(|| "Unknown".into()),
+        ready_reason: ready.map(|c| c.reason.clone()),
+        ready_message: ready.map(|c| c.message.clone()),
+        kubernetes_version: status.kubernetes_version,
+        last_heartbeat_time: status.last_heartbeat_time,
+        nodes: status.nodes,
+        capacity: status.capacity,
+        allocatable: status.allocatable,
+        allocated: status.allocated,
+        available: status.available,
+    }
 }
 
 /// One quota: hard totals and caps, what the hub has placed under it (its status), and
 /// what the namespace's submitted workloads request (computed by the JSS).
-pub fn quota(q: &FederatedQuota, requested: Option<&Resources>) -> Value {
+pub fn quota(q: &FederatedQuota, requested: Option<&Resources>) -> QuotaView {
     let status = q.status.clone().unwrap_or_default();
-    json!({
-        "namespace": q.namespace(),
-        "name": q.name_any(),
-        "hard": q.spec.hard,
-        "perCluster": q.spec.per_cluster,
-        "used": status.used,
-        "usedPerCluster": status.used_per_cluster,
-        "requested": requested.map(amounts),
-        "conditions": status.conditions,
-    })
+    QuotaView {
+        namespace: q.namespace(),
+        name: q.name_any(),
+        hard: q.spec.hard.clone(),
+        per_cluster: q.spec.per_cluster.clone(),
+        used: status.used,
+        used_per_cluster: status.used_per_cluster,
+        requested: requested.map(Amounts::from),
+        conditions: status.conditions,
+    }
 }
 
 /// One row of the governance report.
@@ -131,45 +126,44 @@ impl OwnedWorkload {
 /// What each team runs where, with what it requests and when it expires: teams sorted by
 /// name, each with its workloads and totals. `only_expired` keeps the workloads past
 /// their expiry at `now` (and the teams that have some).
-pub fn owners(rows: &[OwnedWorkload], now: Timestamp, only_expired: bool) -> Value {
+pub fn owners(rows: &[OwnedWorkload], now: Timestamp, only_expired: bool) -> OwnersReport {
     let mut by_team: BTreeMap<&str, Vec<&OwnedWorkload>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !only_expired || r.expired(now)) {
         by_team.entry(r.team.as_str()).or_default().push(r);
     }
-    let teams: Vec<Value> = by_team
+    let sorted = |mut v: Vec<String>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let teams = by_team
         .into_iter()
         .map(|(team, ws)| {
             let total = ws
                 .iter()
                 .fold(Resources::ZERO, |acc, w| acc.saturating_add(&w.requested));
-            let mut clusters: Vec<&str> = ws
-                .iter()
-                .flat_map(|w| w.clusters.iter().map(String::as_str))
-                .collect();
-            clusters.sort_unstable();
-            clusters.dedup();
-            let mut contacts: Vec<&str> = ws.iter().map(|w| w.contact.as_str()).collect();
-            contacts.sort_unstable();
-            contacts.dedup();
-            json!({
-                "team": team,
-                "contacts": contacts,
-                "clusters": clusters,
-                "requested": amounts(&total),
-                "expired": ws.iter().filter(|w| w.expired(now)).count(),
-                "workloads": ws.iter().map(|w| json!({
-                    "kind": w.kind.as_str(),
-                    "namespace": w.namespace,
-                    "name": w.name,
-                    "clusters": w.clusters,
-                    "requested": amounts(&w.requested),
-                    "expiresAt": w.expires_at.map(|t| t.to_string()),
-                    "expired": w.expired(now),
-                })).collect::<Vec<_>>(),
-            })
+            TeamView {
+                team: team.to_string(),
+                contacts: sorted(ws.iter().map(|w| w.contact.clone()).collect()),
+                clusters: sorted(ws.iter().flat_map(|w| w.clusters.clone()).collect()),
+                requested: (&total).into(),
+                expired: ws.iter().filter(|w| w.expired(now)).count(),
+                workloads: ws
+                    .iter()
+                    .map(|w| OwnedView {
+                        kind: w.kind,
+                        namespace: w.namespace.clone(),
+                        name: w.name.clone(),
+                        clusters: w.clusters.clone(),
+                        requested: (&w.requested).into(),
+                        expires_at: w.expires_at.map(|t| t.to_string()),
+                        expired: w.expired(now),
+                    })
+                    .collect(),
+            }
         })
         .collect();
-    json!({ "teams": teams })
+    OwnersReport { teams }
 }
 
 /// The clusters a workload was placed on, from its hub status.
@@ -188,6 +182,7 @@ pub fn placed_clusters(o: &DynamicObject) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::api::quantity::Milli;
+    use serde_json::{Value, json};
 
     #[test]
     fn owners_groups_by_team_with_totals() {
@@ -201,7 +196,7 @@ mod tests {
             requested: Resources::pod(Milli(cpu), Milli(1000 << 30), 1),
             expires_at: None,
         };
-        let v = owners(
+        let v = serde_json::to_value(owners(
             &[
                 row("search", "s", &["b"], 1000),
                 row("ads", "a1", &["a", "b"], 500),
@@ -209,7 +204,8 @@ mod tests {
             ],
             Timestamp::now(),
             false,
-        );
+        ))
+        .unwrap();
         let teams = v["teams"].as_array().unwrap();
         assert_eq!(teams[0]["team"], "ads");
         assert_eq!(teams[0]["requested"]["cpu"], "2");
@@ -241,11 +237,11 @@ mod tests {
             row("ads", "unknown", None),
             row("search", "later", Some("2027-01-01T00:00:00Z")),
         ];
-        let all = owners(&rows, now, false);
+        let all = serde_json::to_value(owners(&rows, now, false)).unwrap();
         assert_eq!(all["teams"][0]["expired"], 2);
         assert_eq!(all["teams"][0]["workloads"][2]["expired"], false);
         assert_eq!(all["teams"][0]["workloads"][3]["expiresAt"], Value::Null);
-        let expired = owners(&rows, now, true);
+        let expired = serde_json::to_value(owners(&rows, now, true)).unwrap();
         let teams = expired["teams"].as_array().unwrap();
         assert_eq!(teams.len(), 1, "search has nothing expired: {expired}");
         let names: Vec<&str> = teams[0]["workloads"]
@@ -272,7 +268,8 @@ mod tests {
             "status": {"placement": {"placements": [{"cluster": "a", "replicas": 3}]}}
         }))
         .unwrap();
-        let v = workload(WorkloadKind::Service, &o, &Resources::ZERO);
+        let v =
+            serde_json::to_value(workload(WorkloadKind::Service, &o, &Resources::ZERO)).unwrap();
         assert_eq!(v["submittedBy"], "alice");
         assert_eq!(v["desired"]["replicas"], 3);
         assert_eq!(v["team"], "ads");

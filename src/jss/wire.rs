@@ -1,0 +1,512 @@
+//! The JSS's HTTP API as types: one definition per request and reply, serialized by the
+//! server and decoded by the client (the CLI), so the two cannot drift apart. Field names
+//! are the JSON's (camelCase).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use super::artifacts::ArtifactRef;
+use crate::api::common::Condition;
+use crate::api::federation::ResourceAmounts;
+use crate::api::kind::{HubPart, PinterestKind, Totals};
+use crate::api::workload::WorkloadKind;
+use crate::placement::model::Resources;
+
+/// `POST /v1/submissions` (JSON form): an artifact from the store, or the resource itself
+/// (an object, or YAML text) for teams allowed to submit inline.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<ArtifactRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A list reply: `{"items": [...]}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct List<T> {
+    pub items: Vec<T>,
+}
+
+/// Amounts as quantities people read (`1500m`, `1536Mi`), as every pinfed surface prints
+/// them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Amounts {
+    pub cpu: String,
+    pub memory: String,
+    pub gpus: i64,
+    pub pods: i64,
+}
+
+impl From<&Resources> for Amounts {
+    fn from(r: &Resources) -> Amounts {
+        Amounts {
+            cpu: r.cpu.format_cpu(),
+            memory: r.memory.format_memory(),
+            gpus: r.gpu,
+            pods: r.pods,
+        }
+    }
+}
+
+/// The reply to a submission (201 created, 200 updated).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Submitted {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    pub team: String,
+    pub submitted_by: String,
+    /// `name@version` of the artifact submitted, if it was one.
+    pub artifact: Option<String>,
+    pub sha256: Option<String>,
+    pub requested: Amounts,
+    pub created: bool,
+}
+
+/// What a workload asks for, by kind (services and stateful sets: replicas; job sets:
+/// shards; training jobs: replicas over every role; cron jobs: the schedule).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+}
+
+/// One workload with its hub status (`GET /v1/workloads...`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadView {
+    pub kind: WorkloadKind,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    pub deleting: bool,
+    pub team: Option<String>,
+    pub contact: Option<String>,
+    pub submitted_by: Option<String>,
+    pub artifact: Option<String>,
+    pub desired: Desired,
+    pub requested: Amounts,
+    /// The hub status as stored: the kind's own status type ([`Self::hub_status`] reads
+    /// it typed).
+    pub status: serde_json::Value,
+}
+
+/// A workload's hub status read through its kind: the shared part and the totals.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HubStatusView {
+    pub part: HubPart,
+    pub totals: Totals,
+}
+
+impl HubStatusView {
+    /// The status of a condition type (`True`, `False`, `Unknown`), if set.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        crate::api::common::find_condition(&self.part.conditions, type_)
+    }
+}
+
+impl WorkloadView {
+    /// The status as the kind's type says it; a status that does not decode as its kind's
+    /// (or none yet) reads as empty.
+    pub fn hub_status(&self) -> HubStatusView {
+        fn read<K: PinterestKind>(v: &serde_json::Value) -> HubStatusView {
+            let s: K::Status = serde_json::from_value(v.clone()).unwrap_or_default();
+            HubStatusView {
+                part: K::hub_part(&s),
+                totals: K::totals(&s),
+            }
+        }
+        crate::with_kind!(self.kind, K => read::<K>(&self.status))
+    }
+}
+
+/// One member cluster: where it is, whether it is Ready, and its capacity.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    pub name: String,
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// The Ready condition's status (`Unknown` before the first heartbeat).
+    pub ready: String,
+    pub ready_reason: Option<String>,
+    pub ready_message: Option<String>,
+    pub kubernetes_version: Option<String>,
+    pub last_heartbeat_time: Option<Time>,
+    pub nodes: Option<i32>,
+    pub capacity: Option<ResourceAmounts>,
+    pub allocatable: Option<ResourceAmounts>,
+    pub allocated: Option<ResourceAmounts>,
+    pub available: Option<ResourceAmounts>,
+}
+
+/// One quota: hard totals and caps, what the hub placed under it, and what the
+/// namespace's submitted workloads request (computed by the JSS).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaView {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub hard: ResourceAmounts,
+    pub per_cluster: BTreeMap<String, ResourceAmounts>,
+    pub used: Option<ResourceAmounts>,
+    pub used_per_cluster: BTreeMap<String, ResourceAmounts>,
+    pub requested: Option<Amounts>,
+    pub conditions: Vec<Condition>,
+}
+
+/// The governance report (`GET /v1/owners`): what each team runs where.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct OwnersReport {
+    pub teams: Vec<TeamView>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TeamView {
+    pub team: String,
+    pub contacts: Vec<String>,
+    pub clusters: Vec<String>,
+    pub requested: Amounts,
+    /// How many of its workloads are past their expiry.
+    pub expired: usize,
+    pub workloads: Vec<OwnedView>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnedView {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    pub clusters: Vec<String>,
+    pub requested: Amounts,
+    /// When it may be garbage collected (RFC 3339), if known.
+    pub expires_at: Option<String>,
+    pub expired: bool,
+}
+
+/// The reply to a delete.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Deleted {
+    pub deleted: ObjectName,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ObjectName {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Every error reply: the message, a stable reason, and details (field errors with
+/// their paths, or quota rows with their numbers).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ErrorReply {
+    pub error: String,
+    pub reason: String,
+    #[serde(default)]
+    pub details: Vec<Detail>,
+}
+
+/// One line of an error's `details`: a field error, or a quota row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Detail {
+    Field {
+        field: String,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        column: Option<usize>,
+    },
+    Quota {
+        quota: String,
+        resource: String,
+        requested: String,
+        used: String,
+        hard: String,
+    },
+}
+
+impl Detail {
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Detail {
+        Detail::Field {
+            field: field.into(),
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+}
+
+impl ErrorReply {
+    /// As people read it: `422 (Invalid): message`, then one line per detail
+    /// (`  spec.replicas: must be at least 0`, quota rows with their numbers).
+    pub fn describe(&self, status: u16) -> String {
+        use std::fmt::Write as _;
+        let mut f = format!("{status} ({}): {}", self.reason, self.error);
+        for d in &self.details {
+            match d {
+                Detail::Field {
+                    field,
+                    message,
+                    line,
+                    column,
+                } => {
+                    let _ = write!(f, "\n  {field}: {message}");
+                    if let (Some(l), Some(c)) = (line, column) {
+                        let _ = write!(f, " (line {l}, column {c})");
+                    }
+                }
+                Detail::Quota {
+                    quota,
+                    resource,
+                    requested,
+                    used,
+                    hard,
+                } => {
+                    let _ = write!(
+                        f,
+                        "\n  {quota}: {resource}: requested {requested} + used {used} > hard {hard}"
+                    );
+                }
+            }
+        }
+        f
+    }
+}
+
+/// The client decodes every reply the server builds: each is built by the server's own
+/// code (views, rejections), sent through JSON, and read back with [`Reply::decode`] as
+/// the CLI does, then rendered by the CLI's tables.
+///
+/// [`Reply::decode`]: super::client::Reply::decode
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::federation::{FederatedQuota, MemberCluster};
+    use crate::jss::client::Reply;
+    use crate::jss::error::Rejection;
+    use crate::jss::views;
+    use kube::api::DynamicObject;
+
+    /// The server's reply as the client receives it.
+    fn sent<T: Serialize>(status: u16, reply: &T) -> Reply {
+        let text = serde_json::to_string(reply).unwrap();
+        Reply {
+            status,
+            body: serde_json::from_str(&text).unwrap(),
+            text,
+        }
+    }
+
+    fn workload(kind: WorkloadKind) -> WorkloadView {
+        // The hub status each kind writes (the golden files of `status::hub_status`).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/hub-status")
+            .join(format!("{}.json", kind.as_str()));
+        let status: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": kind.as_str(),
+            "metadata": {"name": "w", "namespace": "ads", "generation": 2},
+            "spec": {"owner": {"team": "ads", "contact": "c"}, "replicas": 5, "shards": 10,
+                     "schedule": "*/5 * * * *"},
+            "status": status,
+        }))
+        .unwrap();
+        views::workload(kind, &o, &Resources::ZERO)
+    }
+
+    #[test]
+    fn every_workload_reply_decodes_with_its_kinds_status() {
+        let all = [
+            WorkloadKind::Service,
+            WorkloadKind::JobSet,
+            WorkloadKind::CronJob,
+            WorkloadKind::Daemon,
+            WorkloadKind::TrainingJob,
+            WorkloadKind::StatefulSet,
+        ];
+        let items: Vec<WorkloadView> = all.iter().map(|k| workload(*k)).collect();
+        let list: List<WorkloadView> = sent(
+            200,
+            &List {
+                items: items.clone(),
+            },
+        )
+        .decode()
+        .unwrap();
+        assert_eq!(list.items, items);
+        for w in &list.items {
+            let s = w.hub_status();
+            let placed = s.part.placement.as_ref().map(|p| p.placements.len());
+            assert!(placed.unwrap_or(0) > 0, "{:?}: no placement read", w.kind);
+            assert!(!s.part.clusters.is_empty(), "{:?}: no members read", w.kind);
+            assert!(s.condition("Ready").is_some(), "{:?}: no Ready", w.kind);
+        }
+        let s = list.items[0].hub_status();
+        assert_eq!((s.totals.replicas, s.totals.updated_replicas), (5, 4));
+        assert_eq!(list.items[1].hub_status().totals.completed_shards.len(), 8);
+        let one: WorkloadView = sent(200, &items[0]).decode().unwrap();
+        assert_eq!(one, items[0]);
+        let table = crate::cli::client::workloads_table(&list.items);
+        assert!(
+            table.contains("4/5 avail") && table.contains("8/10 done"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn every_other_reply_decodes() {
+        let m: MemberCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "use1a", "labels": {"tier": "gold"}},
+            "spec": {"region": "us-east-1", "zone": "us-east-1a", "mode": "Push"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Heartbeat",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "nodes": 3, "allocatable": {"cpu": "32", "memory": "1536Mi"}},
+        }))
+        .unwrap();
+        let c: List<ClusterView> = sent(
+            200,
+            &List {
+                items: vec![views::cluster(&m)],
+            },
+        )
+        .decode()
+        .unwrap();
+        assert_eq!(c.items[0].ready, "True");
+        assert_eq!(c.items[0].labels["tier"], "gold");
+        let q: FederatedQuota = serde_json::from_value(serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": "team", "namespace": "ads"},
+            "spec": {"hard": {"cpu": "4"}, "perCluster": {"use1a": {"cpu": "2"}}},
+            "status": {"used": {"cpu": "1"}, "usedPerCluster": {"use1a": {"cpu": "1"}}},
+        }))
+        .unwrap();
+        let quota = views::quota(&q, Some(&Resources::ZERO));
+        let qs: List<QuotaView> = sent(
+            200,
+            &List {
+                items: vec![quota.clone()],
+            },
+        )
+        .decode()
+        .unwrap();
+        assert_eq!(qs.items, vec![quota]);
+        let rows = [views::OwnedWorkload {
+            team: "ads".into(),
+            contact: "c".into(),
+            kind: WorkloadKind::JobSet,
+            namespace: "ads".into(),
+            name: "j".into(),
+            clusters: vec!["use1a".into()],
+            requested: Resources::ZERO,
+            expires_at: Some("2026-01-01T00:00:00Z".parse().unwrap()),
+        }];
+        let report = views::owners(&rows, k8s_openapi::jiff::Timestamp::now(), false);
+        let got: OwnersReport = sent(200, &report).decode().unwrap();
+        assert_eq!(got, report);
+        assert!(got.teams[0].workloads[0].expired);
+        let submitted = Submitted {
+            kind: WorkloadKind::Service,
+            namespace: "ads".into(),
+            name: "web".into(),
+            uid: Some("u".into()),
+            generation: Some(1),
+            team: "ads".into(),
+            submitted_by: "alice".into(),
+            artifact: Some("web@1".into()),
+            sha256: None,
+            requested: (&Resources::ZERO).into(),
+            created: true,
+        };
+        assert_eq!(
+            sent(201, &submitted).decode::<Submitted>().unwrap(),
+            submitted
+        );
+        let deleted = Deleted {
+            deleted: ObjectName {
+                kind: WorkloadKind::Daemon,
+                namespace: "ads".into(),
+                name: "d".into(),
+            },
+        };
+        assert_eq!(sent(200, &deleted).decode::<Deleted>().unwrap(), deleted);
+        let artifacts = List {
+            items: vec![ArtifactRef {
+                name: "web".into(),
+                version: "1".into(),
+            }],
+        };
+        assert_eq!(
+            sent(200, &artifacts).decode::<List<ArtifactRef>>().unwrap(),
+            artifacts
+        );
+    }
+
+    #[test]
+    fn every_rejection_decodes_as_an_error_with_its_details() {
+        let quota = crate::jss::quota::QuotaExceeded {
+            quota: "ads/q".into(),
+            rows: vec![crate::jss::quota::QuotaRow {
+                resource: "cpu",
+                requested: "2".into(),
+                used: "3".into(),
+                hard: "4".into(),
+            }],
+        };
+        let all = [
+            Rejection::Unauthenticated(crate::jss::auth::AuthError::Missing),
+            Rejection::TooLarge { limit: 1 },
+            Rejection::BadRequest("b".into()),
+            Rejection::invalid("bad", vec![Detail::field("spec.replicas", "must be >= 0")]),
+            Rejection::QuotaExceeded(quota),
+            Rejection::ArtifactNotFound("a".into()),
+            Rejection::ArtifactMismatch("a".into()),
+            Rejection::NotFound("n".into()),
+            Rejection::NoRoute("/x".into()),
+            Rejection::MethodNotAllowed("PUT".into()),
+            Rejection::Timeout(30),
+            Rejection::Hub("h".into()),
+            Rejection::NotReady,
+            Rejection::TooManyFailedAuths {
+                client: "127.0.0.1".into(),
+                retry_after_secs: 5,
+            },
+            Rejection::Internal("i".into()),
+        ];
+        for r in all {
+            let reply = sent(r.status(), &r.reply());
+            let text = reply.error_text();
+            assert!(
+                text.starts_with(&format!("{} ({}): ", r.status(), r.reason())),
+                "{text}"
+            );
+            let e = reply.decode::<WorkloadView>().unwrap_err().to_string();
+            assert_eq!(e, text, "a failed reply is its error, not a decode error");
+            match r.reason() {
+                "Invalid" => assert!(text.contains("\n  spec.replicas: must be >= 0"), "{text}"),
+                "QuotaExceeded" => assert!(text.contains("requested 2 + used 3 > hard 4")),
+                _ => {}
+            }
+        }
+    }
+}
