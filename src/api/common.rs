@@ -495,6 +495,10 @@ pub struct MemberWorkloadStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(RANGE_LIST_PATTERN))]
     pub completed_shards: Option<String>,
+    /// Job sets: shard indices whose Job failed for good in this cluster (range list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub failed_shards: Option<String>,
     /// Cron jobs: runs in progress in this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<i32>,
@@ -527,6 +531,7 @@ impl MemberWorkloadStatus {
             shards_succeeded: None,
             shards_failed: None,
             completed_shards: None,
+            failed_shards: None,
             active: None,
             last_schedule_time: None,
             last_successful_time: None,

@@ -47,6 +47,8 @@ pub struct SliceCounts {
     pub shards_succeeded: Option<i32>,
     pub shards_failed: Option<i32>,
     pub completed_shards: Option<String>,
+    /// Job sets: shard indices whose Job failed for good (a range list).
+    pub failed_shards: Option<String>,
     /// Cron jobs: runs in progress.
     pub active: Option<i32>,
     /// Cron jobs: when a run was last scheduled.
@@ -67,6 +69,8 @@ pub struct Totals {
     pub shards_succeeded: i32,
     pub shards_failed: i32,
     pub completed_shards: RangeSet,
+    /// Job sets: shards that failed for good in a member and did not complete since.
+    pub failed_shards: RangeSet,
     /// Cron jobs: runs in progress in every member (a run on a member it failed over from
     /// counts until that member removes its slice).
     pub active: i32,
@@ -148,6 +152,11 @@ pub trait PinterestKind:
     fn hub_part(s: &Self::Status) -> HubPart;
     /// A status holding `part` and `totals` and nothing else: what the hub writes.
     fn hub_status(part: HubPart, totals: &Totals) -> Self::Status;
+}
+
+/// A recorded range list; a malformed one is empty.
+fn ranges(r: Option<&str>) -> RangeSet {
+    r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
 }
 
 /// Evaluates `$body` with the type name `$K` bound to the Rust type of the kind `$kind`
@@ -344,6 +353,11 @@ impl PinterestKind for PinterestJobSet {
                     .map(|r| r.to_string())
                     .unwrap_or_default()
             }),
+            failed_shards: s.failed_shards.as_deref().map(|r| {
+                RangeSet::parse_within(r, total)
+                    .map(|r| r.to_string())
+                    .unwrap_or_default()
+            }),
             ..Default::default()
         }
     }
@@ -365,6 +379,7 @@ impl PinterestKind for PinterestJobSet {
         s.shards_succeeded = t.shards_succeeded;
         s.shards_failed = t.shards_failed;
         s.completed_shards = Some(t.completed_shards.to_string());
+        s.failed_shards = (!t.failed_shards.is_empty()).then(|| t.failed_shards.to_string());
     }
     /// (Completed shards as recorded, bounded by the job set's shards: a malformed
     /// record is none.)
@@ -373,11 +388,8 @@ impl PinterestKind for PinterestJobSet {
             shards_running: s.shards_running,
             shards_succeeded: s.shards_succeeded,
             shards_failed: s.shards_failed,
-            completed_shards: s
-                .completed_shards
-                .as_deref()
-                .and_then(|r| RangeSet::parse(r).ok())
-                .unwrap_or_default(),
+            completed_shards: ranges(s.completed_shards.as_deref()),
+            failed_shards: ranges(s.failed_shards.as_deref()),
             ..Default::default()
         }
     }

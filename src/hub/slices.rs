@@ -246,6 +246,7 @@ pub fn member_workload_status(
         shards_succeeded: c.shards_succeeded,
         shards_failed: c.shards_failed,
         completed_shards: c.completed_shards,
+        failed_shards: c.failed_shards,
         active: c.active,
         last_schedule_time: c.last_schedule_time,
         last_successful_time: c.last_successful_time,

@@ -113,6 +113,28 @@ pub struct HubStatusView {
 }
 
 impl HubStatusView {
+    /// A hub status held as JSON, read as its kind's type. A field that does not decode
+    /// (a status written by another version) is left out and the others are read; none
+    /// yet reads as empty.
+    pub fn read(kind: WorkloadKind, status: &serde_json::Value) -> HubStatusView {
+        fn read<K: PinterestKind>(v: &serde_json::Value) -> HubStatusView {
+            let s: K::Status = serde_json::from_value(v.clone()).unwrap_or_else(|_| {
+                let fields = v.as_object().into_iter().flatten().filter(|(k, x)| {
+                    let one = serde_json::json!({ k.as_str(): x });
+                    serde_json::from_value::<K::Status>(one).is_ok()
+                });
+                let fine: serde_json::Map<_, _> =
+                    fields.map(|(k, x)| (k.clone(), x.clone())).collect();
+                serde_json::from_value(fine.into()).unwrap_or_default()
+            });
+            HubStatusView {
+                part: K::hub_part(&s),
+                totals: K::totals(&s),
+            }
+        }
+        crate::with_kind!(kind, K => read::<K>(status))
+    }
+
     /// The status of a condition type (`True`, `False`, `Unknown`), if set.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         crate::api::common::find_condition(&self.part.conditions, type_)
@@ -120,17 +142,9 @@ impl HubStatusView {
 }
 
 impl WorkloadView {
-    /// The status as the kind's type says it; a status that does not decode as its kind's
-    /// (or none yet) reads as empty.
+    /// The status as the kind's type says it ([`HubStatusView::read`]).
     pub fn hub_status(&self) -> HubStatusView {
-        fn read<K: PinterestKind>(v: &serde_json::Value) -> HubStatusView {
-            let s: K::Status = serde_json::from_value(v.clone()).unwrap_or_default();
-            HubStatusView {
-                part: K::hub_part(&s),
-                totals: K::totals(&s),
-            }
-        }
-        crate::with_kind!(self.kind, K => read::<K>(&self.status))
+        HubStatusView::read(self.kind, &self.status)
     }
 }
 

@@ -165,14 +165,11 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
             // Member reports are input: sums saturate, and completed shards count only
             // within the job set's shards (a report of 0-4294967294 is 0-(shards-1)).
             add_counts(&mut t, s);
-            if let Some(done) = s
-                .completed_shards
-                .as_deref()
-                .and_then(|r| RangeSet::parse(r).ok())
-            {
-                // A member's completions count only for shards it holds or the decision
-                // gives it: one member cannot mark another's shards done.
-                let done = match input.progress {
+            // A member's completions and failures count only for shards it holds or
+            // the decision gives it: one member cannot mark another's shards done.
+            let ours = |r: &Option<String>| -> Option<RangeSet> {
+                let r = RangeSet::parse(r.as_deref()?).ok()?;
+                Some(match input.progress {
                     Progress::Shards { total } => {
                         let placed = input
                             .decision
@@ -183,12 +180,16 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
                             .chain(m.held_shards.as_deref())
                             .filter_map(|r| RangeSet::parse(r).ok())
                             .fold(RangeSet::new(), |a, r| a.union(&r));
-                        done.intersection(&RangeSet::full(total))
-                            .intersection(&placed)
+                        r.intersection(&RangeSet::full(total)).intersection(&placed)
                     }
-                    _ => done,
-                };
+                    _ => r,
+                })
+            };
+            if let Some(done) = ours(&s.completed_shards) {
                 t.completed_shards = t.completed_shards.union(&done);
+            }
+            if let Some(failed) = ours(&s.failed_shards) {
+                t.failed_shards = t.failed_shards.union(&failed);
             }
             match s.state.as_deref() {
                 Some(member_state::FAILED) => f.failing.push(format!("{} failed", m.cluster)),
@@ -211,6 +212,9 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
     if let Progress::Shards { .. } = input.progress {
         t.shards_succeeded = i32::try_from(t.completed_shards.len()).unwrap_or(i32::MAX);
     }
+    // A shard that failed in one member and completed in another (rerun after failover)
+    // is done.
+    t.failed_shards = t.failed_shards.difference(&t.completed_shards);
     out.totals = t;
     (out, f)
 }
@@ -677,6 +681,24 @@ mod tests {
         let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
         assert_eq!(a.totals.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn failed_shards_are_a_members_own_and_done_once_completed_elsewhere() {
+        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
+        // a failed 1 and 2, and claims b's 7 failed too; b completed 2 after a move
+        // (its slice holds it) and failed 8.
+        let mut sa = status("a", 0, 0, "Failed");
+        sa.failed_shards = Some("1-2,7".into());
+        let mut sb = status("b", 0, 0, "Progressing");
+        sb.completed_shards = Some("2".into());
+        sb.failed_shards = Some("8".into());
+        let mut ob = obs("b", true, Some(sb), 1);
+        ob.held_shards = Some("2,5-9".into());
+        let members = [obs("a", true, Some(sa), 1), ob];
+        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
+        assert_eq!(a.totals.failed_shards.to_string(), "1,8");
+        assert_eq!(a.totals.completed_shards.to_string(), "2");
     }
 
     #[test]

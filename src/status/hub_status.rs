@@ -408,7 +408,8 @@ mod golden {
                 b: entry(
                     "b",
                     "Progressing",
-                    json!({"shardsRunning": 2, "shardsSucceeded": 3, "shardsFailed": 0, "completedShards": "5-7"}),
+                    json!({"shardsRunning": 1, "shardsSucceeded": 3, "shardsFailed": 1, "completedShards": "5-7",
+                           "failedShards": "8"}),
                 ),
             },
             "PinterestCronJob" => Scene {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use serde::Deserialize;
 
 use crate::api::common::{
     Condition, ConditionStatus, MemberWorkloadStatus, PlacementDecision, condition_types as ct,
@@ -258,8 +257,7 @@ pub fn member_row(mc: &MemberCluster, workloads: usize, now: Timestamp) -> Membe
 // ---------------------------------------------------------------------------------------
 // Workloads
 
-/// The parts of a workload's hub status the UI reads. Each part is read on its own, so a
-/// part that does not parse leaves the others.
+/// The parts of a workload's hub status the UI reads, through its kind's status type.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HubStatus {
     pub placement: Option<PlacementDecision>,
@@ -269,28 +267,22 @@ pub struct HubStatus {
     pub failed_shards: RangeSet,
 }
 
-fn part<T: for<'de> Deserialize<'de>>(v: &serde_json::Value) -> Option<T> {
-    if v.is_null() {
-        return None;
-    }
-    serde_json::from_value(v.clone()).ok()
-}
-
 impl HubStatus {
     pub fn of(o: &DynamicObject) -> HubStatus {
-        let s = &o.data["status"];
-        let ranges = |key: &str| {
-            s[key]
-                .as_str()
-                .and_then(|r| RangeSet::parse(r).ok())
-                .unwrap_or_default()
+        let Some(kind) = o
+            .types
+            .as_ref()
+            .and_then(|t| WorkloadKind::from_kind(&t.kind))
+        else {
+            return HubStatus::default();
         };
+        let v = crate::jss::wire::HubStatusView::read(kind, &o.data["status"]);
         HubStatus {
-            placement: part(&s["placement"]),
-            clusters: part(&s["clusters"]).unwrap_or_default(),
-            conditions: part(&s["conditions"]).unwrap_or_default(),
-            completed_shards: ranges("completedShards"),
-            failed_shards: ranges("failedShards"),
+            placement: v.part.placement,
+            clusters: v.part.clusters,
+            conditions: v.part.conditions,
+            completed_shards: v.totals.completed_shards,
+            failed_shards: v.totals.failed_shards,
         }
     }
 
