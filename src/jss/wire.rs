@@ -350,15 +350,7 @@ mod tests {
 
     #[test]
     fn every_workload_reply_decodes_with_its_kinds_status() {
-        let all = [
-            WorkloadKind::Service,
-            WorkloadKind::JobSet,
-            WorkloadKind::CronJob,
-            WorkloadKind::Daemon,
-            WorkloadKind::TrainingJob,
-            WorkloadKind::StatefulSet,
-        ];
-        let items: Vec<WorkloadView> = all.iter().map(|k| workload(*k)).collect();
+        let items: Vec<WorkloadView> = WorkloadKind::ALL.iter().map(|k| workload(*k)).collect();
         let list: List<WorkloadView> = sent(
             200,
             &List {
