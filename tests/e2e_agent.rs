@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pinfed::api::common::ConditionStatus;
@@ -191,8 +191,72 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
     })
     .await;
 
-    // Prune: dropping the ingress removes the Ingress.
+    // Drift no generation shows is repaired as soon as the owned-object watches see it,
+    // not at the hourly refresh: a Service's port, an Ingress's host, a label pinfed set.
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &ns.name);
+    let edit_port =
+        serde_json::json!([{"op": "replace", "path": "/spec/ports/0/port", "value": 9999}]);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(edit_port).unwrap()),
+        )
+        .await
+        .unwrap();
+    let host = serde_json::json!([{"op": "replace", "path": "/spec/rules/0/host", "value": "evil.example"}]);
+    ingresses
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(host).unwrap()),
+        )
+        .await
+        .unwrap();
+    let label = serde_json::json!({"metadata": {"labels": {"pinterest.com/team": "someone-else"}}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        &format!(
+            "the edited port, host and label to be restored\n{}",
+            agent.log_tail()
+        ),
+        || {
+            let (services, ingresses, deps) = (services.clone(), ingresses.clone(), deps.clone());
+            async move {
+                let port = services
+                    .get("web")
+                    .await
+                    .unwrap()
+                    .spec
+                    .unwrap()
+                    .ports
+                    .unwrap()[0]
+                    .port;
+                let host = ingresses
+                    .get("web")
+                    .await
+                    .unwrap()
+                    .spec
+                    .unwrap()
+                    .rules
+                    .unwrap()[0]
+                    .host
+                    .clone();
+                let team =
+                    deps.get("web").await.unwrap().metadata.labels.unwrap()["pinterest.com/team"]
+                        .clone();
+                port == 80 && host.as_deref() == Some("web.example") && team == "Ads-Ranking"
+            }
+        },
+    )
+    .await;
+
+    // Prune: dropping the ingress removes the Ingress.
     assert!(ingresses.get_opt("web").await.unwrap().is_some());
     let patch = serde_json::json!({"spec": {"ingress": null}});
     api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
@@ -234,6 +298,13 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
         metrics.contains("pinfed_agent_reconciles_total{kind=\"PinterestService\",outcome=\"ok\"}"),
         "{metrics}"
     );
+    // ... and the drift they repaired, by the kind of object someone changed.
+    for kind in ["Service", "Ingress", "Deployment"] {
+        assert!(
+            sample(&metrics, "pinfed_agent_drift_detected_total", kind).is_some_and(|n| n >= 1),
+            "{kind} drift not counted: {metrics}"
+        );
+    }
     ns.delete().await;
 }
 

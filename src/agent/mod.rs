@@ -101,6 +101,12 @@ fn labels() -> watcher::Config {
     ))
 }
 
+fn kind_label(kind: &str) -> crate::controller::metrics::KindLabels {
+    crate::controller::metrics::KindLabels {
+        kind: kind.to_string(),
+    }
+}
+
 /// An owned-object watch (metadata only, our label) whose events trigger the owning `K`,
 /// counted in `queue` on the way in; deletions and foreign spec changes also reach the
 /// book of applied objects, so the next reconcile applies again.
@@ -124,7 +130,9 @@ where
         .backoff(watch::backoff())
         .inspect(move |event| {
             if let Ok(event) = event {
-                book.applied.saw(event);
+                if book.applied.saw(event) {
+                    book.metrics.drift.get_or_create(&kind_label(&child)).inc();
+                }
                 book.owned.saw(K::KIND, &child, event);
             }
         })
@@ -159,7 +167,12 @@ fn owned_deployments<K: AgentKind>(
             })
             .inspect(move |event| {
                 if let Ok(event) = event {
-                    book.applied.saw(event);
+                    if book.applied.saw(event) {
+                        book.metrics
+                            .drift
+                            .get_or_create(&kind_label("Deployment"))
+                            .inc();
+                    }
                     book.owned.saw(K::KIND, "Deployment", event);
                 }
             })

@@ -513,8 +513,8 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
                 return Ok(Action::requeue(CONFLICT_RECHECK));
             }
         };
-        let (keep, generations) = apply_objects(ctx, &ns, &objects, &adopted).await?;
-        ctx.applied.record(&uid, digest, generations);
+        let keep = apply_objects(ctx, &uid, &ns, &objects, &adopted).await?;
+        ctx.applied.record(&uid, digest);
         keep
     };
     prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
@@ -734,16 +734,18 @@ async fn drop_other_owners(
     Ok(())
 }
 
-/// Server-side applies every generated object; returns (kind, name) of each, and each
-/// one's generation as the API server returned it.
+/// Server-side applies every generated object of the workload `uid`; returns (kind, name)
+/// of each. The book of applied objects notes each one's fingerprint as the API server
+/// returned it (to tell others' changes from ours later).
 async fn apply_objects(
     ctx: &Context,
+    uid: &str,
     ns: &str,
     objects: &[DynamicObject],
     adopted: &BTreeSet<(String, String)>,
-) -> Result<(Kept, Vec<((String, String), Option<i64>)>), AgentError> {
+) -> Result<Kept, AgentError> {
     let mut keep = BTreeSet::new();
-    let mut generations = Vec::with_capacity(objects.len());
+    ctx.applied.begin(uid);
     for o in objects {
         let ar = api_resource(o);
         let oname = o.name_any();
@@ -757,15 +759,26 @@ async fn apply_objects(
         if adopting {
             replace_for_adoption(&api, o).await.map_err(apply_err)?;
         }
-        let applied = api
-            .patch(
-                &oname,
-                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                &Patch::Apply(o),
-            )
-            .await
-            .map_err(apply_err)?;
-        if adopting {
+        let (params, patch) = (
+            PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            Patch::Apply(o),
+        );
+        let apply = || api.patch(&oname, &params, &patch);
+        let (applied, took_back) = match apply().await {
+            Ok(applied) => (applied, adopting),
+            // Someone changed a key of a list our apply merges into (a Service's port by
+            // hand): their entry and ours cannot stand together (two ports named `http`),
+            // so no apply ever repairs it. The object is ours: take it back whole, as for
+            // an adoption, then apply.
+            Err(kube::Error::Api(s)) if s.code == 422 && !adopting => {
+                tracing::info!(kind = %ar.kind, name = %oname, namespace = %ns, reason = %s.message,
+                    "the object was changed so that an apply cannot merge; replacing it");
+                replace_for_adoption(&api, o).await.map_err(apply_err)?;
+                (apply().await.map_err(apply_err)?, true)
+            }
+            Err(e) => return Err(apply_err(e)),
+        };
+        if took_back {
             drop_other_owners(&api, &applied).await.map_err(apply_err)?;
         }
         ctx.metrics
@@ -774,13 +787,12 @@ async fn apply_objects(
                 kind: ar.kind.clone(),
             })
             .inc();
-        generations.push((
-            (ar.kind.clone(), oname.clone()),
-            applied.metadata.generation,
-        ));
+        let fingerprint = ctx.applied.fingerprint(&o.metadata, &applied.metadata);
+        ctx.applied
+            .applied(uid, (ar.kind.clone(), oname.clone()), fingerprint);
         keep.insert((ar.kind.clone(), oname));
     }
-    Ok((keep, generations))
+    Ok(keep)
 }
 
 /// Prunes what the workload no longer wants — except what its completed shards leave

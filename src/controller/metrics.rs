@@ -36,6 +36,9 @@ pub struct ReconcileMetrics {
     pub applied_objects: Family<KindLabels, Counter<u64, AtomicU64>>,
     /// Workloads refused (member policy, a name clash), by kind and reason.
     pub refusals: Family<ErrorLabels, Counter>,
+    /// Generated objects someone else changed or deleted, as the watches saw it (each
+    /// brings its workload's objects back), by the object's kind.
+    pub drift: Family<KindLabels, Counter>,
 }
 
 impl ReconcileMetrics {
@@ -49,6 +52,7 @@ impl ReconcileMetrics {
             }),
             applied_objects: Family::default(),
             refusals: Family::default(),
+            drift: Family::default(),
         };
         registry.register(
             "reconciles",
@@ -74,6 +78,11 @@ impl ReconcileMetrics {
             "refusals",
             "Workloads refused (member policy, objects of the same name someone else owns), by kind and reason",
             m.refusals.clone(),
+        );
+        registry.register(
+            "drift_detected",
+            "Generated objects someone else changed or deleted (each is repaired), by kind",
+            m.drift.clone(),
         );
         m
     }
