@@ -933,3 +933,114 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
     .await;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_member_that_no_longer_matches_is_left_at_once_unless_nothing_else_has_room() {
+    use pinfed::api::federation::MemberCluster;
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-leave").await;
+    let (both, only) = (format!("{}-both", ns.name), format!("{}-only", ns.name));
+    let members: Api<MemberCluster> = Api::all(hub.clone());
+    let names = fed.member_names();
+    let (left, other) = (names[0].clone(), names[1].clone());
+    let label = |member: &str, key: &str, on: bool| {
+        let (members, member, key) = (members.clone(), member.to_string(), key.to_string());
+        async move {
+            let value = if on {
+                serde_json::json!("on")
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = serde_json::json!({"spec": {"labels": {key: value}}});
+            members
+                .patch(&member, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    label(&left, &both, true).await;
+    label(&other, &both, true).await;
+    label(&left, &only, true).await;
+    // `wide` selects both labelled members, `narrow` only the one about to lose its labels.
+    let selecting = |name: &str, replicas: i32, key: &str| {
+        let mut v = serde_json::to_value(service(name, replicas)).unwrap();
+        v["spec"]["placement"] =
+            serde_json::json!({"clusterSelector": {"matchLabels": {key: "on"}}});
+        v["spec"]["template"]["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "envFrom" && k != "env");
+        serde_json::from_value::<PinterestService>(v).unwrap()
+    };
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &selecting("wide", 4, &both))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &selecting("narrow", 2, &only))
+        .await
+        .unwrap();
+    let placed_on = |s: &serde_json::Value| -> Vec<String> {
+        s["placement"]["placements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["replicas"].as_i64().unwrap_or(0) > 0)
+            .filter_map(|p| p["cluster"].as_str().map(str::to_string))
+            .collect()
+    };
+    for (name, want) in [("wide", 4), ("narrow", 2)] {
+        eventually(
+            WAIT,
+            &format!("{name}: {want} available\n{}", logs(daemons)),
+            || {
+                let api = api.clone();
+                async move { hub_status(&api, name).await["availableReplicas"] == want }
+            },
+        )
+        .await;
+    }
+    assert!(placed_on(&hub_status(&api, "wide").await).contains(&left));
+
+    // The member loses both labels: `wide` leaves it (grown on the other first), `narrow`
+    // has nowhere else to go and stays, saying so.
+    label(&left, &both, false).await;
+    label(&left, &only, false).await;
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let slices = Api::<DynamicObject>::namespaced_with(fed.client(&left), &ns.name, &ar);
+    eventually(
+        Duration::from_secs(60),
+        &format!("wide to leave {left}\n{}", logs(daemons)),
+        || {
+            let (api, slices, other) = (api.clone(), slices.clone(), other.clone());
+            async move {
+                let s = hub_status(&api, "wide").await;
+                placed_on(&s) == vec![other]
+                    && s["availableReplicas"] == 4
+                    && slices.get_opt("wide").await.unwrap().is_none()
+            }
+        },
+    )
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let said = event_message(&events, "LeftMember")
+        .await
+        .unwrap_or_default();
+    assert!(
+        said.contains(&left) && said.contains("no longer matches the cluster selector"),
+        "LeftMember: {said:?}"
+    );
+    eventually(WAIT, "narrow's LeaveBlocked Event", || {
+        let events = events.clone();
+        async move { event_message(&events, "LeaveBlocked").await.is_some() }
+    })
+    .await;
+    let s = hub_status(&api, "narrow").await;
+    assert_eq!(placed_on(&s), vec![left.clone()], "narrow stays: {s}");
+    assert_eq!(s["availableReplicas"], 2, "never below target: {s}");
+    assert!(slices.get_opt("narrow").await.unwrap().is_some());
+
+    label(&other, &both, false).await;
+    ns.delete().await;
+}

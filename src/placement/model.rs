@@ -265,6 +265,27 @@ pub fn untolerated<'t>(tolerations: &[Toleration], taints: &'t [Taint]) -> Optio
     })
 }
 
+/// Why a workload placed on `view` must leave it now, if it must: the member took a
+/// `NoExecute` taint the workload does not tolerate, or no longer matches its cluster
+/// selector. (A `NoSchedule` taint keeps new placements away and leaves what runs; a
+/// weight change moves nothing until a rebalance is asked for.)
+pub fn must_leave(policy: &PlacementPolicy, view: &ClusterView) -> Option<String> {
+    if let Some(t) = view.taints.iter().find(|t| {
+        t.effect == TaintEffect::NoExecute && !policy.tolerations.iter().any(|x| x.tolerates(t))
+    }) {
+        return Some(format!("{} has the taint {t}, not tolerated", view.name));
+    }
+    policy
+        .cluster_selector
+        .first_mismatch_by(|key| view.selector_label(key))
+        .map(|why| {
+            format!(
+                "{} no longer matches the cluster selector ({why})",
+                view.name
+            )
+        })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SelectorOperator {
     In,

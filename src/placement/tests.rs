@@ -1203,3 +1203,55 @@ fn selector_label_agrees_with_selector_labels() {
     }
     assert_eq!(overridden.selector_label(ZONE_LABEL), Some("label-zone"));
 }
+
+#[test]
+fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
+    let view = |labels: &[(&str, &str)], taints: Vec<Taint>| ClusterView {
+        name: "use1a".into(),
+        zone: None,
+        region: None,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        taints,
+        weight: 1,
+        ready: true,
+        nodes: Vec::new(),
+    };
+    let taint = |effect| Taint {
+        key: "maintenance".into(),
+        value: "".into(),
+        effect,
+    };
+    let mut policy = PlacementPolicy::with_strategy(Strategy::Divided);
+    policy.cluster_selector.match_labels = [("tier".to_string(), "gold".to_string())].into();
+    let gold = [("tier", "gold")];
+    assert_eq!(must_leave(&policy, &view(&gold, vec![])), None);
+    // NoSchedule keeps new work away, not what runs; NoExecute moves it.
+    assert_eq!(
+        must_leave(&policy, &view(&gold, vec![taint(TaintEffect::NoSchedule)])),
+        None
+    );
+    let why = must_leave(&policy, &view(&gold, vec![taint(TaintEffect::NoExecute)])).unwrap();
+    assert!(
+        why.contains("maintenance") && why.contains("not tolerated"),
+        "{why}"
+    );
+    policy.tolerations = vec![Toleration {
+        key: "maintenance".into(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    }];
+    assert_eq!(
+        must_leave(&policy, &view(&gold, vec![taint(TaintEffect::NoExecute)])),
+        None,
+        "tolerated"
+    );
+    let why = must_leave(&policy, &view(&[("tier", "silver")], vec![])).unwrap();
+    assert!(
+        why.contains("no longer matches the cluster selector"),
+        "{why}"
+    );
+}

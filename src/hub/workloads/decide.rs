@@ -5,7 +5,7 @@
 //! recorded in the hub resource's annotations (with the finalizer) before any slice
 //! moves, so a new leader continues from it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -156,13 +156,27 @@ pub async fn decide<K: PinterestKind>(
         !p.placements.is_empty()
             && (p.placements.len() as u32) < policy.spread.min_clusters.min(eligible)
     };
-    let keep = remembered.previous.as_ref().filter(|p| {
+    let unchanged = remembered.previous.as_ref().filter(|p| {
         remembered.decided_for == Some(generation)
             && p.unplaced == 0
             && !spread_short(p)
             && lost_placed.is_empty()
             && failback.is_empty()
     });
+    // Members the workload must leave although nothing else changed: a NoExecute taint it
+    // does not tolerate, a selector the member no longer matches.
+    let leaving: BTreeMap<String, String> = match unchanged {
+        Some(p) => {
+            let placed: BTreeSet<&str> = p.placements.iter().map(|c| c.cluster.as_str()).collect();
+            cluster_views(ctx, now, own, standings, false)
+                .iter()
+                .filter(|v| placed.contains(v.name.as_str()))
+                .filter_map(|v| Some((v.name.clone(), placement::must_leave(&policy, v)?)))
+                .collect()
+        }
+        None => BTreeMap::new(),
+    };
+    let keep = unchanged.filter(|_| leaving.is_empty());
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
     let (decision, quota_exceeded, written) = match keep {
@@ -205,6 +219,7 @@ pub async fn decide<K: PinterestKind>(
                     ),
                 lost_placed: &lost_placed,
                 failback: &failback,
+                leaving: &leaving,
             };
             plan_again(
                 ctx,
@@ -267,6 +282,8 @@ struct Replan<'a> {
     ideal: bool,
     lost_placed: &'a BTreeSet<String>,
     failback: &'a BTreeSet<String>,
+    /// Placed members the workload must leave, with why ([`placement::must_leave`]).
+    leaving: &'a BTreeMap<String, String>,
 }
 
 /// Plans again, charges the ledger and the quota book, records the decision (annotations
@@ -287,6 +304,7 @@ async fn plan_again<K: PinterestKind>(
     let before = remembered.previous.as_ref().map(recorded::from_status);
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
     let mut views = cluster_views(ctx, now, own, standings, true);
+    let mut blocked = false;
     let mut outcome = {
         let mut ledger = ctx.ledger.lock().expect("ledger lock");
         ledger.expire(SystemTime::now() - Duration::from_secs(30));
@@ -303,13 +321,23 @@ async fn plan_again<K: PinterestKind>(
                 })
                 .collect(),
         );
-        let outcome = placement::plan(&PlanInput {
+        let mut outcome = placement::plan(&PlanInput {
             clusters: &views,
             policy: r.policy,
             demand: r.demand,
             quota: quota_view.as_ref(),
             current: if r.ideal { None } else { before.as_ref() },
         });
+        // Leaving a member must not leave part of the workload nowhere: it stays where it
+        // is (and says why) until there is room elsewhere.
+        if !r.leaving.is_empty()
+            && let Some(b) = before
+                .as_ref()
+                .filter(|b| outcome.decision.unplaced > b.unplaced)
+        {
+            outcome.decision = b.clone();
+            blocked = true;
+        }
         ledger.reserve(&key, &outcome, SystemTime::now());
         ctx.quota_book
             .set(&key, &ns, from_quota::usage_of(&outcome.decision, r.demand));
@@ -384,8 +412,19 @@ async fn plan_again<K: PinterestKind>(
             },
         );
     }
+    let leaving = (!r.leaving.is_empty()).then(|| {
+        let why = r.leaving.values().cloned().collect::<Vec<_>>().join("; ");
+        if blocked {
+            tracing::warn!(workload = %key, %why, "must leave a member but has nowhere to go");
+            (true, format!("{why}: kept there, no other member has room"))
+        } else {
+            tracing::info!(workload = %key, %why, decision = %outcome.decision.to_json(), "leaving a member");
+            (false, format!("{why}: now {}", placed_text(&outcome.decision)))
+        }
+    });
     let change = Change {
         moved,
+        leaving,
         failback: r.failback,
         first_or_new: before.as_ref() != Some(&outcome.decision),
         newly_held: quota_exceeded && !held_before,
@@ -400,6 +439,8 @@ async fn plan_again<K: PinterestKind>(
 struct Change<'a> {
     /// The failover text when placed clusters were lost.
     moved: Option<String>,
+    /// Why it leaves members (must_leave), and whether it could not (nowhere to go).
+    leaving: Option<(bool, String)>,
     failback: &'a BTreeSet<String>,
     first_or_new: bool,
     newly_held: bool,
@@ -426,6 +467,12 @@ fn events_for(key: &str, c: &Change<'_>, d: &Decision) -> Vec<DecisionEvent> {
             "FailedBack",
             format!("back to {to}: {}", placed_text(d)),
         );
+    } else if let Some((blocked, why)) = &c.leaving {
+        if *blocked {
+            say(EventType::Warning, "LeaveBlocked", why.clone());
+        } else {
+            say(EventType::Normal, "LeftMember", why.clone());
+        }
     } else if c.first_or_new {
         say(EventType::Normal, "Placed", placed_text(d));
     }

@@ -236,10 +236,26 @@ pub async fn watch_member_health(ctx: Arc<HubContext>) {
     // And which members are connected: a member whose recorded status is Ready from
     // before this process started counts only once the registry has it, and its arrival
     // changes nothing recorded (a daemon placed without it waited for the resync).
+    // And what placement reads of each member that can make a workload leave it or come
+    // to it: its labels, region, zone and taints (a NoExecute taint or a selector a member
+    // no longer matches moves work off it at once, not at the next resync).
     let observed = |ctx: &HubContext| {
         let connected: BTreeSet<String> =
             ctx.registry.all().iter().map(|m| m.name.clone()).collect();
-        (recorded_health(ctx, Timestamp::now()), connected)
+        let placement_facts: Vec<String> = ctx
+            .members
+            .state()
+            .iter()
+            .map(|m| {
+                let s = &m.spec;
+                serde_json::json!([m.name_any(), s.region, s.zone, s.labels, s.taints]).to_string()
+            })
+            .collect();
+        (
+            recorded_health(ctx, Timestamp::now()),
+            connected,
+            placement_facts,
+        )
     };
     let mut last = observed(&ctx);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
