@@ -1044,3 +1044,51 @@ async fn a_member_that_no_longer_matches_is_left_at_once_unless_nothing_else_has
     label(&other, &both, false).await;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_slice_a_members_policy_refuses_shows_on_the_hub_as_refused_with_why() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-refused").await;
+    // Written on the hub by an admin (the hub's own pod policy lets system:masters by);
+    // every member's policy refuses a privileged pod.
+    let mut v = serde_json::to_value(service("root", 2)).unwrap();
+    let container = &mut v["spec"]["template"]["spec"]["containers"][0];
+    container
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "envFrom" && k != "env");
+    container["securityContext"] = serde_json::json!({"privileged": true});
+    v["spec"]["placement"] =
+        serde_json::json!({"clusterAffinity": {"clusterNames": [fed.member_names()[0]]}});
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("Degraded MemberRefused\n{}", logs(daemons)),
+        || {
+            let api = api.clone();
+            async move {
+                let s = hub_status(&api, "root").await;
+                let degraded = s["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Degraded")
+                    .cloned()
+                    .unwrap_or_default();
+                degraded["reason"] == "MemberRefused"
+                    && degraded["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("refused it: PodPolicyDenied"))
+                    && s["clusters"][0]["state"] == "Refused"
+            }
+        },
+    )
+    .await;
+    assert_eq!(hub_status(&api, "root").await["availableReplicas"], 0);
+    ns.delete().await;
+}

@@ -150,11 +150,7 @@ pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
             SliceReport {
                 observed_generation: processed,
                 state: slice_state(K::conditions_of(st), processed == generation),
-                message: K::conditions_of(st)
-                    .iter()
-                    .find(|c| c.type_ == ct::READY)
-                    .map(|c| c.message.clone())
-                    .filter(|m| !m.is_empty()),
+                message: report_message(K::conditions_of(st)),
                 counts: slice.slice_counts(st),
             }
         }
@@ -204,6 +200,18 @@ pub fn summarize_dynamic(kind: WorkloadKind, o: &kube::api::DynamicObject) -> Sl
     })
 }
 
+/// What a slice's status says in words: why its agent refused it (the Invalid
+/// condition's reason and message), else its Ready condition's message.
+fn report_message(conditions: &[Condition]) -> Option<String> {
+    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    match find(ct::INVALID).filter(|c| c.status == ConditionStatus::True) {
+        Some(c) => Some(format!("{}: {}", c.reason, c.message)),
+        None => find(ct::READY)
+            .map(|c| c.message.clone())
+            .filter(|m| !m.is_empty()),
+    }
+}
+
 /// A slice's one-word state from its conditions; Ready counts only once the agent has
 /// processed the current generation.
 fn slice_state(conditions: &[Condition], processed: bool) -> &'static str {
@@ -212,7 +220,9 @@ fn slice_state(conditions: &[Condition], processed: bool) -> &'static str {
             .iter()
             .any(|c| c.type_ == t && c.status == ConditionStatus::True)
     };
-    if is(ct::INVALID) || is(ct::FAILED) {
+    if is(ct::INVALID) {
+        member_state::REFUSED
+    } else if is(ct::FAILED) {
         member_state::FAILED
     } else if is(ct::COMPLETE) {
         member_state::COMPLETE
@@ -539,5 +549,44 @@ mod tests {
             long.len() <= 253 && long.starts_with("pinterestjobset.nnn"),
             "{long}"
         );
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+    use crate::api::common::set_invalid_conditions;
+
+    fn t() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_slice_its_agent_refused_says_so_and_why() {
+        let mut conditions = Vec::new();
+        set_invalid_conditions(&mut conditions, "privileged is not allowed", Some(2), &t());
+        // The agent names the refusal in the Invalid condition's reason.
+        conditions
+            .iter_mut()
+            .find(|c| c.type_ == ct::INVALID)
+            .unwrap()
+            .reason = "PodPolicyDenied".into();
+        assert_eq!(slice_state(&conditions, true), member_state::REFUSED);
+        assert_eq!(
+            report_message(&conditions).as_deref(),
+            Some("PodPolicyDenied: privileged is not allowed")
+        );
+        let ready = vec![Condition::new(
+            ct::READY,
+            ConditionStatus::False,
+            "Unavailable",
+            "1/3 available",
+            Some(2),
+            &t(),
+        )];
+        assert_eq!(slice_state(&ready, true), member_state::PROGRESSING);
+        assert_eq!(report_message(&ready).as_deref(), Some("1/3 available"));
     }
 }

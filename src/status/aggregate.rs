@@ -61,6 +61,9 @@ pub mod member_state {
     pub const DEGRADED: &str = "Degraded";
     pub const COMPLETE: &str = "Complete";
     pub const FAILED: &str = "Failed";
+    /// The member's agent refused the slice (its member policy, an invalid spec, a name
+    /// someone else owns): nothing of it runs there.
+    pub const REFUSED: &str = "Refused";
     pub const UNKNOWN: &str = "Unknown";
 }
 
@@ -105,6 +108,8 @@ struct Findings {
     failing: Vec<String>,
     /// Slices not yet at this hub generation.
     behind: Vec<String>,
+    /// A member's agent refused its slice.
+    refused: bool,
     all_complete: bool,
 }
 
@@ -193,6 +198,14 @@ fn tally(input: &AggregateInput<'_>) -> (Aggregate, Findings) {
             }
             match s.state.as_deref() {
                 Some(member_state::FAILED) => f.failing.push(format!("{} failed", m.cluster)),
+                Some(member_state::REFUSED) => {
+                    f.refused = true;
+                    f.failing.push(format!(
+                        "{} refused it: {}",
+                        m.cluster,
+                        s.message.as_deref().unwrap_or("no reason given")
+                    ))
+                }
                 Some(member_state::DEGRADED) => {
                     f.failing.push(format!("{} is degraded", m.cluster))
                 }
@@ -370,6 +383,8 @@ fn health_conditions(
     } else {
         let reason = if !lost.is_empty() {
             "MemberUnavailable"
+        } else if f.refused {
+            "MemberRefused"
         } else {
             "MemberDegraded"
         };
@@ -681,6 +696,34 @@ mod tests {
         let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
         assert_eq!(a.totals.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn a_member_that_refused_its_slice_degrades_the_workload_and_fails_nothing() {
+        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
+        let sa = MemberWorkloadStatus {
+            message: Some("PodPolicyDenied: privileged is not allowed".into()),
+            ..status("a", 0, 0, "Refused")
+        };
+        let members = [
+            obs("a", true, Some(sa), 1),
+            obs("b", true, Some(status("b", 0, 0, "Progressing")), 1),
+        ];
+        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
+        let degraded = get(&a, "Degraded");
+        assert_eq!(
+            (degraded.status, degraded.reason.as_str()),
+            (ConditionStatus::True, "MemberRefused")
+        );
+        assert_eq!(
+            degraded.message,
+            "a refused it: PodPolicyDenied: privileged is not allowed"
+        );
+        assert_eq!(
+            get(&a, "Failed").status,
+            ConditionStatus::False,
+            "refused is not failed: nothing ran"
+        );
     }
 
     #[test]
