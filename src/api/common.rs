@@ -307,7 +307,8 @@ pub struct Failover {
     /// PinterestTrainingJob (moving those loses state or restarts the whole gang).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// How long a cluster may be NotReady before its share moves. Default 60.
+    /// How long a cluster may be NotReady before its share moves. Default 20 (with the
+    /// hub's default member grace, work moves 40 s after a member's last heartbeat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub grace_period_seconds: Option<i32>,

@@ -39,8 +39,10 @@ pub struct HubArgs {
         default_value = "127.0.0.1:9090"
     )]
     pub metrics_addr: SocketAddr,
-    /// A member without a successful heartbeat for this long is NotReady.
-    #[arg(long, env = "PINFED_MEMBER_GRACE_SECS", default_value = "40")]
+    /// A member without a successful heartbeat for this long is NotReady (four missed
+    /// heartbeats at the default interval). With a workload's default failover grace
+    /// (20 s) a lost member's work starts moving 40 s after its last heartbeat.
+    #[arg(long, env = "PINFED_MEMBER_GRACE_SECS", default_value = "20")]
     pub member_grace_secs: u64,
     /// How often each member is probed and its status written.
     #[arg(long, env = "PINFED_HEARTBEAT_SECS", default_value = "5")]

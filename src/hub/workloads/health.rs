@@ -222,10 +222,16 @@ fn failover_policy<K: PinterestKind>(w: WorkloadRef<'_>, window: Duration) -> Fa
     let f = w.placement().failover.unwrap_or_default();
     FailoverPolicy {
         enabled: f.enabled.unwrap_or(K::KIND.failover_by_default()),
-        grace_secs: i64::from(f.grace_period_seconds.unwrap_or(60)),
+        grace_secs: i64::from(f.grace_period_seconds.unwrap_or(DEFAULT_FAILOVER_GRACE_SECS)),
         window_secs: window.as_secs() as i64,
     }
 }
+
+/// A workload's failover grace when it names none (`failover.gracePeriodSeconds`): with
+/// the hub's default member grace (20 s), a lost member's work starts moving 40 s after
+/// its last heartbeat. Shorter moves work on blips (a member API server restart, a
+/// network hiccup); a workload that would rather wait says so.
+pub const DEFAULT_FAILOVER_GRACE_SECS: i32 = 20;
 
 /// Watches the members' health once a second and, when it changes, has every workload of
 /// every kind reconciled — so failover starts within a second of a member turning
