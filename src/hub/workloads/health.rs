@@ -222,7 +222,10 @@ fn failover_policy<K: PinterestKind>(w: WorkloadRef<'_>, window: Duration) -> Fa
     let f = w.placement().failover.unwrap_or_default();
     FailoverPolicy {
         enabled: f.enabled.unwrap_or(K::KIND.failover_by_default()),
-        grace_secs: i64::from(f.grace_period_seconds.unwrap_or(DEFAULT_FAILOVER_GRACE_SECS)),
+        grace_secs: i64::from(
+            f.grace_period_seconds
+                .unwrap_or(DEFAULT_FAILOVER_GRACE_SECS),
+        ),
         window_secs: window.as_secs() as i64,
     }
 }
