@@ -141,12 +141,13 @@ pub async fn decide<K: PinterestKind>(
         .cloned()
         .collect();
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
+    // The members as placement sees them, without node room: built once, and only if a
+    // spread or a kept decision asks.
+    let views_now = std::sync::OnceLock::new();
+    let views = || views_now.get_or_init(|| cluster_views(ctx, now, own, standings, false));
     // (Only a spread asks how many are eligible.)
     let eligible = if policy.spread.min_clusters > 0 {
-        cluster_views(ctx, now, own, standings, false)
-            .iter()
-            .filter(|v| v.ready)
-            .count() as u32
+        views().iter().filter(|v| v.ready).count() as u32
     } else {
         0
     };
@@ -168,7 +169,7 @@ pub async fn decide<K: PinterestKind>(
     let leaving: BTreeMap<String, String> = match unchanged {
         Some(p) => {
             let placed: BTreeSet<&str> = p.placements.iter().map(|c| c.cluster.as_str()).collect();
-            cluster_views(ctx, now, own, standings, false)
+            views()
                 .iter()
                 .filter(|v| placed.contains(v.name.as_str()))
                 .filter_map(|v| Some((v.name.clone(), placement::must_leave(&policy, v)?)))
