@@ -11,5 +11,6 @@ pub mod expand;
 pub mod hub;
 pub mod jss;
 pub mod placement;
+pub mod rollout;
 pub mod status;
 pub mod topology;

@@ -514,6 +514,9 @@ pub struct MemberWorkloadStatus {
     /// Human-readable detail (e.g. why the cluster's share is not ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The workload revision this cluster's slice carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
 }
 
 impl MemberWorkloadStatus {
@@ -537,6 +540,7 @@ impl MemberWorkloadStatus {
             last_schedule_time: None,
             last_successful_time: None,
             message: None,
+            revision: None,
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct PinterestCronJobSpec {
     /// Where the cron job runs. Default strategy: Single.
     #[serde(default)]
     pub placement: Placement,
+    /// How changes to what it runs reach its members: stages, gates, rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutPolicy>,
     /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.
     #[schemars(length(min = 1))]
     pub schedule: String,
@@ -128,6 +131,9 @@ pub struct PinterestCronJobStatus {
     /// Hub only: the placement decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementDecision>,
+    /// Hub only: the revision the spec asks for and how far its rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutStatus>,
     /// Hub only: per-cluster status, with the time each was observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]

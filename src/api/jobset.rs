@@ -57,6 +57,9 @@ pub struct PinterestJobSetSpec {
     /// Where the shards run. Default strategy: Divided (shard indices split over clusters).
     #[serde(default)]
     pub placement: Placement,
+    /// How changes to what it runs reach its members: stages, gates, rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutPolicy>,
     /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
     #[schemars(range(min = 1, max = MAX_SHARDS))]
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -155,6 +158,9 @@ pub struct PinterestJobSetStatus {
     /// Hub only: the placement decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementDecision>,
+    /// Hub only: the revision the spec asks for and how far its rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutStatus>,
     /// Hub only: per-cluster status, with the time each was observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]

@@ -87,6 +87,7 @@ pub struct HubPart {
     pub conditions: Vec<Condition>,
     pub placement: Option<PlacementDecision>,
     pub clusters: Vec<MemberWorkloadStatus>,
+    pub rollout: Option<super::rollout::RolloutStatus>,
 }
 
 /// A member's share of a workload, as its slice carries it.
@@ -231,6 +232,7 @@ macro_rules! common {
                 conditions: s.conditions.clone(),
                 placement: s.placement.clone(),
                 clusters: s.clusters.clone(),
+                rollout: s.rollout.clone(),
             }
         }
         fn hub_status(part: HubPart, totals: &Totals) -> $status {
@@ -239,6 +241,7 @@ macro_rules! common {
                 conditions: part.conditions,
                 placement: part.placement,
                 clusters: part.clusters,
+                rollout: part.rollout,
                 ..Default::default()
             };
             Self::set_totals(&mut s, totals);

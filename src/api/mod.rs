@@ -17,6 +17,7 @@ pub mod pod_policy;
 pub mod pod_security;
 pub mod quantity;
 pub mod ranges;
+pub mod rollout;
 pub mod runtime_profile;
 pub mod service;
 pub mod statefulset;

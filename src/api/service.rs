@@ -55,6 +55,9 @@ pub struct PinterestServiceSpec {
     /// Where the service runs. Default strategy: Divided (replicas split over clusters).
     #[serde(default)]
     pub placement: Placement,
+    /// How changes to what it runs reach its members: stages, gates, rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutPolicy>,
     /// Total replicas across the federation (in a member: this cluster's share).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]
@@ -161,6 +164,9 @@ pub struct PinterestServiceStatus {
     /// Hub only: the placement decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementDecision>,
+    /// Hub only: the revision the spec asks for and how far its rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutStatus>,
     /// Hub only: per-cluster status, with the time each was observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]

@@ -47,6 +47,9 @@ pub struct PinterestStatefulSetSpec {
     /// Where the stateful set runs. Default strategy: Single; failover off unless enabled.
     #[serde(default)]
     pub placement: Placement,
+    /// How changes to what it runs reach its members: stages, gates, rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutPolicy>,
     /// Pods (ordinals 0..replicas-1).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]
@@ -92,6 +95,9 @@ pub struct PinterestStatefulSetStatus {
     /// Hub only: the placement decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementDecision>,
+    /// Hub only: the revision the spec asks for and how far its rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutStatus>,
     /// Hub only: per-cluster status, with the time each was observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]

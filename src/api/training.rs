@@ -52,6 +52,9 @@ pub struct PinterestTrainingJobSpec {
     /// Where the job runs. Strategy: Single (gang: the whole job fits in one cluster or waits).
     #[serde(default)]
     pub placement: Placement,
+    /// How changes to what it runs reach its members: stages, gates, rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutPolicy>,
     /// `pytorch` or `tensorflow`.
     pub framework: Framework,
     /// Replicas by role, as in Kubeflow: PyTorch `Master` (exactly 1) and `Worker`;
@@ -161,6 +164,9 @@ pub struct PinterestTrainingJobStatus {
     /// Hub only: the placement decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementDecision>,
+    /// Hub only: the revision the spec asks for and how far its rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutStatus>,
     /// Hub only: per-cluster status, with the time each was observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]

@@ -148,6 +148,18 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
         );
     }
     placement(e, w.placement(), w.kind());
+    if let Some(r) = w.rollout() {
+        let mut found = Vec::new();
+        super::rollout::check_policy(r, &mut found);
+        for (f, m) in found {
+            e.add(f, m);
+        }
+        for (i, stage) in r.stages.iter().enumerate() {
+            if let Some(sel) = &stage.cluster_selector {
+                selector(e, sel, &format!("spec.rollout.stages[{i}].clusterSelector"));
+            }
+        }
+    }
 }
 
 fn metadata(e: &mut Errors, m: &ObjectMeta, namespaced: bool) {

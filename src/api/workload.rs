@@ -127,6 +127,7 @@ pub trait Workload: Resource<DynamicType = ()> {
     fn owner(&self) -> &Owner;
     fn runtime_version(&self) -> Option<&str>;
     fn placement(&self) -> &Placement;
+    fn rollout(&self) -> Option<&super::rollout::RolloutPolicy>;
 }
 
 macro_rules! impl_workload {
@@ -141,6 +142,9 @@ macro_rules! impl_workload {
             }
             fn placement(&self) -> &Placement {
                 &self.spec.placement
+            }
+            fn rollout(&self) -> Option<&super::rollout::RolloutPolicy> {
+                self.spec.rollout.as_ref()
             }
         }
     };
@@ -214,6 +218,10 @@ impl<'a> WorkloadRef<'a> {
 
     pub fn placement(self) -> &'a Placement {
         each!(self, w => &w.spec.placement)
+    }
+
+    pub fn rollout(self) -> Option<&'a super::rollout::RolloutPolicy> {
+        each!(self, w => w.spec.rollout.as_ref())
     }
 
     /// The effective placement strategy (the kind's default when unset).

@@ -25,7 +25,7 @@ use crate::api::workload::{COMPUTE_API_VERSION, WorkloadKind, WorkloadRef};
 pub mod bundle;
 mod cronjob;
 mod daemon;
-mod hash;
+pub(crate) mod hash;
 pub mod jobset;
 pub mod names;
 pub mod runtime;

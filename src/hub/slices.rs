@@ -126,6 +126,13 @@ impl SliceSummary {
     pub fn processed(&self) -> bool {
         self.report.observed_generation == self.generation
     }
+
+    /// The workload revision the slice carries (none: written before revisions).
+    pub fn revision(&self) -> Option<i64> {
+        self.annotations
+            .get(crate::api::rollout::ANNOTATION_REVISION)
+            .and_then(|r| r.parse().ok())
+    }
 }
 
 /// A digest of a spec (its JSON, keys sorted), to compare a stored slice with the one the
@@ -261,6 +268,7 @@ pub fn member_workload_status(
         last_schedule_time: c.last_schedule_time,
         last_successful_time: c.last_successful_time,
         message: r.message.clone(),
+        revision: slice.revision(),
     }
 }
 

@@ -34,6 +34,8 @@ pub struct HubStatusInput<'a, K: PinterestKind> {
     pub stored: &'a K::Status,
     pub aggregate: AggregateInput<'a>,
     pub failover: FailoverView<'a>,
+    /// Where the workload's change stands (`None`: as stored).
+    pub rollout: Option<crate::api::rollout::RolloutStatus>,
 }
 
 /// The hub status to write, or `None` when the stored one already says all of it.
@@ -49,11 +51,16 @@ pub fn hub_status<K: PinterestKind>(input: &HubStatusInput<'_, K>) -> Option<K::
     ));
     let mut clusters = agg.clusters;
     keep_observed_times(&stored.clusters, &mut clusters);
+    let rollout = input.rollout.clone().or(stored.rollout);
+    if let Some(r) = &rollout {
+        conditions.push(rollout_condition(r, a.hub_generation, a.now));
+    }
     let part = HubPart {
         observed_generation: agg.observed_generation,
         conditions: merge_conditions(&stored.conditions, conditions),
         placement: Some(a.decision.clone()),
         clusters,
+        rollout,
     };
     let status = K::hub_status(part, &agg.totals);
     (status != *input.stored).then_some(status)
@@ -64,6 +71,27 @@ pub fn stored_decision(
     status: &serde_json::Value,
 ) -> Option<crate::api::common::PlacementDecision> {
     serde_json::from_value(status.get("placement")?.clone()).ok()
+}
+
+/// Condition: the revision the spec asks for runs on every member of the workload.
+pub const ROLLED_OUT: &str = "RolledOut";
+
+/// RolledOut: True once the spec's revision is rolled out everywhere; False with the
+/// rollout's phase as the reason while it is not (waiting for approval, rolled back...).
+pub fn rollout_condition(
+    r: &crate::api::rollout::RolloutStatus,
+    generation: i64,
+    now: &Time,
+) -> Condition {
+    let done = r.phase == crate::api::rollout::phase::COMPLETE;
+    Condition::new(
+        ROLLED_OUT,
+        ConditionStatus::from(done),
+        if done { "Complete" } else { r.phase.as_str() },
+        r.message.clone().unwrap_or_default(),
+        Some(generation),
+        now,
+    )
 }
 
 /// FailedOver: True while the workload runs off a member it failed over from.
@@ -476,6 +504,7 @@ mod golden {
                 stale_after_secs: 60,
             },
             failover: FailoverView::default(),
+            rollout: None,
         };
         let status =
             hub_status(&input(&stored)).expect("a status that differs from the stored one");

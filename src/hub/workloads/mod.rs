@@ -458,6 +458,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             lost_now: counts(&decided.lost_placed),
             failing_back: decided.failback.clone(),
         },
+        rollout: None,
     };
     let status = hub_status(&input);
     // Only a status that carries a new placement waits: one that reports the members
