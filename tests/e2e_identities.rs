@@ -67,6 +67,9 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
         &["get", "secrets", "-n", "pinfed-system"],
         // ConfigMaps workloads reference are followed by a watch (bundles follow changes).
         &["watch", "configmaps", "-A"],
+        // Workload revisions: written, read back during a rollout, pruned.
+        &["create", "controllerrevisions.apps", "-n", "default"],
+        &["delete", "controllerrevisions.apps", "-n", "default"],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the hub may not {allowed:?}");
     }
@@ -83,6 +86,9 @@ async fn the_hub_runs_as_its_shipped_service_account_and_may_do_what_its_role_sa
         &["delete", "pinterestservices.compute.pinterest.com", "-A"],
         &["patch", "namespaces"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+        // Revisions are never rewritten in place (a record is what ran).
+        &["patch", "controllerrevisions.apps", "-n", "default"],
+        &["update", "controllerrevisions.apps", "-n", "default"],
     ] {
         assert!(!can_i(&kc, &hub, denied), "the hub may {denied:?}");
     }

@@ -114,7 +114,12 @@ pub fn deployment_counts(ds: &[Deployment]) -> (ReplicaCounts, Option<String>) {
         c.replicas += s.replicas.unwrap_or(0);
         c.ready += s.ready_replicas.unwrap_or(0);
         c.available += s.available_replicas.unwrap_or(0);
-        c.updated += s.updated_replicas.unwrap_or(0);
+        // Updated only once the Deployment controller has seen the current template: a
+        // status from before counts the old pods as updated (a rollout gate would pass a
+        // change no pod runs yet).
+        if observed_current(d.metadata.generation, s.observed_generation) {
+            c.updated += s.updated_replicas.unwrap_or(0);
+        }
         for cond in s.conditions.iter().flatten() {
             let stuck = cond.type_ == "Progressing" && cond.status == "False";
             let failure = cond.type_ == "ReplicaFailure" && cond.status == "True";
@@ -130,13 +135,27 @@ pub fn deployment_counts(ds: &[Deployment]) -> (ReplicaCounts, Option<String>) {
     (c, problem)
 }
 
+/// Whether a workload controller's status describes the object's current generation.
+fn observed_current(generation: Option<i64>, observed: Option<i64>) -> bool {
+    match (generation, observed) {
+        (Some(g), Some(o)) => o >= g,
+        (None, _) => true,
+        (Some(_), None) => false,
+    }
+}
+
 pub fn statefulset_counts(ss: &[StatefulSet]) -> ReplicaCounts {
     let mut c = ReplicaCounts::default();
-    for s in ss.iter().filter_map(|s| s.status.as_ref()) {
+    for st in ss {
+        let Some(s) = st.status.as_ref() else {
+            continue;
+        };
         c.replicas += s.replicas;
         c.ready += s.ready_replicas.unwrap_or(0);
         c.available += s.available_replicas.unwrap_or(0);
-        c.updated += s.updated_replicas.unwrap_or(0);
+        if observed_current(st.metadata.generation, s.observed_generation) {
+            c.updated += s.updated_replicas.unwrap_or(0);
+        }
     }
     c
 }
@@ -144,11 +163,14 @@ pub fn statefulset_counts(ss: &[StatefulSet]) -> ReplicaCounts {
 /// desired, ready, available, updated of DaemonSets.
 pub fn daemonset_counts(ds: &[DaemonSet]) -> ReplicaCounts {
     let mut c = ReplicaCounts::default();
-    for s in ds.iter().filter_map(|d| d.status.as_ref()) {
+    for d in ds {
+        let Some(s) = d.status.as_ref() else { continue };
         c.replicas += s.desired_number_scheduled;
         c.ready += s.number_ready;
         c.available += s.number_available.unwrap_or(0);
-        c.updated += s.updated_number_scheduled.unwrap_or(0);
+        if observed_current(d.metadata.generation, s.observed_generation) {
+            c.updated += s.updated_number_scheduled.unwrap_or(0);
+        }
     }
     c
 }
@@ -316,6 +338,21 @@ mod tests {
         );
         assert_eq!(a.completed.to_string(), "3");
         assert!(a.failed.is_empty());
+    }
+
+    #[test]
+    fn a_deployment_status_from_before_its_template_counts_nothing_updated() {
+        let d = |generation: i64, observed: i64| -> Deployment {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "d", "generation": generation},
+                "status": {"observedGeneration": observed, "replicas": 3, "readyReplicas": 3,
+                    "availableReplicas": 3, "updatedReplicas": 3}
+            }))
+            .unwrap()
+        };
+        assert_eq!(deployment_counts(&[d(2, 2)]).0.updated, 3);
+        let (stale, _) = deployment_counts(&[d(3, 2)]);
+        assert_eq!((stale.updated, stale.available), (0, 3));
     }
 
     #[test]

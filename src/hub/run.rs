@@ -28,6 +28,40 @@ use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
 use crate::hub::workloads::{self, HubContext};
 
+/// The federation's rollout for workloads that name none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DefaultRollout {
+    /// One member first; once it runs the change healthily, the rest.
+    Canary,
+    /// Every member at once (still gated: a change that fails is rolled back).
+    AllAtOnce,
+}
+
+impl DefaultRollout {
+    pub fn policy(self, deadline_secs: i64) -> crate::api::rollout::RolloutPolicy {
+        use crate::api::rollout::{RolloutPolicy, RolloutStage};
+        let stages = match self {
+            DefaultRollout::Canary => vec![
+                RolloutStage {
+                    name: Some("canary".into()),
+                    count: Some(1),
+                    ..Default::default()
+                },
+                RolloutStage {
+                    name: Some("rest".into()),
+                    ..Default::default()
+                },
+            ],
+            DefaultRollout::AllAtOnce => Vec::new(),
+        };
+        RolloutPolicy {
+            stages,
+            progress_deadline_seconds: Some(deadline_secs),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct HubArgs {
     #[command(flatten)]
@@ -76,6 +110,13 @@ pub struct HubArgs {
     /// leader's last renewal at most.
     #[arg(long, env = "PINFED_LEASE_DURATION_SECS", default_value = "8", value_parser = clap::value_parser!(u64).range(2..))]
     pub lease_duration_secs: u64,
+    /// How changes roll out for workloads whose `spec.rollout` says nothing: `canary`
+    /// (one member first, healthy, then the rest) or `all-at-once`.
+    #[arg(long, env = "PINFED_DEFAULT_ROLLOUT", default_value = "canary")]
+    pub default_rollout: DefaultRollout,
+    /// The default rollout's progress deadline per member (seconds).
+    #[arg(long, env = "PINFED_DEFAULT_ROLLOUT_DEADLINE_SECS", default_value = "600", value_parser = clap::value_parser!(i64).range(1..))]
+    pub default_rollout_deadline_secs: i64,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
@@ -186,6 +227,10 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         cleanup_lock: p.cleanup_lock.clone(),
         metrics: p.metrics.clone(),
         member_grace: Duration::from_secs(args.member_grace_secs),
+        revisions: Default::default(),
+        default_rollout: args
+            .default_rollout
+            .policy(args.default_rollout_deadline_secs),
         failback_window: Duration::from_secs(args.failback_window_secs),
         // Fresh trackers per leader term: a lost term's leftovers do not count.
         decisions: Default::default(),

@@ -72,6 +72,8 @@ pub fn build_slice<K: PinterestKind>(hub: &K, share: &SliceShare) -> K {
         ANNOTATION_PLACEMENT_GENERATION,
         ANNOTATION_FAILED_OVER_FROM,
         ANNOTATION_FAILOVER_MESSAGE,
+        crate::api::rollout::ANNOTATION_APPROVED,
+        crate::api::rollout::ANNOTATION_PAUSED,
     ] {
         annotations.remove(hub_only);
     }
@@ -89,6 +91,18 @@ pub fn build_slice<K: PinterestKind>(hub: &K, share: &SliceShare) -> K {
     *slice.status_mut() = None;
     slice.assign_share(share);
     slice
+}
+
+/// `slice` running the revision `content` instead of the spec's own (its share stays).
+pub fn run_revision<K: PinterestKind>(
+    slice: K,
+    content: &serde_json::Value,
+) -> Result<K, serde_json::Error> {
+    let mut v = serde_json::to_value(&slice)?;
+    if let Some(spec) = v.get_mut("spec") {
+        crate::rollout::revision::overlay(spec, content);
+    }
+    serde_json::from_value(v)
 }
 
 /// What the hub keeps of a slice it watches in a member: enough to tell whether a write

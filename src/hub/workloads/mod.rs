@@ -20,7 +20,9 @@ mod decide;
 mod deletion;
 mod health;
 mod profiles;
+mod revisions;
 mod rollout;
+mod staged;
 pub mod status_defer;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -190,6 +192,11 @@ pub struct HubContext {
     pub retries: RetryPolicy,
     /// Who references which hub ConfigMap or Secret; their changes reconcile the users.
     pub config: crate::hub::config_follow::ConfigFollow,
+    /// Revision contents read or written (old revisions are written into members during
+    /// a rollout).
+    pub revisions: revisions::RevisionCache,
+    /// How changes roll out for workloads whose spec says nothing.
+    pub default_rollout: crate::api::rollout::RolloutPolicy,
 }
 
 /// A failed reconcile, by the stage that failed.
@@ -233,6 +240,10 @@ pub enum HubError {
     },
     #[error("reading referenced config on the hub: {0}")]
     ReadConfig(#[source] kube::Error),
+    #[error("recording the revision: {0}")]
+    RecordRevision(#[source] kube::Error),
+    #[error("reading a revision: {0}")]
+    ReadRevision(#[source] kube::Error),
     #[error("writing the hub status: {0}")]
     WriteStatus(#[source] kube::Error),
     #[error("serializing: {0}")]
@@ -252,6 +263,8 @@ impl HubError {
             HubError::NotOurSlice { .. } => "NotOurSlice",
             HubError::Propagate { .. } => "Propagate",
             HubError::ReadConfig(_) => "ReadConfig",
+            HubError::RecordRevision(_) => "RecordRevision",
+            HubError::ReadRevision(_) => "ReadRevision",
             HubError::WriteStatus(_) => "WriteStatus",
             HubError::Serialize(_) => "Serialize",
         }
@@ -396,15 +409,31 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             decide::Outcome::Decided(d) => d,
         };
 
+    // Which revision each member runs (a new revision is recorded before any slice
+    // carries it).
+    let staged = staged::stage(
+        ctx,
+        obj,
+        &decided.decision,
+        &standings,
+        &slices,
+        stored_part.rollout.as_ref(),
+        &now_time,
+    )
+    .await?;
+
     // Roll out: move the slices toward the decision.
-    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices).await?;
+    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices, &staged).await?;
     // A hand-off waits for the member the work leaves; its status brings the next look,
     // this is the net under it.
-    let requeue = if held.is_empty() {
+    let mut requeue = if held.is_empty() {
         decided.requeue
     } else {
         decided.requeue.min(HAND_OFF_RECHECK)
     };
+    if let Some(due) = staged.outcome.recheck {
+        requeue = requeue.min(due);
+    }
     let key = workload_key(obj);
 
     // Aggregate and write.
@@ -458,7 +487,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             lost_now: counts(&decided.lost_placed),
             failing_back: decided.failback.clone(),
         },
-        rollout: None,
+        rollout: Some(staged.outcome.status.clone()),
     };
     let status = hub_status(&input);
     // Only a status that carries a new placement waits: one that reports the members
@@ -489,6 +518,14 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     };
     for e in events {
         ctx.event(obj, e.type_, e.reason, e.note).await;
+    }
+    for n in &staged.outcome.notes {
+        let type_ = if n.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        ctx.event(obj, type_, n.reason, n.message.clone()).await;
     }
     written?;
     ctx.hub_metrics

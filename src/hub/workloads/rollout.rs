@@ -105,6 +105,7 @@ pub async fn roll_out<K: PinterestKind>(
     placed: &Placed,
     standings: &Standings,
     slices: &mut Slices,
+    staged: &super::staged::Staged,
 ) -> Result<HeldBack, HubError> {
     let seen: BTreeMap<String, SliceSeen> = slices
         .iter()
@@ -170,8 +171,10 @@ pub async fn roll_out<K: PinterestKind>(
                 target: &member.target,
                 cluster,
             };
+            let revision = staged.outcome.assign.get(cluster.as_str()).copied();
             match step {
                 SliceStep::Keep => Ok(None),
+                SliceStep::Apply(_) if staged.keep.contains(cluster.as_str()) => Ok(None),
                 SliceStep::Delete => target.remove(obj).await.map(|()| None),
                 SliceStep::Apply(share) => {
                     let share = SliceShare {
@@ -185,8 +188,12 @@ pub async fn roll_out<K: PinterestKind>(
                         },
                         parallelism,
                     };
+                    let run = Run {
+                        revision,
+                        overlay: staged.overlays.get(cluster.as_str()).map(|c| &**c),
+                    };
                     target
-                        .apply(obj, &share, found.get(cluster.as_str()), config)
+                        .apply(obj, &share, &run, found.get(cluster.as_str()), config)
                         .await
                 }
             }
@@ -233,6 +240,12 @@ fn config_of<K: PinterestKind>(obj: &K) -> BTreeSet<ConfigRef> {
     serde_json::to_value(obj)
         .map(|v| bundle::workload_config(&v))
         .unwrap_or_default()
+}
+
+/// The revision a slice carries and, when it is not the spec's own, its content.
+struct Run<'a> {
+    revision: Option<i64>,
+    overlay: Option<&'a serde_json::Value>,
 }
 
 /// One member a roll-out step writes to.
@@ -290,6 +303,7 @@ impl Target<'_> {
         &self,
         obj: &K,
         share: &SliceShare,
+        run: &Run<'_>,
         found: Option<&Arc<SliceSummary>>,
         config: &BTreeSet<ConfigRef>,
     ) -> Result<Option<(String, Arc<SliceSummary>)>, HubError> {
@@ -304,6 +318,15 @@ impl Target<'_> {
             });
         }
         let mut slice = slices::build_slice(obj, share);
+        if let Some(content) = run.overlay {
+            slice = slices::run_revision(slice, content)?;
+        }
+        if let Some(r) = run.revision {
+            slice.annotations_mut().insert(
+                crate::api::rollout::ANNOTATION_REVISION.into(),
+                r.to_string(),
+            );
+        }
         if K::KIND == WorkloadKind::JobSet {
             // The fence (`controller::fence`): the slice starts shards only while the
             // hub vouches for this epoch of the member.

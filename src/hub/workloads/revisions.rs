@@ -1,0 +1,186 @@
+//! Revisions on the hub: one ControllerRevision per revision of a workload (its
+//! content, [`crate::rollout::revision`]), owned by the workload and labelled with its
+//! uid, written before any slice carries the revision, pruned to the history limit
+//! (never one a member is told to run). Contents read back are cached: a rollout writes
+//! old revisions into members on every look.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+
+use super::{HubContext, HubError};
+use crate::api::kind::PinterestKind;
+use crate::api::rollout::LABEL_REVISION_OF;
+
+/// Contents read or written, by (workload uid, revision).
+#[derive(Default)]
+pub struct RevisionCache {
+    contents: Mutex<BTreeMap<(String, i64), Arc<serde_json::Value>>>,
+}
+
+/// Entries past this are dropped all at once (they are re-read on demand): rollouts in
+/// flight at once are few, a cache of every workload's revisions is not needed.
+const CACHE_LIMIT: usize = 4096;
+
+impl RevisionCache {
+    fn get(&self, uid: &str, revision: i64) -> Option<Arc<serde_json::Value>> {
+        self.contents
+            .lock()
+            .ok()?
+            .get(&(uid.to_string(), revision))
+            .cloned()
+    }
+
+    fn put(&self, uid: &str, revision: i64, content: Arc<serde_json::Value>) {
+        if let Ok(mut c) = self.contents.lock() {
+            if c.len() >= CACHE_LIMIT {
+                c.clear();
+            }
+            c.insert((uid.to_string(), revision), content);
+        }
+    }
+}
+
+/// The ControllerRevision name of `obj`'s revision `revision` (a valid name whatever the
+/// workload's name, distinct per kind).
+pub fn revision_name<K: PinterestKind>(obj: &K, revision: i64) -> String {
+    let base = format!("{}-{}", K::KIND.as_str().to_lowercase(), obj.name_any());
+    crate::expand::names::child_name(&base, &revision.to_string(), 253, false)
+}
+
+fn api(ctx: &HubContext, ns: &str) -> Api<ControllerRevision> {
+    Api::namespaced(ctx.hub.clone(), ns)
+}
+
+/// Records revision `revision` of `obj` with `content` (an existing record of that name
+/// is kept: a hub that stopped after writing it writes the same), then prunes the
+/// history to `limit`, keeping every revision in `in_use`.
+pub async fn record<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    revision: i64,
+    content: &serde_json::Value,
+    limit: usize,
+    in_use: &BTreeSet<i64>,
+) -> Result<(), HubError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let uid = obj.uid().unwrap_or_default();
+    let owner = OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: obj.name_any(),
+        uid: uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let cr = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(revision_name(obj, revision)),
+            namespace: Some(ns.clone()),
+            labels: Some([(LABEL_REVISION_OF.to_string(), uid.clone())].into()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        data: Some(RawExtension(content.clone())),
+        revision,
+    };
+    match api(ctx, &ns).create(&PostParams::default(), &cr).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(HubError::RecordRevision(e)),
+    }
+    ctx.revisions.put(&uid, revision, Arc::new(content.clone()));
+    prune(ctx, &ns, &uid, revision, limit, in_use).await;
+    Ok(())
+}
+
+/// Drops revisions older than the newest `limit` (best effort: a failure leaves one more
+/// record, retried at the next revision).
+async fn prune(
+    ctx: &HubContext,
+    ns: &str,
+    uid: &str,
+    newest: i64,
+    limit: usize,
+    in_use: &BTreeSet<i64>,
+) {
+    let lp = ListParams::default().labels(&format!("{LABEL_REVISION_OF}={uid}"));
+    let list = match api(ctx, ns).list_metadata(&lp).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(error = %e, "revisions not listed for pruning");
+            return;
+        }
+    };
+    let keep_from = newest - i64::try_from(limit).unwrap_or(i64::MAX) + 1;
+    for cr in list.items {
+        let Some(rev) = cr
+            .name_any()
+            .rsplit('-')
+            .next()
+            .and_then(|r| r.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if rev < keep_from && !in_use.contains(&rev) {
+            let _ = api(ctx, ns)
+                .delete(&cr.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+/// The content of `obj`'s revision `revision`, or `None` when no record of it is left.
+pub async fn content<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    revision: i64,
+) -> Result<Option<Arc<serde_json::Value>>, HubError> {
+    let uid = obj.uid().unwrap_or_default();
+    if let Some(c) = ctx.revisions.get(&uid, revision) {
+        return Ok(Some(c));
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let got = api(ctx, &ns)
+        .get_opt(&revision_name(obj, revision))
+        .await
+        .map_err(HubError::ReadRevision)?;
+    let Some(cr) = got else { return Ok(None) };
+    // Only this workload's record (a workload of the same name deleted and made again
+    // has another uid).
+    let ours = cr
+        .labels()
+        .get(LABEL_REVISION_OF)
+        .is_some_and(|u| *u == uid);
+    let Some(RawExtension(data)) = cr.data.filter(|_| ours) else {
+        return Ok(None);
+    };
+    let data = Arc::new(data);
+    ctx.revisions.put(&uid, revision, data.clone());
+    Ok(Some(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::service::PinterestService;
+
+    #[test]
+    fn revision_names_are_valid_and_end_with_the_revision() {
+        let mut s: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web"},
+            "spec": {"owner": {"team": "t", "contact": "c"}, "template": {}}
+        }))
+        .unwrap();
+        assert_eq!(revision_name(&s, 3), "pinterestservice-web-3");
+        s.metadata.name = Some("a.b".repeat(100));
+        let long = revision_name(&s, 12);
+        assert!(long.len() <= 253 && long.ends_with("-12"), "{long}");
+    }
+}

@@ -1,0 +1,291 @@
+//! The rollout stage of the hub's workload loop: the revision the spec asks for, each
+//! placed member's gate from its slice ([`member_facts`], pure), one look at the rollout
+//! ([`crate::rollout::step`]), the revision recorded before any slice carries it, and
+//! the content each member is told to run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::health::Standings;
+use super::rollout::Slices;
+use super::{HubContext, HubError, revisions, workload_key};
+use crate::api::kind::{PinterestKind, Progress};
+use crate::api::rollout::{ANNOTATION_APPROVED, ANNOTATION_PAUSED, RolloutStatus};
+use crate::hub::slices::SliceSummary;
+use crate::rollout::revision;
+use crate::rollout::step::{self, MemberFacts, Outcome};
+use crate::status::member_state;
+
+/// What the rollout decided for this reconcile.
+pub struct Staged {
+    pub outcome: Outcome,
+    /// The revision content each member runs where it is not the spec's own (members on
+    /// an older revision during a rollout or after a rollback).
+    pub overlays: BTreeMap<String, Arc<serde_json::Value>>,
+    /// Members told to run a revision whose record is gone: their slices are left as
+    /// they are.
+    pub keep: BTreeSet<String>,
+}
+
+/// The RuntimeProfile version `obj` resolves to on the hub (a pin to a version the hub
+/// does not have stays the pin: the member's agent reports it).
+fn runtime_of<K: PinterestKind>(ctx: &HubContext, obj: &K) -> String {
+    let profiles: Vec<crate::api::runtime_profile::RuntimeProfile> =
+        ctx.profiles.state().iter().map(|p| (**p).clone()).collect();
+    match crate::expand::select_profile(&profiles, obj.runtime_version()) {
+        Ok(p) => p.spec.version.clone(),
+        Err(_) => obj.runtime_version().unwrap_or_default().to_string(),
+    }
+}
+
+/// The `(revision, stage)` a person approved, from the workload's annotation.
+fn approved<K: PinterestKind>(obj: &K) -> Option<(i64, i32)> {
+    let a = obj.annotations().get(ANNOTATION_APPROVED)?;
+    let (rev, stage) = a.split_once('/')?;
+    Some((rev.trim().parse().ok()?, stage.trim().parse().ok()?))
+}
+
+/// Decides the rollout for this reconcile and records a new revision.
+pub async fn stage<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    decision: &crate::placement::Decision,
+    standings: &Standings,
+    slices: &Slices,
+    stored: Option<&RolloutStatus>,
+    now: &Time,
+) -> Result<Staged, HubError> {
+    let spec = serde_json::to_value(obj)?
+        .get("spec")
+        .cloned()
+        .unwrap_or_default();
+    let content = revision::content(&spec, &runtime_of(ctx, obj));
+    let hash = revision::hash(&content);
+    let fresh_since = now.0.as_second() - ctx.stale_after_secs;
+    let placed: BTreeMap<String, MemberFacts> = decision
+        .placements
+        .iter()
+        .map(|p| {
+            let labels = ctx
+                .members
+                .get(&kube::runtime::reflector::ObjectRef::new(&p.cluster))
+                .and_then(|mc| mc.metadata.labels.clone())
+                .unwrap_or_default();
+            let agent_fresh = ctx
+                .registry
+                .get(&p.cluster)
+                .and_then(|m| m.agent_renewed())
+                .is_some_and(|t| t.as_second() >= fresh_since);
+            let fresh = standings.ready.contains(&p.cluster) && agent_fresh;
+            let facts = member_facts(obj.progress(), slices.get(&p.cluster).map(|s| &**s));
+            (
+                p.cluster.clone(),
+                MemberFacts {
+                    labels,
+                    fresh,
+                    ..facts
+                },
+            )
+        })
+        .collect();
+    let policy = obj.rollout().unwrap_or(&ctx.default_rollout);
+    let paused = obj
+        .annotations()
+        .get(ANNOTATION_PAUSED)
+        .is_some_and(|v| v == "true");
+    let outcome = step::step(&step::Input {
+        policy,
+        stored,
+        revision_hash: &hash,
+        placed: &placed,
+        approved: approved(obj),
+        paused,
+        now,
+    });
+    let target = outcome.status.revision;
+    let in_use: BTreeSet<i64> = outcome
+        .assign
+        .values()
+        .copied()
+        .chain(outcome.status.members.iter().map(|m| m.from_revision))
+        .chain(outcome.status.stable_revision)
+        .collect();
+    if outcome.new_revision {
+        revisions::record(ctx, obj, target, &content, policy.history_limit(), &in_use).await?;
+    }
+    let mut overlays = BTreeMap::new();
+    let mut keep = BTreeSet::new();
+    for (member, rev) in &outcome.assign {
+        if *rev == target {
+            continue;
+        }
+        match revisions::content(ctx, obj, *rev).await? {
+            Some(c) => {
+                overlays.insert(member.clone(), c);
+            }
+            None => {
+                tracing::warn!(workload = %workload_key(obj), member = %member, revision = rev, "the revision this member runs has no record left; its slice is left as it is");
+                keep.insert(member.clone());
+            }
+        }
+    }
+    Ok(Staged {
+        outcome,
+        overlays,
+        keep,
+    })
+}
+
+/// What a member's slice says for the gate: the revision it runs (once processed),
+/// whether that revision is fully updated and available there, and why it fails.
+/// Freshness and labels are the caller's.
+pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberFacts {
+    let Some(s) = slice else {
+        return MemberFacts {
+            detail: Some("no slice seen yet".into()),
+            ..Default::default()
+        };
+    };
+    let processed = s.processed();
+    let running = s.revision().filter(|_| processed);
+    let c = &s.report.counts;
+    let state = s.report.state;
+    let failing = match state {
+        member_state::REFUSED | member_state::FAILED => Some(format!(
+            "{state}: {}",
+            s.report.message.clone().unwrap_or_default()
+        )),
+        _ => c
+            .failed_shards
+            .as_deref()
+            .filter(|f| !f.is_empty())
+            .map(|f| format!("shards {f} failed")),
+    };
+    let (healthy, detail) = match progress {
+        Progress::Replicas { .. } => {
+            let desired = s
+                .share
+                .replicas
+                .and_then(|r| i32::try_from(r).ok())
+                .or(c.replicas)
+                .unwrap_or(0);
+            let updated = c.updated_replicas.unwrap_or(0);
+            let available = c.available_replicas.unwrap_or(0);
+            let total = c.replicas.unwrap_or(0);
+            // Old pods gone too (a Deployment still replacing them counts them in `replicas`).
+            let ok = processed && updated >= desired && available >= desired && total <= desired;
+            (
+                ok,
+                (!ok).then(|| {
+                    format!("{updated}/{desired} updated, {available}/{desired} available")
+                }),
+            )
+        }
+        Progress::Shards { .. } | Progress::RunToCompletion => {
+            let ok = processed && failing.is_none();
+            (
+                ok,
+                (!processed).then(|| "its agent has not processed it yet".into()),
+            )
+        }
+    };
+    MemberFacts {
+        running,
+        healthy: healthy && failing.is_none(),
+        failing,
+        detail: if processed {
+            detail
+        } else {
+            Some("its agent has not processed it yet".into())
+        },
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::kind::{SliceCounts, SliceShare};
+    use crate::hub::slices::SliceReport;
+
+    fn slice(
+        rev: i64,
+        processed: bool,
+        share: u32,
+        counts: SliceCounts,
+        state: &'static str,
+    ) -> SliceSummary {
+        SliceSummary {
+            hub_uid: Some("u".into()),
+            generation: Some(2),
+            hub_generation: Some(1),
+            spec_digest: 0,
+            labels: Default::default(),
+            annotations: [(
+                crate::api::rollout::ANNOTATION_REVISION.to_string(),
+                rev.to_string(),
+            )]
+            .into(),
+            share: SliceShare {
+                replicas: Some(share),
+                ..Default::default()
+            },
+            report: SliceReport {
+                observed_generation: Some(if processed { 2 } else { 1 }),
+                state,
+                message: Some("why".into()),
+                counts,
+            },
+        }
+    }
+
+    fn counts(updated: i32, available: i32) -> SliceCounts {
+        SliceCounts {
+            replicas: Some(3),
+            updated_replicas: Some(updated),
+            available_replicas: Some(available),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_member_is_healthy_only_with_every_replica_updated_and_available_on_its_revision() {
+        let p = Progress::Replicas { desired: 6 };
+        let ok = member_facts(p, Some(&slice(2, true, 3, counts(3, 3), "Ready")));
+        assert_eq!((ok.running, ok.healthy), (Some(2), true));
+        // Old pods still available, the new ones not: not healthy.
+        let rolling = member_facts(p, Some(&slice(2, true, 3, counts(1, 3), "Progressing")));
+        assert!(!rolling.healthy);
+        assert_eq!(
+            rolling.detail.as_deref(),
+            Some("1/3 updated, 3/3 available")
+        );
+        // Not processed yet: it runs no revision as far as the gate knows.
+        let unseen = member_facts(p, Some(&slice(2, false, 3, counts(3, 3), "Ready")));
+        assert_eq!((unseen.running, unseen.healthy), (None, false));
+        // Refused by the member's policy: failing.
+        let refused = member_facts(
+            p,
+            Some(&slice(2, true, 3, counts(0, 0), member_state::REFUSED)),
+        );
+        assert_eq!(refused.failing.as_deref(), Some("Refused: why"));
+        assert!(member_facts(p, None).detail.is_some());
+    }
+
+    #[test]
+    fn failed_shards_fail_a_job_set_member() {
+        let c = SliceCounts {
+            failed_shards: Some("3-4".into()),
+            ..Default::default()
+        };
+        let f = member_facts(
+            Progress::Shards { total: 10 },
+            Some(&slice(2, true, 0, c, "Progressing")),
+        );
+        assert_eq!(f.failing.as_deref(), Some("shards 3-4 failed"));
+        assert!(!f.healthy);
+    }
+}
