@@ -1092,3 +1092,256 @@ async fn a_slice_a_members_policy_refuses_shows_on_the_hub_as_refused_with_why()
     assert_eq!(hub_status(&api, "root").await["availableReplicas"], 0);
     ns.delete().await;
 }
+
+/// The image of the Deployment a member runs for `name` in `ns` (None: none there yet).
+async fn member_image(fed: &Federation, member: &str, ns: &str, name: &str) -> Option<String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let api: Api<Deployment> = Api::namespaced(fed.client(member), ns);
+    let d = api.get_opt(name).await.ok()??;
+    d.spec?.template.spec?.containers.first()?.image.clone()
+}
+
+/// A service with one replica in each member and `rollout` as its policy.
+fn rolled_service(name: &str, rollout: serde_json::Value) -> PinterestService {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": 3,
+            "placement": {"spread": {"minClusters": 3}},
+            "rollout": rollout,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
+        }
+    }))
+    .unwrap()
+}
+
+async fn set_image(api: &Api<PinterestService>, name: &str, image: &str) {
+    let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "app", "image": image, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits until the service's rollout is in `phase`, sampling on the way that the three
+/// members never run fewer available replicas than asked (one each).
+async fn rollout_reaches(
+    api: &Api<PinterestService>,
+    name: &str,
+    phase: &str,
+    logs: &dyn Fn() -> String,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let st = hub_status(api, name).await;
+        if st["rollout"]["phase"] == phase {
+            return st;
+        }
+        if st["availableReplicas"].as_i64().is_some_and(|a| a < 3)
+            && st["rollout"]["revision"].as_i64().unwrap_or(0) > 1
+        {
+            panic!(
+                "available replicas dipped below target during a rollout: {}\n{}",
+                st,
+                logs()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rollout of {name} never reached {phase}: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_change_rolls_through_stages_with_soak_and_approval() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-rollout").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let members = fed.member_names();
+    let (first, second) = (members[0].clone(), members[1].clone());
+    let policy = serde_json::json!({
+        "stages": [
+            {"name": "canary", "clusters": [first], "soakSeconds": 3},
+            {"name": "second", "clusters": [second], "approval": true},
+            {"name": "rest"},
+        ],
+        "progressDeadlineSeconds": 60,
+    });
+    api.create(&PostParams::default(), &rolled_service("web", policy))
+        .await
+        .unwrap();
+    let logs = || logs(daemons);
+    let st = rollout_reaches(&api, "web", "Complete", &logs).await;
+    assert_eq!(st["rollout"]["revision"], 1);
+    eventually(WAIT, "every member runs revision 1, available", || async {
+        let st = hub_status(&api, "web").await;
+        st["availableReplicas"] == 3
+            && st["clusters"]
+                .as_array()
+                .is_some_and(|c| c.len() == 3 && c.iter().all(|c| c["revision"] == 1))
+    })
+    .await;
+
+    set_image(&api, "web", "registry.example/app:2").await;
+    // The canary runs it first, soaks, then the rollout waits for a person.
+    let st = rollout_reaches(&api, "web", "WaitingForApproval", &logs).await;
+    assert_eq!(st["rollout"]["revision"], 2);
+    assert_eq!(st["rollout"]["stage"], 1, "{}", st["rollout"]);
+    let gate = |st: &serde_json::Value, m: &str| {
+        st["rollout"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["cluster"] == m)
+            .map(|x| x["state"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(gate(&st, &first), "Passed");
+    assert_eq!(gate(&st, &second), "Waiting");
+    assert_eq!(
+        member_image(&fed, &first, &ns.name, "web").await.as_deref(),
+        Some("registry.example/app:2")
+    );
+    for m in &members[1..] {
+        assert_eq!(
+            member_image(&fed, m, &ns.name, "web").await.as_deref(),
+            Some("registry.example/app:1"),
+            "{m} runs the new revision before its stage"
+        );
+    }
+    // Approving stage 1 (`second`) lets it and then the rest go (what `pinfed rollout
+    // approve` asks the JSS to write; e2e_jss drives the command itself).
+    let approve = serde_json::json!({"metadata": {"annotations": {
+        pinfed::api::rollout::ANNOTATION_APPROVED: "2/1"}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&approve))
+        .await
+        .unwrap();
+    let st = rollout_reaches(&api, "web", "Complete", &logs).await;
+    assert_eq!(st["rollout"]["stableRevision"], 2);
+    for m in &members {
+        eventually(WAIT, "every member runs the new image", || async {
+            member_image(&fed, m, &ns.name, "web").await.as_deref()
+                == Some("registry.example/app:2")
+        })
+        .await;
+    }
+    // Both revisions are recorded on the hub, owned by the workload.
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::namespaced(hub.clone(), &ns.name);
+    let listed = revisions.list(&ListParams::default()).await.unwrap();
+    let mut numbers: Vec<i64> = listed.items.iter().map(|r| r.revision).collect();
+    numbers.sort();
+    assert_eq!(numbers, vec![1, 2]);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    for reason in [
+        "RolloutStarted",
+        "StageStarted",
+        "WaitingForApproval",
+        "RolloutComplete",
+    ] {
+        assert!(
+            event_message(&events, reason).await.is_some(),
+            "no {reason} Event"
+        );
+    }
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_broken_change_stops_at_the_first_member_and_is_rolled_back_there() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-rollback").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let members = fed.member_names();
+    let first = members[0].clone();
+    let policy = serde_json::json!({
+        "stages": [{"clusters": [first]}, {}],
+        "progressDeadlineSeconds": 15,
+    });
+    api.create(&PostParams::default(), &rolled_service("api", policy))
+        .await
+        .unwrap();
+    let logs = || logs(daemons);
+    rollout_reaches(&api, "api", "Complete", &logs).await;
+    eventually(WAIT, "available everywhere", || async {
+        hub_status(&api, "api").await["availableReplicas"] == 3
+    })
+    .await;
+    // An image whose pods never become ready (the harness's `:broken` tag).
+    set_image(&api, "api", "registry.example/app:broken").await;
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut first_saw_it = false;
+    loop {
+        for m in &members[1..] {
+            let image = member_image(&fed, m, &ns.name, "api").await;
+            if image.as_deref() != Some("registry.example/app:1") {
+                let st = hub_status(&api, "api").await;
+                panic!(
+                    "{m} saw the broken revision ({image:?}): {}\n{}",
+                    serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+                    logs()
+                );
+            }
+        }
+        first_saw_it |= member_image(&fed, &first, &ns.name, "api").await.as_deref()
+            == Some("registry.example/app:broken");
+        let st = hub_status(&api, "api").await;
+        if st["rollout"]["phase"] == "RolledBack" {
+            assert!(
+                first_saw_it,
+                "the first member never ran the broken revision"
+            );
+            let m = &st["rollout"]["members"];
+            let a = m
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["cluster"] == first.as_str())
+                .unwrap();
+            assert_eq!(a["state"], "RolledBack", "{m}");
+            assert_eq!(a["revision"], 1, "{m}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never rolled back: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eventually(
+        WAIT,
+        "the first member runs the old image again, available",
+        || async {
+            member_image(&fed, &first, &ns.name, "api").await.as_deref()
+                == Some("registry.example/app:1")
+                && hub_status(&api, "api").await["availableReplicas"] == 3
+        },
+    )
+    .await;
+    let st = hub_status(&api, "api").await;
+    assert_eq!(
+        condition(&st, "RolledOut").as_deref(),
+        Some("False"),
+        "{}",
+        st["conditions"]
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let failed = event_message(&events, "RolloutMemberFailed")
+        .await
+        .unwrap_or_default();
+    assert!(failed.contains(&first), "{failed}");
+    ns.delete().await;
+}

@@ -240,6 +240,16 @@ impl AppliedBook {
         true
     }
 
+    /// The generation our last complete apply for `uid` gave the object `kind`/`name`.
+    pub fn generation(&self, uid: &str, kind: &str, name: &str) -> Option<i64> {
+        let m = self.by_owner.lock().ok()?;
+        m.get(uid)?
+            .objects
+            .iter()
+            .find(|((k, n), _)| k == kind && n == name)
+            .and_then(|(_, f)| f.generation)
+    }
+
     pub fn forget(&self, uid: &str) {
         if let Ok(mut m) = self.by_owner.lock() {
             m.remove(uid);

@@ -194,6 +194,33 @@ pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context)
     Action::requeue(delay)
 }
 
+/// Gives each workload controller object in `observed` the generation our last apply
+/// left it at, when the copy read is older.
+fn raise_to_applied(book: &super::applied::AppliedBook, uid: &str, observed: &mut Observed) {
+    fn raise(
+        book: &super::applied::AppliedBook,
+        uid: &str,
+        kind: &str,
+        meta: &mut kube::api::ObjectMeta,
+    ) {
+        let name = meta.name.clone().unwrap_or_default();
+        if let Some(g) = book.generation(uid, kind, &name)
+            && meta.generation < Some(g)
+        {
+            meta.generation = Some(g);
+        }
+    }
+    for d in &mut observed.deployments {
+        raise(book, uid, "Deployment", &mut d.metadata);
+    }
+    for s in &mut observed.statefulsets {
+        raise(book, uid, "StatefulSet", &mut s.metadata);
+    }
+    for d in &mut observed.daemonsets {
+        raise(book, uid, "DaemonSet", &mut d.metadata);
+    }
+}
+
 /// `Kind/namespace/name`: the key of a slice's backoff and of its own status writes.
 pub(super) fn slice_key<K: AgentKind>(obj: &K) -> String {
     format!("{}/{}", K::KIND, key(obj))
@@ -519,7 +546,11 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     };
     prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
 
-    // Status.
+    // Status. The controllers' objects were read before this apply: one our apply just
+    // moved to a new generation counts as that generation, so its status (from before)
+    // reports no replica of the new template updated yet.
+    let mut observed = observed;
+    raise_to_applied(&ctx.applied, &uid, &mut observed);
     let health = working.observe(&observed, &mut status);
     K::set_meta(&mut status, generation, &profile.spec.version);
     status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
