@@ -128,6 +128,8 @@ pub trait Workload: Resource<DynamicType = ()> {
     fn runtime_version(&self) -> Option<&str>;
     fn placement(&self) -> &Placement;
     fn rollout(&self) -> Option<&super::rollout::RolloutPolicy>;
+    /// Pins the RuntimeProfile version (the hub pins what a slice's revision resolved to).
+    fn set_runtime_version(&mut self, version: Option<String>);
 }
 
 macro_rules! impl_workload {
@@ -145,6 +147,9 @@ macro_rules! impl_workload {
             }
             fn rollout(&self) -> Option<&super::rollout::RolloutPolicy> {
                 self.spec.rollout.as_ref()
+            }
+            fn set_runtime_version(&mut self, version: Option<String>) {
+                self.spec.runtime_version = version;
             }
         }
     };

@@ -291,11 +291,32 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every hub RuntimeProfile into every Ready member, every 10 s.
+/// Every hub RuntimeProfile into every Ready member: within a second of a change on the
+/// hub (a profile upgrade's first stage waits for it), and every 10 s for members that
+/// joined or missed one.
 async fn profiles_loop(ctx: &HubContext) {
+    let seen = |ctx: &HubContext| -> Vec<(String, Option<String>)> {
+        ctx.profiles
+            .state()
+            .iter()
+            .map(|p| {
+                (
+                    kube::ResourceExt::name_any(p.as_ref()),
+                    p.metadata.resource_version.clone(),
+                )
+            })
+            .collect()
+    };
+    let mut last = None;
+    let mut since = std::time::Instant::now();
     loop {
-        workloads::propagate_profiles(ctx).await;
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        let now = seen(ctx);
+        if last.as_ref() != Some(&now) || since.elapsed() >= Duration::from_secs(10) {
+            workloads::propagate_profiles(ctx).await;
+            last = Some(now);
+            since = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

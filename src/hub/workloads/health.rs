@@ -260,10 +260,19 @@ pub async fn watch_member_health(ctx: Arc<HubContext>) {
                 serde_json::json!([m.name_any(), s.region, s.zone, s.labels, s.taints]).to_string()
             })
             .collect();
+        // And the RuntimeProfiles: a new default (or a changed one) is a new revision of
+        // every workload that resolves to it, rolled out stage by stage.
+        let profiles: Vec<(String, Option<String>)> = ctx
+            .profiles
+            .state()
+            .iter()
+            .map(|p| (p.name_any(), p.metadata.resource_version.clone()))
+            .collect();
         (
             recorded_health(ctx, Timestamp::now()),
             connected,
             placement_facts,
+            profiles,
         )
     };
     let mut last = observed(&ctx);

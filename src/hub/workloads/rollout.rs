@@ -191,6 +191,7 @@ pub async fn roll_out<K: PinterestKind>(
                     let run = Run {
                         revision,
                         overlay: staged.overlays.get(cluster.as_str()).map(|c| &**c),
+                        runtime: &staged.runtime,
                     };
                     target
                         .apply(obj, &share, &run, found.get(cluster.as_str()), config)
@@ -246,6 +247,8 @@ fn config_of<K: PinterestKind>(obj: &K) -> BTreeSet<ConfigRef> {
 struct Run<'a> {
     revision: Option<i64>,
     overlay: Option<&'a serde_json::Value>,
+    /// The profile version the spec's own revision resolves to.
+    runtime: &'a str,
 }
 
 /// One member a roll-out step writes to.
@@ -318,8 +321,12 @@ impl Target<'_> {
             });
         }
         let mut slice = slices::build_slice(obj, share);
-        if let Some(content) = run.overlay {
-            slice = slices::run_revision(slice, content)?;
+        match run.overlay {
+            Some(content) => slice = slices::run_revision(slice, content)?,
+            None if !run.runtime.is_empty() => {
+                slice.set_runtime_version(Some(run.runtime.to_string()))
+            }
+            None => {}
         }
         if let Some(r) = run.revision {
             slice.annotations_mut().insert(

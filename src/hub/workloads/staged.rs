@@ -22,6 +22,10 @@ use crate::status::member_state;
 /// What the rollout decided for this reconcile.
 pub struct Staged {
     pub outcome: Outcome,
+    /// The RuntimeProfile version the spec's own revision resolves to: pinned in the
+    /// slices that run it, so a new default profile reaches a member only when its
+    /// stage comes (never by the member's agent picking the new default itself).
+    pub runtime: String,
     /// The revision content each member runs where it is not the spec's own (members on
     /// an older revision during a rollout or after a rollback).
     pub overlays: BTreeMap<String, Arc<serde_json::Value>>,
@@ -62,7 +66,8 @@ pub async fn stage<K: PinterestKind>(
         .get("spec")
         .cloned()
         .unwrap_or_default();
-    let content = revision::content(&spec, &runtime_of(ctx, obj));
+    let runtime = runtime_of(ctx, obj);
+    let content = revision::content(&spec, &runtime);
     let hash = revision::hash(&content);
     let fresh_since = now.0.as_second() - ctx.stale_after_secs;
     let placed: BTreeMap<String, MemberFacts> = decision
@@ -134,6 +139,7 @@ pub async fn stage<K: PinterestKind>(
     }
     Ok(Staged {
         outcome,
+        runtime,
         overlays,
         keep,
     })
@@ -153,7 +159,13 @@ pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberF
     let running = s.revision().filter(|_| processed);
     let c = &s.report.counts;
     let state = s.report.state;
+    let message = s.report.message.clone().unwrap_or_default();
+    // A profile version the member's agent has not received yet (the hub propagates new
+    // profiles within seconds): waited for, not a failure; the deadline still holds.
+    let profile_pending =
+        state == member_state::REFUSED && message.starts_with("UnknownRuntimeVersion");
     let failing = match state {
+        _ if profile_pending => None,
         member_state::REFUSED | member_state::FAILED => Some(format!(
             "{state}: {}",
             s.report.message.clone().unwrap_or_default()
@@ -194,9 +206,11 @@ pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberF
     };
     MemberFacts {
         running,
-        healthy: healthy && failing.is_none(),
+        healthy: healthy && failing.is_none() && !profile_pending,
         failing,
-        detail: if processed {
+        detail: if profile_pending {
+            Some(message)
+        } else if processed {
             detail
         } else {
             Some("its agent has not processed it yet".into())

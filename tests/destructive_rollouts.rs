@@ -1,0 +1,356 @@
+//! Rollouts that touch the whole federation or stop part of it: a RuntimeProfile upgrade
+//! rolled member by member (and a broken one rolled back), and a member stopped in the
+//! middle of a rollout. Run one at a time after the other tests (a default profile is
+//! every workload's, a stopped member every test's).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use pinfed::api::runtime_profile::RuntimeProfile;
+use pinfed::api::service::PinterestService;
+use support::{Daemon, Federation, TestNamespace, join_all, spawn_daemon};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A hub with short grace periods (a stopped member fails over within seconds) and an
+/// agent per member.
+fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
+    join_all(fed);
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut daemons = vec![spawn_daemon(
+        fed,
+        &format!("hub-{tag}"),
+        &[
+            s(&[
+                "hub",
+                "--context",
+                "hub",
+                "--no-leader-election",
+                "--heartbeat-secs",
+                "1",
+                "--member-grace-secs",
+                "5",
+                "--failback-window-secs",
+                "5",
+            ]),
+            vec![
+                "--metrics-addr".into(),
+                format!("127.0.0.1:{}", support::free_port()),
+            ],
+        ]
+        .concat(),
+    )];
+    daemons.extend(support::spawn_agents(fed));
+    daemons
+}
+
+fn service(
+    name: &str,
+    replicas: i32,
+    rollout: serde_json::Value,
+    spread: bool,
+) -> PinterestService {
+    let placement = if spread {
+        serde_json::json!({"spread": {"minClusters": 3}})
+    } else {
+        serde_json::json!({})
+    };
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": replicas,
+            "placement": placement,
+            "rollout": rollout,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
+        }
+    }))
+    .unwrap()
+}
+
+/// Every container image of the Deployment a member runs for `name` (empty: none yet).
+async fn images(fed: &Federation, member: &str, ns: &str, name: &str) -> Vec<String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let api: Api<Deployment> = Api::namespaced(fed.client(member), ns);
+    let Ok(Some(d)) = api.get_opt(name).await else {
+        return Vec::new();
+    };
+    let Some(pod) = d.spec.and_then(|s| s.template.spec) else {
+        return Vec::new();
+    };
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .filter_map(|c| c.image.clone())
+        .collect()
+}
+
+async fn status(api: &Api<PinterestService>, name: &str) -> serde_json::Value {
+    support::status_of(api, name).await
+}
+
+/// The gate state of `member` in the rollout of `st`.
+fn gate(st: &serde_json::Value, member: &str) -> String {
+    st["rollout"]["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["cluster"] == member)
+        .and_then(|m| m["state"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A default RuntimeProfile with one sidecar; removed when dropped (a test that fails
+/// must not leave a default profile to the tests after it).
+struct Profile(String);
+
+impl Profile {
+    async fn create(fed: &Federation, name: &str, sidecar_image: &str) -> Profile {
+        let p: RuntimeProfile = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+            "metadata": {"name": name},
+            "spec": {"version": name, "default": true,
+                "sidecars": [{"container": {"name": "mesh", "image": sidecar_image}}]}
+        }))
+        .unwrap();
+        let api: Api<RuntimeProfile> = Api::all(fed.hub());
+        let _ = api.delete(name, &DeleteParams::default()).await;
+        api.create(&PostParams::default(), &p).await.unwrap();
+        Profile(name.to_string())
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        let kc = std::env::var("PINFED_E2E_KUBECONFIG").unwrap_or_default();
+        let _ = std::process::Command::new(support::kubectl_bin())
+            .args([
+                "--kubeconfig",
+                &kc,
+                "--context",
+                "hub",
+                "delete",
+                "runtimeprofile",
+                &self.0,
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_broken_one_is_rolled_back()
+ {
+    let fed = Federation::connect().await;
+    let daemons = federation(&fed, "profile-rollout");
+    let logs = || daemons[0].log_tail();
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "rt-rollout").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let members = fed.member_names();
+    let first = members[0].clone();
+    let policy = serde_json::json!({
+        "stages": [{"name": "canary", "clusters": [first], "soakSeconds": 2}, {"name": "rest"}],
+        "progressDeadlineSeconds": 20,
+    });
+    api.create(&PostParams::default(), &service("web", 3, policy, true))
+        .await
+        .unwrap();
+    support::eventually(WAIT, "revision 1 available everywhere", || async {
+        let st = status(&api, "web").await;
+        st["rollout"]["phase"] == "Complete" && st["availableReplicas"] == 3
+    })
+    .await;
+
+    // A new default profile: a new revision of the service, the canary first.
+    let _good = Profile::create(&fed, "rt-1-good", "registry.example/mesh:2").await;
+    let has_mesh = |imgs: &[String], tag: &str| {
+        imgs.iter()
+            .any(|i| i == &format!("registry.example/mesh:{tag}"))
+    };
+    let deadline = Instant::now() + WAIT;
+    let mut canary_first = false;
+    loop {
+        let st = status(&api, "web").await;
+        let canary = images(&fed, &first, &ns.name, "web").await;
+        let mut others_have_it = false;
+        for m in &members[1..] {
+            others_have_it |= has_mesh(&images(&fed, m, &ns.name, "web").await, "2");
+        }
+        if others_have_it {
+            assert!(
+                canary_first && gate(&st, &first) == "Passed",
+                "a later stage got the new profile before the canary passed: {}",
+                st["rollout"]
+            );
+        }
+        canary_first |= has_mesh(&canary, "2");
+        if st["rollout"]["phase"] == "Complete" && st["rollout"]["revision"] == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the profile upgrade never completed: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for m in &members {
+        support::eventually(WAIT, "every member runs the new sidecar", || async {
+            has_mesh(&images(&fed, m, &ns.name, "web").await, "2")
+        })
+        .await;
+    }
+
+    // A broken profile: it stops at the canary and is rolled back there.
+    let _broken = Profile::create(&fed, "rt-2-broken", "registry.example/mesh:broken").await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        for m in &members[1..] {
+            let imgs = images(&fed, m, &ns.name, "web").await;
+            assert!(
+                !has_mesh(&imgs, "broken"),
+                "{m} got the broken profile: {imgs:?}"
+            );
+        }
+        let st = status(&api, "web").await;
+        if st["rollout"]["phase"] == "RolledBack" {
+            assert_eq!(st["rollout"]["revision"], 3, "{}", st["rollout"]);
+            assert_eq!(gate(&st, &first), "RolledBack");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken profile was never rolled back: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    support::eventually(WAIT, "the canary runs the good profile again", || async {
+        has_mesh(&images(&fed, &first, &ns.name, "web").await, "2")
+            && status(&api, "web").await["availableReplicas"] == 3
+    })
+    .await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn destructive_a_member_stopped_mid_rollout_never_passes_and_gets_the_current_revision_back()
+{
+    let fed = Federation::connect().await;
+    let daemons = federation(&fed, "stopped-rollout");
+    let logs = || daemons[0].log_tail();
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "stop-rollout").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let members = fed.member_names();
+    // A push member stops (the harness stops its API server; its agent goes quiet).
+    let stopped = members
+        .iter()
+        .find(|m| !fed.is_pull(m) && **m != members[0])
+        .unwrap()
+        .clone();
+    let policy = serde_json::json!({
+        "stages": [{"name": "canary", "clusters": [members[0]], "soakSeconds": 2},
+                   {"name": "rest", "approval": true}],
+        "progressDeadlineSeconds": 60,
+    });
+    api.create(&PostParams::default(), &service("api", 6, policy, false))
+        .await
+        .unwrap();
+    support::eventually(WAIT, "revision 1 available everywhere", || async {
+        let st = status(&api, "api").await;
+        st["rollout"]["phase"] == "Complete" && st["availableReplicas"] == 6
+    })
+    .await;
+    let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "app", "image": "registry.example/app:2",
+         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}});
+    api.patch("api", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    support::eventually(WAIT, "the rest waits for approval", || async {
+        status(&api, "api").await["rollout"]["phase"] == "WaitingForApproval"
+    })
+    .await;
+    let out = support::run_harness(&["stop", &stopped]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restart = scopeguard(stopped.clone());
+    let approve = serde_json::json!({"metadata": {"annotations": {
+        pinfed::api::rollout::ANNOTATION_APPROVED: "2/1"}}});
+    api.patch("api", &PatchParams::default(), &Patch::Merge(&approve))
+        .await
+        .unwrap();
+    // The stopped member never passes; once its work fails over it leaves the rollout
+    // (Skipped) and the rollout completes on the others.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let st = status(&api, "api").await;
+        assert_ne!(
+            gate(&st, &stopped),
+            "Passed",
+            "a stopped member passed: {}",
+            st["rollout"]
+        );
+        if st["rollout"]["phase"] == "Complete" {
+            assert_eq!(gate(&st, &stopped), "Skipped", "{}", st["rollout"]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollout never completed without the stopped member: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(restart);
+    // Back, it fails back and runs the current revision (2), not a half-rolled one.
+    support::eventually(WAIT, "the returned member runs revision 2", || async {
+        images(&fed, &stopped, &ns.name, "api")
+            .await
+            .first()
+            .map(String::as_str)
+            == Some("registry.example/app:2")
+            && status(&api, "api").await["clusters"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|e| e["cluster"] == stopped.as_str() && e["revision"] == 2)
+                })
+    })
+    .await;
+    ns.delete().await;
+}
+
+/// Starts a stopped member when dropped (also while a failing test unwinds).
+struct StartOnDrop(Option<String>);
+
+fn scopeguard(member: String) -> StartOnDrop {
+    StartOnDrop(Some(member))
+}
+
+impl Drop for StartOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            let out = support::run_harness(&["start", &c]);
+            if !out.status.success() && !std::thread::panicking() {
+                panic!(
+                    "pinfed-e2e start {c}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
