@@ -93,6 +93,66 @@ pub struct HubMetrics {
         crate::hub::member_loop::MemberLabels,
         prometheus_client::metrics::counter::Counter,
     >,
+    /// Rollout transitions (RolloutStarted, StageStarted, RolloutMemberFailed,
+    /// RollingBack, RolledBack, RolloutComplete, ...), by reason.
+    pub rollout_transitions: prometheus_client::metrics::family::Family<
+        RolloutLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    /// Workloads by rollout phase (Complete ones are not counted).
+    pub rollouts: prometheus_client::metrics::family::Family<
+        RolloutPhaseLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    /// Seconds from a member being told to run a new revision to passing its gate
+    /// (soak included).
+    pub rollout_member_seconds: prometheus_client::metrics::histogram::Histogram,
+    /// The phase each workload's rollout is in, for [`Self::rollouts`].
+    pub rollout_phases: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct RolloutLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct RolloutPhaseLabels {
+    pub phase: String,
+}
+
+impl HubMetrics {
+    /// Records the rollout phase of workload `key` (`None`: deleted).
+    pub fn rollout_phase(&self, key: &str, phase: Option<&str>) {
+        let Ok(mut phases) = self.rollout_phases.lock() else {
+            return;
+        };
+        let gauge = |p: &str| {
+            self.rollouts.get_or_create(&RolloutPhaseLabels {
+                phase: p.to_string(),
+            })
+        };
+        let before = phases.get(key).cloned();
+        if before.as_deref() == phase {
+            return;
+        }
+        if let Some(b) = &before
+            && b != crate::api::rollout::phase::COMPLETE
+        {
+            gauge(b).dec();
+        }
+        match phase {
+            Some(p) => {
+                if p != crate::api::rollout::phase::COMPLETE {
+                    gauge(p).inc();
+                }
+                phases.insert(key.to_string(), p.to_string());
+            }
+            None => {
+                phases.remove(key);
+            }
+        }
+    }
 }
 
 impl HubMetrics {
@@ -106,6 +166,10 @@ impl HubMetrics {
             slice_removal_failures: Default::default(),
             bundles_removed: Default::default(),
             bundle_removal_failures: Default::default(),
+            rollout_transitions: Default::default(),
+            rollouts: Default::default(),
+            rollout_member_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            rollout_phases: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -136,6 +200,21 @@ impl HubMetrics {
             "bundles_removed",
             "Bundles removed from a member because no workload there references them",
             m.bundles_removed.clone(),
+        );
+        registry.register(
+            "rollout_transitions",
+            "Rollout transitions (started, stage started, member failed, rolling back, rolled back, complete), by reason",
+            m.rollout_transitions.clone(),
+        );
+        registry.register(
+            "rollouts",
+            "Workloads whose rollout is not complete, by phase",
+            m.rollouts.clone(),
+        );
+        registry.register(
+            "rollout_member_seconds",
+            "Seconds from a member being told to run a new revision to passing its gate",
+            m.rollout_member_seconds.clone(),
         );
         registry.register(
             "bundle_removal_failures",
@@ -519,7 +598,18 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     for e in events {
         ctx.event(obj, e.type_, e.reason, e.note).await;
     }
+    ctx.hub_metrics
+        .rollout_phase(&key, Some(&staged.outcome.status.phase));
+    for (secs, _) in staged::passed_now(stored_part.rollout.as_ref(), &staged.outcome.status) {
+        ctx.hub_metrics.rollout_member_seconds.observe(secs);
+    }
     for n in &staged.outcome.notes {
+        ctx.hub_metrics
+            .rollout_transitions
+            .get_or_create(&RolloutLabels {
+                reason: n.reason.to_string(),
+            })
+            .inc();
         let type_ = if n.warning {
             EventType::Warning
         } else {

@@ -145,6 +145,29 @@ pub async fn stage<K: PinterestKind>(
     })
 }
 
+/// Members that passed their gate in this look: (seconds since each was told to run the
+/// new revision, member).
+pub fn passed_now(before: Option<&RolloutStatus>, now: &RolloutStatus) -> Vec<(f64, String)> {
+    use crate::api::rollout::gate;
+    now.members
+        .iter()
+        .filter(|m| m.state == gate::PASSED)
+        .filter(|m| {
+            !before.is_some_and(|b| {
+                b.revision == now.revision
+                    && b.members
+                        .iter()
+                        .any(|x| x.cluster == m.cluster && x.state == gate::PASSED)
+            })
+        })
+        .filter_map(|m| {
+            let (from, to) = (m.updated_time.as_ref()?, m.since.as_ref()?);
+            let secs = (to.0.as_millisecond() - from.0.as_millisecond()) as f64 / 1000.0;
+            Some((secs.max(0.0), m.cluster.clone()))
+        })
+        .collect()
+}
+
 /// What a member's slice says for the gate: the revision it runs (once processed),
 /// whether that revision is fully updated and available there, and why it fails.
 /// Freshness and labels are the caller's.
@@ -287,6 +310,42 @@ mod tests {
         );
         assert_eq!(refused.failing.as_deref(), Some("Refused: why"));
         assert!(member_facts(p, None).detail.is_some());
+    }
+
+    #[test]
+    fn rollout_gauges_follow_each_workloads_phase_and_passes_are_timed_once() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let m = super::super::HubMetrics::register(&mut registry);
+        let g = |p: &str| {
+            m.rollouts
+                .get_or_create(&super::super::RolloutPhaseLabels { phase: p.into() })
+                .get()
+        };
+        m.rollout_phase("a", Some("Progressing"));
+        m.rollout_phase("b", Some("Progressing"));
+        m.rollout_phase("a", Some("Progressing"));
+        assert_eq!(g("Progressing"), 2);
+        m.rollout_phase("a", Some("Complete"));
+        m.rollout_phase("b", None);
+        assert_eq!((g("Progressing"), g("Complete")), (0, 0));
+
+        let t =
+            |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + s).unwrap());
+        let member = |state: &str| crate::api::rollout::RolloutMember {
+            cluster: "a".into(),
+            state: state.into(),
+            updated_time: Some(t(0)),
+            since: Some(t(12)),
+            ..Default::default()
+        };
+        let status = |state: &str| RolloutStatus {
+            revision: 2,
+            members: vec![member(state)],
+            ..Default::default()
+        };
+        let passed = passed_now(Some(&status("Soaking")), &status("Passed"));
+        assert_eq!(passed, vec![(12.0, "a".to_string())]);
+        assert!(passed_now(Some(&status("Passed")), &status("Passed")).is_empty());
     }
 
     #[test]
