@@ -1207,6 +1207,23 @@ async fn a_change_rolls_through_stages_with_soak_and_approval() {
     };
     assert_eq!(gate(&st, &first), "Passed");
     assert_eq!(gate(&st, &second), "Waiting");
+    // What runs where: revision 1 on two members (2 replicas), 2 on the canary (1).
+    let running = &st["rollout"]["running"];
+    let on = |rev: i64| {
+        running
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["revision"] == rev)
+            .map(|r| {
+                (
+                    r["clusters"].as_array().unwrap().len(),
+                    r["replicas"].clone(),
+                )
+            })
+    };
+    assert_eq!(on(1), Some((2, serde_json::json!(2))), "{running}");
+    assert_eq!(on(2), Some((1, serde_json::json!(1))), "{running}");
     assert_eq!(
         member_image(&fed, &first, &ns.name, "web").await.as_deref(),
         Some("registry.example/app:2")

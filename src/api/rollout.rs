@@ -150,12 +150,27 @@ pub struct RolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
     pub members: Vec<RolloutMember>,
+    /// What runs where, by revision, as the members report it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<RevisionCount>,
     /// Members that failed their gate.
     #[serde(default)]
     pub failed: i32,
     /// Why the rollout is where it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// How much of a workload runs one revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionCount {
+    pub revision: i64,
+    /// The members whose slice runs it (processed by their agent).
+    pub clusters: Vec<String>,
+    /// Their replicas (services, stateful sets) or shards (job sets), summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 /// One member's gate in a rollout.

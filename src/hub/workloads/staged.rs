@@ -101,7 +101,7 @@ pub async fn stage<K: PinterestKind>(
         .annotations()
         .get(ANNOTATION_PAUSED)
         .is_some_and(|v| v == "true");
-    let outcome = step::step(&step::Input {
+    let mut outcome = step::step(&step::Input {
         policy,
         stored,
         revision_hash: &hash,
@@ -110,6 +110,7 @@ pub async fn stage<K: PinterestKind>(
         paused,
         now,
     });
+    outcome.status.running = running(decision, &placed);
     let target = outcome.status.revision;
     let in_use: BTreeSet<i64> = outcome
         .assign
@@ -143,6 +144,37 @@ pub async fn stage<K: PinterestKind>(
         overlays,
         keep,
     })
+}
+
+/// What runs where by revision: each placed member's reported revision with its share
+/// (replicas, or shards of a job set).
+pub fn running(
+    decision: &crate::placement::Decision,
+    placed: &BTreeMap<String, MemberFacts>,
+) -> Vec<crate::api::rollout::RevisionCount> {
+    let mut by: BTreeMap<i64, crate::api::rollout::RevisionCount> = BTreeMap::new();
+    for p in &decision.placements {
+        let Some(rev) = placed.get(&p.cluster).and_then(|f| f.running) else {
+            continue;
+        };
+        let share = p.replicas.map(i64::from).or_else(|| {
+            p.shards
+                .as_deref()
+                .and_then(|s| crate::api::ranges::RangeSet::parse(s).ok())
+                .map(|s| i64::try_from(s.len()).unwrap_or(i64::MAX))
+        });
+        let e = by
+            .entry(rev)
+            .or_insert_with(|| crate::api::rollout::RevisionCount {
+                revision: rev,
+                ..Default::default()
+            });
+        e.clusters.push(p.cluster.clone());
+        if let Some(n) = share {
+            e.replicas = Some(e.replicas.unwrap_or(0) + n);
+        }
+    }
+    by.into_values().collect()
 }
 
 /// Members that passed their gate in this look: (seconds since each was told to run the
