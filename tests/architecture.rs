@@ -1,11 +1,18 @@
 //! The layers' dependencies point one way: `cli` → {`hub`, `agent`, `jss`} → `controller`
-//! (the shared shell) → the pure core (`api`, `expand`, `placement`, `status`,
+//! (the shared shell) → the pure core (`api`, `expand`, `placement`, `rollout`, `status`,
 //! `topology`). This test reads every `crate::` path in `src/` and fails on any that
 //! points the other way or sideways, naming the file and line.
 
 use std::path::{Path, PathBuf};
 
-const PURE: &[&str] = &["api", "expand", "placement", "status", "topology"];
+const PURE: &[&str] = &[
+    "api",
+    "expand",
+    "placement",
+    "rollout",
+    "status",
+    "topology",
+];
 const SERVICES: &[&str] = &["hub", "agent", "jss"];
 /// Macros exported at the crate root by a pure layer (`api::kind::with_kind!`).
 const CORE_MACROS: &[&str] = &["with_kind"];

@@ -254,6 +254,9 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         &["list", "memberclusters.federation.pinterest.com"],
         // The UI's Drain for admins; the admission policy holds it to one annotation.
         &["patch", "memberclusters.federation.pinterest.com"],
+        // `pinfed rollout history|undo` read the revisions the hub records.
+        &["get", "controllerrevisions.apps", "-n", "default"],
+        &["list", "controllerrevisions.apps", "-n", "default"],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the JSS may not {allowed:?}");
     }
@@ -279,6 +282,9 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
             "pinfed-system",
         ],
         &["create", "pods", "-n", "default"],
+        // Only the hub records revisions.
+        &["create", "controllerrevisions.apps", "-n", "default"],
+        &["delete", "controllerrevisions.apps", "-n", "default"],
     ] {
         assert!(!can_i(&kc, &hub, denied), "the JSS may {denied:?}");
     }

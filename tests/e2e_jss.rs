@@ -17,8 +17,8 @@ use pinfed::api::service::PinterestService;
 use pinfed::jss::client::JssClient;
 use serde_json::{Value, json};
 use support::{
-    Daemon, Federation, TestNamespace, eventually, free_port, join_all, pinfed, pinfed_bin,
-    spawn_agents, spawn_daemon, unique_name,
+    Daemon, Federation, TestNamespace, eventually, eventually_logged, free_port, join_all, pinfed,
+    pinfed_bin, spawn_agents, spawn_daemon, unique_name,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -1453,4 +1453,246 @@ async fn failed_authentications_are_rate_limited_per_address_and_connections_are
         "{m}"
     );
     jss.kill();
+}
+
+/// `pinfed ARGS` against the test's JSS as the holder of `token`: whether it succeeded,
+/// its stdout and its stderr.
+fn cli_as(st: &Setup, token: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(pinfed_bin())
+        .args(args)
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", token)
+        .env_remove("PINFED_NAMESPACE")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo() {
+    let started = std::time::Instant::now();
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-rollout").await;
+    let first = fed.member_names()[0].clone();
+    let alice = st.client(Some("alice-token"));
+    let mut svc = service("web", "ads", 3, "10m");
+    svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
+    svc["spec"]["rollout"] = json!({
+        "stages": [{"name": "first", "approval": true, "clusters": [first]}, {"name": "rest"}],
+        "progressDeadlineSeconds": 60,
+    });
+    let submit = |svc: Value, code: u16| {
+        let alice = alice.clone();
+        let ns = ns.name.clone();
+        async move {
+            let r = alice
+                .post_json(
+                    "/v1/submissions",
+                    &json!({"resource": svc, "namespace": ns}),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, code, "{}", r.text);
+        }
+    };
+    let rollout_path = format!("/v1/workloads/{}/service/web/rollout", ns.name);
+    let rollout = || {
+        let alice = alice.clone();
+        let path = rollout_path.clone();
+        async move {
+            let r = alice.get(&path).await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.body["status"].clone()
+        }
+    };
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let hub_api = Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar);
+    let annotation = |key: &'static str| {
+        let hub_api = hub_api.clone();
+        async move {
+            hub_api
+                .get("web")
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .get(key)
+                .cloned()
+        }
+    };
+
+    // Revision 1 is recorded at the hub's first look; a new image is revision 2, which
+    // waits for approval before its first stage (no agent needed for that).
+    submit(svc.clone(), 201).await;
+    eventually_logged(WAIT, "revision 1 recorded", &[&st.daemons[0]], || async {
+        rollout().await["revision"] == 1
+    })
+    .await;
+    svc["spec"]["template"]["spec"]["containers"][0]["image"] = json!("registry.example/app:2");
+    submit(svc.clone(), 200).await;
+    eventually_logged(
+        WAIT,
+        "revision 2 waiting for approval at stage 0",
+        &[&st.daemons[0]],
+        || async {
+            let s = rollout().await;
+            s["revision"] == 2 && s["phase"] == "WaitingForApproval" && s["stage"] == 0
+        },
+    )
+    .await;
+    let cli = |token: &str, args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-n", &ns.name]);
+        cli_as(st, token, &all)
+    };
+    let (ok, out, err) = cli("alice-token", &["rollout", "status", "service", "web"]);
+    assert!(ok, "{err}");
+    eprintln!("pinfed rollout status:\n{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("Phase:") && l.ends_with("WaitingForApproval")),
+        "{out}"
+    );
+    assert!(out.contains("first ⏸ approval | rest ·"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with(&first)), "{out}");
+    let (ok, out, err) = cli("alice-token", &["describe", "service", "web"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("Rollout:")
+                && l.contains("revision 2 (stable 1) WaitingForApproval")),
+        "{out}"
+    );
+
+    // Another team's user may read its namespace but not approve this team's rollout.
+    let (ok, _, err) = cli("carol-token", &["rollout", "approve", "service", "web"]);
+    assert!(!ok && err.contains("403"), "{err}");
+    // Only the stage that waits can be approved; the refusal names the stage.
+    let (ok, _, err) = cli(
+        "alice-token",
+        &["rollout", "approve", "service", "web", "--stage", "rest"],
+    );
+    assert!(!ok, "approving a stage that does not wait");
+    assert!(
+        err.contains("422") && err.contains("\"rest\"") && err.contains("stage:"),
+        "{err}"
+    );
+    assert_eq!(
+        annotation(pinfed::api::rollout::ANNOTATION_APPROVED).await,
+        None
+    );
+    let (ok, out, err) = cli(
+        "alice-token",
+        &["rollout", "approve", "service", "web", "--stage", "first"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("approved stage \"first\" (0) of revision 2"),
+        "{out}"
+    );
+    assert_eq!(
+        annotation(pinfed::api::rollout::ANNOTATION_APPROVED)
+            .await
+            .as_deref(),
+        Some("2/0")
+    );
+    eventually_logged(
+        WAIT,
+        "the rollout past its approval",
+        &[&st.daemons[0]],
+        || async {
+            let s = rollout().await;
+            s["revision"] == 2 && s["phase"] != "WaitingForApproval"
+        },
+    )
+    .await;
+    let log = std::fs::read_to_string(&st.daemons.last().unwrap().log).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("audit")
+            && l.contains("rollout-approve")
+            && l.contains("alice")
+            && l.contains(&format!("PinterestService/{}/web", ns.name))),
+        "{log}"
+    );
+
+    // Pause and resume: the annotation comes and goes.
+    let (ok, out, err) = cli("alice-token", &["rollout", "pause", "service", "web"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("paused"), "{out}");
+    assert_eq!(
+        annotation(pinfed::api::rollout::ANNOTATION_PAUSED)
+            .await
+            .as_deref(),
+        Some("true")
+    );
+    let (ok, out, err) = cli("alice-token", &["rollout", "resume", "service", "web"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("resumed"), "{out}");
+    assert_eq!(
+        annotation(pinfed::api::rollout::ANNOTATION_PAUSED).await,
+        None
+    );
+
+    // History: both revisions with their images.
+    let (ok, out, err) = cli("alice-token", &["rollout", "history", "service", "web"]);
+    assert!(ok, "{err}");
+    eprintln!("pinfed rollout history:\n{out}");
+    let row = |rev: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(rev))
+            .unwrap_or_else(|| panic!("no revision {rev} in:\n{out}"))
+            .to_string()
+    };
+    assert!(row("1").ends_with("registry.example/app:1"), "{out}");
+    assert!(
+        row("2").contains("current") && row("2").ends_with("registry.example/app:2"),
+        "{out}"
+    );
+
+    // A revision with no record: 404 naming it.
+    let (ok, _, err) = cli(
+        "alice-token",
+        &["rollout", "undo", "service", "web", "--to-revision", "99"],
+    );
+    assert!(
+        !ok && err.contains("404") && err.contains("revision 99"),
+        "{err}"
+    );
+    // Undo: back to revision 1's image, submitted as the JSS submits, and the hub rolls it
+    // out as revision 3.
+    let (ok, out, err) = cli("alice-token", &["rollout", "undo", "service", "web"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("revision 1"), "{out}");
+    assert!(!out.contains("other writers"), "the undo took whole: {out}");
+    let spec = hub_api.get("web").await.unwrap().data["spec"].clone();
+    assert_eq!(
+        spec["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+    assert_eq!(spec["replicas"], 3);
+    assert!(spec["rollout"]["stages"].is_array(), "{spec}");
+    eventually_logged(
+        WAIT,
+        "the undo rolled out as revision 3",
+        &[&st.daemons[0]],
+        || async { rollout().await["revision"] == 3 },
+    )
+    .await;
+    let (ok, out, err) = cli(
+        "alice-token",
+        &["rollout", "status", "service", "web", "-o", "json"],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["revision"], 3, "{v}");
+    assert_eq!(v["history"].as_array().map(Vec::len), Some(3), "{v}");
+    ns.delete().await;
+    eprintln!("rollouts through the JSS: {:?}", started.elapsed());
 }

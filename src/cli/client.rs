@@ -69,7 +69,7 @@ impl std::fmt::Debug for ServerArgs {
 }
 
 impl ServerArgs {
-    fn client(&self) -> anyhow::Result<JssClient> {
+    pub(super) fn client(&self) -> anyhow::Result<JssClient> {
         let token = match (&self.token, &self.token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => Some(
@@ -141,13 +141,13 @@ pub struct OwnersArgs {
     pub expired: bool,
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
 }
 
-fn print<T: serde::Serialize>(
+pub(super) fn print<T: serde::Serialize>(
     output: Output,
     v: &T,
     table: impl FnOnce(&T) -> String,
@@ -163,7 +163,7 @@ fn print<T: serde::Serialize>(
     Ok(())
 }
 
-fn kind_segment(kind: &str) -> anyhow::Result<String> {
+pub(super) fn kind_segment(kind: &str) -> anyhow::Result<String> {
     parse_kind(kind).map(kind_path).with_context(|| {
         format!(
             "unknown kind {kind:?} (service, jobset, cronjob, daemon, trainingjob, statefulset)"
@@ -402,6 +402,9 @@ fn describe_text(w: &WorkloadView) -> String {
             num(s.part.observed_generation)
         ),
     );
+    if let Some(r) = &s.part.rollout {
+        line(&mut out, "Rollout:", super::rollout::summary(r));
+    }
     let _ = writeln!(out, "Clusters:");
     for c in &s.part.clusters {
         let _ = writeln!(out, "  {}", member_line(c));

@@ -12,6 +12,7 @@ mod join;
 mod member;
 mod overview;
 mod plan;
+mod rollout;
 mod topology;
 mod unjoin;
 
@@ -71,6 +72,9 @@ pub enum Command {
     Describe(client::ObjectArgs),
     /// Delete a workload through the JSS (its slices are removed from every member).
     Delete(client::ObjectArgs),
+    /// A workload's staged rollout through the JSS: status, history, approve, pause,
+    /// resume, undo.
+    Rollout(rollout::RolloutArgs),
     /// Member clusters: health and capacity.
     Clusters(client::ListArgs),
     /// FederatedQuotas of your namespaces: hard, used (placed) and requested, per cluster.
@@ -100,6 +104,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get(args) => client::get(args),
         Command::Describe(args) => client::describe(args),
         Command::Delete(args) => client::delete(args),
+        Command::Rollout(args) => rollout::run(args),
         Command::Clusters(args) => client::clusters(args),
         Command::Quota(args) => client::quota(args),
         Command::Owners(args) => client::owners(args),

@@ -20,7 +20,7 @@ use crate::placement::model::Demand;
 pub const ANNOTATION_SUBMITTED_BY: &str = "pinterest.com/submitted-by";
 /// Annotation with the team the submission was made for.
 pub const ANNOTATION_SUBMITTED_FOR: &str = "pinterest.com/submitted-for-team";
-/// Annotation with the artifact (`name@version`), or `inline`.
+/// Annotation with the artifact (`name@version`), `inline`, or `revision N (rollout undo)`.
 pub const ANNOTATION_ARTIFACT: &str = "pinterest.com/artifact";
 /// Annotation with the artifact's SHA-256.
 pub const ANNOTATION_ARTIFACT_SHA256: &str = "pinterest.com/artifact-sha256";
@@ -54,6 +54,19 @@ fn set_namespace(w: &mut AnyWorkload, ns: &str) {
     m.namespace = Some(ns.to_string());
 }
 
+/// Where the text of a submission comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A verified artifact of the store.
+    Artifact(&'a Artifact),
+    /// The resource itself, for teams that may submit inline.
+    Inline,
+    /// `pinfed rollout undo`: the workload running a revision the hub recorded (content
+    /// that was admitted before; it is checked again like any submission, but is not an
+    /// inline submission).
+    Revision(i64),
+}
+
 /// Runs the pure stages. `artifact` is the verified artifact the text came from (`None`
 /// for an inline resource); `profiles` are the hub's RuntimeProfiles.
 pub fn admit(
@@ -62,6 +75,19 @@ pub fn admit(
     text: &str,
     namespace: Option<&str>,
     artifact: Option<&Artifact>,
+    profiles: &[RuntimeProfile],
+) -> Result<Admitted, Rejection> {
+    let origin = artifact.map_or(Origin::Inline, Origin::Artifact);
+    admit_from(cfg, who, text, namespace, origin, profiles)
+}
+
+/// [`admit`], for text from any [`Origin`].
+pub fn admit_from(
+    cfg: &AuthConfig,
+    who: &Principal,
+    text: &str,
+    namespace: Option<&str>,
+    origin: Origin<'_>,
     profiles: &[RuntimeProfile],
 ) -> Result<Admitted, Rejection> {
     let mut workload = match parse_one(text)? {
@@ -100,8 +126,8 @@ pub fn admit(
     };
     set_namespace(&mut workload, &ns);
     let w = workload.as_ref();
-    let team =
-        authorize_submission(cfg, who, &w.owner().team, &ns, artifact.is_none())?.to_string();
+    let inline = matches!(origin, Origin::Inline);
+    let team = authorize_submission(cfg, who, &w.owner().team, &ns, inline)?.to_string();
     validate::workload(w)?;
     let profile = crate::expand::select_profile(profiles, w.runtime_version()).map_err(|e| {
         Rejection::invalid(
@@ -153,13 +179,16 @@ pub fn admit(
     }
     ann[ANNOTATION_SUBMITTED_BY] = who.user.clone().into();
     ann[ANNOTATION_SUBMITTED_FOR] = team.clone().into();
-    match artifact {
-        Some(a) => {
+    match origin {
+        Origin::Artifact(a) => {
             ann[ANNOTATION_ARTIFACT] = a.reference.to_string().into();
             ann[ANNOTATION_ARTIFACT_SHA256] = a.sha256.clone().into();
         }
-        None => {
-            ann[ANNOTATION_ARTIFACT] = "inline".into();
+        Origin::Inline | Origin::Revision(_) => {
+            ann[ANNOTATION_ARTIFACT] = match origin {
+                Origin::Revision(r) => format!("revision {r} (rollout undo)").into(),
+                _ => "inline".into(),
+            };
             if let Some(m) = ann.as_object_mut() {
                 m.remove(ANNOTATION_ARTIFACT_SHA256);
             }
@@ -283,6 +312,25 @@ spec:
         let pinned = SVC.replace("  replicas: 3", "  replicas: 3\n  runtimeVersion: nope");
         let e = admit(&c, &alice, &pinned, Some("ads"), None, &[]).unwrap_err();
         assert_eq!(e.body()["details"][0]["field"], "spec.runtimeVersion");
+    }
+
+    #[test]
+    fn a_recorded_revision_is_checked_again_but_is_no_inline_submission() {
+        let c = cfg();
+        let rev = authenticate(&c, "r").unwrap();
+        let text = SVC.replace("team: ads,", "team: ads-reviewed,");
+        let a = admit_from(&c, &rev, &text, Some("ads"), Origin::Revision(3), &[]).unwrap();
+        let ann = &a.object["metadata"]["annotations"];
+        assert_eq!(ann[ANNOTATION_ARTIFACT], "revision 3 (rollout undo)");
+        assert!(ann.get(ANNOTATION_ARTIFACT_SHA256).is_none());
+        assert_eq!(ann[ANNOTATION_SUBMITTED_BY], "rev");
+        // Still validated, and still only for the content's owner team.
+        let bad = text.replace("replicas: 3", "replicas: -1");
+        let e = admit_from(&c, &rev, &bad, Some("ads"), Origin::Revision(3), &[]).unwrap_err();
+        assert_eq!(e.status(), 422);
+        let alice = authenticate(&c, "a").unwrap();
+        let e = admit_from(&c, &alice, &text, Some("ads"), Origin::Revision(3), &[]).unwrap_err();
+        assert_eq!(e.status(), 403);
     }
 
     #[test]

@@ -6,18 +6,23 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::admission::{Admitted, FIELD_MANAGER};
+
+/// The field manager of the annotations `pinfed rollout approve|pause|resume` write.
+pub const ROLLOUT_FIELD_MANAGER: &str = "pinfed-jss-rollout";
 use super::error::{Detail, Rejection};
 use super::quota::{requested, whole_pods};
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
 use crate::api::federation::{FederatedQuota, MemberCluster};
 use crate::api::jobset::PinterestJobSet;
+use crate::api::rollout::LABEL_REVISION_OF;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
@@ -296,6 +301,46 @@ impl Hub {
             .delete(name, &DeleteParams::background())
             .await
             .map(|_| ())
+            .map_err(rejection)
+    }
+
+    /// The revisions the hub recorded for the workload of uid `uid` (its
+    /// ControllerRevisions, labelled with that uid).
+    pub async fn revisions(
+        &self,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<Vec<ControllerRevision>, Rejection> {
+        let lp = ListParams::default().labels(&format!("{LABEL_REVISION_OF}={uid}"));
+        Api::<ControllerRevision>::namespaced(self.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(rejection)
+    }
+
+    /// Sets (`Some`) or removes (`None`) annotations of a workload, by merge patch as
+    /// [`ROLLOUT_FIELD_MANAGER`]: a person's rollout actions are not part of what the JSS
+    /// applies for submissions, so a later submission keeps them.
+    pub async fn annotate(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        annotations: &[(&str, Option<&str>)],
+    ) -> Result<DynamicObject, Rejection> {
+        let set: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"annotations": set}});
+        let params = PatchParams {
+            field_manager: Some(ROLLOUT_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
+            .patch(name, &params, &Patch::Merge(&patch))
+            .await
             .map_err(rejection)
     }
 

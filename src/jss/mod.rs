@@ -4,10 +4,12 @@
 //! inline resource where the team may), validates, checks FederatedQuota with the
 //! numbers, and server-side applies to the hub as `pinfed-jss`, recording the submitter.
 //! It also answers the CLI's reads: workloads with their per-cluster status, clusters,
-//! quotas and the owners report.
+//! quotas and the owners report; and a workload's rollout, with a person's approve,
+//! pause, resume and undo.
 //!
 //! Pure stages: [`auth`], [`request`], [`admission`], [`quota`], [`artifacts`] (its
-//! verification), [`views`]. The shell: [`hub_view`] (the only client) and [`server`]. The web
+//! verification), [`views`], [`rollout`] (the rules of `pinfed rollout`). The shell:
+//! [`hub_view`] (the only client) and [`server`]. The web
 //! UI under `/ui` is [`ui`].
 
 pub mod admission;
@@ -19,6 +21,7 @@ pub mod hub_view;
 pub mod limits;
 pub mod quota;
 pub mod request;
+pub mod rollout;
 pub mod server;
 pub mod ui;
 pub mod views;

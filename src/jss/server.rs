@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 
-use super::admission::admit;
+use super::admission::{Admitted, Origin, admit_from};
 use super::artifacts::ArtifactStore;
 use super::auth::{
     self, AuthConfig, AuthError, Principal, authorize_change_of_existing, authorize_namespace,
@@ -38,8 +38,12 @@ use super::limits;
 use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
 use super::quota::{check_all, check_placeable, requested, whole_pods};
 use super::request::{Source, parse_kind, parse_submission};
-use super::{views, wire};
+use super::wire::RolloutAction;
+use super::{rollout, views, wire};
+use crate::api::rollout::{ANNOTATION_APPROVED, ANNOTATION_PAUSED};
+use crate::api::workload::WorkloadKind;
 use crate::controller::http::Readiness;
+use kube::api::DynamicObject;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -415,33 +419,13 @@ impl Jss {
                 (a.text.clone(), Some(a))
             }
         };
-        let profiles = self.hub.profiles();
-        let admitted = {
-            let _permit = self
-                .admission
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| Rejection::Internal(e.to_string()))?;
-            let (auth, who, namespace, artifact) = (
-                self.auth.clone(),
-                who.clone(),
-                sub.namespace.clone(),
-                artifact.clone(),
-            );
-            tokio::task::spawn_blocking(move || {
-                admit(
-                    &auth,
-                    &who,
-                    &text,
-                    namespace.as_deref(),
-                    artifact.as_ref(),
-                    &profiles,
-                )
-            })
-            .await
-            .map_err(|e| Rejection::Internal(format!("admission: {e}")))??
+        let origin = match &artifact {
+            Some(a) => Owned::Artifact(a.clone()),
+            None => Owned::Inline,
         };
+        let admitted = self
+            .admit_blocking(&who, text, sub.namespace.clone(), origin)
+            .await?;
         audit.team = admitted.team.clone();
         audit.object = format!(
             "{}/{}/{}{}",
@@ -453,7 +437,65 @@ impl Jss {
                 .map(|a| format!(" (artifact {})", a.reference))
                 .unwrap_or_default()
         );
+        let written = self.write_admitted(&who, &admitted).await?;
+        let code = if written.existed {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        let reply = wire::Submitted {
+            kind: admitted.kind,
+            namespace: admitted.namespace.clone(),
+            name: admitted.name.clone(),
+            uid: written.applied.metadata.uid.clone(),
+            generation: written.applied.metadata.generation,
+            team: admitted.team.clone(),
+            submitted_by: who.user.clone(),
+            artifact: artifact.as_ref().map(|a| a.reference.to_string()),
+            sha256: artifact.as_ref().map(|a| a.sha256.clone()),
+            requested: (&written.want).into(),
+            created: !written.existed,
+        };
+        Ok((code, to_body(&reply)?))
+    }
 
+    /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`
+    /// at once.
+    async fn admit_blocking(
+        &self,
+        who: &Principal,
+        text: String,
+        namespace: Option<String>,
+        origin: Owned,
+    ) -> Result<Admitted, Rejection> {
+        let profiles = self.hub.profiles();
+        let _permit = self
+            .admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        let (auth, who) = (self.auth.clone(), who.clone());
+        tokio::task::spawn_blocking(move || {
+            let origin = match &origin {
+                Owned::Artifact(a) => Origin::Artifact(a),
+                Owned::Inline => Origin::Inline,
+                Owned::Revision(r) => Origin::Revision(*r),
+            };
+            admit_from(&auth, &who, &text, namespace.as_deref(), origin, &profiles)
+        })
+        .await
+        .map_err(|e| Rejection::Internal(format!("admission: {e}")))?
+    }
+
+    /// What every write of a whole workload goes through once admitted (a submission, an
+    /// undo): under the namespace's lock, the caller's right to change the workload it
+    /// replaces, quota with what it costs, then the server-side apply.
+    async fn write_admitted(
+        &self,
+        who: &Principal,
+        admitted: &Admitted,
+    ) -> Result<Written, Rejection> {
         let lock = self.ns_lock(&admitted.namespace);
         let _held = lock.lock().await;
         // With a quota, one read of the namespace gives both the usage and the workload
@@ -481,7 +523,7 @@ impl Jss {
         };
         if let Some(o) = &existing {
             let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-            authorize_change_of_existing(&self.auth, &who, team, &admitted.namespace)?;
+            authorize_change_of_existing(&self.auth, who, team, &admitted.namespace)?;
         }
         if let Some(used) = used {
             check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
@@ -489,26 +531,12 @@ impl Jss {
             check_placeable(&quotas, &used, &clusters, &policy, &admitted.demand)
                 .map_err(Rejection::QuotaExceeded)?;
         }
-        let applied = self.hub.apply(&admitted).await?;
-        let code = if existing.is_some() {
-            StatusCode::OK
-        } else {
-            StatusCode::CREATED
-        };
-        let reply = wire::Submitted {
-            kind: admitted.kind,
-            namespace: admitted.namespace.clone(),
-            name: admitted.name.clone(),
-            uid: applied.metadata.uid.clone(),
-            generation: applied.metadata.generation,
-            team: admitted.team.clone(),
-            submitted_by: who.user.clone(),
-            artifact: artifact.as_ref().map(|a| a.reference.to_string()),
-            sha256: artifact.as_ref().map(|a| a.sha256.clone()),
-            requested: (&want).into(),
-            created: existing.is_none(),
-        };
-        Ok((code, to_body(&reply)?))
+        let applied = self.hub.apply(admitted).await?;
+        Ok(Written {
+            applied,
+            existed: existing.is_some(),
+            want,
+        })
     }
 
     async fn list(
@@ -589,6 +617,222 @@ impl Jss {
             },
         };
         Ok((StatusCode::OK, to_body(&deleted)?))
+    }
+
+    /// A workload of the hub, or 404 naming it.
+    async fn workload_or_404(
+        &self,
+        kind: WorkloadKind,
+        ns: &str,
+        name: &str,
+    ) -> Result<DynamicObject, Rejection> {
+        self.hub
+            .get_workload(kind, ns, name)
+            .await?
+            .ok_or_else(|| Rejection::NotFound(format!("{} {ns}/{name} not found", kind.as_str())))
+    }
+
+    /// `GET .../rollout`: where the workload's change stands, and its recorded revisions
+    /// (read rights, as `get`).
+    async fn rollout_view(
+        &self,
+        headers: &HeaderMap,
+        ns: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        let kind = parse_kind_or_404(kind)?;
+        authorize_namespace(&self.auth, &who, ns)?;
+        let o = self.workload_or_404(kind, ns, name).await?;
+        let revisions = self.hub.revisions(ns, &o.uid().unwrap_or_default()).await?;
+        Ok((
+            StatusCode::OK,
+            to_body(&rollout::view(kind, &o, &revisions))?,
+        ))
+    }
+
+    /// `POST .../rollout/{action}`: a person's approve, pause, resume or undo, with the
+    /// rights of a delete (the namespace, and the team owning the workload).
+    #[allow(clippy::too_many_arguments)]
+    async fn rollout_action(
+        &self,
+        headers: &HeaderMap,
+        ns: &str,
+        kind: &str,
+        name: &str,
+        action: &str,
+        body: Body,
+        audit: &mut Audit,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        audit.user = who.user.clone();
+        audit.object = format!("{kind}/{ns}/{name}");
+        let action = RolloutAction::parse(action).ok_or_else(|| {
+            Rejection::NotFound(format!(
+                "no rollout action {action:?} (approve, pause, resume, undo)"
+            ))
+        })?;
+        audit.action = audit_action(action);
+        let kind = parse_kind_or_404(kind)?;
+        audit.object = format!("{}/{ns}/{name}", kind.as_str());
+        authorize_namespace(&self.auth, &who, ns)?;
+        let bytes = self.read_body(headers, body).await?;
+        let req = rollout::parse_request(action, &bytes)?;
+        let o = self.workload_or_404(kind, ns, name).await?;
+        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+        audit.team = team.to_string();
+        authorize_change_of_existing(&self.auth, &who, team, ns)?;
+        let w = wire::ObjectName {
+            kind,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        };
+        let status = rollout::status_of(&o);
+        let done = |changed: bool, message: String| wire::RolloutActionReply {
+            workload: w.clone(),
+            action,
+            revision: None,
+            stage: None,
+            stage_name: None,
+            changed,
+            message,
+        };
+        let reply = match action {
+            RolloutAction::Approve => {
+                let (stage, stage_name) =
+                    rollout::approval_stage(&w, status.as_ref(), req.stage.as_deref())?;
+                let revision = status.as_ref().map(|s| s.revision).unwrap_or_default();
+                let value = format!("{revision}/{stage}");
+                audit.object = format!("{} (revision {revision} stage {stage_name})", audit.object);
+                self.hub
+                    .annotate(kind, ns, name, &[(ANNOTATION_APPROVED, Some(&value))])
+                    .await?;
+                wire::RolloutActionReply {
+                    revision: Some(revision),
+                    stage: Some(stage),
+                    stage_name: Some(stage_name.clone()),
+                    ..done(
+                        true,
+                        format!(
+                            "approved stage {stage_name:?} ({stage}) of revision {revision} of {}: the hub starts it at its next look",
+                            rollout::object_text(&w)
+                        ),
+                    )
+                }
+            }
+            RolloutAction::Pause => {
+                let was = rollout::paused(&o);
+                if !was {
+                    self.hub
+                        .annotate(kind, ns, name, &[(ANNOTATION_PAUSED, Some("true"))])
+                        .await?;
+                }
+                done(!was, rollout::pause_message(&w, status.as_ref(), was))
+            }
+            RolloutAction::Resume => {
+                let was = o.annotations().contains_key(ANNOTATION_PAUSED);
+                if was {
+                    self.hub
+                        .annotate(kind, ns, name, &[(ANNOTATION_PAUSED, None)])
+                        .await?;
+                }
+                let message = if was {
+                    format!(
+                        "{} resumed: its rollout goes on at the hub's next look",
+                        rollout::object_text(&w)
+                    )
+                } else {
+                    format!(
+                        "{} was not paused: nothing changed",
+                        rollout::object_text(&w)
+                    )
+                };
+                done(was, message)
+            }
+            RolloutAction::Undo => {
+                self.undo(&who, &o, &w, status.as_ref(), req.to_revision, audit)
+                    .await?
+            }
+        };
+        Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// `undo`: the spec runs a recorded revision's content again, submitted like any
+    /// workload (admission, quota, server-side apply as `pinfed-jss`); the hub rolls it
+    /// out as a new revision.
+    async fn undo(
+        &self,
+        who: &Principal,
+        o: &DynamicObject,
+        w: &wire::ObjectName,
+        status: Option<&crate::api::rollout::RolloutStatus>,
+        asked: Option<i64>,
+        audit: &mut Audit,
+    ) -> Result<wire::RolloutActionReply, Rejection> {
+        let revisions = self
+            .hub
+            .revisions(&w.namespace, &o.uid().unwrap_or_default())
+            .await?;
+        let recorded: Vec<i64> = revisions
+            .iter()
+            .filter(|cr| rollout::content_of(cr).is_some())
+            .map(|cr| cr.revision)
+            .collect();
+        let target = rollout::undo_target(w, status, &recorded, asked)?;
+        audit.object = format!("{} (undo to revision {target})", audit.object);
+        let content = revisions
+            .iter()
+            .filter(|cr| cr.revision == target)
+            .find_map(rollout::content_of)
+            .cloned()
+            .ok_or_else(|| {
+                Rejection::NotFound(format!(
+                    "revision {target} of {} has no record on the hub",
+                    rollout::object_text(w)
+                ))
+            })?;
+        let text = rollout::undo_object(w.kind, o, &content).to_string();
+        let admitted = self
+            .admit_blocking(
+                who,
+                text,
+                Some(w.namespace.clone()),
+                Owned::Revision(target),
+            )
+            .await
+            .map_err(|e| match e {
+                Rejection::Invalid { message, details } => Rejection::Invalid {
+                    message: format!(
+                        "revision {target} of {} does not pass admission today: {message}",
+                        rollout::object_text(w)
+                    ),
+                    details,
+                },
+                e => e,
+            })?;
+        let written = self.write_admitted(who, &admitted).await?;
+        let left = rollout::fields_not_undone(&written.applied.data["spec"], &content);
+        let mut message = format!(
+            "{} runs revision {target}'s content again ({}); the hub rolls it out as a new revision",
+            rollout::object_text(w),
+            rollout::images(&content).join(", ")
+        );
+        if !left.is_empty() {
+            message.push_str(&format!(
+                "; other writers of the spec keep {} as they are",
+                left.join(", ")
+            ));
+        }
+        Ok(wire::RolloutActionReply {
+            workload: w.clone(),
+            action: RolloutAction::Undo,
+            revision: Some(target),
+            stage: None,
+            stage_name: None,
+            changed: true,
+            message,
+        })
     }
 
     async fn clusters(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
@@ -675,6 +919,32 @@ impl Jss {
         .await
         .map_err(|e| Rejection::Internal(e.to_string()))?;
         Ok((StatusCode::OK, to_body(&wire::List { items: list })?))
+    }
+}
+
+/// The origin of an admitted text, owned (admission runs on a blocking thread).
+enum Owned {
+    Artifact(super::artifacts::Artifact),
+    Inline,
+    Revision(i64),
+}
+
+/// What [`Jss::write_admitted`] wrote.
+struct Written {
+    applied: DynamicObject,
+    /// The workload existed before (an update, not a creation).
+    existed: bool,
+    /// What it requests.
+    want: crate::placement::model::Resources,
+}
+
+/// The audit log's action of a rollout action.
+fn audit_action(a: RolloutAction) -> &'static str {
+    match a {
+        RolloutAction::Approve => "rollout-approve",
+        RolloutAction::Pause => "rollout-pause",
+        RolloutAction::Resume => "rollout-resume",
+        RolloutAction::Undo => "rollout-undo",
     }
 }
 
@@ -792,6 +1062,31 @@ async fn get_handler(
     reply(s.get_one(&headers, &ns, &kind, &name).await)
 }
 
+async fn rollout_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+) -> Response {
+    reply(s.rollout_view(&headers, &ns, &kind, &name).await)
+}
+
+async fn rollout_action_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind, name, action)): Path<(String, String, String, String)>,
+    body: Body,
+) -> Response {
+    let mut audit = Audit::new("rollout");
+    let result = s
+        .rollout_action(&headers, &ns, &kind, &name, &action, body, &mut audit)
+        .await;
+    match &result {
+        Ok(_) => audit.log("Done", ""),
+        Err(r) => audit.log(r.reason(), &r.to_string()),
+    }
+    reply(result)
+}
+
 async fn delete_handler(
     State(s): Shared,
     headers: HeaderMap,
@@ -886,6 +1181,14 @@ pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
         .route(
             "/v1/workloads/{namespace}/{kind}/{name}",
             get(get_handler).delete(delete_handler),
+        )
+        .route(
+            "/v1/workloads/{namespace}/{kind}/{name}/rollout",
+            get(rollout_handler),
+        )
+        .route(
+            "/v1/workloads/{namespace}/{kind}/{name}/rollout/{action}",
+            post(rollout_action_handler),
         )
         .route(
             "/v1/clusters",

@@ -11,6 +11,7 @@ use super::artifacts::ArtifactRef;
 use crate::api::common::Condition;
 use crate::api::federation::ResourceAmounts;
 use crate::api::kind::{HubPart, PinterestKind, Totals};
+use crate::api::rollout::{RolloutPolicy, RolloutStatus};
 use crate::api::workload::WorkloadKind;
 use crate::placement::model::Resources;
 
@@ -225,6 +226,117 @@ pub struct ObjectName {
     pub kind: WorkloadKind,
     pub namespace: String,
     pub name: String,
+}
+
+/// A workload's rollout (`GET /v1/workloads/{namespace}/{kind}/{name}/rollout`): where the
+/// change stands as the hub wrote it, what a person asked (approval, pause) and the
+/// revisions the hub keeps.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    pub workload: ObjectName,
+    /// `status.rollout`; `None` before the hub's first look at the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RolloutStatus>,
+    /// `spec.rollout` as written; `None`: the federation's default rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RolloutPolicy>,
+    /// The approval annotation (`<revision>/<stage>`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<String>,
+    /// The pause annotation is `"true"`.
+    #[serde(default)]
+    pub paused: bool,
+    /// The revisions the hub keeps, oldest first.
+    #[serde(default)]
+    pub history: Vec<RevisionEntry>,
+}
+
+/// One recorded revision of a workload (a ControllerRevision on the hub).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionEntry {
+    pub revision: i64,
+    /// The container images it runs (init containers included), in the order written.
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// The RuntimeProfile version it resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Time>,
+    /// The revision the spec asks for (`status.rollout.revision`).
+    #[serde(default)]
+    pub current: bool,
+    /// The last revision every member ran healthily (`status.rollout.stableRevision`).
+    #[serde(default)]
+    pub stable: bool,
+}
+
+/// A person's action on a rollout (`POST .../rollout/{action}`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutAction {
+    Approve,
+    Pause,
+    Resume,
+    Undo,
+}
+
+impl RolloutAction {
+    pub const ALL: [RolloutAction; 4] = [
+        RolloutAction::Approve,
+        RolloutAction::Pause,
+        RolloutAction::Resume,
+        RolloutAction::Undo,
+    ];
+
+    /// As in the URL and the audit log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutAction::Approve => "approve",
+            RolloutAction::Pause => "pause",
+            RolloutAction::Resume => "resume",
+            RolloutAction::Undo => "undo",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RolloutAction> {
+        RolloutAction::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// The body of `POST .../rollout/{action}` (may be empty: every field is optional).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutActionRequest {
+    /// approve: the stage approved, by name or index (default: the stage that waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// undo: the revision to run again (default: the stable revision when it is not the
+    /// current one, else the newest recorded revision before the current one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_revision: Option<i64>,
+}
+
+/// What a rollout action did.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutActionReply {
+    pub workload: ObjectName,
+    pub action: RolloutAction,
+    /// approve: the revision approved; undo: the revision whose content the spec runs now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// approve: the stage approved (from 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_name: Option<String>,
+    /// Whether the hub object changed (pausing what is paused changes nothing).
+    pub changed: bool,
+    /// What was done, as people read it.
+    pub message: String,
 }
 
 /// Every error reply: the message, a stable reason, and details (field errors with
@@ -461,6 +573,95 @@ mod tests {
             sent(200, &artifacts).decode::<List<ArtifactRef>>().unwrap(),
             artifacts
         );
+    }
+
+    #[test]
+    fn rollout_replies_and_requests_decode() {
+        use k8s_openapi::api::apps::v1::ControllerRevision;
+        use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+        let o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "namespace": "ads", "uid": "u",
+                "annotations": {"rollout.pinterest.com/approved": "2/0",
+                    "rollout.pinterest.com/paused": "true"}},
+            "spec": {"owner": {"team": "ads", "contact": "c"},
+                "rollout": {"stages": [{"name": "first", "approval": true, "clusters": ["a"]},
+                    {"name": "rest"}], "progressDeadlineSeconds": 60}},
+            "status": {"rollout": {"revision": 2, "revisionHash": "h", "stableRevision": 1,
+                "phase": "WaitingForApproval", "stage": 0, "stages": ["first", "rest"],
+                "startedTime": "2026-01-01T00:00:00Z",
+                "members": [{"cluster": "a", "stage": 0, "revision": 1, "fromRevision": 1,
+                    "state": "Waiting", "since": "2026-01-01T00:00:00Z"}],
+                "failed": 0, "message": "stage first waits for approval"}},
+        }))
+        .unwrap();
+        let cr = |revision: i64, image: &str| ControllerRevision {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("pinterestservice-web-{revision}")),
+                creation_timestamp: Some(Time("2026-01-01T00:00:00Z".parse().unwrap())),
+                ..Default::default()
+            },
+            data: Some(RawExtension(serde_json::json!({"runtimeVersion": "v1",
+                "template": {"spec": {"containers": [{"name": "app", "image": image}]}}}))),
+            revision,
+        };
+        let view =
+            crate::jss::rollout::view(WorkloadKind::Service, &o, &[cr(1, "app:1"), cr(2, "app:2")]);
+        let got: RolloutView = sent(200, &view).decode().unwrap();
+        assert_eq!(got, view);
+        let s = got.status.as_ref().unwrap();
+        assert_eq!((s.revision, s.stage, s.members.len()), (2, Some(0), 1));
+        assert_eq!((got.approved.as_deref(), got.paused), (Some("2/0"), true));
+        assert_eq!(got.policy.unwrap().deadline_secs(), 60);
+        assert_eq!(got.history.len(), 2);
+        assert!(got.history[1].current && got.history[0].stable);
+        assert_eq!(got.history[1].images, vec!["app:2".to_string()]);
+        // Before the hub's first look: no status, no history.
+        let bare: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "namespace": "ads"}, "spec": {}}))
+        .unwrap();
+        let empty = crate::jss::rollout::view(WorkloadKind::Service, &bare, &[]);
+        assert_eq!(sent(200, &empty).decode::<RolloutView>().unwrap(), empty);
+        for action in RolloutAction::ALL {
+            let reply = RolloutActionReply {
+                workload: view.workload.clone(),
+                action,
+                revision: Some(2),
+                stage: Some(0),
+                stage_name: Some("first".into()),
+                changed: true,
+                message: "m".into(),
+            };
+            assert_eq!(
+                sent(200, &reply).decode::<RolloutActionReply>().unwrap(),
+                reply
+            );
+            assert_eq!(RolloutAction::parse(action.as_str()), Some(action));
+        }
+        // The requests the CLI sends are the ones the server reads.
+        for req in [
+            RolloutActionRequest::default(),
+            RolloutActionRequest {
+                stage: Some("rest".into()),
+                to_revision: None,
+            },
+            RolloutActionRequest {
+                stage: None,
+                to_revision: Some(1),
+            },
+        ] {
+            let action = if req.stage.is_some() {
+                RolloutAction::Approve
+            } else {
+                RolloutAction::Undo
+            };
+            let body = serde_json::to_vec(&req).unwrap();
+            assert_eq!(
+                crate::jss::rollout::parse_request(action, &body).unwrap(),
+                req
+            );
+        }
     }
 
     #[test]
