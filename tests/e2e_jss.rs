@@ -1479,12 +1479,12 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
     let st = setup(&fed);
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "jss-rollout").await;
-    let first = fed.member_names()[0].clone();
     let alice = st.client(Some("alice-token"));
     let mut svc = service("web", "ads", 3, "10m");
     svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
     svc["spec"]["rollout"] = json!({
-        "stages": [{"name": "first", "approval": true, "clusters": [first]}, {"name": "rest"}],
+        // `count`, not a name: the stage takes a member whatever placement chose.
+        "stages": [{"name": "first", "approval": true, "count": 1}, {"name": "rest"}],
         "progressDeadlineSeconds": 60,
     });
     let submit = |svc: Value, code: u16| {
@@ -1528,6 +1528,41 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
         }
     };
 
+    // Bad policies are refused with the field: a stage naming a member the federation does
+    // not have, a percentage over 100 and a soak longer than the deadline.
+    for (policy, field) in [
+        (
+            json!({"stages": [{"clusters": ["no-such-member"]}, {}]}),
+            "spec.rollout.stages[0].clusters",
+        ),
+        (
+            json!({"stages": [{"percent": 150}, {}]}),
+            "spec.rollout.stages[0].percent",
+        ),
+        (
+            json!({"stages": [{"count": 1, "soakSeconds": 900}, {}], "progressDeadlineSeconds": 60}),
+            "spec.rollout.stages[0].soakSeconds",
+        ),
+    ] {
+        let mut bad = svc.clone();
+        bad["spec"]["rollout"] = policy;
+        let r = alice
+            .post_json(
+                "/v1/submissions",
+                &json!({"resource": bad, "namespace": ns.name}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 422, "{}", r.text);
+        assert!(
+            r.body["details"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["field"] == field)),
+            "no detail for {field}: {}",
+            r.text
+        );
+    }
+
     // Revision 1 is recorded at the hub's first look; a new image is revision 2, which
     // waits for approval before its first stage (no agent needed for that).
     submit(svc.clone(), 201).await;
@@ -1552,6 +1587,12 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
         all.extend(["-n", &ns.name]);
         cli_as(st, token, &all)
     };
+    let first = rollout().await["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["stage"] == 0))
+        .and_then(|m| m["cluster"].as_str())
+        .expect("a member in the first stage")
+        .to_string();
     let (ok, out, err) = cli("alice-token", &["rollout", "status", "service", "web"]);
     assert!(ok, "{err}");
     eprintln!("pinfed rollout status:\n{out}");

@@ -224,6 +224,39 @@ pub mod gate {
     pub const SKIPPED: &str = "Skipped";
 }
 
+/// Stages that name members the federation does not have (each naming its field): a
+/// policy whose named stages take no member is refused where the member list is known
+/// (the JSS), rather than left to hold the rollout on the hub.
+pub fn unknown_members(
+    p: &RolloutPolicy,
+    known: &std::collections::BTreeSet<String>,
+) -> Vec<(String, String)> {
+    p.stages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let unknown: Vec<&str> = s
+                .clusters
+                .iter()
+                .filter(|c| !known.contains(*c))
+                .map(String::as_str)
+                .collect();
+            (!unknown.is_empty()).then(|| {
+                let mut have: Vec<&str> = known.iter().map(String::as_str).collect();
+                have.truncate(20);
+                (
+                    format!("spec.rollout.stages[{i}].clusters"),
+                    format!(
+                        "no member named {} (members: {})",
+                        unknown.join(", "),
+                        have.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 /// The static checks of a policy (what needs no member list), each naming its field.
 pub fn check_policy(p: &RolloutPolicy, errors: &mut Vec<(String, String)>) {
     let mut add = |f: String, m: String| errors.push((f, m));

@@ -496,6 +496,25 @@ impl Jss {
         who: &Principal,
         admitted: &Admitted,
     ) -> Result<Written, Rejection> {
+        // Rollout stages naming members the federation does not have.
+        if let Some(policy) = admitted.workload.as_ref().rollout() {
+            let known = self
+                .hub
+                .members()
+                .iter()
+                .map(|m| kube::ResourceExt::name_any(m.as_ref()))
+                .collect();
+            let unknown = crate::api::rollout::unknown_members(policy, &known);
+            if !unknown.is_empty() {
+                return Err(Rejection::invalid(
+                    "the rollout names members the federation does not have",
+                    unknown
+                        .into_iter()
+                        .map(|(f, m)| super::error::Detail::field(f, m))
+                        .collect(),
+                ));
+            }
+        }
         let lock = self.ns_lock(&admitted.namespace);
         let _held = lock.lock().await;
         // With a quota, one read of the namespace gives both the usage and the workload
