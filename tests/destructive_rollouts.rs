@@ -238,6 +238,27 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
             && status(&api, "web").await["availableReplicas"] == 3
     })
     .await;
+    // A profile edited in place (same version) is not rolled out: the hub says so.
+    let profiles: Api<RuntimeProfile> = Api::all(hub.clone());
+    let edit = serde_json::json!({"spec": {"sidecars": [{"container": {"name": "mesh", "image": "registry.example/mesh:3"}}]}});
+    profiles
+        .patch("rt-1-good", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(hub.clone());
+    support::eventually(WAIT, "an EditedInPlace Warning on the profile", || async {
+        events
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("EditedInPlace")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("rt-1-good")
+                })
+            })
+            .unwrap_or(false)
+    })
+    .await;
     ns.delete().await;
 }
 

@@ -309,7 +309,37 @@ async fn profiles_loop(ctx: &HubContext) {
     };
     let mut last = None;
     let mut since = std::time::Instant::now();
+    // Each profile's version and content as first seen: an edit in place (same version,
+    // other content) reaches every member at once, outside any rollout — said with a
+    // Warning Event on the profile (docs/rollouts.md: publish a new version instead).
+    let mut contents: std::collections::BTreeMap<String, (String, String)> = Default::default();
     loop {
+        for p in ctx.profiles.state() {
+            let name = kube::ResourceExt::name_any(p.as_ref());
+            let digest =
+                crate::rollout::revision::hash(&serde_json::to_value(&p.spec).unwrap_or_default());
+            let now = (p.spec.version.clone(), digest);
+            match contents.insert(name.clone(), now.clone()) {
+                Some(before) if before.0 == now.0 && before.1 != now.1 => {
+                    let ev = kube::runtime::events::Event {
+                        type_: kube::runtime::events::EventType::Warning,
+                        reason: "EditedInPlace".into(),
+                        note: Some(format!(
+                            "RuntimeProfile {name} (version {}) changed without a new version: every member gets it at once, outside any rollout; publish a new version to roll it out stage by stage",
+                            now.0
+                        )),
+                        action: "EditedInPlace".into(),
+                        secondary: None,
+                    };
+                    let _ = ctx
+                        .recorder
+                        .publish(&ev, &kube::Resource::object_ref(p.as_ref(), &()))
+                        .await;
+                    tracing::warn!(profile = %name, version = %now.0, "runtime profile edited in place: not rolled out");
+                }
+                _ => {}
+            }
+        }
         let now = seen(ctx);
         if last.as_ref() != Some(&now) || since.elapsed() >= Duration::from_secs(10) {
             workloads::propagate_profiles(ctx).await;
