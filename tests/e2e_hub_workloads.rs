@@ -1362,3 +1362,117 @@ async fn a_broken_change_stops_at_the_first_member_and_is_rolled_back_there() {
     assert!(failed.contains(&first), "{failed}");
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_job_set_moved_to_another_runtime_mid_run_starts_its_later_shards_on_it_and_none_runs_twice()
+ {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-js-rollout").await;
+    // A profile no other workload uses (not default): only this job set moves to it.
+    let profile_name = format!("rt-{}", ns.name);
+    let profiles: Api<pinfed::api::runtime_profile::RuntimeProfile> = Api::all(hub.clone());
+    let profile = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+        "metadata": {"name": profile_name},
+        "spec": {"version": profile_name, "env": [{"name": "PROFILE", "value": "2"}]}
+    }))
+    .unwrap();
+    profiles
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "emb"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 6, "parallelism": 3,
+                 "placement": {"spread": {"minClusters": 3}},
+                 "rollout": {"progressDeadlineSeconds": 120},
+                 "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "6s"}},
+                    "spec": {"containers": [{"name": "w", "image": "w:1",
+                        "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    let api: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &js).await.unwrap();
+    eventually(WAIT, "shards running", || async {
+        hub_status(&api, "emb").await["shardsRunning"]
+            .as_i64()
+            .is_some_and(|n| n > 0)
+    })
+    .await;
+    let patch = serde_json::json!({"spec": {"runtimeVersion": profile_name}});
+    api.patch("emb", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(
+        JOB_SET_WAIT,
+        &format!("every shard completed at revision 2\n{}", logs(daemons)),
+        || async {
+            let s = hub_status(&api, "emb").await;
+            s["completedShards"] == "0-5"
+                && s["rollout"]["revision"] == 2
+                && s["rollout"]["phase"] == "Complete"
+        },
+    )
+    .await;
+    let s = hub_status(&api, "emb").await;
+    assert_eq!(s["shardsSucceeded"], 6, "{s}");
+    // One Job per shard in all: none was replaced or run again for the new revision;
+    // those started before the change ran the old runtime, the rest the new one.
+    let mut jobs_per_shard: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut runtimes = std::collections::BTreeSet::new();
+    for m in fed.member_names() {
+        for j in Api::<Job>::namespaced(fed.client(&m), &ns.name)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let env = j.spec.unwrap().template.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            let get = |n: &str| {
+                env.iter()
+                    .find(|e| e.name == n)
+                    .and_then(|e| e.value.clone())
+                    .unwrap_or_default()
+            };
+            *jobs_per_shard.entry(get("SHARD_INDEX")).or_default() += 1;
+            runtimes.insert(get("PROFILE"));
+        }
+    }
+    let _ = profiles
+        .delete(&profile_name, &DeleteParams::default())
+        .await;
+    // No agent tried to rewrite a running shard's Job (its template is immutable: the
+    // apply failed and the reconcile of the whole slice with it, again and again).
+    for agent in &daemons[1..] {
+        let text = agent.log_text();
+        let refused = text
+            .lines()
+            .find(|l| l.contains(&ns.name) && l.contains("field is immutable"));
+        assert!(
+            refused.is_none(),
+            "an agent rewrote a started Job: {refused:?}"
+        );
+    }
+    assert_eq!(jobs_per_shard.len(), 6, "{jobs_per_shard:?}");
+    assert!(
+        jobs_per_shard.values().all(|n| *n == 1),
+        "{jobs_per_shard:?}"
+    );
+    assert!(
+        runtimes.contains(""),
+        "no shard ran the old runtime: {runtimes:?}"
+    );
+    assert!(
+        runtimes.contains("2"),
+        "no shard ran the new runtime: {runtimes:?}"
+    );
+    api.delete("emb", &DeleteParams::default()).await.unwrap();
+    ns.delete().await;
+}

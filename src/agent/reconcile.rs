@@ -194,6 +194,34 @@ pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context)
     Action::requeue(delay)
 }
 
+/// The generated objects without the Jobs that exist already (returned apart, to keep):
+/// those run as they were created.
+fn leave_started_jobs(
+    objects: Vec<DynamicObject>,
+    observed: &Observed,
+) -> (Vec<DynamicObject>, Vec<(String, String)>) {
+    let existing: std::collections::BTreeSet<&str> = observed
+        .jobs
+        .iter()
+        .filter_map(|j| j.metadata.name.as_deref())
+        .collect();
+    let mut started = Vec::new();
+    let objects = objects
+        .into_iter()
+        .filter(|o| {
+            let is_job = o.types.as_ref().is_some_and(|t| t.kind == "Job");
+            let name = o.metadata.name.as_deref().unwrap_or("");
+            if is_job && existing.contains(name) {
+                started.push(("Job".to_string(), name.to_string()));
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    (objects, started)
+}
+
 /// Gives each workload controller object in `observed` the generation our last apply
 /// left it at, when the copy read is older.
 fn raise_to_applied(book: &super::applied::AppliedBook, uid: &str, observed: &mut Observed) {
@@ -477,6 +505,11 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
 
+    // A shard's Job, once created, runs the template it was created with (a Job's
+    // template is immutable: an apply of another one is refused, and replacing it would
+    // run the shard again). A new revision reaches the shards that start after it.
+    let (objects, started) = leave_started_jobs(objects, &observed);
+
     // Policy: the member's admins decide what pinfed may run here. A refused workload
     // gets nothing created or changed; what already runs of it stays.
     let bodies: Vec<(&str, &str, &serde_json::Value)> = objects
@@ -544,6 +577,8 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         ctx.applied.record(&uid, digest);
         keep
     };
+    let mut keep = keep;
+    keep.extend(started);
     prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
 
     // Status. The controllers' objects were read before this apply: one our apply just
