@@ -568,9 +568,7 @@ mod member_restart {
 // Failover, failback, deletion while a member is down, and unjoin --force.
 
 mod failover {
-    use super::support::{
-        self, Daemon, Federation, TestNamespace, eventually, eventually_logged, spawn_daemon,
-    };
+    use super::support::{self, Daemon, Federation, TestNamespace, eventually, eventually_logged};
     use futures::StreamExt;
     use k8s_openapi::api::batch::v1::Job;
     use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -609,29 +607,16 @@ mod failover {
 
     /// The hub of `federation_failing_back_after`.
     fn hub(fed: &Federation, tag: &str, failback_secs: u64) -> Daemon {
-        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        spawn_daemon(
+        let failback = failback_secs.to_string();
+        support::spawn_hub(
             fed,
             &format!("hub-{tag}"),
             &[
-                s(&[
-                    "hub",
-                    "--context",
-                    "hub",
-                    "--no-leader-election",
-                    "--heartbeat-secs",
-                    "1",
-                    "--member-grace-secs",
-                    "5",
-                    "--failback-window-secs",
-                    &failback_secs.to_string(),
-                ]),
-                vec![
-                    "--metrics-addr".into(),
-                    format!("127.0.0.1:{}", support::free_port()),
-                ],
-            ]
-            .concat(),
+                "--member-grace-secs",
+                "5",
+                "--failback-window-secs",
+                &failback,
+            ],
         )
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pinfed::api::runtime_profile::RuntimeProfile;
 use pinfed::api::service::PinterestService;
-use support::{Daemon, Federation, TestNamespace, join_all, spawn_daemon};
+use support::{Daemon, Federation, TestNamespace, join_all};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -18,30 +18,8 @@ const WAIT: Duration = Duration::from_secs(120);
 /// agent per member.
 fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
     join_all(fed);
-    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut daemons = vec![spawn_daemon(
-        fed,
-        &format!("hub-{tag}"),
-        &[
-            s(&[
-                "hub",
-                "--context",
-                "hub",
-                "--no-leader-election",
-                "--heartbeat-secs",
-                "1",
-                "--member-grace-secs",
-                "5",
-                "--failback-window-secs",
-                "5",
-            ]),
-            vec![
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", support::free_port()),
-            ],
-        ]
-        .concat(),
-    )];
+    let grace = ["--member-grace-secs", "5", "--failback-window-secs", "5"];
+    let mut daemons = vec![support::spawn_hub(fed, &format!("hub-{tag}"), &grace)];
     daemons.extend(support::spawn_agents(fed));
     daemons
 }

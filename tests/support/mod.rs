@@ -318,6 +318,28 @@ pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
     Daemon::spawn(name, cmd, &log).expect("spawn pinfed daemon")
 }
 
+/// A hub as the e2e federations run it: on the topology's hub, no leader election, a
+/// heartbeat a second, metrics on a free port, then `extra` (grace periods and the like).
+pub fn spawn_hub(fed: &Federation, name: &str, extra: &[&str]) -> Daemon {
+    let mut args: Vec<String> = [
+        "hub",
+        "--context",
+        "hub",
+        "--no-leader-election",
+        "--heartbeat-secs",
+        "1",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    args.extend([
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{}", free_port()),
+    ]);
+    spawn_daemon(fed, name, &args)
+}
+
 /// A free loopback port for a daemon's metrics server.
 /// One agent per member (no leader election, metrics on a free port), as the e2e
 /// federations run them.
