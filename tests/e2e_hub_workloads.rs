@@ -1476,3 +1476,42 @@ async fn a_job_set_moved_to_another_runtime_mid_run_starts_its_later_shards_on_i
     api.delete("emb", &DeleteParams::default()).await.unwrap();
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_change_that_fails_the_users_health_check_is_rolled_back() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-healthcheck").await;
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    // One replica per member: a check asking for two can never hold.
+    let policy = serde_json::json!({
+        "stages": [{"count": 1}, {}],
+        "progressDeadlineSeconds": 12,
+        "healthCheck": "member.readyReplicas >= 2 && member.state == 'Ready'",
+    });
+    api.create(&PostParams::default(), &rolled_service("chk", policy))
+        .await
+        .unwrap();
+    let logs = || logs(daemons);
+    rollout_reaches(&api, "chk", "Complete", &logs).await;
+    eventually(WAIT, "available everywhere", || async {
+        hub_status(&api, "chk").await["availableReplicas"] == 3
+    })
+    .await;
+    set_image(&api, "chk", "registry.example/app:2").await;
+    let st = rollout_reaches(&api, "chk", "RolledBack", &logs).await;
+    let failed: Vec<&serde_json::Value> = st["rollout"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["state"] == "RolledBack")
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", st["rollout"]);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let why = event_message(&events, "RolloutMemberFailed")
+        .await
+        .unwrap_or_default();
+    assert!(why.contains("healthCheck"), "{why}");
+    ns.delete().await;
+}

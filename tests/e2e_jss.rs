@@ -1543,6 +1543,10 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
             json!({"stages": [{"count": 1, "soakSeconds": 900}, {}], "progressDeadlineSeconds": 60}),
             "spec.rollout.stages[0].soakSeconds",
         ),
+        (
+            json!({"healthCheck": "member.(readyReplicas"}),
+            "spec.rollout.healthCheck",
+        ),
     ] {
         let mut bad = svc.clone();
         bad["spec"]["rollout"] = policy;

@@ -43,6 +43,14 @@ pub struct RolloutPolicy {
     /// rollout touched to the last revision that was healthy there; `Pause` leaves them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// A CEL expression a member must also satisfy to pass, over `member`: its
+    /// `clusters[]` entry (state, replicas, readyReplicas, availableReplicas,
+    /// updatedReplicas, shardsRunning, shardsSucceeded, shardsFailed, completedShards,
+    /// failedShards, active, revision, message), e.g.
+    /// `member.readyReplicas >= 2 && member.state == 'Ready'`. A field the entry lacks, or
+    /// a result that is not `true`, is not healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<String>,
     /// Revisions kept on the hub (at least the one running). Default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -329,6 +337,11 @@ pub fn check_policy(p: &RolloutPolicy, errors: &mut Vec<(String, String)>) {
         if !names.insert(name.clone()) {
             add(format!("{f}.name"), format!("{name:?} names two stages"));
         }
+    }
+    if let Some(expr) = &p.health_check
+        && let Err(e) = crate::rollout::health::compile(expr)
+    {
+        add("spec.rollout.healthCheck".into(), e);
     }
     if let Some(d) = p.progress_deadline_seconds
         && d < 1

@@ -3,6 +3,7 @@
 //! loop records revisions, asks [`step::step`] which revision each member runs, and
 //! writes the slices; `docs/rollouts.md` is the user's view.
 
+pub mod health;
 pub mod plan;
 pub mod revision;
 pub mod step;

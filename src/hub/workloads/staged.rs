@@ -70,6 +70,11 @@ pub async fn stage<K: PinterestKind>(
     let content = revision::content(&spec, &runtime);
     let hash = revision::hash(&content);
     let fresh_since = now.0.as_second() - ctx.stale_after_secs;
+    let health_check = obj
+        .rollout()
+        .unwrap_or(&ctx.default_rollout)
+        .health_check
+        .as_deref();
     let placed: BTreeMap<String, MemberFacts> = decision
         .placements
         .iter()
@@ -85,7 +90,13 @@ pub async fn stage<K: PinterestKind>(
                 .and_then(|m| m.agent_renewed())
                 .is_some_and(|t| t.as_second() >= fresh_since);
             let fresh = standings.ready.contains(&p.cluster) && agent_fresh;
-            let facts = member_facts(obj.progress(), slices.get(&p.cluster).map(|s| &**s));
+            let slice = slices.get(&p.cluster).map(|s| &**s);
+            let mut facts = member_facts(obj.progress(), slice);
+            if let (Some(expr), Some(slice)) = (health_check, slice)
+                && facts.healthy
+            {
+                user_health(expr, &p.cluster, slice, now, &mut facts);
+            }
             (
                 p.cluster.clone(),
                 MemberFacts {
@@ -144,6 +155,32 @@ pub async fn stage<K: PinterestKind>(
         overlays,
         keep,
     })
+}
+
+/// The policy's health check over the member's `clusters[]` entry: not healthy unless it
+/// holds (the detail says why).
+fn user_health(
+    expr: &str,
+    cluster: &str,
+    slice: &SliceSummary,
+    now: &Time,
+    facts: &mut MemberFacts,
+) {
+    let entry = crate::hub::slices::member_workload_status(cluster, slice, now);
+    let verdict = serde_json::to_value(&entry)
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::rollout::health::judge(expr, &v));
+    match verdict {
+        Ok(true) => {}
+        Ok(false) => {
+            facts.healthy = false;
+            facts.detail = Some(format!("healthCheck {expr:?} is false"));
+        }
+        Err(e) => {
+            facts.healthy = false;
+            facts.detail = Some(format!("healthCheck {expr:?}: {e}"));
+        }
+    }
 }
 
 /// What runs where by revision: each placed member's reported revision with its share
