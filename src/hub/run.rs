@@ -320,13 +320,20 @@ async fn profiles_loop(ctx: &HubContext) {
                 crate::rollout::revision::hash(&serde_json::to_value(&p.spec).unwrap_or_default());
             let now = (p.spec.version.clone(), digest);
             match contents.insert(name.clone(), now.clone()) {
-                Some(before) if before.0 == now.0 && before.1 != now.1 => {
+                Some(before) if before.1 != now.1 => {
+                    let what = if before.0 == now.0 {
+                        format!("changed without a new version (still {})", now.0)
+                    } else {
+                        format!(
+                            "changed its version in place ({} → {}): members running a revision pinned to {} lose that profile",
+                            before.0, now.0, before.0
+                        )
+                    };
                     let ev = kube::runtime::events::Event {
                         type_: kube::runtime::events::EventType::Warning,
                         reason: "EditedInPlace".into(),
                         note: Some(format!(
-                            "RuntimeProfile {name} (version {}) changed without a new version: every member gets it at once, outside any rollout; publish a new version to roll it out stage by stage",
-                            now.0
+                            "RuntimeProfile {name} {what}: every member gets it at once, outside any rollout; publish a new profile with a new version to roll it out stage by stage"
                         )),
                         action: "EditedInPlace".into(),
                         secondary: None,
