@@ -316,8 +316,11 @@ async fn profiles_loop(ctx: &HubContext) {
     loop {
         for p in ctx.profiles.state() {
             let name = kube::ResourceExt::name_any(p.as_ref());
+            // Marking a profile default or not is how upgrades are published: not an edit.
+            let mut spec = p.spec.clone();
+            spec.default = false;
             let digest =
-                crate::rollout::revision::hash(&serde_json::to_value(&p.spec).unwrap_or_default());
+                crate::rollout::revision::hash(&serde_json::to_value(&spec).unwrap_or_default());
             let now = (p.spec.version.clone(), digest);
             match contents.insert(name.clone(), now.clone()) {
                 Some(before) if before.1 != now.1 => {
