@@ -817,3 +817,289 @@ async fn quotas_and_owners_show_what_each_team_uses() {
     b.close().await;
     ns.delete().await;
 }
+
+/// A POST from the page's script that follows the redirect, as a form's submission does;
+/// returns the status and the page it lands on.
+async fn post_following(b: &Browser, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let body: Vec<String> = form
+        .iter()
+        .map(|(k, v)| format!("{k}={}", pinfed::jss::ui::html::url_part(v)))
+        .collect();
+    let script = format!(
+        "var done = arguments[arguments.length - 1];
+         fetch({}, {{method: 'POST', credentials: 'same-origin',
+            headers: {{'Content-Type': 'application/x-www-form-urlencoded'}}, body: {}}})
+           .then(function (r) {{ return r.text().then(function (t) {{ done([r.status, t]); }}); }})
+           .catch(function (e) {{ done([0, String(e)]); }});",
+        Value::String(path.into()),
+        Value::String(body.join("&"))
+    );
+    let v = b.c.execute_async(&script, vec![]).await.unwrap();
+    (
+        v[0].as_u64().unwrap_or(0) as u16,
+        v[1].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_staged_rollout_is_approved_paused_and_undone_from_its_page_by_its_team_only() {
+    let (fed, st) = start().await;
+    let started = std::time::Instant::now();
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "ui-ads").await;
+    let first = fed.member_names()[0].clone();
+    let mut svc = service("web", "ads", 3);
+    svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
+    svc["spec"]["rollout"] = json!({
+        "stages": [{"name": "first", "approval": true, "clusters": [first]}, {"name": "rest"}],
+        "progressDeadlineSeconds": 60,
+    });
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let rollout_path = format!("/v1/workloads/{}/service/web/rollout", ns.name);
+    let revision = || {
+        let alice = st.api("alice-token");
+        let path = rollout_path.clone();
+        async move {
+            let r = alice.get(&path).await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.body["status"]["revision"].as_i64().unwrap_or(0)
+        }
+    };
+    // Revision 1 is recorded at the hub's first look; a new image is revision 2, whose
+    // first stage waits for approval.
+    st.submit("alice-token", &ns.name, &svc).await;
+    eventually(WAIT, "revision 1 recorded", || async {
+        revision().await == 1
+    })
+    .await;
+    svc["spec"]["template"]["spec"]["containers"][0]["image"] = json!("registry.example/app:2");
+    st.submit("alice-token", &ns.name, &svc).await;
+    let page = format!("/ui/workloads/{}/service/web", ns.name);
+    let phase_is = |p: &str| {
+        format!(
+            "var e = document.getElementById('rollout-phase'); return !!e && e.dataset.phase === '{p}';"
+        )
+    };
+
+    // carol's team reads the namespace but does not own the workload: no buttons, and a
+    // forced approval with her own valid CSRF token is refused.
+    let b = Browser::open(st).await;
+    b.login("carol-token").await;
+    b.goto(&page).await;
+    b.wait_js(
+        &format!("revision 2 waiting for approval\n{}", st.logs()),
+        &phase_is("WaitingForApproval"),
+        WAIT,
+    )
+    .await;
+    assert!(
+        b.text("#rollout-refused").await.contains("may not act"),
+        "{}",
+        b.text("#rollout").await
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('#rollout form, #rollout-approve, #rollout-pause, #rollout-undo').length")
+            .await,
+        json!(0),
+        "no rollout buttons for another team"
+    );
+    let csrf = b
+        .js("return document.querySelector('meta[name=csrf-token]').content")
+        .await;
+    let (code, body) = b
+        .post_from_page(
+            &format!("{page}/rollout/approve"),
+            &[("csrf", csrf.as_str().unwrap()), ("stage", "first")],
+        )
+        .await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("ads"), "names the owner team: {body}");
+    let approved = |o: &PinterestService| {
+        o.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(pinfed::api::rollout::ANNOTATION_APPROVED).cloned())
+    };
+    assert_eq!(
+        approved(&api.get("web").await.unwrap()),
+        None,
+        "nothing approved"
+    );
+    b.assert_console_errors_only("carol's refused approval", &["status of 403"])
+        .await;
+    b.close().await;
+
+    // alice's team owns it: the page shows where revision 2 stands, and she approves.
+    let b = Browser::open(st).await;
+    b.login("alice-token").await;
+    b.goto(&page).await;
+    b.wait_js("WaitingForApproval", &phase_is("WaitingForApproval"), WAIT)
+        .await;
+    assert_eq!(b.text("#rollout-revision").await, "2");
+    assert_eq!(b.text("#rollout-stable").await, "1");
+    let strip = b
+        .js("return Array.from(document.querySelectorAll('#stages li')).map(l => [l.dataset.stage, l.dataset.state, l.classList.contains('current')])")
+        .await;
+    assert_eq!(
+        strip,
+        json!([
+            ["first", "waiting-for-approval", true],
+            ["rest", "not-started", false]
+        ]),
+        "the stage strip"
+    );
+    let why = b
+        .text(&format!(
+            "#rollout table.rollout-members tr[data-cluster={}] td.why",
+            css_attr(&first)
+        ))
+        .await;
+    assert!(why.contains("approval needed"), "{why}");
+    assert!(
+        b.text("#rolled-out").await.contains("WaitingForApproval"),
+        "the RolledOut condition: {}",
+        b.text("#rollout").await
+    );
+    let history = b
+        .js("return Array.from(document.querySelectorAll('#rollout table.history tr[data-revision]')).map(r => r.dataset.revision)")
+        .await;
+    assert_eq!(
+        history,
+        json!(["2", "1"]),
+        "the recorded revisions, newest first"
+    );
+    assert!(
+        b.text("#rollout table.history")
+            .await
+            .contains("registry.example/app:1"),
+        "{}",
+        b.text("#rollout table.history").await
+    );
+    b.js("document.getElementById('rollout').scrollIntoView(); return true")
+        .await;
+    b.screenshot("workload-rollout").await;
+    b.click_id("rollout-approve").await;
+    b.wait_js(
+        "the approval's flash message",
+        "var f = document.getElementById('flash'); return !!f && f.dataset.ok === 'true';",
+        WAIT,
+    )
+    .await;
+    let flash = b.text("#flash").await;
+    assert!(
+        flash.contains("approved stage \"first\" (0) of revision 2"),
+        "{flash}"
+    );
+    assert_eq!(
+        approved(&api.get("web").await.unwrap()).as_deref(),
+        Some("2/0")
+    );
+    b.wait_js(
+        &format!("the rollout past its approval on the open page\n{}", st.logs()),
+        "var e = document.getElementById('rollout-phase'); return !!e && e.dataset.phase !== 'WaitingForApproval';",
+        WAIT,
+    )
+    .await;
+    assert_eq!(
+        b.js("return !!document.getElementById('rollout-approve')")
+            .await,
+        json!(false),
+        "nothing waits for approval now"
+    );
+    let state = b
+        .js("return document.querySelector('#stages li[data-index=\"0\"]').dataset.state")
+        .await;
+    assert!(
+        state == json!("in-progress") || state == json!("done"),
+        "the first stage goes on: {state}"
+    );
+    // The same approval again: nothing waits, and the page says so.
+    let csrf = b
+        .js("return document.querySelector('meta[name=csrf-token]').content")
+        .await;
+    let (code, html) = post_following(
+        &b,
+        &format!("{page}/rollout/approve"),
+        &[
+            ("csrf", csrf.as_str().unwrap()),
+            ("stage", "first"),
+            ("revision", "2"),
+        ],
+    )
+    .await;
+    let flash = html
+        .split("id=\"flash\"")
+        .nth(1)
+        .and_then(|f| f.split("</p>").next())
+        .unwrap_or_default();
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        flash.contains("data-ok=\"false\"") && flash.contains("not waiting for approval"),
+        "the flash of a second approval: {flash:?}\n{}",
+        st.logs()
+    );
+
+    // Pause, then resume.
+    b.goto(&page).await;
+    b.click_id("rollout-pause").await;
+    b.wait_js(
+        "paused",
+        "return !!document.getElementById('rollout-paused') && !!document.getElementById('rollout-resume')",
+        WAIT,
+    )
+    .await;
+    assert!(
+        b.text("#flash").await.contains("paused"),
+        "{}",
+        b.text("#flash").await
+    );
+    b.click_id("rollout-resume").await;
+    b.wait_js(
+        "resumed",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('resumed') >= 0 && !document.getElementById('rollout-paused')",
+        WAIT,
+    )
+    .await;
+
+    // Undo to revision 1, chosen in the select: the spec runs its image again, and the
+    // hub rolls it out as revision 3 (whose first stage waits for approval again).
+    b.click_id("rollout-undo-open").await;
+    b.c.find(fantoccini::Locator::Id("undo-revision"))
+        .await
+        .unwrap()
+        .select_by_value("1")
+        .await
+        .unwrap();
+    b.click_id("rollout-undo-submit").await;
+    b.wait_js(
+        "the undo's flash message",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('revision 1') >= 0;",
+        WAIT,
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.getElementById('flash').dataset.ok")
+            .await,
+        json!("true"),
+        "{}",
+        b.text("#flash").await
+    );
+    let spec = serde_json::to_value(api.get("web").await.unwrap().spec).unwrap();
+    assert_eq!(
+        spec["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+    b.wait_js(
+        &format!("revision 3 on the open page\n{}", st.logs()),
+        "var r = document.getElementById('rollout'); return !!r && r.dataset.revision === '3';",
+        WAIT,
+    )
+    .await;
+    b.assert_no_console_errors("alice's rollout actions").await;
+    b.close().await;
+    ns.delete().await;
+    eprintln!(
+        "the rollout in the UI: {:?} (after the shared setup)",
+        started.elapsed()
+    );
+}

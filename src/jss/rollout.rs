@@ -180,6 +180,26 @@ pub fn pause_message(w: &ObjectName, status: Option<&RolloutStatus>, was: bool) 
     }
 }
 
+/// What an approval did, as people read it.
+pub fn approve_message(w: &ObjectName, revision: i64, stage: i32, stage_name: &str) -> String {
+    format!(
+        "approved stage {stage_name:?} ({stage}) of revision {revision} of {}: the hub starts it at its next look",
+        object_text(w)
+    )
+}
+
+/// What a resume did, as people read it (`was`: it was paused).
+pub fn resume_message(w: &ObjectName, was: bool) -> String {
+    if was {
+        format!(
+            "{} resumed: its rollout goes on at the hub's next look",
+            object_text(w)
+        )
+    } else {
+        format!("{} was not paused: nothing changed", object_text(w))
+    }
+}
+
 /// The stage an approval names (`--stage`, a name or an index; default the stage that
 /// waits): `(index, name)` of the waiting stage, or why it cannot be approved (422,
 /// naming the field: `status.rollout.phase` when nothing waits, `stage` when another

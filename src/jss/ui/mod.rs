@@ -8,8 +8,10 @@
 //! the session's CSRF token and is refused from another origin.
 //!
 //! Pure: [`model`] (what to show), [`pages`] and [`html`] (how), [`session`] (the session
-//! table). The shell: this module's handlers and [`feed`] (the hub's watches and reads).
+//! table). The shell: this module's handlers, [`actions`] (the rollout buttons) and
+//! [`feed`] (the hub's watches and reads).
 
+pub mod actions;
 pub mod feed;
 pub mod html;
 pub mod model;
@@ -113,6 +115,8 @@ type Shared = State<Arc<Ui>>;
 pub struct PageQuery {
     /// Only the body (`<main>`), for live updates.
     pub fragment: Option<String>,
+    /// The session's flash message to show (an action's outcome).
+    pub flash: Option<String>,
 }
 
 fn viewer(s: &Session) -> Viewer<'_> {
@@ -738,6 +742,18 @@ async fn workload(
         .await
         .map_err(|e| e.to_string());
     let palette = palette(&members);
+    // The rollout as `GET .../rollout` gives it: the hub's status and the recorded
+    // revisions (read live: they are not watched).
+    let (revisions, history_error) = match ui
+        .jss
+        .hub
+        .revisions(&ns, &o.uid().unwrap_or_default())
+        .await
+    {
+        Ok(r) => (r, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let rollout_view = crate::jss::rollout::view(kind, &o, &revisions);
     let detail = pages::Detail {
         row: &row,
         contact: o.data["spec"]["owner"]["contact"]
@@ -760,6 +776,12 @@ async fn workload(
         csrf: &s.csrf,
         palette: &palette,
         now,
+        rollout: pages::RolloutPanel {
+            view: &rollout_view,
+            history_error,
+            rolled_out: find_condition(&st.conditions, crate::status::hub_status::ROLLED_OUT),
+        },
+        flash: s.flash(q.flash.as_deref()),
     };
     let topic = format!("workload:{ns}/{}/{name}", kind.as_str());
     render(
@@ -1083,6 +1105,10 @@ pub fn router(ui: Arc<Ui>) -> Router {
             "/workloads/{namespace}/{kind}/{name}/delete",
             post(delete_workload),
         )
+        .route(
+            "/workloads/{namespace}/{kind}/{name}/rollout/{action}",
+            post(actions::rollout_action),
+        )
         .route("/members/{name}/drain", post(drain_member))
         .route("/quotas", get(quotas))
         .route("/owners", get(owners))
@@ -1160,6 +1186,7 @@ mod tests {
             },
             csrf: "right".into(),
             expires: Instant::now(),
+            flashes: Vec::new(),
         };
         let h = headers(&[("host", "a")]);
         assert!(check_action(&h, &s, Some("right")).is_ok());

@@ -18,6 +18,7 @@ use crate::api::federation::{ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM};
 use crate::api::federation::{ClusterMode, MemberCluster, ResourceAmounts};
 use crate::api::quantity::Milli;
 use crate::api::ranges::RangeSet;
+use crate::api::rollout::{RolloutPolicy, RolloutStatus, gate, phase as rp};
 use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::placement::from_workload::policy_for;
 use crate::placement::model::untolerated;
@@ -878,6 +879,304 @@ pub fn shard_map(total: u32, s: &HubStatus, limit: u32) -> Vec<ShardCell> {
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------
+// Rollout
+
+/// A rollout phase's badge colour.
+pub fn phase_tone(phase: &str) -> &'static str {
+    match phase {
+        rp::COMPLETE => "ok",
+        rp::PROGRESSING => "info",
+        rp::WAITING_FOR_APPROVAL | rp::PAUSED | rp::ROLLING_BACK => "warn",
+        rp::ROLLED_BACK | rp::HALTED | rp::INVALID => "bad",
+        _ => "muted",
+    }
+}
+
+/// A member gate state's badge colour.
+pub fn gate_tone(state: &str) -> &'static str {
+    match state {
+        gate::PASSED => "ok",
+        gate::UPDATING | gate::SOAKING => "info",
+        gate::WAITING | gate::SKIPPED => "muted",
+        gate::ROLLING_BACK => "warn",
+        gate::FAILED | gate::ROLLED_BACK => "bad",
+        _ => "muted",
+    }
+}
+
+/// Where one stage of a rollout stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageState {
+    Done,
+    /// Done, with a member that failed it (within the failure budget).
+    Failed,
+    InProgress,
+    WaitingForApproval,
+    Paused,
+    RollingBack,
+    RolledBack,
+    Halted,
+    Invalid,
+    NotStarted,
+}
+
+impl StageState {
+    /// As `data-state` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageState::Done => "done",
+            StageState::Failed => "failed",
+            StageState::InProgress => "in-progress",
+            StageState::WaitingForApproval => "waiting-for-approval",
+            StageState::Paused => "paused",
+            StageState::RollingBack => "rolling-back",
+            StageState::RolledBack => "rolled-back",
+            StageState::Halted => "halted",
+            StageState::Invalid => "invalid",
+            StageState::NotStarted => "not-started",
+        }
+    }
+
+    /// As people read it, with its mark (the CLI's marks).
+    pub fn label(self) -> &'static str {
+        match self {
+            StageState::Done => "✓ done",
+            StageState::Failed => "✗ done, a member failed",
+            StageState::InProgress => "▶ in progress",
+            StageState::WaitingForApproval => "‖ waiting for approval",
+            StageState::Paused => "‖ paused",
+            StageState::RollingBack => "↩ rolling back",
+            StageState::RolledBack => "↩ rolled back",
+            StageState::Halted => "✗ halted",
+            StageState::Invalid => "✗ invalid",
+            StageState::NotStarted => "· not started",
+        }
+    }
+
+    pub fn tone(self) -> &'static str {
+        match self {
+            StageState::Done => "ok",
+            StageState::InProgress => "info",
+            StageState::WaitingForApproval | StageState::Paused | StageState::RollingBack => "warn",
+            StageState::Failed
+            | StageState::RolledBack
+            | StageState::Halted
+            | StageState::Invalid => "bad",
+            StageState::NotStarted => "muted",
+        }
+    }
+}
+
+/// One stage of the strip.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageCell {
+    pub name: String,
+    pub state: StageState,
+    /// The stage the rollout stands at.
+    pub current: bool,
+    /// The policy asks a person to approve it before it starts.
+    pub approval: bool,
+    /// Its members in this rollout.
+    pub members: usize,
+}
+
+/// The stages of a rollout in order, each with where it stands (as `pinfed rollout
+/// status` draws them). A rollout without stages has one, `all`.
+pub fn stage_strip(s: &RolloutStatus, policy: Option<&RolloutPolicy>) -> Vec<StageCell> {
+    let names: Vec<String> = if s.stages.is_empty() {
+        vec!["all".into()]
+    } else {
+        s.stages.clone()
+    };
+    let complete = s.phase == rp::COMPLETE;
+    let current = s.stage.unwrap_or(0);
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let index = i32::try_from(i).unwrap_or(i32::MAX);
+            let failed = s
+                .members
+                .iter()
+                .any(|m| m.stage == index && m.state == gate::FAILED);
+            let state = if complete || index < current {
+                if failed {
+                    StageState::Failed
+                } else {
+                    StageState::Done
+                }
+            } else if index == current {
+                match s.phase.as_str() {
+                    rp::WAITING_FOR_APPROVAL => StageState::WaitingForApproval,
+                    rp::PAUSED => StageState::Paused,
+                    rp::ROLLING_BACK => StageState::RollingBack,
+                    rp::ROLLED_BACK => StageState::RolledBack,
+                    rp::HALTED => StageState::Halted,
+                    rp::INVALID => StageState::Invalid,
+                    _ => StageState::InProgress,
+                }
+            } else {
+                StageState::NotStarted
+            };
+            StageCell {
+                name,
+                state,
+                current: !complete && index == current,
+                approval: policy
+                    .and_then(|p| p.stages.get(i))
+                    .is_some_and(|st| st.approval),
+                members: s.members.iter().filter(|m| m.stage == index).count(),
+            }
+        })
+        .collect()
+}
+
+/// `45s`, `3m12s`, `2h5m`.
+pub fn duration(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if s % 60 == 0 => format!("{}m", s / 60),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        _ => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// One member's gate, as the rollout table shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberGate {
+    pub cluster: String,
+    /// Its stage's name.
+    pub stage: String,
+    /// The revision it is told to run.
+    pub revision: i64,
+    /// The revision it ran when the rollout began.
+    pub from_revision: i64,
+    pub state: String,
+    pub since: Option<Timestamp>,
+    /// Why it is where it is: what it waits for (its stage, an approval, a slot, the
+    /// soak), its deadline, the hub's message.
+    pub why: String,
+}
+
+/// The members of a rollout with why each waits, computed at `now` from the status the
+/// hub wrote and the policy (soak and deadline; `None`: the federation's default, whose
+/// deadline the JSS does not know).
+pub fn member_gates(
+    s: &RolloutStatus,
+    policy: Option<&RolloutPolicy>,
+    now: Timestamp,
+) -> Vec<MemberGate> {
+    let current = s.stage.unwrap_or(0);
+    let stage_name = |i: i32| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| s.stages.get(i))
+            .cloned()
+            .unwrap_or_else(|| {
+                if s.stages.is_empty() {
+                    "all".into()
+                } else {
+                    format!("stage-{i}")
+                }
+            })
+    };
+    let stage_policy =
+        |i: i32| policy.and_then(|p| usize::try_from(i).ok().and_then(|i| p.stages.get(i)));
+    let secs_since = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.as_ref().map(|t| now.as_second() - t.0.as_second())
+    };
+    s.members
+        .iter()
+        .map(|m| {
+            let mut why: Vec<String> = Vec::new();
+            let mut message = m.message.clone().filter(|x| !x.is_empty());
+            match m.state.as_str() {
+                gate::WAITING => why.push(match s.phase.as_str() {
+                    rp::INVALID => "nobody moves: the policy cannot be applied".into(),
+                    rp::ROLLING_BACK | rp::ROLLED_BACK | rp::HALTED => {
+                        format!("not started: the rollout stopped ({})", s.phase)
+                    }
+                    rp::WAITING_FOR_APPROVAL if m.stage == current => format!(
+                        "approval needed: stage {:?} starts once a person approves it",
+                        stage_name(m.stage)
+                    ),
+                    rp::PAUSED => "the rollout is paused: no new member starts".into(),
+                    _ if m.stage > current => format!(
+                        "waits for stage {:?} to pass{}",
+                        stage_name(current),
+                        if stage_policy(m.stage).is_some_and(|st| st.approval) {
+                            ", then for a person to approve its own"
+                        } else {
+                            ""
+                        }
+                    ),
+                    _ => match stage_policy(m.stage).and_then(|st| st.max_concurrent) {
+                        Some(n) => format!("waits for a slot ({n} of its stage change at once)"),
+                        None => "starts at the hub's next look".into(),
+                    },
+                }),
+                gate::UPDATING => {
+                    let told = secs_since(&m.updated_time);
+                    match (told, policy) {
+                        (Some(t), Some(p)) => {
+                            let left = p.deadline_secs() - t;
+                            why.push(if left > 0 {
+                                format!(
+                                    "updating for {}; deadline in {}",
+                                    duration(t),
+                                    duration(left)
+                                )
+                            } else {
+                                format!(
+                                    "updating for {}; past its deadline ({} s): fails at the hub's next look",
+                                    duration(t),
+                                    p.deadline_secs()
+                                )
+                            });
+                        }
+                        (Some(t), None) => why.push(format!(
+                            "updating for {} (deadline: the federation's default)",
+                            duration(t)
+                        )),
+                        (None, _) => why.push("updating".into()),
+                    }
+                }
+                gate::SOAKING => {
+                    let soak = stage_policy(m.stage)
+                        .and_then(|st| st.soak_seconds)
+                        .unwrap_or(0);
+                    let soaked = secs_since(&m.since).unwrap_or(0);
+                    why.push(format!(
+                        "healthy; soak {} left of {}",
+                        duration(soak - soaked),
+                        duration(soak)
+                    ));
+                    // The hub's own count is as old as its last look.
+                    if message.as_deref().is_some_and(|x| x.starts_with("soaking:")) {
+                        message = None;
+                    }
+                }
+                gate::PASSED => why.push("passed its gate".into()),
+                _ => {}
+            }
+            if let Some(x) = message {
+                why.push(x);
+            }
+            MemberGate {
+                cluster: m.cluster.clone(),
+                stage: stage_name(m.stage),
+                revision: m.revision,
+                from_revision: m.from_revision,
+                state: m.state.clone(),
+                since: m.since.as_ref().map(|t| t.0),
+                why: why.join(" · "),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1312,6 +1611,135 @@ mod tests {
             r[3].why.contains("zone us-east-1d is not among"),
             "{}",
             r[3].why
+        );
+    }
+
+    fn rollout_status(v: serde_json::Value) -> RolloutStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn rollout_policy(v: serde_json::Value) -> RolloutPolicy {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_stage_strip_says_what_is_done_current_and_to_come() {
+        let p = rollout_policy(json!({"stages": [
+            {"name": "canary", "clusters": ["a"]},
+            {"name": "second", "count": 1, "approval": true},
+            {"name": "rest"}]}));
+        let s = rollout_status(
+            json!({"revision": 2, "revisionHash": "h", "stableRevision": 1,
+            "phase": "WaitingForApproval", "stage": 1, "stages": ["canary", "second", "rest"],
+            "members": [
+                {"cluster": "a", "stage": 0, "revision": 2, "fromRevision": 1, "state": "Passed"},
+                {"cluster": "b", "stage": 1, "revision": 1, "fromRevision": 1, "state": "Waiting"},
+                {"cluster": "c", "stage": 2, "revision": 1, "fromRevision": 1, "state": "Waiting"}]}),
+        );
+        let strip = stage_strip(&s, Some(&p));
+        let got: Vec<(&str, StageState, bool, bool)> = strip
+            .iter()
+            .map(|c| (c.name.as_str(), c.state, c.current, c.approval))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("canary", StageState::Done, false, false),
+                ("second", StageState::WaitingForApproval, true, true),
+                ("rest", StageState::NotStarted, false, false)
+            ]
+        );
+        assert_eq!(strip[0].members, 1);
+        let mut done = s.clone();
+        done.phase = "Complete".into();
+        done.stage = None;
+        done.members[0].state = "Failed".into();
+        let strip = stage_strip(&done, Some(&p));
+        assert_eq!(strip[0].state, StageState::Failed, "done, a member failed");
+        assert!(strip.iter().all(|c| !c.current));
+        assert!(strip[1..].iter().all(|c| c.state == StageState::Done));
+        let none = rollout_status(
+            json!({"revision": 1, "revisionHash": "h", "phase": "Progressing", "stage": 0}),
+        );
+        let strip = stage_strip(&none, None);
+        assert_eq!(
+            (strip.len(), strip[0].name.as_str(), strip[0].state),
+            (1, "all", StageState::InProgress)
+        );
+    }
+
+    #[test]
+    fn each_member_says_why_it_waits() {
+        let now = ts("2026-11-23T12:00:00Z");
+        let p = rollout_policy(json!({"progressDeadlineSeconds": 600, "stages": [
+            {"name": "canary", "clusters": ["a", "b", "e"], "soakSeconds": 300, "maxConcurrent": 2},
+            {"name": "second", "clusters": ["c"], "approval": true},
+            {"name": "rest"}]}));
+        let s = rollout_status(
+            json!({"revision": 2, "revisionHash": "h", "stableRevision": 1,
+            "phase": "Progressing", "stage": 0, "stages": ["canary", "second", "rest"],
+            "members": [
+                {"cluster": "a", "stage": 0, "revision": 2, "fromRevision": 1, "state": "Soaking",
+                 "since": "2026-11-23T11:58:00Z", "message": "soaking: 290 s left"},
+                {"cluster": "b", "stage": 0, "revision": 2, "fromRevision": 1, "state": "Updating",
+                 "since": "2026-11-23T11:59:00Z", "updatedTime": "2026-11-23T11:59:00Z",
+                 "message": "1 of 2 replicas updated"},
+                {"cluster": "e", "stage": 0, "revision": 1, "fromRevision": 1, "state": "Waiting"},
+                {"cluster": "c", "stage": 1, "revision": 1, "fromRevision": 1, "state": "Waiting"},
+                {"cluster": "d", "stage": 2, "revision": 1, "fromRevision": 1, "state": "Waiting"}]}),
+        );
+        let why: BTreeMap<String, String> = member_gates(&s, Some(&p), now)
+            .into_iter()
+            .map(|m| (m.cluster, m.why))
+            .collect();
+        assert_eq!(
+            why["a"], "healthy; soak 3m left of 5m",
+            "the hub's stale count goes"
+        );
+        assert_eq!(
+            why["b"],
+            "updating for 1m; deadline in 9m · 1 of 2 replicas updated"
+        );
+        assert_eq!(why["e"], "waits for a slot (2 of its stage change at once)");
+        assert_eq!(
+            why["c"],
+            "waits for stage \"canary\" to pass, then for a person to approve its own"
+        );
+        assert_eq!(why["d"], "waits for stage \"canary\" to pass");
+
+        let mut w = s.clone();
+        w.phase = "WaitingForApproval".into();
+        w.stage = Some(1);
+        let gates = member_gates(&w, Some(&p), now);
+        let c = gates.iter().find(|m| m.cluster == "c").unwrap();
+        assert!(
+            c.why.starts_with("approval needed: stage \"second\""),
+            "{}",
+            c.why
+        );
+        assert_eq!(c.stage, "second");
+
+        let mut late = s.clone();
+        late.members[1].updated_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            ts("2026-11-23T11:49:00Z"),
+        ));
+        let gates = member_gates(&late, Some(&p), now);
+        assert!(
+            gates[1].why.contains("past its deadline (600 s)"),
+            "{}",
+            gates[1].why
+        );
+        let gates = member_gates(&late, None, now);
+        assert!(
+            gates[1].why.contains("deadline: the federation's default"),
+            "{}",
+            gates[1].why
+        );
+        assert_eq!(duration(3725), "1h2m");
+        assert_eq!(duration(-5), "0s");
+        assert_eq!(
+            (phase_tone("RolledBack"), gate_tone("Passed")),
+            ("bad", "ok")
         );
     }
 }

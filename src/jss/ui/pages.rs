@@ -12,11 +12,14 @@ use super::model::{
     Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
     WorkloadState, age,
 };
+use super::session::Flash;
 use crate::api::common::{Condition, MemberWorkloadStatus, PlacementDecision};
 use crate::api::federation::ResourceAmounts;
 use crate::api::quantity::Milli;
+use crate::api::rollout::phase as rollout_phase;
 use crate::api::workload::WorkloadKind;
 use crate::jss::request::kind_path;
+use crate::jss::wire::RolloutView;
 use crate::placement::model::Resources;
 
 /// Colour classes for clusters (`cl0` … `cl7`), by the members' name order.
@@ -553,6 +556,18 @@ pub struct Detail<'a> {
     pub csrf: &'a str,
     pub palette: &'a Palette,
     pub now: Timestamp,
+    pub rollout: RolloutPanel<'a>,
+    /// What the viewer's last action on this page said.
+    pub flash: Option<&'a Flash>,
+}
+
+/// The workload's rollout, as `GET .../rollout` gives it.
+pub struct RolloutPanel<'a> {
+    pub view: &'a RolloutView,
+    /// Why the recorded revisions could not be read, when they could not.
+    pub history_error: Option<String>,
+    /// The hub's `RolledOut` condition.
+    pub rolled_out: Option<&'a Condition>,
 }
 
 fn amounts_line(r: &Resources) -> String {
@@ -577,6 +592,15 @@ pub fn workload(d: &Detail<'_>) -> String {
         r.state.as_str(),
         badge(r.state.as_str(), r.state.tone())
     );
+    if let Some(f) = d.flash {
+        let _ = write!(
+            h,
+            "<p class=\"flash{}\" id=\"flash\" data-ok=\"{}\">{}</p>",
+            if f.ok { "" } else { " refused" },
+            f.ok,
+            esc(&f.text)
+        );
+    }
     let _ = write!(
         h,
         "<dl class=\"facts\"><dt>Team</dt><dd>{}</dd><dt>Contact</dt><dd>{}</dd><dt>Submitted by</dt><dd>{}</dd>\
@@ -592,8 +616,21 @@ pub fn workload(d: &Detail<'_>) -> String {
         split_cell(r, d.palette)
     );
 
+    // A change rolling out comes first; a finished one after where the workload runs.
+    let rolling = d
+        .rollout
+        .view
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase != rollout_phase::COMPLETE);
+    if rolling {
+        rollout_section(&mut h, d);
+    }
     placement_section(&mut h, d);
     shards_section(&mut h, d);
+    if !rolling {
+        rollout_section(&mut h, d);
+    }
     conditions_section(&mut h, d);
     failover_section(&mut h, d);
     events_section(&mut h, d);
@@ -604,6 +641,314 @@ pub fn workload(d: &Detail<'_>) -> String {
         esc(&d.yaml)
     );
     h
+}
+
+/// The rollout: revision and stable revision, phase, the stage strip, each member's gate
+/// and why it waits, what runs where, the recorded revisions, the RolledOut condition;
+/// and the owner team's buttons.
+fn rollout_section(h: &mut String, d: &Detail<'_>) {
+    let v = d.rollout.view;
+    let policy = v.policy.as_ref();
+    let Some(s) = &v.status else {
+        h.push_str(
+            "<section class=\"card\" id=\"rollout\" data-phase=\"\"><h2>Rollout</h2>\
+             <p class=\"muted\">The hub has not looked at this workload yet: no revision is recorded.</p>",
+        );
+        rollout_actions(h, d);
+        h.push_str("</section>");
+        return;
+    };
+    let _ = write!(
+        h,
+        "<section class=\"card\" id=\"rollout\" data-phase=\"{}\" data-revision=\"{}\"><h2>Rollout</h2>\
+         <dl class=\"facts\"><dt>Revision</dt><dd id=\"rollout-revision\">{}</dd>\
+         <dt>Stable revision</dt><dd id=\"rollout-stable\">{}</dd>\
+         <dt>Phase</dt><dd id=\"rollout-phase\" data-phase=\"{}\">{}</dd>",
+        esc(&s.phase),
+        s.revision,
+        s.revision,
+        s.stable_revision
+            .map_or("none yet".into(), |r| r.to_string()),
+        esc(&s.phase),
+        badge(&s.phase, super::model::phase_tone(&s.phase)),
+    );
+    if let Some(m) = s.message.as_deref().filter(|m| !m.is_empty()) {
+        let _ = write!(
+            h,
+            "<dt>Message</dt><dd id=\"rollout-message\">{}</dd>",
+            esc(m)
+        );
+    }
+    if let Some(c) = d.rollout.rolled_out {
+        let _ = write!(
+            h,
+            "<dt>RolledOut</dt><dd id=\"rolled-out\" data-status=\"{:?}\">{} {}{}</dd>",
+            c.status,
+            badge(
+                &format!("{:?}", c.status),
+                match c.status {
+                    crate::api::common::ConditionStatus::True => "ok",
+                    _ => "muted",
+                }
+            ),
+            esc(&c.reason),
+            if c.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", esc(&c.message))
+            }
+        );
+    }
+    let _ = write!(
+        h,
+        "<dt>Started</dt><dd>{}</dd>",
+        s.started_time
+            .as_ref()
+            .map_or("-".into(), |t| format!("{} ago", age(d.now, t.0)))
+    );
+    if v.paused {
+        h.push_str("<dt>Paused</dt><dd id=\"rollout-paused\">yes: members changing finish, no new member starts until it is resumed</dd>");
+    }
+    if let Some(a) = &v.approved {
+        let _ = write!(
+            h,
+            "<dt>Approved</dt><dd>{} <span class=\"muted\">(revision/stage)</span></dd>",
+            esc(a)
+        );
+    }
+    if s.failed > 0 {
+        let _ = write!(h, "<dt>Failed members</dt><dd>{}</dd>", s.failed);
+    }
+    let _ = write!(
+        h,
+        "<dt>Policy</dt><dd>{}</dd></dl>",
+        esc(&match policy {
+            Some(p) => format!(
+                "{} stage(s) · deadline {} s per member · failure budget {} · on failure {:?}",
+                p.stages.len().max(1),
+                p.deadline_secs(),
+                p.budget(),
+                p.on_failure.unwrap_or_default()
+            ),
+            None => "the federation's default (pinfed hub --default-rollout)".into(),
+        })
+    );
+
+    // The stage strip.
+    h.push_str("<ol class=\"stages\" id=\"stages\">");
+    for (i, c) in super::model::stage_strip(s, policy).iter().enumerate() {
+        let _ = write!(
+            h,
+            "<li class=\"stage {}{}\" data-stage=\"{}\" data-index=\"{i}\" data-state=\"{}\"><span class=\"stage-name\">{}</span>\
+             <span class=\"stage-state\">{}</span><span class=\"muted\">{} member(s){}</span></li>",
+            c.state.tone(),
+            if c.current { " current" } else { "" },
+            esc(&c.name),
+            c.state.as_str(),
+            esc(&c.name),
+            esc(c.state.label()),
+            c.members,
+            if c.approval { " · asks approval" } else { "" }
+        );
+    }
+    h.push_str("</ol>");
+    rollout_actions(h, d);
+    // Nothing rolling out: the rest folds away (the placement matters more then).
+    let quiet = s.phase == rollout_phase::COMPLETE;
+    if quiet {
+        h.push_str(
+            "<div id=\"rollout-detail\"><details><summary>Members, what runs where and the recorded revisions</summary>",
+        );
+    }
+
+    // Each member's gate.
+    let mut body = String::new();
+    for m in super::model::member_gates(s, policy, d.now) {
+        let revision = if m.from_revision != m.revision {
+            format!("{} (from {})", m.revision, m.from_revision)
+        } else {
+            m.revision.to_string()
+        };
+        let _ = write!(
+            body,
+            "<tr data-cluster=\"{}\" data-state=\"{}\"><td><span class=\"part {}\">{}</span></td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+            esc(&m.cluster),
+            esc(&m.state),
+            d.palette.class(&m.cluster),
+            esc(&m.cluster),
+            esc(&m.stage),
+            esc(&revision),
+            badge(&m.state, super::model::gate_tone(&m.state)),
+            ago(d.now, m.since),
+            esc(&m.why)
+        );
+    }
+    h.push_str("<h3>Members</h3>");
+    h.push_str(&table(
+        "rollout-members",
+        &["Cluster", "Stage", "Revision", "Gate", "Since", "Why"],
+        &body,
+        "No member in this rollout (a first revision runs everywhere at once).",
+    ));
+
+    // What runs where.
+    let mut body = String::new();
+    for r in &s.running {
+        let mut cl = String::new();
+        for c in &r.clusters {
+            let _ = write!(
+                cl,
+                "<span class=\"part {}\">{}</span> ",
+                d.palette.class(c),
+                esc(c)
+            );
+        }
+        let _ = write!(
+            body,
+            "<tr data-revision=\"{}\"><td>{}</td><td>{cl}</td><td class=\"num\">{}</td></tr>",
+            r.revision,
+            r.revision,
+            r.replicas.map_or("-".into(), |n| n.to_string())
+        );
+    }
+    h.push_str("<h3>What runs where</h3>");
+    h.push_str(&table(
+        "running",
+        &["Revision", "Members", "Replicas / shards"],
+        &body,
+        "No member has reported a revision yet.",
+    ));
+
+    // The recorded revisions.
+    h.push_str("<h3>History</h3>");
+    match &d.rollout.history_error {
+        Some(e) => {
+            let _ = write!(
+                h,
+                "<p class=\"error\" id=\"history-error\">The recorded revisions could not be read: {}</p>",
+                esc(e)
+            );
+        }
+        None => {
+            let mut body = String::new();
+            for e in v.history.iter().rev() {
+                let mut marks = Vec::new();
+                if e.current {
+                    marks.push(badge("current", "info"));
+                }
+                if e.stable {
+                    marks.push(badge("stable", "ok"));
+                }
+                let _ = write!(
+                    body,
+                    "<tr data-revision=\"{}\"><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    e.revision,
+                    e.revision,
+                    marks.join(" "),
+                    esc(&e.images.join(", ")),
+                    esc(e.runtime_version.as_deref().unwrap_or("-")),
+                    ago(d.now, e.created.as_ref().map(|t| t.0))
+                );
+            }
+            h.push_str(&table(
+                "history",
+                &["Revision", "Images", "Runtime", "Recorded"],
+                &body,
+                "No revision is recorded yet.",
+            ));
+        }
+    }
+    if quiet {
+        h.push_str("</details></div>");
+    }
+    h.push_str("</section>");
+}
+
+/// Approve (when a stage waits), Pause or Resume, and Undo to a recorded revision: for the
+/// team owning the workload or an admin team (the API's rule), each a CSRF-carrying POST.
+fn rollout_actions(h: &mut String, d: &Detail<'_>) {
+    if let Err(why) = &d.may_delete {
+        let _ = write!(
+            h,
+            "<p class=\"muted\" id=\"rollout-refused\">You may not act on this rollout: {}</p>",
+            esc(why)
+        );
+        return;
+    }
+    let r = d.row;
+    let v = d.rollout.view;
+    let base = format!("{}/rollout", workload_href(r.kind, &r.namespace, &r.name));
+    let csrf = format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        esc(d.csrf)
+    );
+    h.push_str("<div class=\"rollout-actions\" id=\"rollout-actions\">");
+    if let Some(s) = v
+        .status
+        .as_ref()
+        .filter(|s| s.phase == rollout_phase::WAITING_FOR_APPROVAL)
+    {
+        let stage = s.stage.unwrap_or(0);
+        let name = usize::try_from(stage)
+            .ok()
+            .and_then(|i| s.stages.get(i))
+            .cloned();
+        let _ = write!(
+            h,
+            "<form method=\"post\" action=\"{base}/approve\">{csrf}\
+             <input type=\"hidden\" name=\"stage\" value=\"{}\"><input type=\"hidden\" name=\"revision\" value=\"{}\">\
+             <button type=\"submit\" class=\"primary\" id=\"rollout-approve\">Approve stage {} of revision {}</button></form>",
+            esc(&name.clone().unwrap_or_else(|| stage.to_string())),
+            s.revision,
+            esc(&name.unwrap_or_else(|| stage.to_string())),
+            s.revision
+        );
+    }
+    if v.paused {
+        let _ = write!(
+            h,
+            "<form method=\"post\" action=\"{base}/resume\">{csrf}<button type=\"submit\" id=\"rollout-resume\">Resume</button></form>"
+        );
+    } else {
+        let _ = write!(
+            h,
+            "<form method=\"post\" action=\"{base}/pause\">{csrf}<button type=\"submit\" id=\"rollout-pause\">Pause</button></form>"
+        );
+    }
+    h.push_str("</div>");
+    // Undo: to a recorded revision other than the current one.
+    let current = v.status.as_ref().map(|s| s.revision);
+    if !v.history.iter().any(|e| Some(e.revision) != current) {
+        return;
+    }
+    let mut options = String::from(
+        "<option value=\"\">the stable revision, else the one before the current</option>",
+    );
+    for e in v
+        .history
+        .iter()
+        .rev()
+        .filter(|e| Some(e.revision) != current)
+    {
+        let _ = write!(
+            options,
+            "<option value=\"{}\">{}{} · {}</option>",
+            e.revision,
+            e.revision,
+            if e.stable { " (stable)" } else { "" },
+            esc(&e.images.join(", "))
+        );
+    }
+    let _ = write!(
+        h,
+        "<div id=\"rollout-undo\"><details><summary id=\"rollout-undo-open\">Undo…</summary>\
+         <form method=\"post\" action=\"{base}/undo\">{csrf}\
+         <p>The spec runs the chosen revision's content again (where and how many stay as they are); \
+         the hub rolls it out as a new revision, stage by stage.</p>\
+         <label>Revision <select name=\"to_revision\" id=\"undo-revision\">{options}</select></label> \
+         <button type=\"submit\" class=\"danger\" id=\"rollout-undo-submit\">Undo</button></form></details></div>"
+    );
 }
 
 /// Placement decision: the strategy, what is unplaced and each cluster's reason and slice.
@@ -1164,5 +1509,133 @@ mod tests {
              <button type=\"submit\" id=\"undrain-use1b\">Undrain</button>"
         ));
         assert!(!admin.contains("id=\"drain-use1b\""));
+    }
+
+    fn rollout_view(phase: &str, paused: bool) -> RolloutView {
+        serde_json::from_value(serde_json::json!({
+            "workload": {"kind": "PinterestService", "namespace": "ads", "name": "web"},
+            "status": {"revision": 2, "revisionHash": "h", "stableRevision": 1, "phase": phase,
+                "stage": 0, "stages": ["<first>", "rest"], "startedTime": "2026-11-23T11:59:00Z",
+                "message": "stage <first> waits for approval",
+                "members": [
+                    {"cluster": "use1a", "stage": 0, "revision": 1, "fromRevision": 1, "state": "Waiting",
+                     "since": "2026-11-23T11:59:00Z"},
+                    {"cluster": "use1b", "stage": 1, "revision": 1, "fromRevision": 1, "state": "Waiting",
+                     "message": "<script>x</script>"}],
+                "running": [{"revision": 1, "clusters": ["use1a", "use1b"], "replicas": 4}]},
+            "policy": {"stages": [{"name": "<first>", "approval": true, "clusters": ["use1a"]}, {"name": "rest"}],
+                "progressDeadlineSeconds": 60},
+            "paused": paused,
+            "history": [
+                {"revision": 1, "images": ["app:1"], "stable": true},
+                {"revision": 2, "images": ["app:<2>"], "current": true}]
+        }))
+        .unwrap()
+    }
+
+    fn rollout_page(view: &RolloutView, may: Result<(), String>, flash: Option<&Flash>) -> String {
+        let row = WorkloadRow {
+            kind: WorkloadKind::Service,
+            namespace: "ads".into(),
+            name: "web".into(),
+            team: "ads".into(),
+            state: WorkloadState::Ready,
+            split: vec![],
+            unplaced: 0,
+            created: None,
+        };
+        let palette = Palette::new(["use1a", "use1b"]);
+        let d = Detail {
+            row: &row,
+            contact: "c".into(),
+            submitted_by: None,
+            artifact: None,
+            generation: None,
+            requested: Resources::ZERO,
+            decision: None,
+            reasons: vec![],
+            slices: &[],
+            conditions: &[],
+            failover: vec![],
+            shards: None,
+            events: Ok(vec![]),
+            yaml: String::new(),
+            may_delete: may,
+            csrf: "tok\"",
+            palette: &palette,
+            now: "2026-11-23T12:00:00Z".parse().unwrap(),
+            rollout: RolloutPanel {
+                view,
+                history_error: None,
+                rolled_out: None,
+            },
+            flash,
+        };
+        workload(&d)
+    }
+
+    #[test]
+    fn the_rollout_section_shows_the_strip_members_and_history_escaped() {
+        let v = rollout_view("WaitingForApproval", false);
+        let h = rollout_page(&v, Ok(()), None);
+        assert!(
+            h.contains("id=\"rollout\" data-phase=\"WaitingForApproval\" data-revision=\"2\""),
+            "{h}"
+        );
+        assert!(h.contains("<dd id=\"rollout-stable\">1</dd>"), "{h}");
+        assert!(
+            h.contains("<li class=\"stage warn current\" data-stage=\"&lt;first&gt;\" data-index=\"0\" data-state=\"waiting-for-approval\">"),
+            "{h}"
+        );
+        assert!(h.contains("data-state=\"not-started\""), "{h}");
+        assert!(
+            h.contains("approval needed: stage &quot;&lt;first&gt;&quot;"),
+            "{h}"
+        );
+        assert!(h.contains("&lt;script&gt;x&lt;/script&gt;"), "{h}");
+        assert!(!h.contains("<script>x") && !h.contains("<first>") && !h.contains("app:<2>"));
+        assert!(
+            h.contains("<tr data-revision=\"1\"><td>1</td>"),
+            "what runs where: {h}"
+        );
+        assert!(h.contains("app:&lt;2&gt;"), "{h}");
+        // The owner's buttons, each with the CSRF token.
+        assert!(h.contains(
+            "<form method=\"post\" action=\"/ui/workloads/ads/service/web/rollout/approve\"><input type=\"hidden\" name=\"csrf\" value=\"tok&quot;\">\
+             <input type=\"hidden\" name=\"stage\" value=\"&lt;first&gt;\"><input type=\"hidden\" name=\"revision\" value=\"2\">"
+        ), "{h}");
+        assert!(h.contains("id=\"rollout-pause\"") && !h.contains("id=\"rollout-resume\""));
+        assert!(
+            h.contains("<option value=\"1\">1 (stable) · app:1</option>")
+                && !h.contains("<option value=\"2\">"),
+            "undo offers the revisions other than the current: {h}"
+        );
+        // Not waiting: no Approve; paused: Resume.
+        let h = rollout_page(&rollout_view("Progressing", true), Ok(()), None);
+        assert!(!h.contains("rollout-approve") && h.contains("id=\"rollout-resume\""));
+        assert!(h.contains("data-state=\"in-progress\""));
+        // Nothing rolling out: the detail folds away; nothing to undo to: no Undo.
+        assert!(!h.contains("id=\"rollout-detail\""));
+        let mut done = rollout_view("Complete", false);
+        let h = rollout_page(&done, Ok(()), None);
+        assert!(h.contains("<div id=\"rollout-detail\"><details>"), "{h}");
+        assert!(h.contains("id=\"rollout-undo\""));
+        done.history.retain(|e| e.current);
+        let h = rollout_page(&done, Ok(()), None);
+        assert!(!h.contains("id=\"rollout-undo\"") && h.contains("id=\"rollout-pause\""));
+        // Another team: no buttons, and why.
+        let h = rollout_page(&v, Err("owned by team <ads>".into()), None);
+        assert!(!h.contains("/rollout/"), "{h}");
+        assert!(h.contains(
+            "id=\"rollout-refused\">You may not act on this rollout: owned by team &lt;ads&gt;"
+        ));
+        // A refusal said on the page.
+        let f = Flash {
+            key: "k".into(),
+            ok: false,
+            text: "422 (Invalid): <no>".into(),
+        };
+        let h = rollout_page(&v, Ok(()), Some(&f));
+        assert!(h.contains("<p class=\"flash refused\" id=\"flash\" data-ok=\"false\">422 (Invalid): &lt;no&gt;</p>"), "{h}");
     }
 }

@@ -20,6 +20,9 @@ pub const COOKIE: &str = "pinfed_session";
 /// Sessions kept at most; past it, expired ones are dropped, then the oldest.
 const MAX_SESSIONS: usize = 10_000;
 
+/// Flash messages a session keeps at most (the newest).
+const MAX_FLASHES: usize = 8;
+
 /// One logged-in browser. Its Debug output leaves the CSRF token out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Session {
@@ -27,6 +30,27 @@ pub struct Session {
     /// Posted back by every form and sent by every script request.
     pub csrf: String,
     pub expires: Instant,
+    /// What the last actions said, newest last: a page shows the one its `?flash=` names.
+    pub flashes: Vec<Flash>,
+}
+
+/// What an action said, shown on the page it returns to. Kept in the session (not in the
+/// address) so that no link can make a page say something the JSS did not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flash {
+    /// Random: the page's `?flash=` (it stays in the address, so live updates keep it).
+    pub key: String,
+    /// Done, or refused.
+    pub ok: bool,
+    pub text: String,
+}
+
+impl Session {
+    /// The flash message `key` names, if this session has it.
+    pub fn flash(&self, key: Option<&str>) -> Option<&Flash> {
+        let key = key?;
+        self.flashes.iter().find(|f| f.key == key)
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -35,6 +59,7 @@ impl std::fmt::Debug for Session {
             .field("principal", &self.principal)
             .field("csrf", &"<redacted>")
             .field("expires", &self.expires)
+            .field("flashes", &self.flashes.len())
             .finish()
     }
 }
@@ -83,6 +108,7 @@ impl Sessions {
             principal,
             csrf: random_token()?,
             expires: now + self.ttl,
+            flashes: Vec::new(),
         };
         let mut map = self.by_digest.lock().expect("lock");
         if map.len() >= MAX_SESSIONS {
@@ -109,6 +135,23 @@ impl Sessions {
             }
             None => None,
         }
+    }
+
+    /// Keeps a flash message in the session of cookie value `id`: its key, or `None` when
+    /// the session is gone (or no randomness is to be had).
+    pub fn add_flash(&self, id: &str, ok: bool, text: String) -> Option<String> {
+        let key = random_token().ok()?;
+        let mut map = self.by_digest.lock().expect("lock");
+        let s = map.get_mut(&digest(id))?;
+        if s.flashes.len() >= MAX_FLASHES {
+            s.flashes.remove(0);
+        }
+        s.flashes.push(Flash {
+            key: key.clone(),
+            ok,
+            text,
+        });
+        Some(key)
     }
 
     pub fn remove(&self, id: &str) {
@@ -164,6 +207,7 @@ mod tests {
             },
             csrf: "csrf-secret-value".into(),
             expires: Instant::now(),
+            flashes: Vec::new(),
         };
         let shown = format!("{s:?}");
         assert!(
@@ -203,6 +247,34 @@ mod tests {
         s.remove(&a);
         assert_eq!(s.get(&a, now), None, "logged out");
         assert!(s.get(&b, now).is_some());
+    }
+
+    #[test]
+    fn flash_messages_are_kept_per_session_and_bounded() {
+        let s = Sessions::new(Duration::from_secs(60));
+        let now = Instant::now();
+        let (a, _) = s.create(alice(), now).unwrap();
+        let (b, _) = s.create(alice(), now).unwrap();
+        let key = s.add_flash(&a, false, "refused".into()).unwrap();
+        let got = s.get(&a, now).unwrap();
+        assert_eq!(
+            got.flash(Some(&key)).map(|f| (f.ok, f.text.as_str())),
+            Some((false, "refused"))
+        );
+        assert_eq!(got.flash(Some("forged")), None);
+        assert_eq!(got.flash(None), None);
+        assert_eq!(
+            s.get(&b, now).unwrap().flash(Some(&key)),
+            None,
+            "another session does not see it"
+        );
+        for i in 0..MAX_FLASHES {
+            s.add_flash(&a, true, format!("done {i}")).unwrap();
+        }
+        let got = s.get(&a, now).unwrap();
+        assert_eq!(got.flashes.len(), MAX_FLASHES);
+        assert_eq!(got.flash(Some(&key)), None, "the oldest went");
+        assert_eq!(s.add_flash("gone", true, "x".into()), None);
     }
 
     #[test]

@@ -32,7 +32,17 @@
           var open = Array.prototype.map.call(main.querySelectorAll("details[open]"), function (d) {
             return d.parentElement ? d.parentElement.id : "";
           });
+          // What the user chose in a form (an undo's revision) survives the update.
+          var chosen = Array.prototype.map.call(main.querySelectorAll("select[id]"), function (e) {
+            return [e.id, e.value];
+          });
           main.innerHTML = html;
+          chosen.forEach(function (c) {
+            var e = document.getElementById(c[0]);
+            if (e && Array.prototype.some.call(e.options, function (o) { return o.value === c[1]; })) {
+              e.value = c[1];
+            }
+          });
           open.forEach(function (id) {
             var d = id && document.querySelector("#" + CSS.escape(id) + " > details");
             if (d) {
@@ -54,10 +64,30 @@
       });
   }
 
-  var events = new EventSource("/ui/live?topic=" + encodeURIComponent(main.dataset.live));
-  events.addEventListener("change", refresh);
-  events.addEventListener("open", function () {
-    main.dataset.connected = "true";
+  var events = null;
+  function connect() {
+    events = new EventSource("/ui/live?topic=" + encodeURIComponent(main.dataset.live));
+    events.addEventListener("change", refresh);
+    events.addEventListener("open", function () {
+      main.dataset.connected = "true";
+    });
+  }
+  connect();
+  // A page left for another keeps no connection open: the browser may keep it (the
+  // back/forward cache), and a browser holds only six connections to one server, so a
+  // few pages visited in a row would otherwise leave the next one without any.
+  window.addEventListener("pagehide", function () {
+    if (events) {
+      events.close();
+      events = null;
+      main.dataset.connected = "false";
+    }
+  });
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted && !events) {
+      connect();
+      refresh();
+    }
   });
   setInterval(refresh, 15000);
 })();
