@@ -267,6 +267,15 @@ pub async fn request_counts(client: &Client, verbs: &[&str]) -> BTreeMap<String,
 /// binaries by name (`pinfed hub` and `pinfed agent` count as `pinfed`). Read from /proc,
 /// so a figure is what the process used, whatever shared the machine.
 pub fn cpu_by_component() -> BTreeMap<String, f64> {
+    cpu_by_component_in(None)
+}
+
+/// [`cpu_by_component`] of the processes whose command line names a path under `dir` (a
+/// topology's state directory: its API servers, etcd, controller-managers, schedulers and
+/// kwoks), so that another topology on the same machine is not counted; `pinfed` daemons
+/// name no such path and are left out then (sample them through their [`crate::daemon::Daemon`]).
+pub fn cpu_by_component_in(dir: Option<&std::path::Path>) -> BTreeMap<String, f64> {
+    let under = dir.map(|d| format!("{}/", d.display()));
     let tick = 100.0; // USER_HZ on Linux
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -287,6 +296,11 @@ pub fn cpu_by_component() -> BTreeMap<String, f64> {
         let Some(bin) = args.first().and_then(|a| a.rsplit('/').next()) else {
             continue;
         };
+        if let Some(under) = &under
+            && !args.iter().any(|a| a.contains(under.as_str()))
+        {
+            continue;
+        }
         let name = match bin {
             "kube-apiserver" => {
                 let cluster = args

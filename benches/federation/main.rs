@@ -11,6 +11,9 @@
 //! - `agent1k`      — one `pinfed agent` alone on the first member: memory with 1,000
 //!   PinterestServices created in that member, and the time until all are Ready
 //!   (`clusters/bench.yaml`);
+//! - `rollout1k`    — one RuntimeProfile change rolled out over 1,000 PinterestServices at
+//!   once (the hub's default canary rollout, agents running): time until every rollout is
+//!   Complete, hub writes per workload per stage, hub CPU and memory (`clusters/bench.yaml`);
 //! - `compare`      — the same work through pinfed and Karmada on the same members, side
 //!   by side (`clusters/compare.yaml`).
 //!
@@ -28,6 +31,7 @@ mod distribution;
 mod fed;
 mod helpers;
 mod karmada;
+mod rollout1k;
 mod scale10k;
 mod settings;
 mod takeover;
@@ -41,12 +45,13 @@ use crate::fed::Fed;
 use crate::helpers::{START, load_line};
 use crate::settings::Settings;
 
-const SCENARIOS: [&str; 6] = [
+const SCENARIOS: [&str; 7] = [
     "distribution",
     "aggregation",
     "takeover",
     "scale10k",
     "agent1k",
+    "rollout1k",
     "compare",
 ];
 pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
@@ -91,7 +96,7 @@ fn main() -> ExitCode {
         eprintln!(
             "PINFED_E2E_KUBECONFIG is not set: the federation benchmarks need a running local \
              topology. Run `e2e/bench [{}]`, which brings one up and takes it down, or \
-             `e2e/up clusters/local-3.yaml` (clusters/bench.yaml for scale10k and agent1k) and export \
+             `e2e/up clusters/local-3.yaml` (clusters/bench.yaml for scale10k, agent1k and rollout1k) and export \
              PINFED_E2E_KUBECONFIG=<the printed path> PINFED_E2E_TOPOLOGY=<that file>.",
             SCENARIOS.join("|")
         );
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
                 "takeover" => takeover::run(&fed).await,
                 "scale10k" => scale10k::run(&fed).await,
                 "agent1k" => agent1k::run(&fed).await,
+                "rollout1k" => rollout1k::run(&fed).await,
                 "compare" => compare::run(&fed).await,
                 _ => unreachable!("checked above"),
             }
