@@ -10,6 +10,7 @@ pub mod controller;
 pub mod expand;
 pub mod hub;
 pub mod jss;
+pub mod overrides;
 pub mod placement;
 pub mod rollout;
 pub mod status;

@@ -1,6 +1,6 @@
 //! The layers' dependencies point one way: `cli` → {`hub`, `agent`, `jss`} → `controller`
-//! (the shared shell) → the pure core (`api`, `expand`, `placement`, `rollout`, `status`,
-//! `topology`). This test reads every `crate::` path in `src/` and fails on any that
+//! (the shared shell) → the pure core (`api`, `expand`, `overrides`, `placement`, `rollout`,
+//! `status`, `topology`). This test reads every `crate::` path in `src/` and fails on any that
 //! points the other way or sideways, naming the file and line.
 
 use std::path::{Path, PathBuf};
@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 const PURE: &[&str] = &[
     "api",
     "expand",
+    "overrides",
     "placement",
     "rollout",
     "status",

@@ -51,6 +51,9 @@ pub struct PinterestCronJobSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.
     #[schemars(length(min = 1))]
     pub schedule: String,

@@ -45,6 +45,9 @@ pub struct PinterestDaemonSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// Pod template (the user's containers only).
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,

@@ -60,6 +60,9 @@ pub struct PinterestJobSetSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
     #[schemars(range(min = 1, max = MAX_SHARDS))]
     #[schemars(extend("x-kubernetes-validations" = [{

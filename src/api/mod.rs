@@ -12,6 +12,7 @@ pub mod jobset;
 pub mod kind;
 pub mod member_policy;
 pub mod member_slice;
+pub mod overrides;
 pub mod parse;
 pub mod pod_policy;
 pub mod pod_security;

@@ -58,6 +58,9 @@ pub struct PinterestServiceSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// Total replicas across the federation (in a member: this cluster's share).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]

@@ -50,6 +50,9 @@ pub struct PinterestStatefulSetSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// Pods (ordinals 0..replicas-1).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]

@@ -55,6 +55,9 @@ pub struct PinterestTrainingJobSpec {
     /// How changes to what it runs reach its members: stages, gates, rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::rollout::RolloutPolicy>,
+    /// Per-member changes to what the member runs (see `docs/overrides.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<super::overrides::Override>,
     /// `pytorch` or `tensorflow`.
     pub framework: Framework,
     /// Replicas by role, as in Kubeflow: PyTorch `Master` (exactly 1) and `Worker`;

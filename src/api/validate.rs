@@ -106,13 +106,26 @@ impl Errors {
 
 /// Validates a workload of any kind.
 pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
-    match w {
+    let own = match w {
         WorkloadRef::Service(s) => service(s),
         WorkloadRef::JobSet(j) => jobset(j),
         WorkloadRef::CronJob(c) => cronjob(c),
         WorkloadRef::Daemon(d) => daemon(d),
         WorkloadRef::TrainingJob(t) => training_job(t),
         WorkloadRef::StatefulSet(s) => statefulset(s),
+    };
+    let overrides = if w.overrides().is_empty() {
+        Ok(())
+    } else {
+        crate::overrides::check_static(w.overrides(), w.kind())
+    };
+    match (own, overrides) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(mut a), Err(b)) => {
+            a.errors.extend(b.errors);
+            Err(a)
+        }
     }
 }
 

@@ -128,6 +128,9 @@ pub trait Workload: Resource<DynamicType = ()> {
     fn runtime_version(&self) -> Option<&str>;
     fn placement(&self) -> &Placement;
     fn rollout(&self) -> Option<&super::rollout::RolloutPolicy>;
+    fn overrides(&self) -> &[super::overrides::Override];
+    /// Replaces the overrides (the hub writes each slice the rules its member resolved).
+    fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>);
     /// Pins the RuntimeProfile version (the hub pins what a slice's revision resolved to).
     fn set_runtime_version(&mut self, version: Option<String>);
 }
@@ -150,6 +153,12 @@ macro_rules! impl_workload {
             }
             fn set_runtime_version(&mut self, version: Option<String>) {
                 self.spec.runtime_version = version;
+            }
+            fn overrides(&self) -> &[super::overrides::Override] {
+                &self.spec.overrides
+            }
+            fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>) {
+                self.spec.overrides = overrides;
             }
         }
     };
@@ -223,6 +232,10 @@ impl<'a> WorkloadRef<'a> {
 
     pub fn placement(self) -> &'a Placement {
         each!(self, w => &w.spec.placement)
+    }
+
+    pub fn overrides(self) -> &'a [super::overrides::Override] {
+        each!(self, w => &w.spec.overrides)
     }
 
     pub fn rollout(self) -> Option<&'a super::rollout::RolloutPolicy> {

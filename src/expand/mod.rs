@@ -8,6 +8,7 @@
 //! `pinterest.com/team`, `pinterest.com/owner`, the annotations `pinterest.com/contact` and
 //! `pinterest.com/spec-hash`, and an owner reference to the workload when it has a uid.
 
+use crate::overrides;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -146,7 +147,47 @@ pub fn expand(input: &ExpandInput<'_>) -> Result<Vec<DynamicObject>, ExpandError
             invalid: i,
         },
     })?;
-    Ok(out.objects)
+    let mut objects = out.objects;
+    // Per-member overrides, after runtime injection: the member's objects are what the
+    // rules its slice carries say (the member's pod policy judges the result).
+    if input.cluster.is_some() && !w.overrides().is_empty() {
+        let app = overrides::application_containers(&workload_spec(w));
+        let applied =
+            overrides::apply(w.overrides(), input.cluster, &app, &mut objects).map_err(invalid)?;
+        if !applied.rules.is_empty() {
+            let mut buf = Vec::new();
+            for o in &mut objects {
+                rehash(o, &mut buf);
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// A workload's spec as JSON (overrides find its application containers in it).
+fn workload_spec(w: WorkloadRef<'_>) -> serde_json::Value {
+    let v = match w {
+        WorkloadRef::Service(x) => serde_json::to_value(&x.spec),
+        WorkloadRef::JobSet(x) => serde_json::to_value(&x.spec),
+        WorkloadRef::CronJob(x) => serde_json::to_value(&x.spec),
+        WorkloadRef::Daemon(x) => serde_json::to_value(&x.spec),
+        WorkloadRef::TrainingJob(x) => serde_json::to_value(&x.spec),
+        WorkloadRef::StatefulSet(x) => serde_json::to_value(&x.spec),
+    };
+    v.unwrap_or_default()
+}
+
+/// Stamps the spec hash again over an object an override changed (the hash covers the
+/// object as applied).
+fn rehash(o: &mut DynamicObject, buf: &mut Vec<u8>) {
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.remove(ANNOTATION_SPEC_HASH);
+    }
+    let hash = hash::spec_hash(&*o, buf);
+    o.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_SPEC_HASH.to_string(), hash);
 }
 
 /// The kinds of native objects the engine generates, for watching and label-based pruning.
