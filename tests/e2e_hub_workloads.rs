@@ -1515,3 +1515,130 @@ async fn a_change_that_fails_the_users_health_check_is_rolled_back() {
     assert!(why.contains("healthCheck"), "{why}");
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none_is_held() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use pinfed::api::federation::MemberCluster;
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-overrides").await;
+    let members = fed.member_names();
+    let mcs: Api<MemberCluster> = Api::all(hub.clone());
+    let first = mcs.get(&members[0]).await.unwrap();
+    let zone = first
+        .spec
+        .zone
+        .clone()
+        .expect("the first member has a zone");
+    let gpu: Vec<String> = mcs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|m| m.spec.labels.get("accelerators").map(String::as_str) == Some("gpu"))
+        .map(|m| m.name_any())
+        .collect();
+    assert_eq!(gpu.len(), 1, "the topology has one GPU member: {gpu:?}");
+    let gpu = gpu[0].clone();
+    assert_ne!(gpu, members[0]);
+    let mut v = serde_json::to_value(rolled_service("tuned", serde_json::json!({}))).unwrap();
+    v["spec"].as_object_mut().unwrap().remove("rollout");
+    v["spec"]["overrides"] = serde_json::json!([
+        {"name": "mirror",
+         "clusterSelector": {"matchLabels": {"topology.kubernetes.io/zone": zone}},
+         "image": {"registry": "mirror.{{zone}}.example"},
+         "env": [{"name": "MEMBER", "value": "{{cluster}}"}]},
+        {"name": "gpu-size",
+         "clusterSelector": {"matchLabels": {"accelerators": "gpu"}},
+         "resources": {"requests": {"cpu": "250m"}}}
+    ]);
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap();
+    // What each member's Deployment runs: image, MEMBER env, cpu request.
+    let seen = |member: String| {
+        let fed = &fed;
+        let ns = ns.name.clone();
+        async move {
+            let api: Api<Deployment> = Api::namespaced(fed.client(&member), &ns);
+            let d = api.get_opt("tuned").await.ok()??;
+            let c = d
+                .spec?
+                .template
+                .spec?
+                .containers
+                .into_iter()
+                .find(|c| c.name == "app")?;
+            let env = c
+                .env
+                .unwrap_or_default()
+                .into_iter()
+                .find(|e| e.name == "MEMBER")
+                .and_then(|e| e.value);
+            let cpu = c.resources?.requests?.get("cpu")?.0.clone();
+            Some((c.image.unwrap_or_default(), env, cpu))
+        }
+    };
+    let want = |m: &str| {
+        let image = if m == members[0] {
+            format!("mirror.{zone}.example/app:1")
+        } else {
+            "registry.example/app:1".to_string()
+        };
+        let env = (m == members[0]).then(|| m.to_string());
+        let cpu = if m == gpu { "250m" } else { "100m" };
+        (image, env, cpu.to_string())
+    };
+    eventually(
+        WAIT,
+        &format!("each member runs its own overrides\n{}", logs(daemons)),
+        || async {
+            for m in &members {
+                if seen(m.clone()).await != Some(want(m)) {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+
+    // A rule that selects no member: held Invalid on the hub, naming the rule; what the
+    // members run stays.
+    let patch = serde_json::json!({"spec": {"overrides": [
+        {"name": "mirror",
+         "clusterSelector": {"matchLabels": {"topology.kubernetes.io/zone": zone}},
+         "image": {"registry": "mirror.{{zone}}.example"},
+         "env": [{"name": "MEMBER", "value": "{{cluster}}"}]},
+        {"name": "nowhere", "clusters": ["no-such-member"], "image": {"tag": "2"}}
+    ]}});
+    api.patch("tuned", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("Invalid naming spec.overrides[1]\n{}", logs(daemons)),
+        || {
+            let api = api.clone();
+            async move {
+                let s = hub_status(&api, "tuned").await;
+                s["conditions"].as_array().into_iter().flatten().any(|c| {
+                    c["type"] == "Invalid"
+                        && c["status"] == "True"
+                        && c["message"].as_str().is_some_and(|m| {
+                            m.contains("spec.overrides[1]") && m.contains("selects no member")
+                        })
+                })
+            }
+        },
+    )
+    .await;
+    for m in &members {
+        assert_eq!(seen(m.clone()).await, Some(want(m)), "{m} kept what it ran");
+    }
+    ns.delete().await;
+}

@@ -234,6 +234,18 @@ impl<'a> WorkloadRef<'a> {
         each!(self, w => &w.spec.placement)
     }
 
+    /// An owned copy.
+    pub fn to_owned(self) -> AnyWorkload {
+        match self {
+            WorkloadRef::Service(w) => AnyWorkload::Service(w.clone()),
+            WorkloadRef::JobSet(w) => AnyWorkload::JobSet(w.clone()),
+            WorkloadRef::CronJob(w) => AnyWorkload::CronJob(w.clone()),
+            WorkloadRef::Daemon(w) => AnyWorkload::Daemon(w.clone()),
+            WorkloadRef::TrainingJob(w) => AnyWorkload::TrainingJob(w.clone()),
+            WorkloadRef::StatefulSet(w) => AnyWorkload::StatefulSet(w.clone()),
+        }
+    }
+
     pub fn overrides(self) -> &'a [super::overrides::Override] {
         each!(self, w => &w.spec.overrides)
     }
@@ -272,6 +284,18 @@ impl AnyWorkload {
 
     pub fn kind(&self) -> WorkloadKind {
         self.as_ref().kind()
+    }
+
+    /// Replaces the overrides (a member's slice carries the rules resolved for it).
+    pub fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>) {
+        match self {
+            AnyWorkload::Service(w) => w.set_overrides(overrides),
+            AnyWorkload::JobSet(w) => w.set_overrides(overrides),
+            AnyWorkload::CronJob(w) => w.set_overrides(overrides),
+            AnyWorkload::Daemon(w) => w.set_overrides(overrides),
+            AnyWorkload::TrainingJob(w) => w.set_overrides(overrides),
+            AnyWorkload::StatefulSet(w) => w.set_overrides(overrides),
+        }
     }
 }
 

@@ -205,6 +205,77 @@ pub fn admit_from(
     })
 }
 
+/// The privileges a workload's overrides add in some member: those its expansion there
+/// uses with the member's rules and not without (the runtime profile's own stay the
+/// platform's). Each names the member and the object.
+pub fn override_privileges(
+    w: &AnyWorkload,
+    profile: Option<&RuntimeProfile>,
+    members: &[crate::placement::model::ClusterView],
+) -> Vec<crate::api::pod_policy::Use> {
+    use crate::expand::{ExpandInput, expand};
+    let mut out = Vec::new();
+    let rules = w.as_ref().overrides();
+    let uses_in = |workload: &AnyWorkload,
+                   cluster: &str|
+     -> Vec<(String, crate::api::pod_policy::Privilege)> {
+        let input = ExpandInput {
+            profile,
+            cluster: Some(cluster),
+            ..ExpandInput::new(workload.as_ref())
+        };
+        expand(&input)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .flat_map(|o| {
+                        let name = format!(
+                            "{} {}",
+                            o.types.as_ref().map(|t| t.kind.as_str()).unwrap_or(""),
+                            o.metadata.name.as_deref().unwrap_or("")
+                        );
+                        crate::api::pod_policy::uses(workload.kind(), &o.data)
+                            .into_iter()
+                            .map(move |u| (format!("{name}: {}", u.field), u.privilege))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut plain = w.clone();
+    plain.set_overrides(Vec::new());
+    for m in members {
+        let labels = m.selector_labels();
+        let member = crate::overrides::Member {
+            name: &m.name,
+            region: m.region.as_deref(),
+            zone: m.zone.as_deref(),
+            labels: &labels,
+        };
+        let Ok(resolved) = crate::overrides::resolve(rules, &member) else {
+            continue;
+        };
+        if resolved.is_empty() {
+            continue;
+        }
+        let mut there = w.clone();
+        there.set_overrides(resolved);
+        let base: Vec<_> = uses_in(&plain, &m.name)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        for (field, privilege) in uses_in(&there, &m.name) {
+            if !base.contains(&privilege) {
+                out.push(crate::api::pod_policy::Use {
+                    privilege,
+                    field: format!("spec.overrides (in member {}, {field})", m.name),
+                });
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

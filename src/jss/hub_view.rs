@@ -441,6 +441,7 @@ mod tests {
     fn a_placed_daemon_counts_the_pods_the_hub_recorded_else_the_engines() {
         let daemon = Sizing {
             demand: Demand {
+                member_pods: Default::default(),
                 pod: PodShape {
                     resources: Resources::pod(Milli(100), Milli(0), 0),
                     ..Default::default()

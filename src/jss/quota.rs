@@ -18,7 +18,8 @@ use crate::placement::{Cause, PlanInput, plan};
 /// once each; a whole workload counts `whole_pods` (at least one): a daemon its pods on
 /// every member that runs it ([`whole_pods`], or as the hub recorded them), a cron job one.
 pub fn requested(demand: &Demand, whole_pods: u64) -> Resources {
-    let pod = demand.pod.resources.as_pod_request();
+    // As the hub's engine counts a total: the biggest pod where overrides change it.
+    let pod = demand.largest_pod().as_pod_request();
     let times = |r: &Resources, n: u64| {
         r.checked_mul(n).unwrap_or(Resources {
             cpu: Milli(i128::MAX),
@@ -204,6 +205,9 @@ pub fn whole_pods(clusters: &[ClusterView], policy: &PlacementPolicy, demand: &D
 fn without_node_selectors(demand: &Demand) -> Demand {
     let mut d = demand.clone();
     d.pod.node_selector.clear();
+    for pod in d.member_pods.values_mut() {
+        pod.node_selector.clear();
+    }
     if let Count::Gang(roles) = &mut d.count {
         for pod in roles.iter_mut().filter_map(|r| r.pod.as_mut()) {
             pod.node_selector.clear();
@@ -275,6 +279,7 @@ mod tests {
 
     fn demand(count: Count) -> Demand {
         Demand {
+            member_pods: Default::default(),
             pod: PodShape {
                 resources: Resources::pod(Milli(500), Milli(1000 << 30), 0),
                 ..Default::default()
@@ -533,7 +538,7 @@ mod tests {
                 },
                 ..Default::default()
             };
-            let d = Demand {
+            let d = Demand { member_pods: Default::default(),
                 pod: PodShape { resources: Resources::pod(Milli(cpu_m), Milli(0), 0), ..Default::default() },
                 count,
             };

@@ -521,11 +521,29 @@ impl Jss {
         // this submission replaces; without, only the latter is needed.
         // What it costs, as the hub's engine would place it on the members as they are.
         let clusters = self.hub.quota_clusters();
-        let policy = crate::placement::from_workload::policy_for(admitted.workload.as_ref());
-        let want = requested(
-            &admitted.demand,
-            whole_pods(&clusters, &policy, &admitted.demand),
-        );
+        let mut policy = crate::placement::from_workload::policy_for(admitted.workload.as_ref());
+        // Overrides: checked against the members there are, each member's pod and
+        // bounds as the hub will count them, and no privilege the team lacks.
+        let mut demand = admitted.demand.clone();
+        if !admitted.workload.as_ref().overrides().is_empty() {
+            let profiles = self.hub.profiles();
+            let profile = crate::expand::select_profile(
+                &profiles,
+                admitted.workload.as_ref().runtime_version(),
+            )
+            .ok();
+            crate::placement::from_workload::apply_overrides(
+                &admitted.workload,
+                profile,
+                &clusters,
+                &mut demand,
+                &mut policy,
+            )?;
+            let added =
+                super::admission::override_privileges(&admitted.workload, profile, &clusters);
+            super::auth::authorize_privileges(&self.auth, &admitted.team, &added)?;
+        }
+        let want = requested(&demand, whole_pods(&clusters, &policy, &demand));
         let quotas = self.hub.quotas_in(&admitted.namespace);
         let (used, existing) = if quotas.is_empty() {
             let existing = self
@@ -547,7 +565,7 @@ impl Jss {
         if let Some(used) = used {
             check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
             // Per-cluster caps too: what the hub would hold back for quota is refused now.
-            check_placeable(&quotas, &used, &clusters, &policy, &admitted.demand)
+            check_placeable(&quotas, &used, &clusters, &policy, &demand)
                 .map_err(Rejection::QuotaExceeded)?;
         }
         let applied = self.hub.apply(admitted).await?;

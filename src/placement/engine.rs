@@ -101,9 +101,11 @@ pub fn plan(input: &PlanInput<'_>) -> Outcome {
     let gang = matches!(demand.count, Count::Gang(_));
     let (candidates, excluded) = eligibility(input, !gang);
     let mut out = Builder::new(strategy, excluded);
+    // A member override can make the pod bigger there: the federation-wide count takes
+    // the biggest, so the total is never exceeded.
     let total_quota = input
         .quota
-        .map_or_else(unlimited, |q| q.total.admits(&demand.pod.resources));
+        .map_or_else(unlimited, |q| q.total.admits(&demand.largest_pod()));
     let ctx = Ctx {
         input,
         candidates: &candidates,
@@ -166,7 +168,13 @@ impl Ctx<'_, '_> {
         v
     }
 
-    fn pod(&self) -> &PodShape {
+    /// The pod as `cluster` runs it (a member override may change it).
+    fn pod(&self, cluster: &str) -> &PodShape {
+        self.input.demand.pod_in(cluster)
+    }
+
+    /// The pod the placement's own reasons speak of.
+    fn base_pod(&self) -> &PodShape {
         &self.input.demand.pod
     }
 }
@@ -284,8 +292,6 @@ fn eligibility<'a>(
     need_node_fit: bool,
 ) -> (Vec<Candidate<'a>>, Vec<Exclusion>) {
     let policy = input.policy;
-    let pod = &input.demand.pod;
-    let request = pod.resources.as_pod_request();
     let mut seen = BTreeSet::new();
     let mut candidates = Vec::new();
     let mut excluded = Vec::new();
@@ -341,6 +347,8 @@ fn eligibility<'a>(
             exclude(format!("cluster taint {t} is not tolerated"));
             continue;
         }
+        let pod = input.demand.pod_in(&view.name);
+        let request = pod.resources.as_pod_request();
         let mut room: u64 = 0;
         let mut nodes_fit: u64 = 0;
         let mut matching = 0usize;
@@ -559,7 +567,8 @@ fn place_replicas(ctx: &Ctx, n: u32, strategy: Strategy, out: &mut Builder) {
         if s > 0 {
             placed += u64::from(s);
             out.place(c.name(), Some(s), None);
-            out.bindings.extend(pack(c.view, ctx.pod(), u64::from(s)));
+            out.bindings
+                .extend(pack(c.view, ctx.pod(c.name()), u64::from(s)));
         }
     }
     let used: Vec<&Candidate> = ctx.candidates.iter().collect();
@@ -637,7 +646,8 @@ fn place_shards(
         if let Some(set) = assigned.get(c.name()) {
             placed += set.len();
             out.place(c.name(), None, Some(set.to_string()));
-            out.bindings.extend(pack(c.view, ctx.pod(), running[i]));
+            out.bindings
+                .extend(pack(c.view, ctx.pod(c.name()), running[i]));
         }
     }
     let used: Vec<&Candidate> = ctx.candidates.iter().collect();
@@ -795,7 +805,7 @@ fn place_duplicated(ctx: &Ctx, n: u32, out: &mut Builder) {
         } else {
             quota_left -= need;
             out.place(c.name(), Some(n), None);
-            out.bindings.extend(pack(c.view, ctx.pod(), need));
+            out.bindings.extend(pack(c.view, ctx.pod(c.name()), need));
         }
     }
     if unplaced > 0 {
@@ -834,8 +844,8 @@ fn place_daemon(ctx: &Ctx, out: &mut Builder) {
     order.sort_by_key(|c| !current.contains_key(c.name()));
     let mut quota_left = ctx.total_quota.pods;
     let mut blocked = Vec::new();
-    let request = ctx.pod().resources.as_pod_request();
     for c in order {
+        let request = ctx.pod(c.name()).resources.as_pod_request();
         let pods = c.nodes_fit;
         if c.quota.pods < pods || quota_left < pods {
             blocked.push(format!("{} ({pods} pods)", c.name()));
@@ -844,7 +854,7 @@ fn place_daemon(ctx: &Ctx, out: &mut Builder) {
         quota_left -= pods;
         out.place_daemon(c.name(), pods);
         for node in &c.view.nodes {
-            if ctx.pod().matches_node(node) && request.copies_in(&node.free) > 0 {
+            if ctx.pod(c.name()).matches_node(node) && request.copies_in(&node.free) > 0 {
                 out.bindings.push(NodeBinding {
                     cluster: c.view.name.clone(),
                     node: node.name.clone(),
@@ -894,7 +904,7 @@ fn place_single_whole(ctx: &Ctx, out: &mut Builder) {
     match chosen {
         Some(c) => {
             out.place(c.name(), None, None);
-            out.bindings.extend(pack(c.view, ctx.pod(), 1));
+            out.bindings.extend(pack(c.view, ctx.pod(c.name()), 1));
         }
         None => out.fail(
             1,
@@ -911,7 +921,12 @@ fn place_single_whole(ctx: &Ctx, out: &mut Builder) {
 fn place_gang(ctx: &Ctx, roles: &[super::model::GangRole], out: &mut Builder) {
     let shapes: Vec<(&PodShape, u64)> = roles
         .iter()
-        .map(|r| (r.pod.as_ref().unwrap_or(ctx.pod()), u64::from(r.replicas)))
+        .map(|r| {
+            (
+                r.pod.as_ref().unwrap_or(ctx.base_pod()),
+                u64::from(r.replicas),
+            )
+        })
         .collect();
     let pods: u64 = shapes.iter().map(|(_, n)| n).sum();
     if pods == 0 {

@@ -207,7 +207,6 @@ fn tighter(a: &QuotaUse, b: &QuotaUse) -> QuotaUse {
 ///
 /// [`Placement::whole_pods`]: super::Placement::whole_pods
 pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resources> {
-    let per_pod = demand.pod.resources.as_pod_request();
     let mut out = BTreeMap::new();
     if let Count::Shards {
         parallelism: Some(p),
@@ -229,6 +228,7 @@ pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resour
             .iter()
             .zip(super::parallelism_shares(*p, &held))
         {
+            let per_pod = demand.pod_in(&pl.cluster).resources.as_pod_request();
             out.insert(
                 pl.cluster.clone(),
                 per_pod.checked_mul(n).unwrap_or(Resources::ZERO),
@@ -237,6 +237,8 @@ pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resour
         return out;
     }
     for p in &decision.placements {
+        // A member whose overrides change the pod is charged for the pod it runs.
+        let per_pod = demand.pod_in(&p.cluster).resources.as_pod_request();
         let r = match &demand.count {
             Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {
                 let pod = role
@@ -342,6 +344,7 @@ mod tests {
     #[test]
     fn usage_counts_pods_of_each_share_and_quota_view_takes_given_usage() {
         let demand = Demand {
+            member_pods: Default::default(),
             pod: PodShape {
                 resources: Resources::pod(Milli(500), Milli(1 << 30), 0),
                 ..Default::default()

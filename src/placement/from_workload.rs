@@ -10,14 +10,17 @@ use kube::api::DynamicObject;
 
 use super::capacity::pod_requests;
 use super::model::{
-    Bounds, Count, Demand, GangRole, PlacementPolicy, PodShape, Requirement, Resources, Selector,
-    SelectorOperator, Spread, Strategy, TaintEffect, Toleration, TolerationOperator,
+    Bounds, ClusterView, Count, Demand, GangRole, PlacementPolicy, PodShape, Requirement,
+    Resources, Selector, SelectorOperator, Spread, Strategy, TaintEffect, Toleration,
+    TolerationOperator,
 };
 use crate::api::common::{self, LABEL_REPLICA_TYPE, PlacementStrategy};
 use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
-use crate::api::workload::WorkloadRef;
+use crate::api::validate::Invalid;
+use crate::api::workload::{AnyWorkload, WorkloadRef};
 use crate::expand::{self, ExpandError, ExpandInput};
+use crate::overrides;
 
 fn effect(e: common::TaintEffect) -> TaintEffect {
     match e {
@@ -170,8 +173,74 @@ pub fn demand_for(
     w: WorkloadRef<'_>,
     profile: Option<&RuntimeProfile>,
 ) -> Result<Demand, ExpandError> {
+    demand_in(w, profile, None)
+}
+
+/// The workload's overrides in placement's terms, for the members there are: each
+/// member's pod where its rules change it (resources, tolerations: sized from the
+/// member's own expansion, so quota is charged as overridden) and each member's replica
+/// bounds (a bound from an override wins over `clusterLimits`). Refused, naming the
+/// field: a rule selecting no member, a variable a member has no value for, two rules
+/// setting one thing for a member, a patch of a path the expansion lacks, an object the
+/// rules make invalid.
+pub fn apply_overrides(
+    w: &AnyWorkload,
+    profile: Option<&RuntimeProfile>,
+    members: &[ClusterView],
+    demand: &mut Demand,
+    policy: &mut PlacementPolicy,
+) -> Result<(), Invalid> {
+    let rules = w.as_ref().overrides();
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let labels: Vec<_> = members.iter().map(ClusterView::selector_labels).collect();
+    let facts: Vec<overrides::Member<'_>> = members
+        .iter()
+        .zip(&labels)
+        .map(|(v, l)| overrides::Member {
+            name: &v.name,
+            region: v.region.as_deref(),
+            zone: v.zone.as_deref(),
+            labels: l,
+        })
+        .collect();
+    overrides::check_against_members(rules, &facts)?;
+    for m in &facts {
+        let resolved = overrides::resolve(rules, m)?;
+        if resolved.is_empty() {
+            continue;
+        }
+        if let Some(b) = overrides::replica_bounds(rules, m) {
+            let own = policy.cluster_limits.entry(m.name.to_string()).or_default();
+            own.min = bound(b.min).or(own.min);
+            own.max = bound(b.max).or(own.max);
+        }
+        let mut slice = w.clone();
+        slice.set_overrides(resolved);
+        let there = demand_in(slice.as_ref(), profile, Some(m.name)).map_err(|e| {
+            let mut i = e.invalid().clone();
+            for fe in &mut i.errors {
+                fe.message = format!("in member {}: {}", m.name, fe.message);
+            }
+            i
+        })?;
+        if there.pod != demand.pod {
+            demand.member_pods.insert(m.name.to_string(), there.pod);
+        }
+    }
+    Ok(())
+}
+
+/// [`demand_for`] as `cluster` runs the workload (its overrides applied).
+fn demand_in(
+    w: WorkloadRef<'_>,
+    profile: Option<&RuntimeProfile>,
+    cluster: Option<&str>,
+) -> Result<Demand, ExpandError> {
     let mut input = ExpandInput::new(w);
     input.profile = profile;
+    input.cluster = cluster;
     // Size one pod: for a job set, expand a single shard.
     let one = RangeSet::from_indices([0]);
     if let WorkloadRef::JobSet(_) = w {
@@ -224,7 +293,11 @@ pub fn demand_for(
         ),
         WorkloadRef::CronJob(_) | WorkloadRef::Daemon(_) => Count::Whole,
     };
-    Ok(Demand { pod: shape, count })
+    Ok(Demand {
+        member_pods: Default::default(),
+        pod: shape,
+        count,
+    })
 }
 
 #[cfg(test)]

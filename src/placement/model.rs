@@ -529,6 +529,29 @@ pub struct GangRole {
 pub struct Demand {
     pub pod: PodShape,
     pub count: Count,
+    /// The pod in members whose overrides change it (resources, tolerations): placement
+    /// checks room and charges quota with it there.
+    pub member_pods: BTreeMap<String, PodShape>,
+}
+
+impl Demand {
+    /// The pod as `cluster` runs it.
+    pub fn pod_in(&self, cluster: &str) -> &PodShape {
+        self.member_pods.get(cluster).unwrap_or(&self.pod)
+    }
+
+    /// The biggest pod, dimension by dimension, over the members' overrides: what a
+    /// federation-wide count charges, so a total is never exceeded.
+    pub fn largest_pod(&self) -> Resources {
+        self.member_pods
+            .values()
+            .fold(self.pod.resources, |acc, p| Resources {
+                cpu: acc.cpu.max(p.resources.cpu),
+                memory: acc.memory.max(p.resources.memory),
+                gpu: acc.gpu.max(p.resources.gpu),
+                pods: acc.pods.max(p.resources.pods),
+            })
+    }
 }
 
 /// How the hub spreads a workload over member clusters.

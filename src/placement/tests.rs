@@ -41,6 +41,7 @@ fn gpu_pod(gpus: i64) -> PodShape {
 
 fn replicas(pod: PodShape, n: u32) -> Demand {
     Demand {
+        member_pods: Default::default(),
         pod,
         count: Count::Replicas(n),
     }
@@ -48,6 +49,7 @@ fn replicas(pod: PodShape, n: u32) -> Demand {
 
 fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
     Demand {
+        member_pods: Default::default(),
         pod,
         count: Count::Shards {
             total,
@@ -524,6 +526,7 @@ fn quota_applies_to_gangs_all_or_nothing() {
         clusters: BTreeMap::new(),
     };
     let gang = Demand {
+        member_pods: Default::default(),
         pod: gpu_pod(8),
         count: Count::Gang(vec![GangRole {
             role: "Worker".into(),
@@ -629,6 +632,7 @@ fn completed_shards_shrink_the_work_without_moving_anything() {
 #[test]
 fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once() {
     let bounded = |completed: &[u32]| Demand {
+        member_pods: Default::default(),
         pod: pod("2", "1Gi", 0),
         count: Count::Shards {
             total: 1000,
@@ -696,6 +700,7 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
         cluster("b", "z2", vec![node("n", "4", 10)]),
     ];
     let d = Demand {
+        member_pods: Default::default(),
         pod: pod("2", "1Gi", 0),
         count: Count::Shards {
             total: 30,
@@ -721,6 +726,7 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
 
 fn training(workers: u32, gpus: i64) -> Demand {
     Demand {
+        member_pods: Default::default(),
         pod: gpu_pod(gpus),
         count: Count::Gang(vec![
             GangRole {
@@ -787,6 +793,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
         pod: Some(pod("1", "1Gi", gpus)),
     };
     let gang = Demand {
+        member_pods: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Gang(vec![role("Worker", 1, 2), role("Master", 2, 3)]),
     };
@@ -800,6 +807,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
     assert_eq!(by_node, BTreeMap::from([("n1", 5), ("n2", 3)]));
     // One more 2-GPU worker does not fit: all or nothing.
     let gang = Demand {
+        member_pods: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Gang(vec![role("Worker", 2, 2), role("Master", 2, 3)]),
     };
@@ -812,6 +820,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
 fn single_is_sticky_while_the_cluster_stays_eligible() {
     let mut clusters = local3();
     let cron = Demand {
+        member_pods: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Whole,
     };
@@ -859,6 +868,7 @@ fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
 #[test]
 fn daemons_go_to_every_selected_cluster() {
     let daemon = Demand {
+        member_pods: Default::default(),
         pod: pod("100m", "128Mi", 0),
         count: Count::Whole,
     };
@@ -885,6 +895,7 @@ fn daemons_go_to_every_selected_cluster() {
 #[test]
 fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
     let daemon = Demand {
+        member_pods: Default::default(),
         pod: pod("500m", "128Mi", 0),
         count: Count::Whole,
     };
@@ -1110,6 +1121,7 @@ fn empty_and_degenerate_inputs_do_not_panic() {
         Count::Whole,
     ] {
         let demand = Demand {
+            member_pods: Default::default(),
             pod: PodShape {
                 resources: Resources {
                     cpu: Milli(-5),

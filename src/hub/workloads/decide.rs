@@ -204,14 +204,29 @@ pub async fn decide<K: PinterestKind>(
             let profile = crate::expand::select_profile(&profiles, obj.runtime_version())
                 .ok()
                 .cloned();
-            let demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
+            let mut demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
                 Ok(d) => d,
                 Err(e) => return Ok(Outcome::Invalid(e.invalid().to_string())),
             };
+            // Overrides: each member's pod and bounds as its rules make them, and the
+            // rules checked against the members there are (held Invalid otherwise; the
+            // slices out there stay as they are).
+            let mut planned = policy.clone();
+            if !w.overrides().is_empty()
+                && let Err(e) = placement::from_workload::apply_overrides(
+                    &w.to_owned(),
+                    profile.as_ref(),
+                    views(),
+                    &mut demand,
+                    &mut planned,
+                )
+            {
+                return Ok(Outcome::Invalid(e.to_string()));
+            }
             let quotas = quotas_of(ctx, &ns, &profiles).await?;
             let replan = Replan {
                 demand: &demand,
-                policy: &policy,
+                policy: &planned,
                 quotas: &quotas,
                 ideal: !failback.is_empty()
                     && matches!(

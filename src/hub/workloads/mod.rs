@@ -327,6 +327,8 @@ pub enum HubError {
     WriteStatus(#[source] kube::Error),
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("the overrides for {cluster}: {message}")]
+    Overrides { cluster: String, message: String },
 }
 
 impl HubError {
@@ -346,6 +348,7 @@ impl HubError {
             HubError::ReadRevision(_) => "ReadRevision",
             HubError::WriteStatus(_) => "WriteStatus",
             HubError::Serialize(_) => "Serialize",
+            HubError::Overrides { .. } => "Overrides",
         }
     }
 }

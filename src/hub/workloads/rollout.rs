@@ -273,6 +273,34 @@ impl Target<'_> {
         )
     }
 
+    /// The override rules as this member runs them.
+    fn resolve_overrides(
+        &self,
+        rules: &[crate::api::overrides::Override],
+    ) -> Result<Vec<crate::api::overrides::Override>, HubError> {
+        let mc = self
+            .ctx
+            .members
+            .get(&kube::runtime::reflector::ObjectRef::new(self.cluster));
+        let view = mc
+            .as_ref()
+            .map(|mc| crate::placement::from_member::cluster_view(mc, true, Vec::new()));
+        let labels = view
+            .as_ref()
+            .map(crate::placement::model::ClusterView::selector_labels)
+            .unwrap_or_default();
+        let member = crate::overrides::Member {
+            name: self.cluster,
+            region: view.as_ref().and_then(|v| v.region.as_deref()),
+            zone: view.as_ref().and_then(|v| v.zone.as_deref()),
+            labels: &labels,
+        };
+        crate::overrides::resolve(rules, &member).map_err(|e| HubError::Overrides {
+            cluster: self.cluster.to_string(),
+            message: e.to_string(),
+        })
+    }
+
     fn member_error(&self, source: kube::Error) -> HubError {
         HubError::WriteSlice {
             cluster: self.cluster.to_string(),
@@ -327,6 +355,12 @@ impl Target<'_> {
                 slice.set_runtime_version(Some(run.runtime.to_string()))
             }
             None => {}
+        }
+        // The rules selecting this member, its variables filled in (decide checked them
+        // against every member before this decision).
+        if !slice.overrides().is_empty() {
+            let resolved = self.resolve_overrides(slice.overrides())?;
+            slice.set_overrides(resolved);
         }
         if let Some(r) = run.revision {
             slice.annotations_mut().insert(
