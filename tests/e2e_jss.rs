@@ -490,6 +490,55 @@ async fn jss_answers_422_with_every_field_path_for_an_invalid_resource() {
         .unwrap();
     assert_error(&r, 422, "Invalid");
     assert_eq!(r.body["details"][0]["field"], "spec.replica", "{}", r.text);
+    // Overrides: one selecting no member and one patching a path the expansion lacks
+    // are refused against the live members, each naming its rule (docs/overrides.md);
+    // a privilege a patch adds needs the team's grant.
+    let refused = |overrides: Value| {
+        let mut s = service("tuned", "ads", 1, "10m");
+        s["spec"]["overrides"] = overrides;
+        s
+    };
+    for (overrides, field, words) in [
+        (
+            json!([{"name": "nowhere", "clusterSelector": {"matchLabels": {"region": "mars"}}, "image": {"tag": "2"}}]),
+            "spec.overrides[0]",
+            "selects no member",
+        ),
+        (
+            json!([{"name": "deep", "patches": [{"kind": "Deployment", "op": "replace", "path": "/spec/nothing/here", "value": 1}]}]),
+            "spec.overrides[0].patches[0].path",
+            "does not exist",
+        ),
+    ] {
+        let r = st
+            .client(Some("alice-token"))
+            .post_json(
+                "/v1/submissions",
+                &json!({"resource": refused(overrides), "namespace": ns.name}),
+            )
+            .await
+            .unwrap();
+        assert_error(&r, 422, "Invalid");
+        let detail = r.body["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["field"] == field)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {field} in {}", r.text));
+        assert!(detail.to_string().contains(words), "{}", r.text);
+    }
+    let r = st
+        .client(Some("alice-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": refused(json!([{"name": "root", "patches": [{"kind": "Deployment", "op": "add",
+                "path": "/spec/template/spec/hostNetwork", "value": true}]}])), "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.text.contains("spec.overrides"), "{}", r.text);
     let r = st
         .client(Some("alice-token"))
         .request(

@@ -373,6 +373,20 @@ mod tests {
         let u = usage_of(&d, &demand);
         assert_eq!(u["a"].cpu, Milli(1500));
         assert_eq!(u["b"].pods, 2);
+        // A member whose overrides make the pod bigger is charged as overridden, there
+        // only; a federation-wide count takes the biggest pod.
+        let mut overridden = demand.clone();
+        overridden.member_pods.insert(
+            "b".into(),
+            PodShape {
+                resources: Resources::pod(Milli(2000), Milli(1 << 30), 0),
+                ..Default::default()
+            },
+        );
+        let o = usage_of(&d, &overridden);
+        assert_eq!(o["a"].cpu, Milli(1500));
+        assert_eq!(o["b"].cpu, Milli(4000));
+        assert_eq!(overridden.largest_pod().cpu, Milli(2000));
         let mut usage = Usage::default();
         usage.add(&u);
         assert_eq!(usage.total.cpu, Milli(2500));

@@ -277,7 +277,7 @@ impl Target<'_> {
     fn resolve_overrides(
         &self,
         rules: &[crate::api::overrides::Override],
-    ) -> Result<Vec<crate::api::overrides::Override>, HubError> {
+    ) -> Result<Vec<crate::api::overrides::Override>, crate::api::validate::Invalid> {
         let mc = self
             .ctx
             .members
@@ -295,10 +295,7 @@ impl Target<'_> {
             zone: view.as_ref().and_then(|v| v.zone.as_deref()),
             labels: &labels,
         };
-        crate::overrides::resolve(rules, &member).map_err(|e| HubError::Overrides {
-            cluster: self.cluster.to_string(),
-            message: e.to_string(),
-        })
+        crate::overrides::resolve(rules, &member)
     }
 
     fn member_error(&self, source: kube::Error) -> HubError {
@@ -359,7 +356,12 @@ impl Target<'_> {
         // The rules selecting this member, its variables filled in (decide checked them
         // against every member before this decision).
         if !slice.overrides().is_empty() {
-            let resolved = self.resolve_overrides(slice.overrides())?;
+            let resolved =
+                self.resolve_overrides(slice.overrides())
+                    .map_err(|e| HubError::Overrides {
+                        cluster: self.cluster.to_string(),
+                        message: e.to_string(),
+                    })?;
             slice.set_overrides(resolved);
         }
         if let Some(r) = run.revision {
