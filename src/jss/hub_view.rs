@@ -401,7 +401,7 @@ pub fn requested_of(
     requested(&s.demand, pods)
 }
 
-fn is_ready(m: &MemberCluster) -> bool {
+pub(super) fn is_ready(m: &MemberCluster) -> bool {
     m.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()

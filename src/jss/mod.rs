@@ -16,6 +16,7 @@ pub mod admission;
 pub mod artifacts;
 pub mod auth;
 pub mod client;
+pub mod dry_run;
 pub mod error;
 pub mod hub_view;
 pub mod limits;

@@ -202,7 +202,7 @@ pub fn whole_pods(clusters: &[ClusterView], policy: &PlacementPolicy, demand: &D
 /// The demand with its pods' node selectors dropped: the JSS sees how many nodes each
 /// member has, not their labels, so it counts every node a pod could land on (at most
 /// what the hub finds; never less).
-fn without_node_selectors(demand: &Demand) -> Demand {
+pub(super) fn without_node_selectors(demand: &Demand) -> Demand {
     let mut d = demand.clone();
     d.pod.node_selector.clear();
     for pod in d.member_pods.values_mut() {

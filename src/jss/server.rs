@@ -390,10 +390,13 @@ impl Jss {
             .clone()
     }
 
+    /// `POST /v1/submissions`; with `dry_run`, every check of a submission and the
+    /// answer of [`Self::dry_run`] instead of the apply.
     async fn submit(
         &self,
         headers: &HeaderMap,
         q: &SubmitQuery,
+        dry_run: bool,
         body: Body,
         audit: &mut Audit,
     ) -> Result<(StatusCode, Value), Rejection> {
@@ -437,6 +440,10 @@ impl Jss {
                 .map(|a| format!(" (artifact {})", a.reference))
                 .unwrap_or_default()
         );
+        if dry_run {
+            let artifact = artifact.as_ref().map(|a| a.reference.to_string());
+            return self.dry_run(&who, &admitted, artifact).await;
+        }
         let written = self.write_admitted(&who, &admitted).await?;
         let code = if written.existed {
             StatusCode::OK
@@ -457,6 +464,70 @@ impl Jss {
             created: !written.existed,
         };
         Ok((code, to_body(&reply)?))
+    }
+
+    /// A dry run: the submission's checks ([`Self::check_admitted`]: authorization,
+    /// overrides and their privileges, quota), then what the hub would decide on the
+    /// members as their status shows them, each member's objects, and for an existing
+    /// workload the moves and a diff per member ([`super::dry_run`]). Nothing is written.
+    async fn dry_run(
+        &self,
+        who: &Principal,
+        admitted: &Admitted,
+        artifact: Option<String>,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let Checked {
+            _held,
+            existing,
+            want,
+            demand,
+            policy,
+            quotas,
+            used,
+        } = self.check_admitted(who, admitted).await?;
+        // Nothing is written: the namespace's lock can go now.
+        drop(_held);
+        let members: Vec<crate::api::federation::MemberCluster> =
+            self.hub.members().iter().map(|m| (**m).clone()).collect();
+        let profiles = self.hub.profiles();
+        let previous = existing
+            .as_ref()
+            .and_then(|o| super::hub_view::typed(admitted.kind, o));
+        let current = existing
+            .as_ref()
+            .and_then(|o| crate::status::hub_status::stored_decision(&o.data["status"]))
+            .map(|d| crate::placement::recorded::from_status(&d));
+        let (workload, team, user) = (
+            admitted.workload.clone(),
+            admitted.team.clone(),
+            who.user.clone(),
+        );
+        let _permit = self
+            .admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        let reply = tokio::task::spawn_blocking(move || {
+            super::dry_run::build(&super::dry_run::Input {
+                workload: &workload,
+                team: &team,
+                submitted_by: &user,
+                artifact,
+                profiles: &profiles,
+                members: &members,
+                demand: &demand,
+                policy: &policy,
+                requested: &want,
+                quotas: &quotas,
+                used: used.as_ref(),
+                existing: previous.as_ref(),
+                current: current.as_ref(),
+            })
+        })
+        .await
+        .map_err(|e| Rejection::Internal(format!("dry run: {e}")))?;
+        Ok((StatusCode::OK, to_body(&reply)?))
     }
 
     /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`
@@ -490,12 +561,31 @@ impl Jss {
 
     /// What every write of a whole workload goes through once admitted (a submission, an
     /// undo): under the namespace's lock, the caller's right to change the workload it
-    /// replaces, quota with what it costs, then the server-side apply.
+    /// replaces, quota with what it costs ([`Self::check_admitted`]), then the server-side
+    /// apply.
     async fn write_admitted(
         &self,
         who: &Principal,
         admitted: &Admitted,
     ) -> Result<Written, Rejection> {
+        let checked = self.check_admitted(who, admitted).await?;
+        let applied = self.hub.apply(admitted).await?;
+        Ok(Written {
+            applied,
+            existed: checked.existing.is_some(),
+            want: checked.want,
+        })
+    }
+
+    /// Every check of a write before the apply (a submission and its dry run share them):
+    /// rollout stages naming members the federation has, overrides against the members
+    /// and the privileges they add, then under the namespace's lock (held by the result)
+    /// the caller's right to change the workload it replaces and quota with what it costs.
+    async fn check_admitted(
+        &self,
+        who: &Principal,
+        admitted: &Admitted,
+    ) -> Result<Checked, Rejection> {
         // Rollout stages naming members the federation does not have.
         if let Some(policy) = admitted.workload.as_ref().rollout() {
             let known = self
@@ -515,8 +605,7 @@ impl Jss {
                 ));
             }
         }
-        let lock = self.ns_lock(&admitted.namespace);
-        let _held = lock.lock().await;
+        let held = self.ns_lock(&admitted.namespace).lock_owned().await;
         // With a quota, one read of the namespace gives both the usage and the workload
         // this submission replaces; without, only the latter is needed.
         // What it costs, as the hub's engine would place it on the members as they are.
@@ -562,17 +651,20 @@ impl Jss {
             let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
             authorize_change_of_existing(&self.auth, who, team, &admitted.namespace)?;
         }
-        if let Some(used) = used {
-            check_all(&quotas, &used, &want).map_err(Rejection::QuotaExceeded)?;
+        if let Some(used) = &used {
+            check_all(&quotas, used, &want).map_err(Rejection::QuotaExceeded)?;
             // Per-cluster caps too: what the hub would hold back for quota is refused now.
-            check_placeable(&quotas, &used, &clusters, &policy, &demand)
+            check_placeable(&quotas, used, &clusters, &policy, &demand)
                 .map_err(Rejection::QuotaExceeded)?;
         }
-        let applied = self.hub.apply(admitted).await?;
-        Ok(Written {
-            applied,
-            existed: existing.is_some(),
+        Ok(Checked {
+            _held: held,
+            existing,
             want,
+            demand,
+            policy,
+            quotas,
+            used,
         })
     }
 
@@ -966,6 +1058,21 @@ enum Owned {
     Revision(i64),
 }
 
+/// What [`Jss::check_admitted`] computed, the namespace's lock still held.
+struct Checked {
+    _held: tokio::sync::OwnedMutexGuard<()>,
+    /// The workload it replaces, as it is on the hub.
+    existing: Option<DynamicObject>,
+    /// What it requests.
+    want: crate::placement::model::Resources,
+    /// Its demand and policy with its overrides applied.
+    demand: crate::placement::model::Demand,
+    policy: crate::placement::model::PlacementPolicy,
+    /// The namespace's quotas, and what its other workloads use (read only with quotas).
+    quotas: Vec<crate::api::federation::FederatedQuota>,
+    used: Option<crate::placement::model::Resources>,
+}
+
 /// What [`Jss::write_admitted`] wrote.
 struct Written {
     applied: DynamicObject,
@@ -1001,6 +1108,22 @@ fn parse_kind_or_404(kind: &str) -> Result<crate::api::workload::WorkloadKind, R
 #[derive(Debug, Default, Deserialize)]
 pub struct SubmitQuery {
     pub namespace: Option<String>,
+    /// `true`: answer what the submission would do, write nothing.
+    #[serde(rename = "dryRun")]
+    pub dry_run: Option<String>,
+}
+
+impl SubmitQuery {
+    /// `dryRun` as a flag (absent, empty or `false`: a submission), else 400 naming it.
+    pub fn dry_run(&self) -> Result<bool, Rejection> {
+        match self.dry_run.as_deref() {
+            None | Some("" | "false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(Rejection::BadRequest(format!(
+                "dryRun: must be true or false, not {other:?}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1037,9 +1160,15 @@ async fn submit_handler(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut audit = Audit::new("submit");
-    let result = s.submit(&headers, &q, body, &mut audit).await;
+    let dry_run = q.dry_run();
+    let is_dry = dry_run.as_ref().is_ok_and(|d| *d);
+    let mut audit = Audit::new(if is_dry { "submit-dry-run" } else { "submit" });
+    let result = match dry_run {
+        Ok(dry) => s.submit(&headers, &q, dry, body, &mut audit).await,
+        Err(r) => Err(r),
+    };
     let outcome = match &result {
+        Ok(_) if is_dry => "DryRun",
         Ok(_) => "Accepted",
         Err(r) => r.reason(),
     };
@@ -1051,15 +1180,18 @@ async fn submit_handler(
             .map(ToString::to_string)
             .unwrap_or_default(),
     );
-    s.metrics
-        .submissions
-        .get_or_create(&OutcomeLabel {
-            outcome: outcome.into(),
-        })
-        .inc();
-    s.metrics
-        .submission_seconds
-        .observe(started.elapsed().as_secs_f64());
+    // A dry run is no submission (its requests are in `requests_total`).
+    if !is_dry {
+        s.metrics
+            .submissions
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .inc();
+        s.metrics
+            .submission_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
     reply(result)
 }
 

@@ -73,6 +73,145 @@ pub struct Submitted {
     pub created: bool,
 }
 
+/// The reply to a dry run (`POST /v1/submissions?dryRun=true`, `pinfed submit
+/// --dry-run`): what the hub would do with the submission on the live federation, with
+/// nothing written anywhere.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRun {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    pub team: String,
+    /// Who asked.
+    pub submitted_by: String,
+    /// `name@version` of the artifact, if it was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
+    /// The workload exists on the hub: the submission would update it.
+    pub exists: bool,
+    /// `Divided`, `Duplicated` or `Single`, as the engine ran it.
+    pub strategy: String,
+    /// What it requests of the federation in total (as the quota check counts it).
+    pub requested: Amounts,
+    /// Each member with a share, in name order, with the reason it got it.
+    pub placements: Vec<DryRunShare>,
+    /// Each member without a share, and why.
+    pub excluded: Vec<DryRunExclusion>,
+    /// Replicas, shards or copies that would find no place.
+    pub unplaced: u32,
+    /// `NoEligibleCluster`, `InsufficientCapacity` or `QuotaExceeded` when something is
+    /// unplaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// Why something is unplaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Soft problems that left nothing unplaced (a spread met only partly).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// The effect on each FederatedQuota of the namespace, in total and per member.
+    #[serde(default)]
+    pub quotas: Vec<QuotaEffect>,
+    /// An existing workload: the split the hub records now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<Vec<DryRunShare>>,
+    /// An existing workload: the members whose share would change.
+    #[serde(default)]
+    pub moves: Vec<DryRunMove>,
+    /// What each member would run (and, for an existing workload, each member that runs
+    /// it now), in name order.
+    pub members: Vec<MemberPreview>,
+    /// How far the answer is from the hub's own decision (the approximation of node room).
+    pub note: String,
+}
+
+/// One member's share in a dry run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunShare {
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// Shard indices (a range list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<String>,
+    /// The pods it runs there.
+    pub pods: u64,
+    /// What those pods request there (overrides included).
+    pub requests: Amounts,
+    /// Why it got this share, with the numbers.
+    pub reason: String,
+}
+
+/// A member without a share in a dry run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DryRunExclusion {
+    pub cluster: String,
+    pub why: String,
+}
+
+/// A member whose share would change.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DryRunMove {
+    pub cluster: String,
+    /// Its share now (`3 replicas`, `shards 0-4`, `whole`, `-` for none).
+    pub before: String,
+    /// Its share after.
+    pub after: String,
+}
+
+/// What a submission would do to one FederatedQuota.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct QuotaEffect {
+    /// `namespace/name`.
+    pub quota: String,
+    pub rows: Vec<QuotaEffectRow>,
+}
+
+/// One dimension of a quota, in total (`scope: total`) or on one member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaEffectRow {
+    /// `total` or a member's name.
+    pub scope: String,
+    /// `cpu`, `memory`, `gpus`, `pods`.
+    pub resource: String,
+    /// What the workload would count.
+    pub adds: String,
+    /// What it counts now (an existing workload; replaced by `adds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<String>,
+    /// What the namespace's other workloads use.
+    pub used: String,
+    /// The limit (`-`: none on this member).
+    pub hard: String,
+    /// `used + adds <= hard`.
+    pub fits: bool,
+}
+
+/// What one member would run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberPreview {
+    pub cluster: String,
+    /// The override rules that select it (their names, or `spec.overrides[i]`).
+    #[serde(default)]
+    pub overrides: Vec<String>,
+    /// Its objects after runtime injection and overrides, as a YAML stream (empty: it
+    /// would run nothing).
+    pub objects: String,
+    /// How many objects; more than the stream holds when it was cut.
+    pub object_count: usize,
+    /// An existing workload: a unified diff of its objects now against after (`None`
+    /// for a new workload; empty when nothing changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// Why its objects could not be built, if they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// What a workload asks for, by kind (services and stateful sets: replicas; job sets:
 /// shards; training jobs: replicas over every role; cron jobs: the schedule).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -573,6 +712,15 @@ mod tests {
             sent(200, &artifacts).decode::<List<ArtifactRef>>().unwrap(),
             artifacts
         );
+    }
+
+    #[test]
+    fn a_dry_run_reply_decodes() {
+        let reply = crate::jss::dry_run::tests::sample_reply();
+        assert!(reply.exists && !reply.members.is_empty() && !reply.quotas.is_empty());
+        assert!(reply.current.is_some() && !reply.excluded.is_empty());
+        assert!(reply.members.iter().any(|m| m.diff.is_some()));
+        assert_eq!(sent(200, &reply).decode::<DryRun>().unwrap(), reply);
     }
 
     #[test]

@@ -1,0 +1,1543 @@
+//! The pure part of a dry run (`POST /v1/submissions?dryRun=true`, `pinfed submit
+//! --dry-run`): the members as the dry run plans on them (each member's available room
+//! spread evenly over its nodes, from its MemberCluster status), the engine's decision
+//! with a reason for each member, the quota effect, the objects each placed member would
+//! run, and for a workload that exists on the hub what would move and a diff per member.
+//! The shell (`server.rs`) runs every check of a submission first and never applies.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::wire;
+use crate::api::federation::{ANNOTATION_DRAINING, FederatedQuota, MemberCluster};
+use crate::api::kind::{PinterestKind, SliceShare};
+use crate::api::quantity::Milli;
+use crate::api::runtime_profile::RuntimeProfile;
+use crate::api::workload::AnyWorkload;
+use crate::expand::{ExpandInput, expand, select_profile, to_yaml_stream};
+use crate::placement::from_member::{MAX_NODES_COUNTED, cluster_view, unbounded_node};
+use crate::placement::from_quota::{self, usage_of};
+use crate::placement::model::{
+    ClusterView, Count, Demand, NodeRoom, PlacementPolicy, QuotaView, Resources, Strategy,
+};
+use crate::placement::{Decision, Outcome, Placement, PlanInput, plan};
+
+/// What the reply says of its own accuracy.
+pub const NOTE: &str = "The hub decides on each member's live per-node room (node labels, \
+taints and each node's free resources). This dry run spreads each member's available room \
+(MemberCluster status.available) evenly over its status.nodes nodes, without node labels or \
+taints (pod node selectors are not narrowed), so the split can differ where packing or node \
+pools matter; quota, selectors, cluster taints, weights, bounds and overrides are the hub's.";
+
+/// Objects shown per member at most (a job set's Jobs can be many).
+pub const MAX_OBJECTS: usize = 50;
+
+/// Lines of a diff side at most for an exact diff; beyond, the changed middle is shown
+/// as removed and added whole.
+const MAX_DIFF_LINES: usize = 4000;
+
+fn draining(mc: &MemberCluster) -> bool {
+    mc.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_DRAINING))
+}
+
+/// The members as the dry run plans on them: spec and standing as the hub reads them
+/// (a draining member is not eligible), and [`even_nodes`] for room. `own` is what the
+/// workload being replaced uses on each member now: its pods' room counts as free (the
+/// hub places a workload without counting its own pods).
+pub fn member_views(
+    members: &[MemberCluster],
+    own: &BTreeMap<String, Resources>,
+) -> Vec<ClusterView> {
+    let mut views: Vec<ClusterView> = members
+        .iter()
+        .map(|mc| {
+            let name = mc.metadata.name.clone().unwrap_or_default();
+            let ready = super::hub_view::is_ready(mc) && !draining(mc);
+            cluster_view(mc, ready, even_nodes(mc, own.get(&name)))
+        })
+        .collect();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    views
+}
+
+/// `total` spread over `count` nodes: node `i`'s part (the remainder to the first ones).
+fn part(total: i128, count: usize, i: usize) -> i128 {
+    let n = i128::try_from(count.max(1)).unwrap_or(1);
+    let total = total.max(0);
+    total / n + i128::from(i128::try_from(i).unwrap_or(i128::MAX) < total % n)
+}
+
+/// The member's nodes as its status counts them (`status.nodes`; one while it counts
+/// none), its available room (`status.available`, plus `own`) spread evenly over them, no
+/// labels or taints. A dimension the status does not give is unbounded.
+pub fn even_nodes(mc: &MemberCluster, own: Option<&Resources>) -> Vec<NodeRoom> {
+    let status = mc.status.as_ref();
+    let counted = status.and_then(|s| s.nodes).unwrap_or(1);
+    let count = usize::try_from(counted).unwrap_or(0).min(MAX_NODES_COUNTED);
+    let available = status
+        .and_then(|s| s.available.as_ref())
+        .and_then(|a| a.parse().ok());
+    let own = own.copied().unwrap_or(Resources::ZERO);
+    let any = unbounded_node().free;
+    (0..count)
+        .map(|i| {
+            let share = |amount: Option<Milli>, own: i128, unbounded: i128| match amount {
+                Some(m) => part(m.0.saturating_add(own), count, i),
+                None => unbounded,
+            };
+            let units = |amount: Option<Milli>, own: i64, unbounded: i64| -> i64 {
+                match amount {
+                    Some(m) => {
+                        let total = (m.0 / 1000).saturating_add(i128::from(own));
+                        i64::try_from(part(total, count, i)).unwrap_or(i64::MAX)
+                    }
+                    None => unbounded,
+                }
+            };
+            let free = match &available {
+                Some(a) => Resources {
+                    cpu: Milli(share(a.cpu, own.cpu.0, any.cpu.0)),
+                    memory: Milli(share(a.memory, own.memory.0, any.memory.0)),
+                    gpu: units(a.gpus, own.gpu, any.gpu),
+                    pods: units(a.pods, own.pods, any.pods),
+                },
+                None => any,
+            };
+            NodeRoom {
+                name: format!("node-{i}"),
+                labels: Default::default(),
+                taints: Vec::new(),
+                free,
+            }
+        })
+        .collect()
+}
+
+/// A hub workload's demand and policy as the hub sizes it (its overrides applied against
+/// `views`; rules that no longer hold leave the plain pod).
+pub fn sizing(
+    w: &AnyWorkload,
+    profile: Option<&RuntimeProfile>,
+    views: &[ClusterView],
+) -> Option<(Demand, PlacementPolicy)> {
+    use crate::placement::from_workload::{apply_overrides, demand_for, policy_for};
+    let mut demand = demand_for(w.as_ref(), profile).ok()?;
+    let mut policy = policy_for(w.as_ref());
+    let (mut d, mut p) = (demand.clone(), policy.clone());
+    if apply_overrides(w, profile, views, &mut d, &mut p).is_ok() {
+        (demand, policy) = (d, p);
+    }
+    Some((demand, policy))
+}
+
+/// Everything a dry run is built from: the admitted submission with what its checks
+/// computed, and the hub as it is.
+pub struct Input<'a> {
+    pub workload: &'a AnyWorkload,
+    pub team: &'a str,
+    pub submitted_by: &'a str,
+    pub artifact: Option<String>,
+    pub profiles: &'a [RuntimeProfile],
+    pub members: &'a [MemberCluster],
+    /// Its demand and policy, overrides applied (as the submission's checks sized it).
+    pub demand: &'a Demand,
+    pub policy: &'a PlacementPolicy,
+    /// What it requests in total (as the quota check counted it).
+    pub requested: &'a Resources,
+    /// The namespace's quotas and what its other workloads use (read live).
+    pub quotas: &'a [FederatedQuota],
+    pub used: Option<&'a Resources>,
+    /// The workload it replaces, and the decision the hub recorded for it.
+    pub existing: Option<&'a AnyWorkload>,
+    pub current: Option<&'a Decision>,
+}
+
+/// The engine's view of the namespace's quotas for the dry run: totals with the live
+/// usage of the other workloads, per member what each quota's status records, less what
+/// the workload being replaced uses there.
+pub fn quota_view(
+    quotas: &[FederatedQuota],
+    used: Option<&Resources>,
+    own: &BTreeMap<String, Resources>,
+) -> Option<QuotaView> {
+    let views = quotas
+        .iter()
+        .filter_map(|q| {
+            let mut v = from_quota::quota_view(q, None).ok()?;
+            if let Some(u) = used {
+                v.total.used = *u;
+            }
+            for (c, u) in &mut v.clusters {
+                if let Some(o) = own.get(c) {
+                    u.used = u.used.saturating_sub(o);
+                }
+            }
+            Some(v)
+        })
+        .collect();
+    from_quota::tightest(views)
+}
+
+/// Runs the engine as the hub would and assembles the reply.
+pub fn build(input: &Input<'_>) -> wire::DryRun {
+    let w = input.workload.as_ref();
+    let profile = select_profile(input.profiles, w.runtime_version()).ok();
+    // The workload being replaced: what it uses on each member now.
+    let label_views = member_views(input.members, &BTreeMap::new());
+    let before = input.existing.and_then(|old| {
+        let profile = select_profile(input.profiles, old.as_ref().runtime_version()).ok();
+        let (demand, _) = sizing(old, profile, &label_views)?;
+        Some((old, demand))
+    });
+    let own: BTreeMap<String, Resources> = match (&before, input.current) {
+        (Some((_, demand)), Some(d)) => usage_of(d, demand),
+        _ => BTreeMap::new(),
+    };
+    let views = member_views(input.members, &own);
+    let quota = quota_view(input.quotas, input.used, &own);
+    let demand = super::quota::without_node_selectors(input.demand);
+    let outcome = plan(&PlanInput {
+        clusters: &views,
+        policy: input.policy,
+        demand: &demand,
+        quota: quota.as_ref(),
+        current: input.current,
+    });
+    let adds = usage_of(&outcome.decision, input.demand);
+    let placements = outcome
+        .decision
+        .placements
+        .iter()
+        .map(|p| {
+            share_entry(
+                p,
+                &adds,
+                share_reason(input, &outcome, &views, &demand, quota.as_ref(), p),
+            )
+        })
+        .collect();
+    let current = match (&before, input.current) {
+        (Some((_, demand)), Some(d)) => Some(
+            d.placements
+                .iter()
+                .map(|p| share_entry(p, &usage_of(d, demand), "the hub's decision now".into()))
+                .collect(),
+        ),
+        _ => None,
+    };
+    let moves = match input.current {
+        Some(d) if input.existing.is_some() => moves(d, &outcome.decision),
+        _ => Vec::new(),
+    };
+    let now_total = (before.is_some() && input.current.is_some_and(|d| !d.placements.is_empty()))
+        .then(|| {
+            own.values()
+                .fold(Resources::ZERO, |a, r| a.saturating_add(r))
+        });
+    let quotas = quota_effects(
+        input.quotas,
+        input.used.copied().unwrap_or(Resources::ZERO),
+        input.requested,
+        now_total.as_ref(),
+        &adds,
+        &own,
+    );
+    // What each member would run, and what each runs now.
+    let mut clusters: BTreeSet<&str> = outcome.decision.clusters().into_iter().collect();
+    if let Some(d) = input.current.filter(|_| input.existing.is_some()) {
+        clusters.extend(d.clusters());
+    }
+    let members = clusters
+        .into_iter()
+        .map(|c| {
+            let view = views.iter().find(|v| v.name == c);
+            let after = outcome
+                .decision
+                .placements
+                .iter()
+                .find(|p| p.cluster == c)
+                .map(|p| objects_for(input.workload, p, &outcome.decision, profile, view));
+            let now = before
+                .as_ref()
+                .zip(input.current)
+                .and_then(|((old, _), d)| {
+                    let p = d.placements.iter().find(|p| p.cluster == c)?;
+                    let profile =
+                        select_profile(input.profiles, old.as_ref().runtime_version()).ok();
+                    Some(objects_for(old, p, d, profile, view))
+                });
+            preview(c, after, now, input.existing.is_some())
+        })
+        .collect();
+    wire::DryRun {
+        kind: input.workload.kind(),
+        namespace: w.namespace().unwrap_or_default().to_string(),
+        name: w.name().to_string(),
+        team: input.team.to_string(),
+        submitted_by: input.submitted_by.to_string(),
+        artifact: input.artifact.clone(),
+        exists: input.existing.is_some(),
+        strategy: strategy_name(outcome.decision.strategy).into(),
+        requested: input.requested.into(),
+        placements,
+        excluded: exclusions(input, &outcome, &views),
+        unplaced: outcome.decision.unplaced,
+        cause: outcome.cause.map(|c| c.as_str().to_string()),
+        reason: outcome.decision.reason.clone(),
+        warnings: outcome.warnings.clone(),
+        quotas,
+        current,
+        moves,
+        members,
+        note: NOTE.into(),
+    }
+}
+
+fn strategy_name(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Divided => "Divided",
+        Strategy::Duplicated => "Duplicated",
+        Strategy::Single => "Single",
+    }
+}
+
+fn share_entry(
+    p: &Placement,
+    usage: &BTreeMap<String, Resources>,
+    reason: String,
+) -> wire::DryRunShare {
+    let r = usage.get(&p.cluster).copied().unwrap_or(Resources::ZERO);
+    wire::DryRunShare {
+        cluster: p.cluster.clone(),
+        replicas: p.replicas,
+        shards: p.shards.clone(),
+        pods: u64::try_from(r.pods).unwrap_or(0),
+        requests: (&r).into(),
+        reason,
+    }
+}
+
+/// A pod request as people read it.
+fn request_text(r: &Resources) -> String {
+    let mut s = format!(
+        "cpu {}, memory {}",
+        r.cpu.format_cpu(),
+        r.memory.format_memory()
+    );
+    if r.gpu > 0 {
+        s.push_str(&format!(", {} GPUs", r.gpu));
+    }
+    s
+}
+
+/// What the engine weighs for one eligible member: its weight, how many pods of the
+/// demand's shape fit (and on how many nodes), its bounds, what its quota admits.
+struct Weighed {
+    weight: u32,
+    room: u64,
+    nodes: u64,
+    min: Option<u32>,
+    max: Option<u32>,
+    quota: Option<(u64, String)>,
+}
+
+fn weigh(
+    view: &ClusterView,
+    policy: &PlacementPolicy,
+    demand: &Demand,
+    quota: Option<&QuotaView>,
+) -> Weighed {
+    let pod = demand.pod_in(&view.name);
+    let request = pod.resources.as_pod_request();
+    let (mut room, mut nodes) = (0u64, 0u64);
+    for node in view.nodes.iter().filter(|n| pod.matches_node(n)) {
+        let fit = request.copies_in(&node.free);
+        if fit > 0 {
+            nodes += 1;
+            room = room.saturating_add(fit);
+        }
+    }
+    let bounds = policy.bounds(&view.name);
+    Weighed {
+        weight: policy
+            .weights
+            .get(&view.name)
+            .copied()
+            .unwrap_or(view.weight),
+        room,
+        nodes,
+        min: bounds.min,
+        max: bounds.max,
+        quota: quota
+            .and_then(|q| Some((q.name.clone(), q.clusters.get(&view.name)?)))
+            .map(|(name, u)| {
+                let a = u.admits(&pod.resources);
+                (
+                    a.pods,
+                    format!(
+                        "quota {name} admits {} here{}",
+                        a.pods,
+                        a.limited_by.map(|l| format!(" ({l})")).unwrap_or_default()
+                    ),
+                )
+            }),
+    }
+}
+
+fn room_text(w: &Weighed, demand: &Demand, cluster: &str) -> String {
+    format!(
+        "room for {} pods of {} on {} nodes",
+        w.room,
+        request_text(&demand.pod_in(cluster).resources.as_pod_request()),
+        w.nodes
+    )
+}
+
+/// Why member `p` got its share, with the numbers the engine used.
+fn share_reason(
+    input: &Input<'_>,
+    outcome: &Outcome,
+    views: &[ClusterView],
+    demand: &Demand,
+    quota: Option<&QuotaView>,
+    p: &Placement,
+) -> String {
+    let Some(view) = views.iter().find(|v| v.name == p.cluster) else {
+        return String::new();
+    };
+    let w = weigh(view, input.policy, demand, quota);
+    let room = room_text(&w, demand, &p.cluster);
+    let current = input
+        .current
+        .and_then(|d| d.shares().get(&p.cluster).copied());
+    let share = outcome
+        .decision
+        .shares()
+        .get(&p.cluster)
+        .copied()
+        .unwrap_or(0);
+    let mut parts = Vec::new();
+    match (&demand.count, outcome.decision.strategy) {
+        (Count::Gang(_), _) => parts.push(format!(
+            "the whole gang fits here (all or nothing; {room}){}",
+            if current.is_some() {
+                ", where it runs now"
+            } else {
+                ""
+            }
+        )),
+        (Count::Whole, Strategy::Single) | (_, Strategy::Single) => parts.push(format!(
+            "Single: {} (weight {} × {room})",
+            if current.is_some() {
+                "the member that runs it now keeps it"
+            } else {
+                "the best weight × room"
+            },
+            w.weight
+        )),
+        (Count::Whole, _) => parts.push(format!(
+            "{}: a copy on every eligible member{} ({room})",
+            strategy_name(outcome.decision.strategy),
+            p.pods
+                .map(|n| format!(", {n} pods (one per node with room)"))
+                .unwrap_or_default()
+        )),
+        (Count::Replicas(n), Strategy::Duplicated) => parts.push(format!(
+            "Duplicated: all {n} replicas on every eligible member ({room})"
+        )),
+        (count, _) => {
+            let (unit, total) = match count {
+                Count::Replicas(n) => ("replicas", u64::from(*n)),
+                Count::Shards {
+                    total, completed, ..
+                } => (
+                    "shards",
+                    u64::from(*total).saturating_sub(completed.len() as u64),
+                ),
+                _ => ("", 0),
+            };
+            parts.push(format!(
+                "{share} of {total} {unit} by weight × room (weight {}, {room})",
+                w.weight
+            ));
+        }
+    }
+    if let Some(max) = w.max
+        && max == share
+    {
+        parts.push(format!("held at its max {max}"));
+    }
+    if let Some(min) = w.min
+        && min == share
+        && min > 0
+    {
+        parts.push(format!("raised to its min {min}"));
+    }
+    if let Some((admits, text)) = &w.quota
+        && u64::from(share) >= *admits
+    {
+        parts.push(text.clone());
+    }
+    if matches!(outcome.decision.strategy, Strategy::Divided) && current == Some(share) {
+        parts.push("unchanged from the current split".into());
+    }
+    let rules: Vec<&str> = input
+        .workload
+        .as_ref()
+        .overrides()
+        .iter()
+        .filter(|r| selects(r, view))
+        .map(|r| r.name.as_str())
+        .collect();
+    if !rules.is_empty() {
+        parts.push(format!("overrides {}", rules.join(", ")));
+    }
+    parts.join("; ")
+}
+
+fn selects(rule: &crate::api::overrides::Override, view: &ClusterView) -> bool {
+    let labels = view.selector_labels();
+    crate::overrides::selects(
+        rule,
+        &crate::overrides::Member {
+            name: &view.name,
+            region: view.region.as_deref(),
+            zone: view.zone.as_deref(),
+            labels: &labels,
+        },
+    )
+}
+
+/// Every member without a share, and why: the engine's exclusions (a draining member
+/// said so), and eligible members the strategy or the split left out.
+fn exclusions(
+    input: &Input<'_>,
+    outcome: &Outcome,
+    views: &[ClusterView],
+) -> Vec<wire::DryRunExclusion> {
+    let placed: BTreeSet<&str> = outcome.decision.clusters().into_iter().collect();
+    let excluded: BTreeMap<&str, &str> = outcome
+        .excluded
+        .iter()
+        .map(|e| (e.cluster.as_str(), e.why.as_str()))
+        .collect();
+    let demand = super::quota::without_node_selectors(input.demand);
+    let draining: BTreeSet<String> = input
+        .members
+        .iter()
+        .filter(|m| draining(m))
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    let mut out = Vec::new();
+    for v in views.iter().filter(|v| !placed.contains(v.name.as_str())) {
+        let why = match excluded.get(v.name.as_str()) {
+            Some(&"not ready") if draining.contains(&v.name) => {
+                "draining: no new shares (being drained or unjoined)".to_string()
+            }
+            Some(why) => why.to_string(),
+            None => {
+                let quota = quota_view(input.quotas, input.used, &BTreeMap::new());
+                let w = weigh(v, input.policy, &demand, quota.as_ref());
+                let room = room_text(&w, &demand, &v.name);
+                let left_out = if let Some((0, text)) = &w.quota {
+                    text.clone()
+                } else if w.max == Some(0) {
+                    "its max is 0".into()
+                } else if w.room == 0 {
+                    "no room".into()
+                } else {
+                    match outcome.decision.strategy {
+                        Strategy::Single => format!(
+                            "Single places the workload on {}",
+                            outcome.decision.clusters().join(", ")
+                        ),
+                        _ if outcome.decision.unplaced > 0 => {
+                            "what is unplaced does not fit here either".into()
+                        }
+                        _ => "the split by weight × room gave it none".into(),
+                    }
+                };
+                format!(
+                    "eligible (weight {}, {room}) but no share: {left_out}",
+                    w.weight
+                )
+            }
+        };
+        out.push(wire::DryRunExclusion {
+            cluster: v.name.clone(),
+            why,
+        });
+    }
+    out
+}
+
+/// A share as people read it; `-` for none. A whole copy's pod count is left out (the
+/// dry run counts a daemon's nodes without their labels).
+pub fn share_text(p: Option<&Placement>) -> String {
+    match p {
+        None => "-".into(),
+        Some(p) => match (&p.replicas, &p.shards) {
+            (Some(n), _) => format!("{n} replicas"),
+            (None, Some(s)) if s.is_empty() => "no shards".into(),
+            (None, Some(s)) => format!("shards {s}"),
+            (None, None) => "whole".into(),
+        },
+    }
+}
+
+/// The members whose share differs between `before` and `after`.
+pub fn moves(before: &Decision, after: &Decision) -> Vec<wire::DryRunMove> {
+    let find = |d: &Decision, c: &str| d.placements.iter().find(|p| p.cluster == c).cloned();
+    let clusters: BTreeSet<&str> = before
+        .clusters()
+        .into_iter()
+        .chain(after.clusters())
+        .collect();
+    clusters
+        .into_iter()
+        .filter_map(|c| {
+            let (b, a) = (
+                share_text(find(before, c).as_ref()),
+                share_text(find(after, c).as_ref()),
+            );
+            (a != b).then(|| wire::DryRunMove {
+                cluster: c.to_string(),
+                before: b,
+                after: a,
+            })
+        })
+        .collect()
+}
+
+/// One dimension of a quota: its name, the amount in millis of a `Resources`, of a
+/// quota's amounts, and how it is shown.
+struct Dim {
+    name: &'static str,
+    of: fn(&Resources) -> i128,
+    hard: fn(&crate::api::federation::Amounts) -> Option<i128>,
+    show: fn(i128) -> String,
+}
+
+const DIMS: [Dim; 4] = [
+    Dim {
+        name: "cpu",
+        of: |r| r.cpu.0,
+        hard: |a| a.cpu.map(|m| m.0),
+        show: |m| Milli(m).format_cpu(),
+    },
+    Dim {
+        name: "memory",
+        of: |r| r.memory.0,
+        hard: |a| a.memory.map(|m| m.0),
+        show: |m| Milli(m).format_memory(),
+    },
+    Dim {
+        name: "gpus",
+        of: |r| i128::from(r.gpu) * 1000,
+        hard: |a| a.gpus.map(|m| m.0),
+        show: |m| Milli(m).units().to_string(),
+    },
+    Dim {
+        name: "pods",
+        of: |r| i128::from(r.pods) * 1000,
+        hard: |a| a.pods.map(|m| m.0),
+        show: |m| Milli(m).units().to_string(),
+    },
+];
+
+/// What the workload does to each quota: per dimension it limits, in total (what it
+/// would count, what it counts now, what the others use, the limit) and on each member it
+/// would run on or the quota caps.
+pub fn quota_effects(
+    quotas: &[FederatedQuota],
+    used: Resources,
+    requested: &Resources,
+    now: Option<&Resources>,
+    adds: &BTreeMap<String, Resources>,
+    own: &BTreeMap<String, Resources>,
+) -> Vec<wire::QuotaEffect> {
+    quotas
+        .iter()
+        .map(|q| {
+            let name = format!(
+                "{}/{}",
+                q.metadata.namespace.as_deref().unwrap_or_default(),
+                q.metadata.name.as_deref().unwrap_or_default()
+            );
+            let mut rows = Vec::new();
+            let hard = match q.spec.hard.parse() {
+                Ok(h) => h,
+                Err(e) => {
+                    rows.push(wire::QuotaEffectRow {
+                        scope: "total".into(),
+                        resource: "spec.hard".into(),
+                        adds: "-".into(),
+                        now: None,
+                        used: "-".into(),
+                        hard: e.to_string(),
+                        fits: false,
+                    });
+                    return wire::QuotaEffect { quota: name, rows };
+                }
+            };
+            for d in &DIMS {
+                let Some(h) = (d.hard)(&hard) else { continue };
+                let (a, u) = ((d.of)(requested), (d.of)(&used));
+                rows.push(wire::QuotaEffectRow {
+                    scope: "total".into(),
+                    resource: d.name.into(),
+                    adds: (d.show)(a),
+                    now: now.map(|n| (d.show)((d.of)(n))),
+                    used: (d.show)(u),
+                    hard: (d.show)(h),
+                    fits: a == 0 || u.saturating_add(a) <= h,
+                });
+            }
+            let status = q.status.clone().unwrap_or_default();
+            let clusters: BTreeSet<&String> =
+                q.spec.per_cluster.keys().chain(adds.keys()).collect();
+            for c in clusters {
+                let cap = q.spec.per_cluster.get(c).map(|a| a.parse());
+                let cap = match cap {
+                    Some(Err(e)) => {
+                        rows.push(wire::QuotaEffectRow {
+                            scope: c.clone(),
+                            resource: format!("spec.perCluster.{c}"),
+                            adds: "-".into(),
+                            now: None,
+                            used: "-".into(),
+                            hard: e.to_string(),
+                            fits: false,
+                        });
+                        continue;
+                    }
+                    Some(Ok(a)) => Some(a),
+                    None => None,
+                };
+                let recorded = status
+                    .used_per_cluster
+                    .get(c)
+                    .and_then(|a| a.parse().ok())
+                    .map(|a| from_quota::resources(&a))
+                    .unwrap_or(Resources::ZERO);
+                let others = recorded.saturating_sub(own.get(c).unwrap_or(&Resources::ZERO));
+                let here = adds.get(c).copied().unwrap_or(Resources::ZERO);
+                for d in &DIMS {
+                    let h = cap.as_ref().and_then(|a| (d.hard)(a));
+                    // A member without a cap shows the dimensions the total limits.
+                    if h.is_none() && (cap.is_some() || (d.hard)(&hard).is_none()) {
+                        continue;
+                    }
+                    let (a, u) = ((d.of)(&here), (d.of)(&others));
+                    rows.push(wire::QuotaEffectRow {
+                        scope: c.clone(),
+                        resource: d.name.into(),
+                        adds: (d.show)(a),
+                        now: now.map(|_| (d.show)((d.of)(own.get(c).unwrap_or(&Resources::ZERO)))),
+                        used: (d.show)(u),
+                        hard: h.map_or_else(|| "-".into(), d.show),
+                        fits: h.is_none_or(|h| a == 0 || u.saturating_add(a) <= h),
+                    });
+                }
+            }
+            wire::QuotaEffect { quota: name, rows }
+        })
+        .collect()
+}
+
+/// The slice a member would get for share `p` of `decision`: the workload with the share
+/// written in, server metadata and status dropped, the rules that select the member
+/// resolved for it. Returns the names of those rules too.
+pub fn member_slice(
+    w: &AnyWorkload,
+    p: &Placement,
+    decision: &Decision,
+    view: Option<&ClusterView>,
+) -> Result<(AnyWorkload, Vec<String>), String> {
+    let mut slice = w.clone();
+    let parallelism = match w {
+        AnyWorkload::JobSet(j) => Some(j.spec.parallelism.map(|n| {
+            let held: Vec<u64> = decision
+                .placements
+                .iter()
+                .map(|x| {
+                    x.shards
+                        .as_deref()
+                        .and_then(|s| crate::api::ranges::RangeSet::parse(s).ok())
+                        .map_or(0, |r| r.len())
+                })
+                .collect();
+            let at = decision
+                .placements
+                .iter()
+                .position(|x| x.cluster == p.cluster)
+                .unwrap_or(0);
+            let shares =
+                crate::placement::parallelism_shares(u32::try_from(n.max(0)).unwrap_or(0), &held);
+            i32::try_from(shares.get(at).copied().unwrap_or(0)).unwrap_or(i32::MAX)
+        })),
+        _ => None,
+    };
+    let share = SliceShare {
+        replicas: p.replicas,
+        shards: p.shards.clone(),
+        parallelism,
+    };
+    fn settle<K: PinterestKind>(k: &mut K, share: &SliceShare) {
+        let m = k.meta_mut();
+        *m = kube::api::ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            labels: m.labels.clone(),
+            annotations: m.annotations.clone(),
+            ..Default::default()
+        };
+        *k.status_mut() = None;
+        k.assign_share(share);
+    }
+    match &mut slice {
+        AnyWorkload::Service(x) => settle(x, &share),
+        AnyWorkload::JobSet(x) => settle(x, &share),
+        AnyWorkload::CronJob(x) => settle(x, &share),
+        AnyWorkload::Daemon(x) => settle(x, &share),
+        AnyWorkload::TrainingJob(x) => settle(x, &share),
+        AnyWorkload::StatefulSet(x) => settle(x, &share),
+    }
+    let labels = view.map(ClusterView::selector_labels).unwrap_or_default();
+    let member = crate::overrides::Member {
+        name: &p.cluster,
+        region: view.and_then(|v| v.region.as_deref()),
+        zone: view.and_then(|v| v.zone.as_deref()),
+        labels: &labels,
+    };
+    let resolved =
+        crate::overrides::resolve(w.as_ref().overrides(), &member).map_err(|e| e.to_string())?;
+    let names = resolved.iter().map(|r| r.name.clone()).collect();
+    slice.set_overrides(resolved);
+    Ok((slice, names))
+}
+
+/// What a member runs of share `p`: the rules that select it and its objects.
+type Objects = Result<(Vec<String>, Vec<kube::api::DynamicObject>), String>;
+
+fn objects_for(
+    w: &AnyWorkload,
+    p: &Placement,
+    decision: &Decision,
+    profile: Option<&RuntimeProfile>,
+    view: Option<&ClusterView>,
+) -> Objects {
+    let (slice, rules) = member_slice(w, p, decision, view)?;
+    let input = ExpandInput {
+        profile,
+        cluster: Some(&p.cluster),
+        ..ExpandInput::new(slice.as_ref())
+    };
+    let objects = expand(&input).map_err(|e| e.to_string())?;
+    Ok((rules, objects))
+}
+
+fn yaml_of(objects: &[kube::api::DynamicObject]) -> String {
+    to_yaml_stream(&objects[..objects.len().min(MAX_OBJECTS)])
+}
+
+/// One member's preview: its objects after, and against now a diff (`existing`).
+fn preview(
+    cluster: &str,
+    after: Option<Objects>,
+    now: Option<Objects>,
+    existing: bool,
+) -> wire::MemberPreview {
+    let mut out = wire::MemberPreview {
+        cluster: cluster.to_string(),
+        ..Default::default()
+    };
+    let after_yaml = match after {
+        Some(Ok((rules, objects))) => {
+            out.overrides = rules;
+            out.object_count = objects.len();
+            out.objects = yaml_of(&objects);
+            out.objects.clone()
+        }
+        Some(Err(e)) => {
+            out.error = Some(e);
+            return out;
+        }
+        None => String::new(),
+    };
+    if existing {
+        let now_yaml = match now {
+            Some(Ok((_, objects))) => yaml_of(&objects),
+            Some(Err(e)) => {
+                out.error = Some(format!("its objects now: {e}"));
+                return out;
+            }
+            None => String::new(),
+        };
+        out.diff = Some(unified_diff(
+            &now_yaml,
+            &after_yaml,
+            &format!("{cluster} (now)"),
+            &format!("{cluster} (after)"),
+        ));
+    }
+    out
+}
+
+/// One line of an edit script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edit {
+    Same(usize, usize),
+    Del(usize),
+    Add(usize),
+}
+
+/// The edit script from `a` to `b`: the longest common subsequence of lines (common
+/// prefix and suffix first; a middle too big to compare is replaced whole).
+fn edits(a: &[&str], b: &[&str]) -> Vec<Edit> {
+    let pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let suf = a[pre..]
+        .iter()
+        .rev()
+        .zip(b[pre..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
+    let mut out: Vec<Edit> = (0..pre).map(|i| Edit::Same(i, i)).collect();
+    if am.len() > MAX_DIFF_LINES || bm.len() > MAX_DIFF_LINES {
+        out.extend((0..am.len()).map(|i| Edit::Del(pre + i)));
+        out.extend((0..bm.len()).map(|j| Edit::Add(pre + j)));
+    } else {
+        // lcs[i][j]: the longest common subsequence of am[i..] and bm[j..].
+        let (n, m) = (am.len(), bm.len());
+        let mut lcs = vec![0u32; (n + 1) * (m + 1)];
+        let at = |i: usize, j: usize| i * (m + 1) + j;
+        for i in (0..n).rev() {
+            for j in (0..m).rev() {
+                lcs[at(i, j)] = if am[i] == bm[j] {
+                    lcs[at(i + 1, j + 1)] + 1
+                } else {
+                    lcs[at(i + 1, j)].max(lcs[at(i, j + 1)])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < n || j < m {
+            if i < n && j < m && am[i] == bm[j] {
+                out.push(Edit::Same(pre + i, pre + j));
+                i += 1;
+                j += 1;
+            } else if i < n && (j == m || lcs[at(i + 1, j)] >= lcs[at(i, j + 1)]) {
+                // Removed lines before added ones.
+                out.push(Edit::Del(pre + i));
+                i += 1;
+            } else {
+                out.push(Edit::Add(pre + j));
+                j += 1;
+            }
+        }
+    }
+    let (a0, b0) = (a.len() - suf, b.len() - suf);
+    out.extend((0..suf).map(|k| Edit::Same(a0 + k, b0 + k)));
+    out
+}
+
+/// Lines of context around each change.
+const CONTEXT: usize = 3;
+
+/// A unified diff of `a` against `b` (`---`/`+++` headers named `from`/`to`, hunks with
+/// three lines of context); empty when they are equal.
+pub fn unified_diff(a: &str, b: &str, from: &str, to: &str) -> String {
+    use std::fmt::Write as _;
+    let (al, bl): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let script = edits(&al, &bl);
+    let changed: Vec<usize> = script
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !matches!(e, Edit::Same(..)))
+        .map(|(i, _)| i)
+        .collect();
+    if changed.is_empty() {
+        return String::new();
+    }
+    // Hunks: runs of the script around changes, joined when their context meets.
+    let mut hunks: Vec<(usize, usize)> = Vec::new();
+    for &c in &changed {
+        let (start, end) = (
+            c.saturating_sub(CONTEXT),
+            (c + CONTEXT + 1).min(script.len()),
+        );
+        match hunks.last_mut() {
+            Some(h) if start <= h.1 => h.1 = h.1.max(end),
+            _ => hunks.push((start, end)),
+        }
+    }
+    let mut out = format!("--- {from}\n+++ {to}\n");
+    for (start, end) in hunks {
+        let part = &script[start..end];
+        // Where the hunk starts on each side (1-based), and its lengths.
+        let a_start = script[..start]
+            .iter()
+            .filter(|e| !matches!(e, Edit::Add(_)))
+            .count();
+        let b_start = script[..start]
+            .iter()
+            .filter(|e| !matches!(e, Edit::Del(_)))
+            .count();
+        let a_len = part.iter().filter(|e| !matches!(e, Edit::Add(_))).count();
+        let b_len = part.iter().filter(|e| !matches!(e, Edit::Del(_))).count();
+        let pos = |s: usize, l: usize| if l == 0 { s } else { s + 1 };
+        let _ = writeln!(
+            out,
+            "@@ -{},{a_len} +{},{b_len} @@",
+            pos(a_start, a_len),
+            pos(b_start, b_len)
+        );
+        for e in part {
+            let _ = match e {
+                Edit::Same(i, _) => writeln!(out, " {}", al[*i]),
+                Edit::Del(i) => writeln!(out, "-{}", al[*i]),
+                Edit::Add(j) => writeln!(out, "+{}", bl[*j]),
+            };
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::parse::{Document, parse_one};
+
+    fn member(name: &str, zone: &str, extra: serde_json::Value) -> MemberCluster {
+        let mut v = json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": name},
+            "spec": {"region": "us-east-1", "zone": zone, "labels": {"tier": "prod"}},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Heartbeat",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "nodes": 4,
+                "available": {"cpu": "16", "memory": "64Gi", "pods": "400", "gpus": "0"},
+            },
+        });
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn members() -> Vec<MemberCluster> {
+        vec![
+            member("use1a", "us-east-1a", json!({})),
+            member("use1b", "us-east-1b", json!({})),
+            member(
+                "use1c",
+                "us-east-1c",
+                json!({"spec": {"labels": {"accelerators": "gpu"},
+                    "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}),
+            ),
+        ]
+    }
+
+    fn workload(text: &str) -> AnyWorkload {
+        match parse_one(text).unwrap() {
+            Document::Workload(w) => w,
+            _ => panic!("not a workload"),
+        }
+    }
+
+    fn service(image: &str, replicas: u32) -> AnyWorkload {
+        workload(&format!(
+            r#"
+apiVersion: compute.pinterest.com/v1alpha1
+kind: PinterestService
+metadata: {{name: web, namespace: ads}}
+spec:
+  owner: {{team: ads, contact: ads@example.com}}
+  replicas: {replicas}
+  template:
+    spec:
+      containers:
+        - {{name: app, image: "{image}", resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}
+  overrides:
+    - name: mirror
+      clusterSelector: {{matchLabels: {{topology.kubernetes.io/zone: us-east-1a}}}}
+      image: {{registry: "mirror.{{{{zone}}}}.example"}}
+"#
+        ))
+    }
+
+    /// The dry run of `w` as the shell builds it (the submission's sizing).
+    fn dry(
+        w: &AnyWorkload,
+        quotas: &[FederatedQuota],
+        used: Option<&Resources>,
+        existing: Option<&AnyWorkload>,
+        current: Option<&Decision>,
+    ) -> wire::DryRun {
+        let members = members();
+        let views = member_views(&members, &BTreeMap::new());
+        let (demand, policy) = sizing(w, None, &views).unwrap();
+        let requested = super::super::quota::requested(&demand, 1);
+        build(&Input {
+            workload: w,
+            team: "ads",
+            submitted_by: "alice",
+            artifact: None,
+            profiles: &[],
+            members: &members,
+            demand: &demand,
+            policy: &policy,
+            requested: &requested,
+            quotas,
+            used,
+            existing,
+            current,
+        })
+    }
+
+    /// A dry run of an existing service with a quota (every field of the reply set),
+    /// for the test that the client decodes it.
+    pub(crate) fn sample_reply() -> wire::DryRun {
+        let q: FederatedQuota = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": "team", "namespace": "ads"},
+            "spec": {"hard": {"cpu": "20"}, "perCluster": {"use1a": {"pods": "2"}}},
+        }))
+        .unwrap();
+        let current = Decision {
+            strategy: Strategy::Divided,
+            placements: vec![Placement {
+                cluster: "use1b".into(),
+                replicas: Some(4),
+                ..Default::default()
+            }],
+            unplaced: 0,
+            reason: None,
+        };
+        dry(
+            &service("registry.example/app:2", 4),
+            &[q],
+            Some(&Resources::ZERO),
+            Some(&service("registry.example/app:1", 4)),
+            Some(&current),
+        )
+    }
+
+    #[test]
+    fn a_members_available_room_is_spread_over_its_nodes_with_its_own_pods_added_back() {
+        let m = member(
+            "a",
+            "z",
+            json!({"status": {"nodes": 3,
+            "available": {"cpu": "10", "memory": "3Gi", "pods": "10", "gpus": "4"}}}),
+        );
+        let nodes = even_nodes(&m, None);
+        assert_eq!(nodes.len(), 3);
+        let cpu: Vec<i128> = nodes.iter().map(|n| n.free.cpu.0).collect();
+        assert_eq!(
+            cpu,
+            vec![3334, 3333, 3333],
+            "the remainder to the first nodes"
+        );
+        let pods: Vec<i64> = nodes.iter().map(|n| n.free.pods).collect();
+        assert_eq!(pods, vec![4, 3, 3]);
+        assert_eq!(nodes.iter().map(|n| n.free.gpu).sum::<i64>(), 4);
+        assert!(
+            nodes
+                .iter()
+                .all(|n| n.labels.is_empty() && n.taints.is_empty())
+        );
+        // What the workload being replaced uses there counts as free.
+        let own = Resources::pod(Milli(2000), Milli(0), 0);
+        let cpu: i128 = even_nodes(&m, Some(&own))
+            .iter()
+            .map(|n| n.free.cpu.0)
+            .sum();
+        assert_eq!(cpu, 12000);
+        // Over-allocated: no room, not negative room.
+        let over = member(
+            "b",
+            "z",
+            json!({"status": {"nodes": 2,
+            "available": {"cpu": "-1", "memory": "1Gi", "pods": "2", "gpus": "0"}}}),
+        );
+        assert!(even_nodes(&over, None).iter().all(|n| n.free.cpu.0 == 0));
+        // No status yet: one node with room for anything; no nodes: none.
+        let bare: MemberCluster = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "c"}, "spec": {}}))
+        .unwrap();
+        assert_eq!(
+            even_nodes(&bare, None),
+            vec![NodeRoom {
+                name: "node-0".into(),
+                ..unbounded_node()
+            }]
+        );
+        let empty = member("d", "z", json!({"status": {"nodes": 0}}));
+        assert!(even_nodes(&empty, None).is_empty());
+    }
+
+    #[test]
+    fn a_draining_member_is_excluded_as_draining() {
+        let mut ms = members();
+        ms[1].metadata.annotations =
+            Some([(ANNOTATION_DRAINING.to_string(), "true".to_string())].into());
+        let views = member_views(&ms, &BTreeMap::new());
+        assert!(!views[1].ready && views[0].ready);
+        let w = service("registry.example/app:1", 4);
+        let (demand, policy) = sizing(&w, None, &views).unwrap();
+        let requested = super::super::quota::requested(&demand, 1);
+        let r = build(&Input {
+            workload: &w,
+            team: "ads",
+            submitted_by: "alice",
+            artifact: None,
+            profiles: &[],
+            members: &ms,
+            demand: &demand,
+            policy: &policy,
+            requested: &requested,
+            quotas: &[],
+            used: None,
+            existing: None,
+            current: None,
+        });
+        let b = r.excluded.iter().find(|e| e.cluster == "use1b").unwrap();
+        assert!(b.why.starts_with("draining"), "{b:?}");
+    }
+
+    #[test]
+    fn a_new_service_gets_its_split_with_reasons_and_the_override_only_where_it_selects() {
+        let w = service("registry.example/app:1", 4);
+        let r = dry(&w, &[], None, None, None);
+        assert_eq!(
+            (r.kind.as_str(), r.name.as_str(), r.team.as_str()),
+            ("PinterestService", "web", "ads")
+        );
+        assert!(!r.exists && r.current.is_none() && r.moves.is_empty());
+        assert_eq!(r.strategy, "Divided");
+        assert_eq!(r.unplaced, 0);
+        // use1c's cluster taint is not tolerated: excluded with the engine's reason.
+        let split: Vec<(&str, Option<u32>)> = r
+            .placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.replicas))
+            .collect();
+        assert_eq!(split, vec![("use1a", Some(2)), ("use1b", Some(2))]);
+        for p in &r.placements {
+            assert!(
+                p.reason
+                    .contains("2 of 4 replicas by weight × room (weight 1, room for"),
+                "{p:?}"
+            );
+            assert_eq!(p.pods, 2);
+        }
+        assert!(
+            r.placements[0].reason.contains("overrides mirror"),
+            "{:?}",
+            r.placements[0]
+        );
+        assert!(!r.placements[1].reason.contains("overrides"));
+        assert_eq!(r.excluded.len(), 1);
+        assert_eq!(r.excluded[0].cluster, "use1c");
+        assert!(
+            r.excluded[0].why.contains("taint dedicated=gpu:NoSchedule"),
+            "{:?}",
+            r.excluded
+        );
+        // Objects after overrides: the mirror only in the zone it selects.
+        assert_eq!(r.members.len(), 2);
+        let a = &r.members[0];
+        assert_eq!(
+            (a.cluster.as_str(), a.overrides.clone()),
+            ("use1a", vec!["mirror".to_string()])
+        );
+        assert!(
+            a.objects.contains("image: mirror.us-east-1a.example/app:1"),
+            "{}",
+            a.objects
+        );
+        assert!(a.objects.contains("kind: Deployment") && a.objects.contains("replicas: 2"));
+        let b = &r.members[1];
+        assert!(b.overrides.is_empty());
+        assert!(
+            b.objects.contains("image: registry.example/app:1"),
+            "{}",
+            b.objects
+        );
+        assert!(!b.objects.contains("mirror."));
+        assert!(
+            a.diff.is_none() && a.error.is_none(),
+            "a new workload has no diff"
+        );
+        assert!(r.note.contains("status.available"));
+    }
+
+    #[test]
+    fn an_existing_workload_shows_no_move_for_an_image_change_and_a_diff_per_member() {
+        let old = service("registry.example/app:1", 4);
+        let current = Decision {
+            strategy: Strategy::Divided,
+            placements: vec![
+                Placement {
+                    cluster: "use1a".into(),
+                    replicas: Some(1),
+                    ..Default::default()
+                },
+                Placement {
+                    cluster: "use1b".into(),
+                    replicas: Some(3),
+                    ..Default::default()
+                },
+            ],
+            unplaced: 0,
+            reason: None,
+        };
+        let new = service("registry.example/app:2", 4);
+        let r = dry(&new, &[], None, Some(&old), Some(&current));
+        assert!(r.exists);
+        assert!(
+            r.moves.is_empty(),
+            "the current split is kept: {:?}",
+            r.moves
+        );
+        let split: Vec<Option<u32>> = r.placements.iter().map(|p| p.replicas).collect();
+        assert_eq!(split, vec![Some(1), Some(3)]);
+        assert!(
+            r.placements[1]
+                .reason
+                .contains("unchanged from the current split")
+        );
+        assert_eq!(r.current.as_ref().map(Vec::len), Some(2));
+        for m in &r.members {
+            let diff = m.diff.as_deref().unwrap();
+            assert!(diff.starts_with(&format!(
+                "--- {} (now)\n+++ {} (after)\n",
+                m.cluster, m.cluster
+            )));
+            assert!(
+                diff.lines()
+                    .any(|l| l.starts_with('+') && l.contains("app:2")),
+                "{diff}"
+            );
+            assert!(
+                diff.lines()
+                    .any(|l| l.starts_with('-') && l.contains("app:1")),
+                "{diff}"
+            );
+            assert!(
+                !diff
+                    .lines()
+                    .any(|l| l.starts_with(['-', '+']) && l.contains("replicas:"))
+            );
+        }
+        // More replicas: the new ones are placed, nothing taken away.
+        let grown = service("registry.example/app:1", 6);
+        let r = dry(&grown, &[], None, Some(&old), Some(&current));
+        assert!(!r.moves.is_empty());
+        for m in &r.moves {
+            assert!(
+                m.before.ends_with("replicas") && m.after.ends_with("replicas"),
+                "{m:?}"
+            );
+        }
+        let diff = r
+            .members
+            .iter()
+            .filter_map(|m| m.diff.as_deref())
+            .collect::<String>();
+        assert!(diff.contains("-  replicas: "), "{diff}");
+        // Unchanged: an empty diff.
+        let r = dry(&old, &[], None, Some(&old), Some(&current));
+        assert!(
+            r.members.iter().all(|m| m.diff.as_deref() == Some("")),
+            "{:?}",
+            r.members
+        );
+        // A member it leaves: its objects go (all removed in the diff).
+        let moved = Decision {
+            placements: vec![Placement {
+                cluster: "use1c".into(),
+                replicas: Some(4),
+                ..Default::default()
+            }],
+            ..current.clone()
+        };
+        let r = dry(&old, &[], None, Some(&old), Some(&moved));
+        let c = r.members.iter().find(|m| m.cluster == "use1c").unwrap();
+        assert!(c.objects.is_empty());
+        assert!(
+            c.diff
+                .as_deref()
+                .unwrap()
+                .lines()
+                .skip(3)
+                .all(|l| l.starts_with('-'))
+        );
+        assert!(
+            r.moves
+                .iter()
+                .any(|m| m.cluster == "use1c" && m.after == "-")
+        );
+    }
+
+    #[test]
+    fn the_quota_effect_names_what_it_adds_what_others_use_and_the_limits() {
+        let q: FederatedQuota = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": "team", "namespace": "ads"},
+            "spec": {"hard": {"cpu": "2", "pods": "10"}, "perCluster": {"use1a": {"pods": "1"}}},
+            "status": {"usedPerCluster": {"use1b": {"cpu": "500m", "pods": "1"}}},
+        }))
+        .unwrap();
+        let used = Resources {
+            cpu: Milli(500),
+            memory: Milli(0),
+            gpu: 0,
+            pods: 1,
+        };
+        let w = service("registry.example/app:1", 4);
+        let r = dry(&w, std::slice::from_ref(&q), Some(&used), None, None);
+        // use1a's cap of one pod holds its share at one.
+        let a = r.placements.iter().find(|p| p.cluster == "use1a").unwrap();
+        assert_eq!(a.replicas, Some(1));
+        assert!(a.reason.contains("quota ads/team admits 1 here"), "{a:?}");
+        assert_eq!(r.quotas.len(), 1);
+        let rows = &r.quotas[0].rows;
+        let row = |scope: &str, res: &str| {
+            rows.iter()
+                .find(|x| x.scope == scope && x.resource == res)
+                .unwrap_or_else(|| panic!("no {scope} {res} in {rows:?}"))
+        };
+        let pods = row("total", "pods");
+        assert_eq!(
+            (
+                pods.adds.as_str(),
+                pods.used.as_str(),
+                pods.hard.as_str(),
+                pods.fits
+            ),
+            ("4", "1", "10", true)
+        );
+        assert_eq!(row("total", "cpu").used, "500m");
+        let capped = row("use1a", "pods");
+        assert_eq!((capped.adds.as_str(), capped.hard.as_str()), ("1", "1"));
+        let b = row("use1b", "cpu");
+        assert_eq!(
+            (b.used.as_str(), b.hard.as_str(), b.fits),
+            ("500m", "-", true)
+        );
+        assert!(
+            !rows
+                .iter()
+                .any(|x| x.scope == "use1a" && x.resource == "cpu"),
+            "only the cap's dimensions"
+        );
+    }
+
+    #[test]
+    fn unified_diffs_show_changes_with_context_and_nothing_for_equal_texts() {
+        assert_eq!(unified_diff("a\nb\n", "a\nb\n", "x", "y"), "");
+        let a = (1..=10).map(|i| format!("l{i}\n")).collect::<String>();
+        let b = a.replace("l5\n", "l5b\n");
+        let d = unified_diff(&a, &b, "x", "y");
+        assert_eq!(
+            d,
+            "--- x\n+++ y\n@@ -2,7 +2,7 @@\n l2\n l3\n l4\n-l5\n+l5b\n l6\n l7\n l8\n"
+        );
+        // Far apart changes are two hunks; an insertion and a deletion.
+        let b = a.replace("l1\n", "").replace("l10\n", "l10\nl11\n");
+        let d = unified_diff(&a, &b, "x", "y");
+        assert_eq!(d.matches("@@ -").count(), 2, "{d}");
+        assert!(d.contains("@@ -1,4 +1,3 @@\n-l1\n l2\n"), "{d}");
+        assert!(d.contains("+l11\n"), "{d}");
+        // From nothing and to nothing.
+        assert_eq!(
+            unified_diff("", "a\n", "x", "y"),
+            "--- x\n+++ y\n@@ -0,0 +1,1 @@\n+a\n"
+        );
+        assert_eq!(
+            unified_diff("a\n", "", "x", "y"),
+            "--- x\n+++ y\n@@ -1,1 +0,0 @@\n-a\n"
+        );
+    }
+
+    #[test]
+    fn the_dry_run_decides_the_split_the_engine_decides_on_the_same_members() {
+        // Whatever the replicas and the room, the dry run's split is the engine's on the
+        // members its status describes.
+        for replicas in [0, 1, 3, 7, 40] {
+            for nodes in [1, 2, 5] {
+                let ms: Vec<MemberCluster> = members()
+                    .into_iter()
+                    .map(|mut m| {
+                        m.status.as_mut().unwrap().nodes = Some(nodes);
+                        m
+                    })
+                    .collect();
+                let w = service("registry.example/app:1", replicas);
+                let views = member_views(&ms, &BTreeMap::new());
+                let (demand, policy) = sizing(&w, None, &views).unwrap();
+                let engine = plan(&PlanInput {
+                    clusters: &views,
+                    policy: &policy,
+                    demand: &demand,
+                    quota: None,
+                    current: None,
+                });
+                let requested = super::super::quota::requested(&demand, 1);
+                let r = build(&Input {
+                    workload: &w,
+                    team: "ads",
+                    submitted_by: "a",
+                    artifact: None,
+                    profiles: &[],
+                    members: &ms,
+                    demand: &demand,
+                    policy: &policy,
+                    requested: &requested,
+                    quotas: &[],
+                    used: None,
+                    existing: None,
+                    current: None,
+                });
+                let got: Vec<(String, Option<u32>)> = r
+                    .placements
+                    .iter()
+                    .map(|p| (p.cluster.clone(), p.replicas))
+                    .collect();
+                let want: Vec<(String, Option<u32>)> = engine
+                    .decision
+                    .placements
+                    .iter()
+                    .map(|p| (p.cluster.clone(), p.replicas))
+                    .collect();
+                assert_eq!(got, want, "{replicas} replicas on {nodes} nodes");
+                assert_eq!(r.unplaced, engine.decision.unplaced);
+                let named: BTreeSet<&str> = r
+                    .placements
+                    .iter()
+                    .map(|p| p.cluster.as_str())
+                    .chain(r.excluded.iter().map(|e| e.cluster.as_str()))
+                    .collect();
+                assert_eq!(named.len(), 3, "every member is placed or excluded: {r:?}");
+            }
+        }
+    }
+}
