@@ -18,8 +18,8 @@ use crate::jss::artifacts::ArtifactRef;
 use crate::jss::client::JssClient;
 use crate::jss::request::{kind_path, parse_kind};
 use crate::jss::wire::{
-    Amounts, ClusterView, Deleted, HubStatusView, List, OwnersReport, QuotaView, SubmitRequest,
-    Submitted, WorkloadView,
+    Amounts, ClusterView, Deleted, DryRun, DryRunShare, HubStatusView, List, OwnersReport,
+    QuotaView, SubmitRequest, Submitted, WorkloadView,
 };
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default)]
@@ -100,6 +100,15 @@ pub struct SubmitArgs {
     /// Namespace (when the resource does not name one).
     #[arg(short, long, env = "PINFED_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Submit nothing: answer what the submission would do on the live federation (the
+    /// split with reasons, excluded members, quota effect, and for an existing workload
+    /// the moves and a diff per member). Refusals are the submission's.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: also print each member's objects (YAML) after overrides and
+    /// runtime injection.
+    #[arg(long, requires = "dry_run")]
+    pub show_objects: bool,
 }
 
 #[derive(Debug, Args)]
@@ -201,6 +210,16 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         ..body
     };
+    if args.dry_run {
+        let v: DryRun = runtime()?
+            .block_on(
+                client.post_json("/v1/submissions?dryRun=true", &serde_json::to_value(&body)?),
+            )?
+            .decode()?;
+        return print(args.server.output, &v, |v| {
+            dry_run_text(v, args.show_objects)
+        });
+    }
     let v: Submitted = runtime()?
         .block_on(client.post_json("/v1/submissions", &serde_json::to_value(&body)?))?
         .decode()?;
@@ -219,6 +238,176 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
                 .unwrap_or_default()
         )
     })
+}
+
+/// A share in a dry run as people read it: `3 replicas`, `shards 0-4`, `whole`.
+fn dry_share(p: &DryRunShare) -> String {
+    match (p.replicas, &p.shards) {
+        (Some(n), _) => format!("{n} replicas"),
+        (None, Some(s)) => format!("shards {s}"),
+        (None, None) => "whole".into(),
+    }
+}
+
+/// `pinfed submit --dry-run`: the split with each member's reason, the members left out
+/// and why, what is unplaced, the quota effect, for an existing workload the moves and a
+/// diff per member, and with `objects` each member's objects.
+pub fn dry_run_text(v: &DryRun, objects: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "DRY RUN: nothing was submitted. {} {}/{} for team {} ({}, {})",
+        v.kind.as_str(),
+        v.namespace,
+        v.name,
+        v.team,
+        if v.exists {
+            "an update of the workload on the hub"
+        } else {
+            "a new workload"
+        },
+        v.strategy
+    );
+    let r = &v.requested;
+    let _ = writeln!(
+        out,
+        "Requested: cpu {} memory {} gpus {} pods {}",
+        r.cpu, r.memory, r.gpus, r.pods
+    );
+    let width = v
+        .placements
+        .iter()
+        .map(|p| p.cluster.len())
+        .chain(v.excluded.iter().map(|e| e.cluster.len()))
+        .max()
+        .unwrap_or(0);
+    if let Some(current) = &v.current {
+        let now: Vec<String> = current
+            .iter()
+            .map(|p| format!("{}:{}", p.cluster, dry_share(p)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "Split now:  {}",
+            if now.is_empty() {
+                "-".into()
+            } else {
+                now.join(", ")
+            }
+        );
+    }
+    let _ = writeln!(out, "Split:");
+    for p in &v.placements {
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:<12}  {} pods, cpu {} memory {}  — {}",
+            p.cluster,
+            dry_share(p),
+            p.pods,
+            p.requests.cpu,
+            p.requests.memory,
+            p.reason
+        );
+    }
+    if v.placements.is_empty() {
+        let _ = writeln!(out, "  (no member)");
+    }
+    if v.unplaced > 0 {
+        let _ = writeln!(
+            out,
+            "Unplaced:   {} ({}): {}",
+            v.unplaced,
+            v.cause.as_deref().unwrap_or("-"),
+            v.reason.as_deref().unwrap_or("-")
+        );
+    }
+    for w in &v.warnings {
+        let _ = writeln!(out, "Warning:    {w}");
+    }
+    if !v.excluded.is_empty() {
+        let _ = writeln!(out, "Excluded:");
+        for e in &v.excluded {
+            let _ = writeln!(out, "  {:<width$}  {}", e.cluster, e.why);
+        }
+    }
+    if !v.quotas.is_empty() {
+        let _ = writeln!(
+            out,
+            "Quota:\n  {:<24} {:<10} {:<8} {:>10} {:>10} {:>10} {:>10}",
+            "QUOTA", "SCOPE", "RESOURCE", "NOW", "ADDS", "USED", "HARD"
+        );
+        for q in &v.quotas {
+            for row in &q.rows {
+                let _ = writeln!(
+                    out,
+                    "  {:<24} {:<10} {:<8} {:>10} {:>10} {:>10} {:>10}{}",
+                    q.quota,
+                    row.scope,
+                    row.resource,
+                    row.now.as_deref().unwrap_or("-"),
+                    row.adds,
+                    row.used,
+                    row.hard,
+                    if row.fits { "" } else { "  (exceeded)" }
+                );
+            }
+        }
+    }
+    if v.exists {
+        if v.moves.is_empty() {
+            let _ = writeln!(out, "Moves:      none (every member keeps its share)");
+        } else {
+            let _ = writeln!(out, "Moves:");
+            for m in &v.moves {
+                let _ = writeln!(out, "  {:<width$}  {} → {}", m.cluster, m.before, m.after);
+            }
+        }
+    }
+    for m in &v.members {
+        let rules = if m.overrides.is_empty() {
+            String::new()
+        } else {
+            format!(", overrides: {}", m.overrides.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "Member {}: {} objects{rules}",
+            m.cluster, m.object_count
+        );
+        if let Some(e) = &m.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+        let runs_now = v
+            .current
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|p| p.cluster == m.cluster));
+        let placed = v.placements.iter().any(|p| p.cluster == m.cluster);
+        match m.diff.as_deref() {
+            Some(_) if !runs_now => {
+                let _ = writeln!(out, "  (new on this member: every object is added)");
+            }
+            Some(_) if !placed => {
+                let _ = writeln!(out, "  (it leaves this member: every object is removed)");
+            }
+            Some("") => {
+                let _ = writeln!(out, "  (its objects do not change)");
+            }
+            Some(diff) => {
+                for l in diff.lines() {
+                    let _ = writeln!(out, "  {l}");
+                }
+            }
+            None => {}
+        }
+        if objects && !m.objects.is_empty() {
+            out.push_str(&m.objects);
+            if m.object_count > m.objects.lines().filter(|l| *l == "---").count() {
+                let _ = writeln!(out, "# ... {} objects in all", m.object_count);
+            }
+        }
+    }
+    let _ = writeln!(out, "Note: {}", v.note);
+    out
 }
 
 fn cond(s: &HubStatusView, t: &str) -> String {
@@ -747,6 +936,33 @@ mod tests {
     }
 
     #[test]
+    fn describe_shows_why_each_member_got_its_share_as_recorded() {
+        let w: WorkloadView = from(json!({
+            "kind": "PinterestService", "namespace": "ads", "name": "web", "team": "ads",
+            "deleting": false, "desired": {"replicas": 2},
+            "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0, "pods": 2},
+            "status": {"placement": {
+                "placements": [{"cluster": "use1a", "replicas": 2}],
+                "members": [
+                    {"cluster": "use1a", "share": 2, "reason": "weight 1, room 40 pods of cpu 150m → 2 replicas"},
+                    {"cluster": "use1b", "share": 0, "reason": "weight 1, room 40 pods of cpu 150m, quota room 0 pods (cpu 0 of 0 left) → none: its quota room is 0"},
+                    {"cluster": "use1c", "share": 0, "reason": "excluded: cluster taint maintenance=true:NoSchedule is not tolerated"}
+                ]}}
+        }));
+        let t = describe_text(&w);
+        assert!(t.contains("Decision:"), "{t}");
+        assert!(
+            t.contains("  use1b     0  weight 1, room 40 pods of cpu 150m, quota room 0 pods"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  use1c     0  excluded: cluster taint maintenance"),
+            "{t}"
+        );
+        assert!(t.contains("  use1a     2  weight 1"), "{t}");
+    }
+
+    #[test]
     fn get_table_shows_the_per_cluster_breakdown() {
         let w: WorkloadView = from(json!({
             "kind": "PinterestService", "namespace": "ads", "name": "web", "team": "ads",
@@ -771,6 +987,44 @@ mod tests {
             t.contains("└ a          Ready        replicas 3 ready 3 available 3"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_dry_run_prints_the_split_exclusions_quota_moves_and_diffs() {
+        let v: DryRun =
+            from(serde_json::to_value(crate::jss::dry_run::tests::sample_reply()).unwrap());
+        let t = dry_run_text(&v, false);
+        assert!(
+            t.starts_with("DRY RUN: nothing was submitted. PinterestService ads/web"),
+            "{t}"
+        );
+        assert!(t.contains("an update of the workload on the hub"), "{t}");
+        assert!(t.contains("Split now:  use1b:4 replicas"), "{t}");
+        let a = t.lines().find(|l| l.starts_with("  use1a ")).unwrap();
+        assert!(a.contains("replicas") && a.contains("weight"), "{t}");
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("  use1c ") && l.contains("taint")),
+            "{t}"
+        );
+        assert!(t.contains("ads/team"), "{t}");
+        assert!(t.contains("Moves:\n  use1a  - → 2 replicas\n"), "{t}");
+        assert!(
+            t.contains("Member use1a: 2 objects, overrides: mirror\n  (new on this member"),
+            "{t}"
+        );
+        assert!(!t.contains("-600m") && !t.contains(" -0"), "{t}");
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("  +") && l.contains("app:2")),
+            "{t}"
+        );
+        assert!(
+            !t.contains("kind: Deployment"),
+            "objects only when asked: {t}"
+        );
+        let t = dry_run_text(&v, true);
+        assert!(t.contains("kind: Deployment"), "{t}");
     }
 
     #[test]

@@ -154,6 +154,17 @@ pub struct Input<'a> {
     pub current: Option<&'a Decision>,
 }
 
+/// `a - b`, no dimension below zero (a quota's status may trail what a workload uses).
+fn less(a: &Resources, b: &Resources) -> Resources {
+    let d = a.saturating_sub(b);
+    Resources {
+        cpu: Milli(d.cpu.0.max(0)),
+        memory: Milli(d.memory.0.max(0)),
+        gpu: d.gpu.max(0),
+        pods: d.pods.max(0),
+    }
+}
+
 /// The engine's view of the namespace's quotas for the dry run: totals with the live
 /// usage of the other workloads, per member what each quota's status records, less what
 /// the workload being replaced uses there.
@@ -171,7 +182,7 @@ pub fn quota_view(
             }
             for (c, u) in &mut v.clusters {
                 if let Some(o) = own.get(c) {
-                    u.used = u.used.saturating_sub(o);
+                    u.used = less(&u.used, o);
                 }
             }
             Some(v)
@@ -556,6 +567,11 @@ fn exclusions(
                         _ if outcome.decision.unplaced > 0 => {
                             "what is unplaced does not fit here either".into()
                         }
+                        _ if input.current.is_some_and(|d| !d.placements.is_empty()) => {
+                            "the current split holds (the hub moves nothing it need not \
+                             move)"
+                                .into()
+                        }
                         _ => "the split by weight × room gave it none".into(),
                     }
                 };
@@ -722,7 +738,7 @@ pub fn quota_effects(
                     .and_then(|a| a.parse().ok())
                     .map(|a| from_quota::resources(&a))
                     .unwrap_or(Resources::ZERO);
-                let others = recorded.saturating_sub(own.get(c).unwrap_or(&Resources::ZERO));
+                let others = less(&recorded, own.get(c).unwrap_or(&Resources::ZERO));
                 let here = adds.get(c).copied().unwrap_or(Resources::ZERO);
                 for d in &DIMS {
                     let h = cap.as_ref().and_then(|a| (d.hard)(a));
@@ -1130,7 +1146,7 @@ spec:
             reason: None,
         };
         dry(
-            &service("registry.example/app:2", 4),
+            &service("registry.example/app:2", 6),
             &[q],
             Some(&Resources::ZERO),
             Some(&service("registry.example/app:1", 4)),
