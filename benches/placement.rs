@@ -79,6 +79,7 @@ fn decide(
 
 fn bench(c: &mut Criterion) {
     let service = Demand {
+        member_pods: Default::default(),
         pod: pod(500, 0),
         count: Count::Replicas(30),
     };
@@ -118,6 +119,7 @@ fn bench(c: &mut Criterion) {
     let clusters = synthetic(50);
     let current = decide(&clusters, &service, None).decision;
     let scaled = Demand {
+        member_pods: Default::default(),
         pod: pod(500, 0),
         count: Count::Replicas(45),
     };
@@ -126,6 +128,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let jobset = Demand {
+        member_pods: Default::default(),
         pod: pod(1000, 0),
         count: Count::Shards {
             total: 1000,
@@ -138,6 +141,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let gang = Demand {
+        member_pods: Default::default(),
         pod: pod(4000, 4),
         count: Count::Gang(vec![
             GangRole {

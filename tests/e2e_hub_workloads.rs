@@ -505,10 +505,12 @@ async fn a_federated_quota_is_never_exceeded_and_frees_room_when_a_workload_goes
     let daemons = federation_running(&fed);
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "fed-quota").await;
+    // The first member takes at most one replica's cpu of it.
+    let capped = fed.member_names()[0].clone();
     let quota: FederatedQuota = serde_json::from_value(serde_json::json!({
         "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
         "metadata": {"name": "team"},
-        "spec": {"hard": {"cpu": "3"}},
+        "spec": {"hard": {"cpu": "3"}, "perCluster": {capped.clone(): {"cpu": "200m"}}},
     }))
     .unwrap();
     let quotas: Api<FederatedQuota> = Api::namespaced(hub.clone(), &ns.name);
@@ -551,6 +553,29 @@ async fn a_federated_quota_is_never_exceeded_and_frees_room_when_a_workload_goes
         .map(|p| p["replicas"].as_i64().unwrap())
         .sum();
     assert!(placed > 0 && placed < 100, "placed {placed}: {s}");
+    // The decision explains each member with its numbers: the capped member by its
+    // quota room.
+    let members = s["placement"]["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let why = |m: &str| {
+        members
+            .iter()
+            .find(|x| x["cluster"] == m)
+            .and_then(|x| x["reason"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(members.len(), fed.member_names().len(), "{s}");
+    assert!(
+        why(&capped).contains("quota room 1 pods"),
+        "{}",
+        why(&capped)
+    );
+    for m in fed.member_names() {
+        assert!(why(&m).contains("room "), "{m}: {}", why(&m));
+    }
     // The quota's status says what is used, never more than hard.
     let used = |q: &FederatedQuota| {
         q.status
@@ -1605,6 +1630,42 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
             true
         },
     )
+    .await;
+
+    // A pod asking for a GPU without tolerating the GPU nodes' taint: every member
+    // explains with its numbers why it got none.
+    let mut g =
+        serde_json::to_value(rolled_service("gpu-untolerated", serde_json::json!({}))).unwrap();
+    g["spec"].as_object_mut().unwrap().remove("rollout");
+    g["spec"]["replicas"] = 1.into();
+    g["spec"]["placement"] = serde_json::json!({});
+    g["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] =
+        serde_json::json!({"nvidia.com/gpu": "1"});
+    g["spec"]["template"]["spec"]["nodeSelector"] =
+        serde_json::json!({"pinterest.com/pool": "gpu"});
+    api.create(&PostParams::default(), &serde_json::from_value(g).unwrap())
+        .await
+        .unwrap();
+    eventually(WAIT, "gpu-untolerated explained", || async {
+        let s = hub_status(&api, "gpu-untolerated").await;
+        let reasons: Vec<String> = s["placement"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| format!("{}: {}", m["cluster"], m["reason"]))
+            .collect();
+        reasons.len() == members.len() && reasons.iter().any(|r| {
+            r.contains(&gpu)
+                && r.contains(
+                    "match the node selector, and the pod does not tolerate their taint dedicated",
+                )
+        })
+            && reasons
+                .iter()
+                .filter(|r| r.contains("has the node selector's labels (pinterest.com/pool=gpu)"))
+                .count()
+                == members.len() - 1
+    })
     .await;
 
     // A rule that selects no member: held Invalid on the hub, naming the rule; what the

@@ -432,6 +432,24 @@ pub struct PlacementDecision {
     /// Why something is unplaced, if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Each member the decision considered: its share and why it got that or none, with
+    /// the numbers the decision was made with (at most 100 members, each reason at most
+    /// 300 characters). Recorded when the hub plans; kept with the decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberDecision>,
+}
+
+/// One member in a placement decision, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberDecision {
+    pub cluster: String,
+    /// Replicas, shards or pods it got (0: none).
+    #[serde(default)]
+    pub share: i32,
+    /// Why: excluded (selector, taint, room, not ready …) or its weight, room, quota room
+    /// and bounds and what it got of them.
+    pub reason: String,
 }
 
 /// One cluster's share of a workload.

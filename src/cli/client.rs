@@ -580,6 +580,14 @@ fn describe_text(w: &WorkloadView) -> String {
     if let Some(reason) = placement.and_then(|p| p.reason.as_ref()) {
         line(&mut out, "Reason:", reason.clone());
     }
+    // Why each member got its share or none, as recorded when the hub decided.
+    if let Some(p) = placement.filter(|p| !p.members.is_empty()) {
+        let _ = writeln!(out, "Decision:");
+        let width = p.members.iter().map(|m| m.cluster.len()).max().unwrap_or(0);
+        for m in &p.members {
+            let _ = writeln!(out, "  {:<width$}  {:>4}  {}", m.cluster, m.share, m.reason);
+        }
+    }
     line(&mut out, "Progress:", progress(w));
     let num = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "null".into());
     line(

@@ -152,4 +152,16 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     /// Where the placed pods fit, node by node.
     pub bindings: Vec<NodeBinding>,
+    /// Each member considered, with its share and why it got that share or none, from
+    /// the numbers this decision was made with (cluster order).
+    pub explained: Vec<MemberReason>,
+}
+
+/// Why one member got its share (or none), with the numbers behind it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberReason {
+    pub cluster: String,
+    /// Replicas, shards or pods it got (0: none).
+    pub share: u32,
+    pub why: String,
 }

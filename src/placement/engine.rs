@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::decision::{Cause, Decision, Exclusion, NodeBinding, Outcome, Placement};
+use super::decision::{Cause, Decision, Exclusion, MemberReason, NodeBinding, Outcome, Placement};
 use super::divide::{Seat, apportion};
 use super::model::{
     Bounds, ClusterView, Count, Demand, PlacementPolicy, PodShape, QuotaUse, QuotaView, Resources,
@@ -126,7 +126,9 @@ pub fn plan(input: &PlanInput<'_>) -> Outcome {
             _,
         ) => place_shards(&ctx, *total, completed, *parallelism, strategy, &mut out),
     }
-    out.finish()
+    let mut outcome = out.finish();
+    outcome.explained = explain(input, &candidates, &outcome);
+    outcome
 }
 
 fn unlimited() -> Admits {
@@ -282,8 +284,103 @@ impl Builder {
             excluded: self.excluded,
             warnings: self.warnings,
             bindings: self.bindings,
+            explained: Vec::new(),
         }
     }
+}
+
+/// Each member's share and why, from the numbers the decision was made with: an excluded
+/// member's reason; an eligible one's weight, room (pods of its size that fit), quota
+/// room and bounds, and what it got of them.
+fn explain(
+    input: &PlanInput<'_>,
+    candidates: &[Candidate<'_>],
+    outcome: &Outcome,
+) -> Vec<MemberReason> {
+    let unit = match input.demand.count {
+        Count::Replicas(_) => "replicas",
+        Count::Shards { .. } => "shards",
+        Count::Gang(_) => "gang",
+        Count::Whole => "copy",
+    };
+    let shares = outcome.decision.shares();
+    let mut out: Vec<MemberReason> = outcome
+        .excluded
+        .iter()
+        .map(|e| MemberReason {
+            cluster: e.cluster.clone(),
+            share: 0,
+            why: format!("excluded: {}", e.why),
+        })
+        .collect();
+    for c in candidates {
+        let share = shares.get(c.name()).copied().unwrap_or(0);
+        let pod = input.demand.pod_in(c.name());
+        let mut facts = vec![
+            format!("weight {}", c.weight),
+            format!(
+                "room {} pods of {}",
+                if c.room >= ROOM_LIMIT {
+                    "unbounded".to_string()
+                } else {
+                    c.room.to_string()
+                },
+                text::request(&pod.resources.as_pod_request())
+            ),
+        ];
+        if c.quota.pods != u64::MAX {
+            facts.push(format!(
+                "quota room {} pods{}",
+                c.quota.pods,
+                c.quota
+                    .limited_by
+                    .as_deref()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(min) = c.bounds.min {
+            facts.push(format!("min {min}"));
+        }
+        if let Some(max) = c.bounds.max {
+            facts.push(format!("max {max}"));
+        }
+        if input.demand.member_pods.contains_key(c.name()) {
+            facts.push("pod sized by its overrides".into());
+        }
+        let got = match (unit, share) {
+            ("gang" | "copy", 0) => "not chosen".to_string(),
+            ("gang", _) => "runs the whole gang".to_string(),
+            ("copy", _) => match outcome
+                .decision
+                .placements
+                .iter()
+                .find(|p| p.cluster == c.name())
+                .and_then(|p| p.pods)
+            {
+                Some(p) => format!("runs a copy ({p} pods)"),
+                None => "runs a copy".to_string(),
+            },
+            (_, 0) if c.cap() == 0 => {
+                if c.quota.pods == 0 {
+                    "none: its quota room is 0".to_string()
+                } else if c.bounds.max == Some(0) {
+                    "none: max 0".to_string()
+                } else {
+                    "none: no room".to_string()
+                }
+            }
+            (_, 0) => "none: the others took the whole count".to_string(),
+            (u, n) => format!("{n} {u}"),
+        };
+        out.push(MemberReason {
+            cluster: c.name().to_string(),
+            share,
+            why: format!("{} → {got}", facts.join(", ")),
+        });
+    }
+    out.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    out
 }
 
 /// Splits the clusters into eligible candidates and exclusions with reasons.
@@ -364,7 +461,7 @@ fn eligibility<'a>(
             }
         }
         if need_node_fit && matching == 0 {
-            exclude("no node matches the pod's node selector and tolerations".into());
+            exclude(no_node_matches(pod, &view.nodes));
             continue;
         }
         if need_node_fit && room == 0 {
@@ -391,6 +488,42 @@ fn eligibility<'a>(
     candidates.sort_by(|a, b| a.view.name.cmp(&b.view.name));
     excluded.sort_by(|a, b| a.cluster.cmp(&b.cluster));
     (candidates, excluded)
+}
+
+/// Why no node of a cluster takes the pod, with the numbers: how many nodes have the
+/// node selector's labels, and the taint that keeps the pod off those.
+fn no_node_matches(pod: &PodShape, nodes: &[super::model::NodeRoom]) -> String {
+    let labelled: Vec<&super::model::NodeRoom> = nodes
+        .iter()
+        .filter(|n| {
+            pod.node_selector
+                .iter()
+                .all(|(k, v)| n.labels.get(k) == Some(v))
+        })
+        .collect();
+    if labelled.is_empty() {
+        let selector: Vec<String> = pod
+            .node_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        return format!(
+            "none of its {} nodes has the node selector's labels ({})",
+            nodes.len(),
+            selector.join(", ")
+        );
+    }
+    let taint = labelled
+        .iter()
+        .find_map(|n| untolerated(&pod.tolerations, &n.taints));
+    match taint {
+        Some(t) => format!(
+            "{} of its {} nodes match the node selector, and the pod does not tolerate their taint {t}",
+            labelled.len(),
+            nodes.len()
+        ),
+        None => "no node matches the pod's node selector and tolerations".into(),
+    }
 }
 
 /// First fit of `count` pods over the cluster's nodes in order.

@@ -34,7 +34,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use decision::{Cause, Decision, Exclusion, NodeBinding, Outcome, Placement};
+pub use decision::{Cause, Decision, Exclusion, MemberReason, NodeBinding, Outcome, Placement};
 pub use engine::{PlanInput, plan};
 pub use ledger::{Ledger, Reservation};
 pub use model::{

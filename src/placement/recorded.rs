@@ -6,11 +6,12 @@
 
 use super::decision::{Decision, Placement};
 use super::model::Strategy;
-use crate::api::common::{ClusterPlacement, PlacementDecision, PlacementStrategy};
+use crate::api::common::{ClusterPlacement, MemberDecision, PlacementDecision, PlacementStrategy};
 
 /// The decision as written into hub status.
 pub fn to_status(d: &Decision) -> PlacementDecision {
     PlacementDecision {
+        members: Vec::new(),
         strategy: Some(match d.strategy {
             Strategy::Divided => PlacementStrategy::Divided,
             Strategy::Duplicated => PlacementStrategy::Duplicated,
@@ -29,6 +30,28 @@ pub fn to_status(d: &Decision) -> PlacementDecision {
         unplaced: i32::try_from(d.unplaced).unwrap_or(i32::MAX),
         reason: d.reason.clone(),
     }
+}
+
+/// Members' reasons as hub status records them: bounded (100 members, 300 characters
+/// each), so a status stays small however many members there are.
+pub fn reasons_to_status(reasons: &[super::decision::MemberReason]) -> Vec<MemberDecision> {
+    const MEMBERS: usize = 100;
+    const CHARS: usize = 300;
+    reasons
+        .iter()
+        .take(MEMBERS)
+        .map(|r| MemberDecision {
+            cluster: r.cluster.clone(),
+            share: i32::try_from(r.share).unwrap_or(i32::MAX),
+            reason: if r.why.chars().count() > CHARS {
+                let mut s: String = r.why.chars().take(CHARS - 1).collect();
+                s.push('…');
+                s
+            } else {
+                r.why.clone()
+            },
+        })
+        .collect()
 }
 
 /// The decision recorded in hub status. A negative count (the schema forbids it) reads as
@@ -104,6 +127,7 @@ mod tests {
     #[test]
     fn a_record_without_pods_or_with_a_negative_count_charges_one_pod() {
         let recorded = PlacementDecision {
+            members: Vec::new(),
             strategy: Some(PlacementStrategy::Duplicated),
             placements: vec![
                 ClusterPlacement {

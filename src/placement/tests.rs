@@ -413,7 +413,7 @@ fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
         o.decision
             .reason
             .unwrap()
-            .contains("use1c: no node matches the pod's node selector and tolerations")
+            .contains("use1c: 2 of its 5 nodes match the node selector, and the pod does not tolerate their taint dedicated=gpu:NoSchedule")
     );
 }
 
@@ -1266,4 +1266,80 @@ fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
         why.contains("no longer matches the cluster selector"),
         "{why}"
     );
+}
+
+// ---------------------------------------------------------------- explanations
+
+#[test]
+fn every_member_gets_its_share_explained_with_the_numbers_of_the_decision() {
+    let mut tainted = cluster("c", "z3", vec![node("c1", "8", 110)]);
+    tainted.taints = vec![Taint {
+        key: "maintenance".into(),
+        value: "true".into(),
+        effect: TaintEffect::NoSchedule,
+    }];
+    let clusters = vec![
+        cluster("a", "z1", vec![node("a1", "1", 110)]),
+        cluster("b", "z2", vec![node("b1", "8", 110)]),
+        tainted,
+        cluster("d", "z4", vec![node("d1", "50m", 110)]),
+    ];
+    let mut quota = cpu_quota("100", "0");
+    quota.clusters.insert(
+        "b".into(),
+        QuotaUse {
+            hard: Limits {
+                cpu: Some(q("1")),
+                ..Limits::default()
+            },
+            used: Resources::ZERO,
+        },
+    );
+    let o = run(
+        &clusters,
+        &divided(),
+        &replicas(pod("500m", "64Mi", 0), 4),
+        Some(&quota),
+        None,
+    );
+    let why: BTreeMap<&str, (&str, u32)> = o
+        .explained
+        .iter()
+        .map(|r| (r.cluster.as_str(), (r.why.as_str(), r.share)))
+        .collect();
+    assert_eq!(why.len(), 4, "{:?}", o.explained);
+    // Room 2 pods of 500m on a: both used.
+    assert!(
+        why["a"].0.contains("room 2 pods of cpu 500m"),
+        "{}",
+        why["a"].0
+    );
+    assert_eq!(why["a"].1, 2);
+    assert!(why["a"].0.ends_with("→ 2 replicas"), "{}", why["a"].0);
+    // b has room for 16 but its quota for 2.
+    assert!(why["b"].0.contains("room 16 pods"), "{}", why["b"].0);
+    assert!(why["b"].0.contains("quota room 2 pods"), "{}", why["b"].0);
+    assert_eq!(why["b"].1, 2);
+    // c: the taint, d: no room, both with their numbers.
+    assert!(
+        why["c"].0.contains("excluded: cluster taint maintenance"),
+        "{}",
+        why["c"].0
+    );
+    assert!(
+        why["d"]
+            .0
+            .contains("excluded: no node has room for one pod (cpu 500m"),
+        "{}",
+        why["d"].0
+    );
+    assert_eq!(
+        o.explained.iter().map(|r| r.share).sum::<u32>(),
+        4,
+        "shares add up to the decision"
+    );
+    // Recorded bounded.
+    let recorded = recorded::reasons_to_status(&o.explained);
+    assert_eq!(recorded.len(), 4);
+    assert!(recorded.iter().all(|r| r.reason.chars().count() <= 300));
 }

@@ -488,6 +488,7 @@ mod tests {
 
     fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
         PlacementDecision {
+            members: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()
@@ -506,6 +507,7 @@ mod tests {
     /// A job set's decision: (cluster, shard range) per member.
     fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
         PlacementDecision {
+            members: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()

@@ -382,6 +382,7 @@ mod golden {
 
     fn placement(parts: &[(&str, Option<i32>, Option<&str>)]) -> PlacementDecision {
         PlacementDecision {
+            members: Vec::new(),
             strategy: Some(crate::api::common::PlacementStrategy::Divided),
             placements: parts
                 .iter()

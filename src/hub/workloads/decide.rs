@@ -92,6 +92,8 @@ pub struct Placed {
     /// The version this reconcile's own metadata write returned: its status write is made
     /// over that version, not over the copy it read.
     pub written: Option<String>,
+    /// Each member's share and why, as recorded when the decision was made.
+    pub reasons: Vec<crate::api::common::MemberDecision>,
 }
 
 /// An Event a decision owes: written with the status that follows the decision (an Event
@@ -180,7 +182,7 @@ pub async fn decide<K: PinterestKind>(
     let keep = unchanged.filter(|_| leaving.is_empty());
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
-    let (decision, quota_exceeded, written) = match keep {
+    let (decision, quota_exceeded, written, reasons) = match keep {
         Some(kept) => {
             let mut written = None;
             if needs_finalizer {
@@ -193,7 +195,12 @@ pub async fn decide<K: PinterestKind>(
                     .map_err(HubError::Finalizer)?;
                 written = ctx.record_write(obj, None, &stored, Wrote::Metadata { finalizer: true });
             }
-            (recorded::from_status(kept), false, written)
+            (
+                recorded::from_status(kept),
+                false,
+                written,
+                kept.members.clone(),
+            )
         }
         None => {
             // Validate and size the workload (the profile it will run with counts). A
@@ -264,6 +271,7 @@ pub async fn decide<K: PinterestKind>(
         failback,
         requeue,
         written,
+        reasons,
     }))
 }
 
@@ -312,7 +320,15 @@ async fn plan_again<K: PinterestKind>(
     r: &Replan<'_>,
     now: Timestamp,
     needs_finalizer: bool,
-) -> Result<(Decision, bool, Option<String>), HubError> {
+) -> Result<
+    (
+        Decision,
+        bool,
+        Option<String>,
+        Vec<crate::api::common::MemberDecision>,
+    ),
+    HubError,
+> {
     let key = workload_key(obj);
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -365,6 +381,10 @@ async fn plan_again<K: PinterestKind>(
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
     }
     let quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
+    // (A workload that must leave a member but has nowhere to go keeps the decision
+    // before; the reasons are those of the plan that could not be taken: they say why
+    // no other member has room.)
+    let reasons = recorded::reasons_to_status(&outcome.explained);
     let held_before = hold_back(ctx, &key, &ns, quota_exceeded, &outcome.decision);
     ctx.hub_metrics
         .placement_seconds
@@ -424,7 +444,10 @@ async fn plan_again<K: PinterestKind>(
                 placement_generation: obj.meta().generation.unwrap_or(0),
                 failed_over_from: failed_over,
                 failover_message: message,
-                decision: recorded::to_status(&outcome.decision),
+                decision: crate::api::common::PlacementDecision {
+                    members: reasons.clone(),
+                    ..recorded::to_status(&outcome.decision)
+                },
             },
         );
     }
@@ -448,7 +471,7 @@ async fn plan_again<K: PinterestKind>(
     ctx.status_deferrals.decided(std::time::Instant::now());
     ctx.status_deferrals
         .owe_events(&key, events_for(&key, &change, &outcome.decision));
-    Ok((outcome.decision, quota_exceeded, written))
+    Ok((outcome.decision, quota_exceeded, written, reasons))
 }
 
 /// What a new decision changed, for Events.

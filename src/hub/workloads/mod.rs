@@ -534,7 +534,10 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &agent_times,
         &now_time,
     );
-    let api_decision = crate::placement::recorded::to_status(&decided.decision);
+    let api_decision = crate::api::common::PlacementDecision {
+        members: decided.reasons.clone(),
+        ..crate::placement::recorded::to_status(&decided.decision)
+    };
     // Completed shards as recorded, never beyond the job set's shard count.
     let shards = match obj.progress() {
         crate::api::kind::Progress::Shards { total } => total,

@@ -90,6 +90,7 @@ pub fn decision_from_slices(
         })
         .collect();
     (!placements.is_empty()).then(|| crate::api::common::PlacementDecision {
+        members: Vec::new(),
         placements,
         ..Default::default()
     })

@@ -676,10 +676,10 @@ pub struct MemberReason {
     pub why: String,
 }
 
-/// Why each member got its share or none: the placement decision for the placed ones,
-/// and for the others the first rule of the workload's policy the member fails today
-/// (readiness, weight, names, zones, selector, taints). A member that passes them all
-/// was eligible and got nothing for capacity, quota, spread or the strategy.
+/// Why each member got its share or none: the reason the hub recorded with its numbers
+/// when it decided (`status.placement.members`); a member lost or failed over since says
+/// so first. A decision recorded before reasons were: the first rule of the workload's
+/// policy the member fails today (readiness, weight, names, zones, selector, taints).
 pub fn member_reasons(
     w: Option<&AnyWorkload>,
     members: &[MemberCluster],
@@ -703,6 +703,13 @@ pub fn member_reasons(
         .strategy
         .map(|s| format!("{s:?}"))
         .unwrap_or_else(|| "the".into());
+    let recorded = |name: &str| {
+        decision
+            .members
+            .iter()
+            .find(|m| m.cluster == name)
+            .map(|m| m.reason.clone())
+    };
     let mut out = Vec::new();
     for mc in members {
         let name = mc.name_any();
@@ -718,12 +725,14 @@ pub fn member_reasons(
                 .and_then(|p| p.weights.get(&name).copied())
                 .map(|w| w as i32)
                 .unwrap_or_else(|| mc.spec.weight_or_default());
+            // The reason the hub recorded with its numbers when it decided, if it did.
+            let why = recorded(&name).unwrap_or_else(|| {
+                format!("eligible; given this share by the {strategy} strategy (weight {weight})")
+            });
             out.push(MemberReason {
                 cluster: name,
                 share: Some(share),
-                why: format!(
-                    "eligible; given this share by the {strategy} strategy (weight {weight})"
-                ),
+                why,
             });
             continue;
         }
@@ -745,6 +754,8 @@ pub fn member_reasons(
                     }
                 ),
             }
+        } else if let Some(why) = recorded(&name) {
+            why
         } else if let Some(why) = policy.as_ref().and_then(|p| policy_exclusion(p, mc)) {
             why
         } else if w.is_none() {
