@@ -1790,3 +1790,283 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
     ns.delete().await;
     eprintln!("rollouts through the JSS: {:?}", started.elapsed());
 }
+
+/// Writes (create, update, patch, delete) of `name` in `namespace` the hub API server
+/// audited (`--audit-log-format=json`, one event per line; local-3 audits the hub).
+fn hub_writes_of(fed: &Federation, namespace: &str, name: &str) -> Vec<String> {
+    let path = fed
+        .kubeconfig
+        .parent()
+        .expect("the kubeconfig sits in the state directory")
+        .join("logs")
+        .join(format!("{}-audit.log", fed.topology.hub.name));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the topology must audit the hub: `hub: {{audit: true}}`)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            ) && e["objectRef"]["namespace"] == namespace
+                && e["objectRef"]["name"] == name
+        })
+        .map(|e| {
+            format!(
+                "{} {} by {}",
+                e["verb"].as_str().unwrap_or("-"),
+                e["objectRef"]["resource"].as_str().unwrap_or("-"),
+                e["userAgent"].as_str().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
+    use pinfed::api::federation::MemberCluster;
+    let started = std::time::Instant::now();
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-dry").await;
+    let alice = st.client(Some("alice-token"));
+    let members = fed.member_names();
+    let mcs: Api<MemberCluster> = Api::all(hub.clone());
+    let zone = mcs
+        .get(&members[0])
+        .await
+        .unwrap()
+        .spec
+        .zone
+        .expect("a zone");
+    let gpu: Vec<String> = mcs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|m| m.spec.labels.get("accelerators").map(String::as_str) == Some("gpu"))
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    assert_eq!(gpu.len(), 1, "the topology has one GPU member: {gpu:?}");
+    let gpu = gpu[0].clone();
+    assert_ne!(gpu, members[0]);
+    // A service kept off the GPU member, with a registry mirror in the first member's zone.
+    let svc = |name: &str, image: &str| {
+        let mut v = service(name, "ads", 4, "10m");
+        v["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+        v["spec"]["placement"] = json!({"clusterSelector": {"matchExpressions": [
+            {"key": "accelerators", "operator": "DoesNotExist"}]}});
+        v["spec"]["overrides"] = json!([{"name": "mirror",
+            "clusterSelector": {"matchLabels": {"topology.kubernetes.io/zone": zone}},
+            "image": {"registry": "mirror.{{zone}}.example"}}]);
+        v
+    };
+    let dry_run = |v: Value| {
+        let alice = alice.clone();
+        let ns = ns.name.clone();
+        async move {
+            let r = alice
+                .post_json(
+                    "/v1/submissions?dryRun=true",
+                    &json!({"resource": v, "namespace": ns}),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.decode::<pinfed::jss::wire::DryRun>().unwrap()
+        }
+    };
+
+    // A new service: the split with reasons, the GPU member excluded by the selector, the
+    // override only in the member it selects.
+    let r = dry_run(svc("dry", "registry.example/app:1")).await;
+    assert!(
+        !r.exists && r.moves.is_empty() && r.current.is_none(),
+        "{r:?}"
+    );
+    assert_eq!(r.unplaced, 0, "{r:?}");
+    assert_eq!(
+        r.placements.iter().filter_map(|p| p.replicas).sum::<u32>(),
+        4,
+        "{r:?}"
+    );
+    assert!(r.placements.iter().all(|p| !p.reason.is_empty()), "{r:?}");
+    assert!(
+        r.placements.iter().any(|p| p.cluster == members[0]),
+        "{r:?}"
+    );
+    let excluded = r.excluded.iter().find(|e| e.cluster == gpu);
+    assert!(
+        excluded.is_some_and(|e| e.why.contains("cluster selector")),
+        "{:?}",
+        r.excluded
+    );
+    for m in &r.members {
+        let mirrored = m
+            .objects
+            .contains(&format!("image: mirror.{zone}.example/app:1"));
+        assert_eq!(
+            mirrored,
+            m.cluster == members[0],
+            "{}: {}",
+            m.cluster,
+            m.objects
+        );
+        assert!(m.objects.contains("kind: Deployment"), "{}", m.objects);
+    }
+    assert!(r.note.contains("status.available"), "{}", r.note);
+    // Refusals are the submission's: a rule selecting no member is 422 naming it.
+    let mut bad = svc("dry", "registry.example/app:1");
+    bad["spec"]["overrides"][0]["clusters"] = json!(["no-such-member"]);
+    let b = alice
+        .post_json(
+            "/v1/submissions?dryRun=true",
+            &json!({"resource": bad, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&b, 422, "Invalid");
+    assert!(b.text.contains("spec.overrides[0]"), "{}", b.text);
+    let b = alice
+        .post_json(
+            "/v1/submissions?dryRun=maybe",
+            &json!({"resource": svc("dry", "x:1")}),
+        )
+        .await
+        .unwrap();
+    assert_error(&b, 400, "BadRequest");
+    assert!(b.text.contains("dryRun"), "{}", b.text);
+
+    // An existing workload: submitted for real, placed by the hub; a dry run of a new
+    // image moves nothing and shows the new image in each member's diff.
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": svc("live", "registry.example/app:1"), "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let hub_api = Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar);
+    eventually_logged(WAIT, "the hub places live", &[&st.daemons[0]], || async {
+        hub_api.get("live").await.unwrap().data["status"]["placement"]["placements"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    })
+    .await;
+    let before = hub_api.get("live").await.unwrap();
+    let r = dry_run(svc("live", "registry.example/app:2")).await;
+    assert!(r.exists, "{r:?}");
+    assert!(
+        r.moves.is_empty(),
+        "an image change moves nothing: {:?}",
+        r.moves
+    );
+    let now = r.current.clone().expect("the split now");
+    assert_eq!(
+        now.iter()
+            .map(|p| (&p.cluster, p.replicas))
+            .collect::<Vec<_>>(),
+        r.placements
+            .iter()
+            .map(|p| (&p.cluster, p.replicas))
+            .collect::<Vec<_>>()
+    );
+    for m in &r.members {
+        let diff = m.diff.as_deref().unwrap_or_default();
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with('+') && l.contains("image:") && l.contains("app:2")),
+            "{}: {diff}",
+            m.cluster
+        );
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with('-') && l.contains("image:") && l.contains("app:1")),
+            "{}: {diff}",
+            m.cluster
+        );
+    }
+    let after = hub_api.get("live").await.unwrap();
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+    assert_eq!(
+        after.data["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+
+    // The CLI prints the split and the diffs; -o json is the reply.
+    let file = st.dir.join(format!("{}-live.yaml", ns.name));
+    std::fs::write(&file, yaml(&svc("live", "registry.example/app:2"))).unwrap();
+    let file = file.display().to_string();
+    let (ok, out, err) = cli_as(
+        st,
+        "alice-token",
+        &["submit", "-f", &file, "-n", &ns.name, "--dry-run"],
+    );
+    assert!(ok, "{err}");
+    eprintln!("pinfed submit --dry-run:\n{out}");
+    assert!(out.starts_with("DRY RUN: nothing was submitted."), "{out}");
+    assert!(out.contains("\nSplit:\n"), "{out}");
+    for p in &r.placements {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("  {} ", p.cluster)) && l.contains("replicas")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("Moves:      none"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("  +") && l.contains("app:2")),
+        "{out}"
+    );
+    let (ok, out, err) = cli_as(
+        st,
+        "alice-token",
+        &[
+            "submit",
+            "-f",
+            &file,
+            "-n",
+            &ns.name,
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["exists"], true, "{v}");
+
+    // Nothing of the dry runs reached the hub: no workload `dry`, and its API server
+    // audited no write of that name (while it did audit the real submission's).
+    assert!(hub_api.get_opt("dry").await.unwrap().is_none());
+    eventually(
+        Duration::from_secs(10),
+        "the audit log shows live's apply",
+        || async { !hub_writes_of(&fed, &ns.name, "live").is_empty() },
+    )
+    .await;
+    let writes = hub_writes_of(&fed, &ns.name, "dry");
+    assert!(
+        writes.is_empty(),
+        "the dry run wrote to the hub: {writes:?}"
+    );
+    let log = std::fs::read_to_string(&st.daemons.last().unwrap().log).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("audit")
+            && l.contains("submit-dry-run")
+            && l.contains(&format!("PinterestService/{}/dry", ns.name))
+            && l.contains("DryRun")),
+        "the JSS audits the dry run"
+    );
+    ns.delete().await;
+    eprintln!("dry run through the JSS: {:?}", started.elapsed());
+}
