@@ -726,9 +726,13 @@ pub fn member_reasons(
                 .map(|w| w as i32)
                 .unwrap_or_else(|| mc.spec.weight_or_default());
             // The reason the hub recorded with its numbers when it decided, if it did.
-            let why = recorded(&name).unwrap_or_else(|| {
-                format!("eligible; given this share by the {strategy} strategy (weight {weight})")
-            });
+            let why = recorded(&name)
+                .map(|r| format!("{strategy} strategy: {r}"))
+                .unwrap_or_else(|| {
+                    format!(
+                        "eligible; given this share by the {strategy} strategy (weight {weight})"
+                    )
+                });
             out.push(MemberReason {
                 cluster: name,
                 share: Some(share),
@@ -755,7 +759,7 @@ pub fn member_reasons(
                 ),
             }
         } else if let Some(why) = recorded(&name) {
-            why
+            format!("not given a share: {why}")
         } else if let Some(why) = policy.as_ref().and_then(|p| policy_exclusion(p, mc)) {
             why
         } else if w.is_none() {
