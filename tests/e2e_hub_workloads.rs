@@ -1654,12 +1654,13 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
             .flatten()
             .map(|m| format!("{}: {}", m["cluster"], m["reason"]))
             .collect();
-        reasons.len() == members.len() && reasons.iter().any(|r| {
-            r.contains(&gpu)
+        reasons.len() == members.len()
+            && reasons.iter().any(|r| {
+                r.contains(&gpu)
                 && r.contains(
                     "match the node selector, and the pod does not tolerate their taint dedicated",
                 )
-        })
+            })
             && reasons
                 .iter()
                 .filter(|r| r.contains("has the node selector's labels (pinterest.com/pool=gpu)"))

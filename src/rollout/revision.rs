@@ -2,7 +2,8 @@
 //! everything but where it runs and how many (`placement`, `replicas`, the job set's
 //! shard bookkeeping) and how changes roll out (`rollout`) — with the RuntimeProfile it
 //! resolves to written in as `runtimeVersion`. Two specs with the same content are the
-//! same revision: scaling or re-placing a workload starts no rollout.
+//! same revision: scaling or re-placing a workload starts no rollout. Per-member
+//! `overrides` are part of it: an override edit rolls out stage by stage like an image.
 
 use serde_json::{Map, Value};
 
@@ -73,6 +74,29 @@ mod tests {
             base,
             "a new runtime profile is a new revision"
         );
+    }
+
+    #[test]
+    fn an_override_edit_is_a_new_revision_and_an_old_one_runs_its_own_overrides() {
+        let spec = json!({"owner": {"team": "t"}, "replicas": 3,
+            "template": {"spec": {"containers": [{"name": "c", "image": "x:1"}]}},
+            "overrides": [{"name": "m", "clusters": ["a"], "image": {"registry": "m1.example"}}]});
+        let first = content(&spec, "v1");
+        let mut edited = spec.clone();
+        edited["overrides"][0]["image"]["registry"] = json!("m2.example");
+        assert_ne!(hash(&content(&edited, "v1")), hash(&first));
+        // A member still on the first revision runs the first revision's rules.
+        let mut slice = edited.clone();
+        overlay(&mut slice, &first);
+        assert_eq!(slice["overrides"][0]["image"]["registry"], json!("m1.example"));
+        // Dropping every rule is a revision too, and its members run none.
+        let mut none = spec.clone();
+        none.as_object_mut().unwrap().remove("overrides");
+        let dropped = content(&none, "v1");
+        assert_ne!(hash(&dropped), hash(&first));
+        let mut slice = spec.clone();
+        overlay(&mut slice, &dropped);
+        assert!(slice.get("overrides").is_none());
     }
 
     #[test]
