@@ -31,9 +31,9 @@ pools matter; quota, selectors, cluster taints, weights, bounds and overrides ar
 /// Objects shown per member at most (a job set's Jobs can be many).
 pub const MAX_OBJECTS: usize = 50;
 
-/// Lines of a diff side at most for an exact diff; beyond, the changed middle is shown
-/// as removed and added whole.
-const MAX_DIFF_LINES: usize = 4000;
+/// Most cells of the line table of an exact diff (4 bytes each); a changed middle with
+/// more is shown as removed and added whole.
+const MAX_DIFF_CELLS: usize = 4_000_000;
 
 fn draining(mc: &MemberCluster) -> bool {
     mc.metadata
@@ -846,9 +846,27 @@ fn objects_for(
     view: Option<&ClusterView>,
 ) -> Objects {
     let (slice, rules) = member_slice(w, p, decision, view)?;
+    // A job set's Jobs: those its member would start first (its part of the parallelism,
+    // lowest pending shards), at most MAX_OBJECTS of them.
+    let first = match &slice {
+        AnyWorkload::JobSet(j) => {
+            let pending = crate::expand::pending_shards(j).map_err(|e| e.to_string())?;
+            let parallelism = j.spec.parallelism.map(|n| u32::try_from(n).unwrap_or(0));
+            let admitted = crate::expand::admit_shards(
+                parallelism,
+                &pending,
+                &crate::api::ranges::RangeSet::default(),
+            );
+            Some(crate::api::ranges::RangeSet::from_indices(
+                admitted.iter().take(MAX_OBJECTS),
+            ))
+        }
+        _ => None,
+    };
     let input = ExpandInput {
         profile,
         cluster: Some(&p.cluster),
+        admitted_shards: first.as_ref(),
         ..ExpandInput::new(slice.as_ref())
     };
     let objects = expand(&input).map_err(|e| e.to_string())?;
@@ -922,7 +940,7 @@ fn edits(a: &[&str], b: &[&str]) -> Vec<Edit> {
         .count();
     let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
     let mut out: Vec<Edit> = (0..pre).map(|i| Edit::Same(i, i)).collect();
-    if am.len() > MAX_DIFF_LINES || bm.len() > MAX_DIFF_LINES {
+    if (am.len() + 1).saturating_mul(bm.len() + 1) > MAX_DIFF_CELLS {
         out.extend((0..am.len()).map(|i| Edit::Del(pre + i)));
         out.extend((0..bm.len()).map(|j| Edit::Add(pre + j)));
     } else {
@@ -1058,7 +1076,11 @@ pub(crate) mod tests {
 
     fn members() -> Vec<MemberCluster> {
         vec![
-            member("use1a", "us-east-1a", json!({})),
+            member(
+                "use1a",
+                "us-east-1a",
+                json!({"status": {"available": {"gpus": "8"}}}),
+            ),
             member("use1b", "us-east-1b", json!({})),
             member(
                 "use1c",
@@ -1465,6 +1487,74 @@ spec:
                 .any(|x| x.scope == "use1a" && x.resource == "cpu"),
             "only the cap's dimensions"
         );
+    }
+
+    #[test]
+    fn every_kind_dry_runs_with_objects_for_each_member_it_places() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        for file in [
+            "service.yaml",
+            "statefulset.yaml",
+            "jobset.yaml",
+            "cronjob.yaml",
+            "daemon.yaml",
+            "training-pytorch.yaml",
+        ] {
+            let mut w = workload(&std::fs::read_to_string(dir.join(file)).unwrap());
+            // Off every member's selector: tolerate everything the examples ask.
+            if let AnyWorkload::Daemon(d) = &mut w {
+                d.spec.placement = Default::default();
+            }
+            let r = dry(&w, &[], None, None, None);
+            assert!(!r.placements.is_empty(), "{file}: {r:?}");
+            for m in &r.members {
+                assert!(m.error.is_none(), "{file} on {}: {:?}", m.cluster, m.error);
+                assert!(m.object_count > 0 && !m.objects.is_empty(), "{file}");
+            }
+        }
+        // A job set's Jobs: what each member starts first, at most MAX_OBJECTS.
+        let big = workload(
+            r#"
+apiVersion: compute.pinterest.com/v1alpha1
+kind: PinterestJobSet
+metadata: {name: big, namespace: ml}
+spec:
+  owner: {team: ml, contact: ml@example.com}
+  shards: 400
+  template:
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {cpu: 10m}}}]
+"#,
+        );
+        let r = dry(&big, &[], None, None, None);
+        let shards: u32 = r
+            .placements
+            .iter()
+            .filter_map(|p| p.shards.as_deref())
+            .map(|s| crate::api::ranges::RangeSet::parse(s).unwrap().len() as u32)
+            .sum();
+        assert_eq!(shards, 400, "{:?}", r.placements);
+        for m in &r.members {
+            let jobs = m.objects.matches("\nkind: Job\n").count();
+            assert!(
+                jobs > 0 && jobs <= MAX_OBJECTS,
+                "{}: {jobs} Jobs",
+                m.cluster
+            );
+        }
+    }
+
+    #[test]
+    fn a_diff_too_big_to_compare_line_by_line_replaces_the_middle() {
+        let a: String = (0..3000).map(|i| format!("a{i}\n")).collect();
+        let b: String = (0..3000).map(|i| format!("b{i}\n")).collect();
+        let d = unified_diff(&format!("same\n{a}"), &format!("same\n{b}"), "x", "y");
+        assert!(
+            d.starts_with("--- x\n+++ y\n@@ -1,3001 +1,3001 @@\n same\n-a0\n"),
+            "{}",
+            &d[..80]
+        );
+        assert_eq!(d.lines().filter(|l| l.starts_with('+')).count(), 3001);
     }
 
     #[test]
