@@ -256,3 +256,48 @@ fn crds_prints_every_crd() {
         assert!(out.contains(&format!("kind: {kind}\n")), "{kind}");
     }
 }
+
+#[test]
+fn a_members_overrides_apply_as_the_hub_would_resolve_them() {
+    let svc = scratch(
+        "overridden.yaml",
+        "apiVersion: compute.pinterest.com/v1alpha1\nkind: PinterestService\n\
+         metadata: {name: web, namespace: ads}\n\
+         spec:\n  owner: {team: ads, contact: ads@pinterest.com}\n  replicas: 2\n\
+         \x20 template:\n    spec:\n      containers:\n        - {name: app, image: registry.example/web:1}\n\
+         \x20 overrides:\n    - name: mirror\n      clusterSelector: {matchLabels: {topology.kubernetes.io/zone: us-east-1a}}\n\
+         \x20     image: {registry: 'mirror.{{zone}}.example'}\n",
+    );
+    let file = svc.display().to_string();
+    let run = |cluster: &str| {
+        let o = pinfed(&[
+            "expand",
+            "-f",
+            &file,
+            "--cluster",
+            cluster,
+            "--topology",
+            "clusters/local-3.yaml",
+        ]);
+        assert!(o.status.success(), "{cluster}: {}", stderr(&o));
+        stdout(&o)
+    };
+    assert!(run("use1a").contains("image: mirror.us-east-1a.example/web:1"));
+    assert!(run("use1b").contains("image: registry.example/web:1"));
+    // A member the topology lacks is named.
+    let o = pinfed(&[
+        "expand",
+        "-f",
+        &file,
+        "--cluster",
+        "nowhere",
+        "--topology",
+        "clusters/local-3.yaml",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("\"nowhere\" is not a member"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -20,9 +20,15 @@ pub struct ExpandArgs {
     /// A RuntimeProfile file to inject (default: the built-in profile).
     #[arg(long, value_name = "FILE")]
     pub runtime: Option<PathBuf>,
-    /// The member cluster the objects are for (identity env vars, default ingress host).
+    /// The member cluster the objects are for (identity env vars, default ingress host,
+    /// and the workload's overrides that select it).
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
+    /// A topology file (`clusters/*.yaml`) giving `--cluster`'s region, zone and labels,
+    /// for overrides that select members by label or use their variables. Without it
+    /// the member is known by name only.
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub topology: Option<PathBuf>,
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -60,6 +66,29 @@ pub fn run(args: ExpandArgs) -> anyhow::Result<()> {
             }
         }
     };
+    // The member as overrides see it: from the topology, or by name alone.
+    let view = match (&args.cluster, &args.topology) {
+        (Some(c), Some(path)) => {
+            let t =
+                crate::topology::Topology::from_yaml(&path.display().to_string(), &read(path)?)?;
+            let views = crate::placement::ClusterView::from_topology(&t);
+            let found = views.into_iter().find(|v| &v.name == c);
+            Some(found.with_context(|| {
+                format!("--cluster: {c:?} is not a member of {}", path.display())
+            })?)
+        }
+        (Some(c), None) => Some(crate::placement::ClusterView {
+            name: c.clone(),
+            zone: None,
+            region: None,
+            labels: Default::default(),
+            taints: Vec::new(),
+            weight: 1,
+            ready: true,
+            nodes: Vec::new(),
+        }),
+        _ => None,
+    };
     let docs = parse_documents(&read(&args.file)?).with_context(|| file.clone())?;
     let mut objects = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
@@ -75,7 +104,26 @@ pub fn run(args: ExpandArgs) -> anyhow::Result<()> {
                 }
             );
         };
-        let w = w.as_ref();
+        // The rules selecting the member, as the hub would write them into its slice.
+        let resolved;
+        let w = match &view {
+            Some(v) if !w.as_ref().overrides().is_empty() => {
+                let labels = v.selector_labels();
+                let member = crate::overrides::Member {
+                    name: &v.name,
+                    region: v.region.as_deref(),
+                    zone: v.zone.as_deref(),
+                    labels: &labels,
+                };
+                let rules = crate::overrides::resolve(w.as_ref().overrides(), &member)
+                    .with_context(|| format!("{file}: {} {:?}", w.kind(), w.as_ref().name()))?;
+                let mut one = w.clone();
+                one.set_overrides(rules);
+                resolved = one;
+                resolved.as_ref()
+            }
+            _ => w.as_ref(),
+        };
         let chosen = select_profile(profile.as_slice(), w.runtime_version())
             .with_context(|| format!("{file}: {} {:?}", w.kind(), w.name()))?;
         let input = ExpandInput {
