@@ -733,6 +733,11 @@ pub fn member_reasons(
                         "eligible; given this share by the {strategy} strategy (weight {weight})"
                     )
                 });
+            // The override rules its slice carries.
+            let why = match w.map(|w| rules_selecting(w, mc)).filter(|r| !r.is_empty()) {
+                Some(rules) => format!("{why} · overrides: {}", rules.join(", ")),
+                None => why,
+            };
             out.push(MemberReason {
                 cluster: name,
                 share: Some(share),
@@ -779,6 +784,27 @@ pub fn member_reasons(
         });
     }
     out
+}
+
+/// The names of the workload's override rules that select member `mc`.
+fn rules_selecting(w: &AnyWorkload, mc: &MemberCluster) -> Vec<String> {
+    let rules = w.as_ref().overrides();
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let view = crate::placement::from_member::cluster_view(mc, true, Vec::new());
+    let labels = view.selector_labels();
+    let member = crate::overrides::Member {
+        name: &view.name,
+        region: view.region.as_deref(),
+        zone: view.zone.as_deref(),
+        labels: &labels,
+    };
+    rules
+        .iter()
+        .filter(|r| crate::overrides::selects(r, &member))
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 fn policy_exclusion(
@@ -1617,9 +1643,18 @@ mod tests {
                 .unwrap(),
             );
         }
+        if let AnyWorkload::Service(s) = &mut w {
+            s.spec.overrides = serde_json::from_value(json!([
+                {"name": "mirror-a", "clusterSelector": {"matchLabels": {"topology.kubernetes.io/zone": "us-east-1a"}},
+                 "image": {"registry": "m.example"}},
+                {"name": "only-b", "clusters": ["use1b"], "image": {"tag": "2"}}
+            ]))
+            .unwrap();
+        }
         let r = member_reasons(Some(&w), &members, &HubStatus::of(&o), now);
         assert_eq!(r[0].share.as_deref(), Some("9 replicas"));
         assert!(r[0].why.contains("Divided"), "{}", r[0].why);
+        assert!(r[0].why.ends_with("· overrides: mirror-a"), "{}", r[0].why);
         assert!(r[1].why.starts_with("not ready"), "{}", r[1].why);
         assert!(r[2].why.contains("taint dedicated=gpu"), "{}", r[2].why);
         assert!(
