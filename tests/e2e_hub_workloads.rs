@@ -1702,5 +1702,13 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
     for m in &members {
         assert_eq!(seen(m.clone()).await, Some(want(m)), "{m} kept what it ran");
     }
+    // And a Warning Event says so.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    eventually(WAIT, "an InvalidSpec Event", || async {
+        event_message(&events, "InvalidSpec")
+            .await
+            .is_some_and(|m| m.contains("spec.overrides[1]"))
+    })
+    .await;
     ns.delete().await;
 }

@@ -485,7 +485,17 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     let decided =
         match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
             decide::Outcome::Invalid(message) => {
+                // Said once per change of what is wrong, not on every resync.
+                let said = stored_part.conditions.iter().any(|c| {
+                    c.type_ == crate::api::common::condition_types::INVALID
+                        && c.status == crate::api::common::ConditionStatus::True
+                        && c.message == message
+                });
                 write_invalid(ctx, obj, &stored_part.conditions, &message, &now_time).await?;
+                if !said {
+                    ctx.event(obj, EventType::Warning, "InvalidSpec", message.clone())
+                        .await;
+                }
                 return Ok(Action::await_change());
             }
             decide::Outcome::Decided(d) => d,
