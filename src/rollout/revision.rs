@@ -88,7 +88,10 @@ mod tests {
         // A member still on the first revision runs the first revision's rules.
         let mut slice = edited.clone();
         overlay(&mut slice, &first);
-        assert_eq!(slice["overrides"][0]["image"]["registry"], json!("m1.example"));
+        assert_eq!(
+            slice["overrides"][0]["image"]["registry"],
+            json!("m1.example")
+        );
         // Dropping every rule is a revision too, and its members run none.
         let mut none = spec.clone();
         none.as_object_mut().unwrap().remove("overrides");
