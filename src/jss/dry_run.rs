@@ -17,7 +17,7 @@ use crate::expand::{ExpandInput, expand, select_profile, to_yaml_stream};
 use crate::placement::from_member::{MAX_NODES_COUNTED, cluster_view, unbounded_node};
 use crate::placement::from_quota::{self, usage_of};
 use crate::placement::model::{
-    ClusterView, Count, Demand, NodeRoom, PlacementPolicy, QuotaView, Resources, Strategy,
+    ClusterView, Demand, NodeRoom, PlacementPolicy, QuotaView, Resources, Strategy,
 };
 use crate::placement::{Decision, Outcome, Placement, PlanInput, plan};
 
@@ -225,7 +225,12 @@ pub fn build(input: &Input<'_>) -> wire::DryRun {
             share_entry(
                 p,
                 &adds,
-                share_reason(input, &outcome, &views, &demand, quota.as_ref(), p),
+                share_reason(
+                    input,
+                    &outcome,
+                    views.iter().find(|v| v.name == p.cluster),
+                    p,
+                ),
             )
         })
         .collect();
@@ -330,96 +335,24 @@ fn share_entry(
     }
 }
 
-/// A pod request as people read it.
-fn request_text(r: &Resources) -> String {
-    let mut s = format!(
-        "cpu {}, memory {}",
-        r.cpu.format_cpu(),
-        r.memory.format_memory()
-    );
-    if r.gpu > 0 {
-        s.push_str(&format!(", {} GPUs", r.gpu));
-    }
-    s
+/// The engine's own account of member `cluster` (`Outcome.explained`: the numbers the
+/// decision was made with), as the hub records it.
+fn explained<'o>(outcome: &'o Outcome, cluster: &str) -> &'o str {
+    outcome
+        .explained
+        .iter()
+        .find(|m| m.cluster == cluster)
+        .map_or("", |m| m.why.as_str())
 }
 
-/// What the engine weighs for one eligible member: its weight, how many pods of the
-/// demand's shape fit (and on how many nodes), its bounds, what its quota admits.
-struct Weighed {
-    weight: u32,
-    room: u64,
-    nodes: u64,
-    min: Option<u32>,
-    max: Option<u32>,
-    quota: Option<(u64, String)>,
-}
-
-fn weigh(
-    view: &ClusterView,
-    policy: &PlacementPolicy,
-    demand: &Demand,
-    quota: Option<&QuotaView>,
-) -> Weighed {
-    let pod = demand.pod_in(&view.name);
-    let request = pod.resources.as_pod_request();
-    let (mut room, mut nodes) = (0u64, 0u64);
-    for node in view.nodes.iter().filter(|n| pod.matches_node(n)) {
-        let fit = request.copies_in(&node.free);
-        if fit > 0 {
-            nodes += 1;
-            room = room.saturating_add(fit);
-        }
-    }
-    let bounds = policy.bounds(&view.name);
-    Weighed {
-        weight: policy
-            .weights
-            .get(&view.name)
-            .copied()
-            .unwrap_or(view.weight),
-        room,
-        nodes,
-        min: bounds.min,
-        max: bounds.max,
-        quota: quota
-            .and_then(|q| Some((q.name.clone(), q.clusters.get(&view.name)?)))
-            .map(|(name, u)| {
-                let a = u.admits(&pod.resources);
-                (
-                    a.pods,
-                    format!(
-                        "quota {name} admits {} here{}",
-                        a.pods,
-                        a.limited_by.map(|l| format!(" ({l})")).unwrap_or_default()
-                    ),
-                )
-            }),
-    }
-}
-
-fn room_text(w: &Weighed, demand: &Demand, cluster: &str) -> String {
-    format!(
-        "room for {} pods of {} on {} nodes",
-        w.room,
-        request_text(&demand.pod_in(cluster).resources.as_pod_request()),
-        w.nodes
-    )
-}
-
-/// Why member `p` got its share, with the numbers the engine used.
+/// Why member `p` got its share: the engine's account, what the strategy made of it, and
+/// the override rules that select the member.
 fn share_reason(
     input: &Input<'_>,
     outcome: &Outcome,
-    views: &[ClusterView],
-    demand: &Demand,
-    quota: Option<&QuotaView>,
+    view: Option<&ClusterView>,
     p: &Placement,
 ) -> String {
-    let Some(view) = views.iter().find(|v| v.name == p.cluster) else {
-        return String::new();
-    };
-    let w = weigh(view, input.policy, demand, quota);
-    let room = room_text(&w, demand, &p.cluster);
     let current = input
         .current
         .and_then(|d| d.shares().get(&p.cluster).copied());
@@ -430,68 +363,16 @@ fn share_reason(
         .copied()
         .unwrap_or(0);
     let mut parts = Vec::new();
-    match (&demand.count, outcome.decision.strategy) {
-        (Count::Gang(_), _) => parts.push(format!(
-            "the whole gang fits here (all or nothing; {room}){}",
-            if current.is_some() {
-                ", where it runs now"
-            } else {
-                ""
-            }
-        )),
-        (Count::Whole, Strategy::Single) | (_, Strategy::Single) => parts.push(format!(
-            "Single: {} (weight {} × {room})",
-            if current.is_some() {
-                "the member that runs it now keeps it"
-            } else {
-                "the best weight × room"
-            },
-            w.weight
-        )),
-        (Count::Whole, _) => parts.push(format!(
-            "{}: a copy on every eligible member{} ({room})",
-            strategy_name(outcome.decision.strategy),
-            p.pods
-                .map(|n| format!(", {n} pods (one per node with room)"))
-                .unwrap_or_default()
-        )),
-        (Count::Replicas(n), Strategy::Duplicated) => parts.push(format!(
-            "Duplicated: all {n} replicas on every eligible member ({room})"
-        )),
-        (count, _) => {
-            let (unit, total) = match count {
-                Count::Replicas(n) => ("replicas", u64::from(*n)),
-                Count::Shards {
-                    total, completed, ..
-                } => (
-                    "shards",
-                    u64::from(*total).saturating_sub(completed.len() as u64),
-                ),
-                _ => ("", 0),
-            };
-            parts.push(format!(
-                "{share} of {total} {unit} by weight × room (weight {}, {room})",
-                w.weight
-            ));
+    match outcome.decision.strategy {
+        Strategy::Single if current.is_some() => {
+            parts.push("Single: the member that runs it now keeps it".to_string());
         }
+        Strategy::Single => parts.push("Single: the best weight × room".to_string()),
+        Strategy::Duplicated => parts.push("Duplicated: a copy on every eligible member".into()),
+        Strategy::Divided => {}
     }
-    if let Some(max) = w.max
-        && max == share
-    {
-        parts.push(format!("held at its max {max}"));
-    }
-    if let Some(min) = w.min
-        && min == share
-        && min > 0
-    {
-        parts.push(format!("raised to its min {min}"));
-    }
-    if let Some((admits, text)) = &w.quota
-        && u64::from(share) >= *admits
-    {
-        parts.push(text.clone());
-    }
-    if matches!(outcome.decision.strategy, Strategy::Divided) && current == Some(share) {
+    parts.push(explained(outcome, &p.cluster).to_string());
+    if outcome.decision.strategy == Strategy::Divided && current == Some(share) {
         parts.push("unchanged from the current split".into());
     }
     let rules: Vec<&str> = input
@@ -499,12 +380,13 @@ fn share_reason(
         .as_ref()
         .overrides()
         .iter()
-        .filter(|r| selects(r, view))
+        .filter(|r| view.is_some_and(|v| selects(r, v)))
         .map(|r| r.name.as_str())
         .collect();
     if !rules.is_empty() {
         parts.push(format!("overrides {}", rules.join(", ")));
     }
+    parts.retain(|p| !p.is_empty());
     parts.join("; ")
 }
 
@@ -521,8 +403,8 @@ fn selects(rule: &crate::api::overrides::Override, view: &ClusterView) -> bool {
     )
 }
 
-/// Every member without a share, and why: the engine's exclusions (a draining member
-/// said so), and eligible members the strategy or the split left out.
+/// Every member without a share, and why: the engine's exclusion (a draining member
+/// said so), or for an eligible member the engine's account of why it got none.
 fn exclusions(
     input: &Input<'_>,
     outcome: &Outcome,
@@ -534,59 +416,40 @@ fn exclusions(
         .iter()
         .map(|e| (e.cluster.as_str(), e.why.as_str()))
         .collect();
-    let demand = super::quota::without_node_selectors(input.demand);
     let draining: BTreeSet<String> = input
         .members
         .iter()
         .filter(|m| draining(m))
         .filter_map(|m| m.metadata.name.clone())
         .collect();
-    let mut out = Vec::new();
-    for v in views.iter().filter(|v| !placed.contains(v.name.as_str())) {
-        let why = match excluded.get(v.name.as_str()) {
-            Some(&"not ready") if draining.contains(&v.name) => {
-                "draining: no new shares (being drained or unjoined)".to_string()
-            }
-            Some(why) => why.to_string(),
-            None => {
-                let quota = quota_view(input.quotas, input.used, &BTreeMap::new());
-                let w = weigh(v, input.policy, &demand, quota.as_ref());
-                let room = room_text(&w, &demand, &v.name);
-                let left_out = if let Some((0, text)) = &w.quota {
-                    text.clone()
-                } else if w.max == Some(0) {
-                    "its max is 0".into()
-                } else if w.room == 0 {
-                    "no room".into()
-                } else {
-                    match outcome.decision.strategy {
-                        Strategy::Single => format!(
-                            "Single places the workload on {}",
-                            outcome.decision.clusters().join(", ")
-                        ),
-                        _ if outcome.decision.unplaced > 0 => {
-                            "what is unplaced does not fit here either".into()
-                        }
-                        _ if input.current.is_some_and(|d| !d.placements.is_empty()) => {
-                            "the current split holds (the hub moves nothing it need not \
-                             move)"
-                                .into()
-                        }
-                        _ => "the split by weight × room gave it none".into(),
+    let kept = outcome.decision.strategy == Strategy::Divided
+        && input.current.is_some_and(|d| !d.placements.is_empty());
+    views
+        .iter()
+        .filter(|v| !placed.contains(v.name.as_str()))
+        .map(|v| {
+            let why = match excluded.get(v.name.as_str()) {
+                Some(&"not ready") if draining.contains(&v.name) => {
+                    "draining: no new shares (being drained or unjoined)".to_string()
+                }
+                Some(why) => why.to_string(),
+                None => {
+                    let why = explained(outcome, &v.name);
+                    let mut s = format!("eligible, no share: {why}");
+                    if kept && why.ends_with("the others took the whole count") {
+                        s.push_str(
+                            " (the current split holds: the hub moves nothing it need not move)",
+                        );
                     }
-                };
-                format!(
-                    "eligible (weight {}, {room}) but no share: {left_out}",
-                    w.weight
-                )
+                    s
+                }
+            };
+            wire::DryRunExclusion {
+                cluster: v.name.clone(),
+                why,
             }
-        };
-        out.push(wire::DryRunExclusion {
-            cluster: v.name.clone(),
-            why,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// A share as people read it; `-` for none. A whole copy's pod count is left out (the
@@ -1281,7 +1144,7 @@ spec:
         for p in &r.placements {
             assert!(
                 p.reason
-                    .contains("2 of 4 replicas by weight × room (weight 1, room for"),
+                    .starts_with("weight 1, room 104 pods of cpu 150m, memory 224Mi → 2 replicas"),
                 "{p:?}"
             );
             assert_eq!(p.pods, 2);
@@ -1455,7 +1318,11 @@ spec:
         // use1a's cap of one pod holds its share at one.
         let a = r.placements.iter().find(|p| p.cluster == "use1a").unwrap();
         assert_eq!(a.replicas, Some(1));
-        assert!(a.reason.contains("quota ads/team admits 1 here"), "{a:?}");
+        assert!(
+            a.reason
+                .contains("quota room 1 pods (pods 1 of 1 left, 1 per pod) → 1 replicas"),
+            "{a:?}"
+        );
         assert_eq!(r.quotas.len(), 1);
         let rows = &r.quotas[0].rows;
         let row = |scope: &str, res: &str| {
