@@ -1356,6 +1356,109 @@ spec:
         );
     }
 
+    proptest::proptest! {
+        /// Where a member's nodes are alike (no labels or taints, the same free room),
+        /// its status describes them exactly: the dry run then decides the split the hub
+        /// decides on the live nodes, for a new workload and for one it already placed
+        /// (whose pods the member's status counts as allocated, and the hub does not).
+        #[test]
+        fn the_dry_run_and_the_hub_decide_the_same_split_on_alike_nodes(
+            nodes in proptest::collection::vec(1u32..6, 3),
+            cpu_per_node in proptest::collection::vec(1i128..8, 3),
+            replicas in 0u32..60,
+            before in 0u32..60,
+        ) {
+            let free = |cpu: i128| Resources {
+                cpu: Milli(cpu * 1000),
+                memory: Milli((16i128 << 30) * 1000),
+                gpu: 0,
+                pods: 110,
+            };
+            // The hub's view: each member's real nodes, all alike.
+            let hub_views: Vec<ClusterView> = members()
+                .iter()
+                .zip(nodes.iter().zip(&cpu_per_node))
+                .map(|(m, (n, cpu))| {
+                    let nodes = (0..*n)
+                        .map(|i| NodeRoom {
+                            name: format!("n{i}"),
+                            labels: Default::default(),
+                            taints: Vec::new(),
+                            free: free(*cpu),
+                        })
+                        .collect();
+                    cluster_view(m, true, nodes)
+                })
+                .collect();
+            let old = service("registry.example/app:1", before);
+            let (old_demand, old_policy) = sizing(&old, None, &hub_views).unwrap();
+            let placed = plan(&PlanInput {
+                clusters: &hub_views,
+                policy: &old_policy,
+                demand: &old_demand,
+                quota: None,
+                current: None,
+            })
+            .decision;
+            let own = usage_of(&placed, &old_demand);
+            let w = service("registry.example/app:2", replicas);
+            let (demand, policy) = sizing(&w, None, &hub_views).unwrap();
+            for existing in [false, true] {
+                let current = existing.then_some(&placed);
+                // What each member's status says: its nodes, and their room less the
+                // pods of the workload already placed.
+                let ms: Vec<MemberCluster> = members()
+                    .into_iter()
+                    .zip(nodes.iter().zip(&cpu_per_node))
+                    .map(|(mut m, (n, cpu))| {
+                        let name = m.metadata.name.clone().unwrap();
+                        let mut total = free(*cpu).checked_mul(u64::from(*n)).unwrap();
+                        if existing {
+                            total = total.saturating_sub(own.get(&name).unwrap_or(&Resources::ZERO));
+                        }
+                        let s = m.status.as_mut().unwrap();
+                        s.nodes = Some(i32::try_from(*n).unwrap());
+                        s.available = Some(from_quota::amounts(&total));
+                        m
+                    })
+                    .collect();
+                let hub = plan(&PlanInput {
+                    clusters: &hub_views,
+                    policy: &policy,
+                    demand: &demand,
+                    quota: None,
+                    current,
+                });
+                let requested = super::super::quota::requested(&demand, 1);
+                let r = build(&Input {
+                    workload: &w,
+                    team: "ads",
+                    submitted_by: "a",
+                    artifact: None,
+                    profiles: &[],
+                    members: &ms,
+                    demand: &demand,
+                    policy: &policy,
+                    requested: &requested,
+                    quotas: &[],
+                    used: None,
+                    existing: existing.then_some(&old),
+                    current,
+                });
+                let got: Vec<(String, Option<u32>)> =
+                    r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)).collect();
+                let want: Vec<(String, Option<u32>)> = hub
+                    .decision
+                    .placements
+                    .iter()
+                    .map(|p| (p.cluster.clone(), p.replicas))
+                    .collect();
+                proptest::prop_assert_eq!(got, want, "existing: {}", existing);
+                proptest::prop_assert_eq!(r.unplaced, hub.decision.unplaced);
+            }
+        }
+    }
+
     #[test]
     fn every_kind_dry_runs_with_objects_for_each_member_it_places() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
