@@ -1103,3 +1103,97 @@ async fn a_staged_rollout_is_approved_paused_and_undone_from_its_page_by_its_tea
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_dry_run_from_the_page_shows_the_split_each_members_objects_and_writes_nothing() {
+    let (fed, st) = start().await;
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "ui-ads").await;
+    let members = fed.member_names();
+    let mut svc = service("planned", "ads", 3);
+    svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
+    svc["spec"]["overrides"] = json!([{"name": "mirror", "clusters": [members[0]],
+        "image": {"registry": "mirror.{{cluster}}.example"}}]);
+    let text = serde_json::to_string_pretty(&svc).unwrap();
+
+    let b = Browser::open(st).await;
+    b.login("alice-token").await;
+    b.goto("/ui/plan").await;
+    b.js(&format!(
+        "document.querySelector('#plan-form input[name=namespace]').value = {};
+         document.querySelector('#plan-form textarea').value = {};
+         document.getElementById('plan-form').submit(); return true",
+        Value::String(ns.name.clone()),
+        Value::String(text)
+    ))
+    .await;
+    b.wait_js(
+        "the dry run's answer",
+        "return !!document.getElementById('answer') || !!document.getElementById('refused')",
+        WAIT,
+    )
+    .await;
+    let refused = b.text("#refused").await;
+    assert!(refused.is_empty(), "refused: {refused}");
+    b.screenshot("plan").await;
+    // The split: every member with a share and its reason with numbers.
+    for m in &members {
+        let row = b
+            .text(&format!("#split tr[data-cluster={}]", css_attr(m)))
+            .await;
+        assert!(row.contains("1 replica"), "{m}: {row}");
+        assert!(row.contains("room"), "{m}: {row}");
+    }
+    // Each member's objects, the override only in the member it selects.
+    let objects = |m: &str| {
+        format!(
+            "var d = document.querySelector('#members details[data-cluster={}] pre.objects'); return d ? d.textContent : ''",
+            css_attr(m)
+        )
+    };
+    let first = b.js(&objects(&members[0])).await;
+    assert!(
+        first
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("image: mirror.{}.example/app:1", members[0])),
+        "{first}"
+    );
+    let second = b.js(&objects(&members[1])).await;
+    assert!(
+        second
+            .as_str()
+            .unwrap_or_default()
+            .contains("image: registry.example/app:1"),
+        "{second}"
+    );
+    // Nothing was submitted.
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    assert!(api.get_opt("planned").await.unwrap().is_none());
+    b.assert_no_console_errors("the dry-run page").await;
+    // A refusal names the field (a 422 page).
+    svc["spec"]["overrides"] =
+        json!([{"name": "nowhere", "clusters": ["no-such-member"], "image": {"tag": "2"}}]);
+    b.goto("/ui/plan").await;
+    b.js(&format!(
+        "document.querySelector('#plan-form input[name=namespace]').value = {};
+         document.querySelector('#plan-form textarea').value = {};
+         document.getElementById('plan-form').submit(); return true",
+        Value::String(ns.name.clone()),
+        Value::String(serde_json::to_string(&svc).unwrap())
+    ))
+    .await;
+    b.wait_js(
+        "the refusal",
+        "return !!document.getElementById('refused')",
+        WAIT,
+    )
+    .await;
+    let refused = b.text("#refused").await;
+    assert!(
+        refused.contains("spec.overrides[0]") && refused.contains("selects no member"),
+        "{refused}"
+    );
+    b.close().await;
+    ns.delete().await;
+}

@@ -1320,7 +1320,7 @@ spec:
         assert_eq!(a.replicas, Some(1));
         assert!(
             a.reason
-                .contains("quota room 1 pods (pods 1 of 1 left, 1 per pod) → 1 replicas"),
+                .contains("quota room 1 pods (pods 1 of 1 left, 1 per pod) → 1 replica"),
             "{a:?}"
         );
         assert_eq!(r.quotas.len(), 1);

@@ -476,6 +476,30 @@ impl Jss {
         admitted: &Admitted,
         artifact: Option<String>,
     ) -> Result<(StatusCode, Value), Rejection> {
+        let reply = self.dry_run_reply(who, admitted, artifact).await?;
+        Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// An inline resource admitted as `who` submits it (the UI's dry run: the same
+    /// rules as `POST /v1/submissions` with the resource in the body).
+    pub(super) async fn admit_inline(
+        &self,
+        who: &Principal,
+        text: String,
+        namespace: Option<String>,
+    ) -> Result<Admitted, Rejection> {
+        may_submit_inline(&self.auth, who)?;
+        self.admit_blocking(who, text, namespace, Owned::Inline)
+            .await
+    }
+
+    /// [`Self::dry_run`]'s answer, typed (the UI renders it).
+    pub(super) async fn dry_run_reply(
+        &self,
+        who: &Principal,
+        admitted: &Admitted,
+        artifact: Option<String>,
+    ) -> Result<wire::DryRun, Rejection> {
         let Checked {
             _held,
             existing,
@@ -526,8 +550,8 @@ impl Jss {
             })
         })
         .await
-        .map_err(|e| Rejection::Internal(format!("dry run: {e}")))?;
-        Ok((StatusCode::OK, to_body(&reply)?))
+        .map_err(|e| Rejection::Internal(format!("dry run: {e}")));
+        reply
     }
 
     /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`

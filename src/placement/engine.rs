@@ -371,6 +371,7 @@ fn explain(
                 }
             }
             (_, 0) => "none: the others took the whole count".to_string(),
+            (u, 1) => format!("1 {}", u.trim_end_matches('s')),
             (u, n) => format!("{n} {u}"),
         };
         out.push(MemberReason {

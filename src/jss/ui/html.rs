@@ -42,11 +42,12 @@ pub fn url_part(s: &str) -> String {
 }
 
 /// The navigation entries: path and label.
-pub const NAV: [(&str, &str); 4] = [
+pub const NAV: [(&str, &str); 5] = [
     ("/ui/fleet", "Fleet"),
     ("/ui/workloads", "Workloads"),
     ("/ui/quotas", "Quotas"),
     ("/ui/owners", "Owners"),
+    ("/ui/plan", "Dry run"),
 ];
 
 /// Who is logged in, for the page header.

@@ -16,6 +16,7 @@ pub mod feed;
 pub mod html;
 pub mod model;
 pub mod pages;
+pub mod plan;
 pub mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1112,6 +1113,7 @@ pub fn router(ui: Arc<Ui>) -> Router {
         .route("/members/{name}/drain", post(drain_member))
         .route("/quotas", get(quotas))
         .route("/owners", get(owners))
+        .route("/plan", get(plan::plan_page).post(plan::plan_run))
         .route("/live", get(live))
         .route("/assets/ui.css", get(asset_css))
         .route("/assets/ui.js", get(asset_js))
