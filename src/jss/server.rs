@@ -532,7 +532,7 @@ impl Jss {
             .acquire_owned()
             .await
             .map_err(|e| Rejection::Internal(e.to_string()))?;
-        let reply = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             super::dry_run::build(&super::dry_run::Input {
                 workload: &workload,
                 team: &team,
@@ -550,8 +550,7 @@ impl Jss {
             })
         })
         .await
-        .map_err(|e| Rejection::Internal(format!("dry run: {e}")));
-        reply
+        .map_err(|e| Rejection::Internal(format!("dry run: {e}")))
     }
 
     /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`
