@@ -1632,6 +1632,30 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
     )
     .await;
 
+    // The hub status names the rules each member's slice carries.
+    eventually(WAIT, "clusters[].overrides", || async {
+        let s = hub_status(&api, "tuned").await;
+        let of = |m: &str| {
+            s["clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["cluster"] == m)
+                .map(|c| c["overrides"].clone())
+        };
+        members.iter().all(|m| {
+            let want = if *m == members[0] {
+                serde_json::json!(["mirror"])
+            } else if *m == gpu {
+                serde_json::json!(["gpu-size"])
+            } else {
+                serde_json::Value::Null
+            };
+            of(m) == Some(want)
+        })
+    })
+    .await;
+
     // A pod asking for a GPU without tolerating the GPU nodes' taint: every member
     // explains with its numbers why it got none.
     let mut g =

@@ -535,6 +535,9 @@ pub struct MemberWorkloadStatus {
     /// The workload revision this cluster's slice carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The override rules (`spec.overrides[].name`) this cluster's slice carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<String>,
 }
 
 impl MemberWorkloadStatus {
@@ -559,6 +562,7 @@ impl MemberWorkloadStatus {
             last_successful_time: None,
             message: None,
             revision: None,
+            overrides: Vec::new(),
         }
     }
 }

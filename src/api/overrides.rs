@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::common::LabelSelector;
 
+/// Annotation on a slice: the names of the override rules it carries (comma-separated);
+/// the hub shows them as the member's `clusters[].overrides`.
+pub const ANNOTATION_APPLIED: &str = "overrides.pinterest.com/applied";
+
 /// One override rule. It selects members by name (`clusters`) and/or labels
 /// (`clusterSelector`, over the MemberCluster's labels plus its region and zone); a rule
 /// with neither selects every member. String values may use the member's variables:

@@ -283,6 +283,16 @@ pub fn member_workload_status(
         last_successful_time: c.last_successful_time,
         message: r.message.clone(),
         revision: slice.revision(),
+        overrides: slice
+            .annotations
+            .get(crate::api::overrides::ANNOTATION_APPLIED)
+            .map(|v| {
+                v.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

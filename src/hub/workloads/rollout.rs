@@ -363,6 +363,13 @@ impl Target<'_> {
                         cluster: self.cluster.to_string(),
                         message: e.to_string(),
                     })?;
+            if !resolved.is_empty() {
+                let names: Vec<&str> = resolved.iter().map(|r| r.name.as_str()).collect();
+                slice.annotations_mut().insert(
+                    crate::api::overrides::ANNOTATION_APPLIED.into(),
+                    names.join(","),
+                );
+            }
             slice.set_overrides(resolved);
         }
         if let Some(r) = run.revision {
