@@ -1115,6 +1115,38 @@ async fn a_slice_a_members_policy_refuses_shows_on_the_hub_as_refused_with_why()
     )
     .await;
     assert_eq!(hub_status(&api, "root").await["availableReplicas"], 0);
+
+    // The member's policy holds over an override too: a plain template made privileged
+    // by a JSON patch in that member is refused there the same way.
+    let mut v = serde_json::to_value(service("root-by-override", 1)).unwrap();
+    v["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "envFrom" && k != "env");
+    v["spec"]["placement"] =
+        serde_json::json!({"clusterAffinity": {"clusterNames": [fed.member_names()[0]]}});
+    v["spec"]["overrides"] = serde_json::json!([{"name": "root", "patches": [{
+        "kind": "Deployment", "op": "add",
+        "path": "/spec/template/spec/containers/0/securityContext",
+        "value": {"privileged": true}}]}]);
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("root-by-override refused\n{}", logs(daemons)),
+        || {
+            let api = api.clone();
+            async move {
+                let s = hub_status(&api, "root-by-override").await;
+                s["clusters"][0]["state"] == "Refused"
+                    && s["clusters"][0]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("privileged"))
+            }
+        },
+    )
+    .await;
     ns.delete().await;
 }
 
