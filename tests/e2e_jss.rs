@@ -1883,6 +1883,16 @@ async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
         }
     };
 
+    // The existing workload of the second part, submitted for real first: the hub
+    // places it while the first part runs.
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": svc("live", "registry.example/app:1"), "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
     // A new service: the split with reasons, the GPU member excluded by the selector, the
     // override only in the member it selects.
     let r = dry_run(svc("dry", "registry.example/app:1")).await;
@@ -1943,16 +1953,8 @@ async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
     assert_error(&b, 400, "BadRequest");
     assert!(b.text.contains("dryRun"), "{}", b.text);
 
-    // An existing workload: submitted for real, placed by the hub; a dry run of a new
-    // image moves nothing and shows the new image in each member's diff.
-    let r = alice
-        .post_json(
-            "/v1/submissions",
-            &json!({"resource": svc("live", "registry.example/app:1"), "namespace": ns.name}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.text);
+    // The existing workload, placed by the hub: a dry run of a new image moves nothing and
+    // shows the new image in each member's diff.
     let ar = ApiResource::erase::<PinterestService>(&());
     let hub_api = Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar);
     eventually_logged(WAIT, "the hub places live", &[&st.daemons[0]], || async {
@@ -2044,6 +2046,62 @@ async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["exists"], true, "{v}");
+
+    // With a quota: the effect in total (the live service's 4 pods used, 4 added) and on
+    // the member it caps; a dry run over the total is the submission's 409.
+    let q: FederatedQuota = serde_json::from_value(json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+        "metadata": {"name": "team"},
+        "spec": {"hard": {"pods": "10"}, "perCluster": {members[0].clone(): {"pods": "1"}}},
+    }))
+    .unwrap();
+    Api::<FederatedQuota>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &q)
+        .await
+        .unwrap();
+    let mut r = dry_run(svc("dry", "registry.example/app:1")).await;
+    for _ in 0..50 {
+        if !r.quotas.is_empty() {
+            break;
+        }
+        // (The JSS's watch of quotas delivers it.)
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        r = dry_run(svc("dry", "registry.example/app:1")).await;
+    }
+    let rows = &r.quotas.first().expect("the quota's effect").rows;
+    let row = |scope: &str| {
+        rows.iter()
+            .find(|x| x.scope == scope && x.resource == "pods")
+            .unwrap_or_else(|| panic!("no {scope} pods row: {rows:?}"))
+    };
+    let total = row("total");
+    assert_eq!(
+        (
+            total.adds.as_str(),
+            total.used.as_str(),
+            total.hard.as_str(),
+            total.fits
+        ),
+        ("4", "4", "10", true),
+        "{rows:?}"
+    );
+    assert_eq!(row(&members[0]).hard, "1", "{rows:?}");
+    let first = r.placements.iter().find(|p| p.cluster == members[0]);
+    assert!(
+        first.is_none_or(|p| p.replicas <= Some(1) && p.reason.contains("quota room")),
+        "{:?}",
+        r.placements
+    );
+    let mut over = svc("dry", "registry.example/app:1");
+    over["spec"]["replicas"] = json!(7);
+    let b = alice
+        .post_json(
+            "/v1/submissions?dryRun=true",
+            &json!({"resource": over, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_error(&b, 409, "QuotaExceeded");
 
     // Nothing of the dry runs reached the hub: no workload `dry`, and its API server
     // audited no write of that name (while it did audit the real submission's).
