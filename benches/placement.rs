@@ -80,6 +80,7 @@ fn decide(
 fn bench(c: &mut Criterion) {
     let service = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod(500, 0),
         count: Count::Replicas(30),
     };
@@ -120,6 +121,7 @@ fn bench(c: &mut Criterion) {
     let current = decide(&clusters, &service, None).decision;
     let scaled = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod(500, 0),
         count: Count::Replicas(45),
     };
@@ -129,6 +131,7 @@ fn bench(c: &mut Criterion) {
 
     let jobset = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod(1000, 0),
         count: Count::Shards {
             total: 1000,
@@ -142,6 +145,7 @@ fn bench(c: &mut Criterion) {
 
     let gang = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod(4000, 4),
         count: Count::Gang(vec![
             GangRole {

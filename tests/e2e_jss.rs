@@ -2128,3 +2128,66 @@ async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
     ns.delete().await;
     eprintln!("dry run through the JSS: {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn describe_shows_why_each_member_got_its_share_with_the_numbers() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-describe").await;
+    let capped = fed.member_names()[0].clone();
+    // The first member's share of the namespace's quota admits no pod.
+    let quota: FederatedQuota = serde_json::from_value(json!({
+        "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+        "metadata": {"name": "team"},
+        "spec": {"hard": {"cpu": "100"}, "perCluster": {capped.clone(): {"cpu": "1m"}}},
+    }))
+    .unwrap();
+    Api::<FederatedQuota>::namespaced(hub.clone(), &ns.name)
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
+    let mut gpu = service("gpu-bound", "ads", 1, "10m");
+    gpu["spec"]["template"]["spec"]["nodeSelector"] = json!({"pinterest.com/pool": "gpu"});
+    gpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] =
+        json!({"nvidia.com/gpu": "1"});
+    for w in [service("capped", "ads", 2, "10m"), gpu] {
+        let r = st
+            .client(Some("alice-token"))
+            .post_json(
+                "/v1/submissions",
+                &json!({"resource": w, "namespace": ns.name}),
+            )
+            .await
+            .unwrap();
+        assert!(r.status == 201, "{}", r.text);
+    }
+    let describe = |name: &str| {
+        let out = std::process::Command::new(pinfed_bin())
+            .args(["describe", "service", name, "-n", &ns.name])
+            .env("PINFED_SERVER", &st.server)
+            .env("PINFED_TOKEN", "alice-token")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let line = |text: &str, member: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{member} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually(WAIT, "capped's decision explained", || async {
+        let text = describe("capped");
+        text.contains("Decision:") && line(&text, &capped).contains("quota room 0 pods")
+    })
+    .await;
+    eventually(WAIT, "gpu-bound's decision explained", || async {
+        let text = describe("gpu-bound");
+        text.contains("Decision:")
+            && text.contains("excluded: none of its")
+            && text.contains("the pod does not tolerate their taint dedicated=gpu:NoSchedule")
+    })
+    .await;
+    ns.delete().await;
+}

@@ -442,6 +442,7 @@ mod tests {
         let daemon = Sizing {
             demand: Demand {
                 member_pods: Default::default(),
+                member_roles: Default::default(),
                 pod: PodShape {
                     resources: Resources::pod(Milli(100), Milli(0), 0),
                     ..Default::default()

@@ -38,14 +38,25 @@ pub fn requested(demand: &Demand, whole_pods: u64) -> Resources {
             let left = u64::from(*total) - completed.iter().filter(|&&i| i < *total).count() as u64;
             times(&pod, parallelism.map_or(left, |p| left.min(u64::from(p))))
         }
-        Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {
-            let p = role
-                .pod
-                .as_ref()
-                .map(|s| s.resources.as_pod_request())
-                .unwrap_or(pod);
-            acc.saturating_add(&times(&p, u64::from(role.replicas)))
-        }),
+        // The biggest gang over the members whose overrides change a role's pod.
+        Count::Gang(roles) => std::iter::once(roles)
+            .chain(demand.member_roles.values())
+            .map(|roles| {
+                roles.iter().fold(Resources::ZERO, |acc, role| {
+                    let p = role
+                        .pod
+                        .as_ref()
+                        .map(|s| s.resources.as_pod_request())
+                        .unwrap_or(pod);
+                    acc.saturating_add(&times(&p, u64::from(role.replicas)))
+                })
+            })
+            .fold(Resources::ZERO, |a, b| Resources {
+                cpu: a.cpu.max(b.cpu),
+                memory: a.memory.max(b.memory),
+                gpu: a.gpu.max(b.gpu),
+                pods: a.pods.max(b.pods),
+            }),
         Count::Whole => times(&pod, whole_pods.max(1)),
     }
 }
@@ -280,6 +291,7 @@ mod tests {
     fn demand(count: Count) -> Demand {
         Demand {
             member_pods: Default::default(),
+            member_roles: Default::default(),
             pod: PodShape {
                 resources: Resources::pod(Milli(500), Milli(1000 << 30), 0),
                 ..Default::default()
@@ -538,7 +550,7 @@ mod tests {
                 },
                 ..Default::default()
             };
-            let d = Demand { member_pods: Default::default(),
+            let d = Demand { member_pods: Default::default(), member_roles: Default::default(),
                 pod: PodShape { resources: Resources::pod(Milli(cpu_m), Milli(0), 0), ..Default::default() },
                 count,
             };

@@ -1053,15 +1053,23 @@ fn place_single_whole(ctx: &Ctx, out: &mut Builder) {
 
 /// A gang: every pod of every role on nodes of one cluster, or nothing.
 fn place_gang(ctx: &Ctx, roles: &[super::model::GangRole], out: &mut Builder) {
-    let shapes: Vec<(&PodShape, u64)> = roles
-        .iter()
-        .map(|r| {
-            (
-                r.pod.as_ref().unwrap_or(ctx.base_pod()),
-                u64::from(r.replicas),
-            )
+    // A member whose overrides change a role's pod is checked and charged with its own.
+    let shapes_of = |cluster: Option<&str>| -> Vec<(&PodShape, u64)> {
+        let (roles, pod) = match cluster {
+            Some(c) => (ctx.input.demand.roles_in(c, roles), ctx.pod(c)),
+            None => (roles, ctx.base_pod()),
+        };
+        roles
+            .iter()
+            .map(|r| (r.pod.as_ref().unwrap_or(pod), u64::from(r.replicas)))
+            .collect()
+    };
+    let total_of = |shapes: &[(&PodShape, u64)]| {
+        shapes.iter().try_fold(Resources::ZERO, |acc, (s, n)| {
+            acc.checked_add(&s.resources.as_pod_request().checked_mul(*n)?)
         })
-        .collect();
+    };
+    let shapes = shapes_of(None);
     let pods: u64 = shapes.iter().map(|(_, n)| n).sum();
     if pods == 0 {
         return;
@@ -1078,10 +1086,7 @@ fn place_gang(ctx: &Ctx, roles: &[super::model::GangRole], out: &mut Builder) {
         out.no_eligible(pods);
         return;
     }
-    let total = shapes.iter().try_fold(Resources::ZERO, |acc, (s, n)| {
-        acc.checked_add(&s.resources.as_pod_request().checked_mul(*n)?)
-    });
-    let Some(total) = total else {
+    let Some(total) = total_of(&shapes) else {
         out.fail(
             pods,
             Cause::InsufficientCapacity,
@@ -1104,14 +1109,33 @@ fn place_gang(ctx: &Ctx, roles: &[super::model::GangRole], out: &mut Builder) {
     let mut largest: Option<(u64, &str)> = None;
     let mut quota_blocked = Vec::new();
     for (i, c) in ctx.candidates.iter().enumerate() {
-        let (placed, bindings) = first_fit_decreasing(c.view, &shapes);
+        let overridden = ctx.input.demand.member_roles.contains_key(c.name())
+            || ctx.input.demand.member_pods.contains_key(c.name());
+        let own_shapes;
+        let (shapes, total) = if overridden {
+            own_shapes = shapes_of(Some(c.name()));
+            (&own_shapes, total_of(&own_shapes).unwrap_or(total))
+        } else {
+            (&shapes, total)
+        };
+        let (placed, bindings) = first_fit_decreasing(c.view, shapes);
         if placed == pods {
             let cluster_quota = ctx
                 .input
                 .quota
                 .and_then(|q| q.clusters.get(c.name()))
                 .map(|q| q.admits_total(&total));
-            if let Some(Err(why)) = cluster_quota {
+            // A gang its overrides make bigger here: the federation-wide total again.
+            let total_quota = ctx
+                .input
+                .quota
+                .filter(|_| overridden)
+                .map(|q| q.total.admits_total(&total));
+            if let Some(why) = [cluster_quota, total_quota]
+                .into_iter()
+                .flatten()
+                .find_map(Result::err)
+            {
                 quota_blocked.push(format!("{}: {why}", c.name()));
                 continue;
             }

@@ -240,17 +240,22 @@ pub fn usage_of(decision: &Decision, demand: &Demand) -> BTreeMap<String, Resour
         // A member whose overrides change the pod is charged for the pod it runs.
         let per_pod = demand.pod_in(&p.cluster).resources.as_pod_request();
         let r = match &demand.count {
-            Count::Gang(roles) => roles.iter().fold(Resources::ZERO, |acc, role| {
-                let pod = role
-                    .pod
-                    .as_ref()
-                    .map(|s| s.resources.as_pod_request())
-                    .unwrap_or(per_pod);
-                acc.saturating_add(
-                    &pod.checked_mul(u64::from(role.replicas))
-                        .unwrap_or(Resources::ZERO),
-                )
-            }),
+            Count::Gang(roles) => {
+                demand
+                    .roles_in(&p.cluster, roles)
+                    .iter()
+                    .fold(Resources::ZERO, |acc, role| {
+                        let pod = role
+                            .pod
+                            .as_ref()
+                            .map(|s| s.resources.as_pod_request())
+                            .unwrap_or(per_pod);
+                        acc.saturating_add(
+                            &pod.checked_mul(u64::from(role.replicas))
+                                .unwrap_or(Resources::ZERO),
+                        )
+                    })
+            }
             _ => {
                 let pods = match (&p.shards, p.replicas) {
                     (Some(s), _) => RangeSet::parse(s).map(|r| r.len()).unwrap_or(0),
@@ -345,6 +350,7 @@ mod tests {
     fn usage_counts_pods_of_each_share_and_quota_view_takes_given_usage() {
         let demand = Demand {
             member_pods: Default::default(),
+            member_roles: Default::default(),
             pod: PodShape {
                 resources: Resources::pod(Milli(500), Milli(1 << 30), 0),
                 ..Default::default()

@@ -225,6 +225,11 @@ pub fn apply_overrides(
             }
             i
         })?;
+        if let (Count::Gang(base), Count::Gang(mine)) = (&demand.count, &there.count)
+            && base != mine
+        {
+            demand.member_roles.insert(m.name.to_string(), mine.clone());
+        }
         if there.pod != demand.pod {
             demand.member_pods.insert(m.name.to_string(), there.pod);
         }
@@ -295,6 +300,7 @@ fn demand_in(
     };
     Ok(Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: shape,
         count,
     })
@@ -304,6 +310,45 @@ fn demand_in(
 mod tests {
     use super::*;
     use crate::api::service::PinterestService;
+
+    #[test]
+    fn a_gangs_roles_are_sized_per_member_as_its_overrides_make_them() {
+        let mut w = match crate::api::parse::parse_one(include_str!(
+            "../../examples/training-pytorch.yaml"
+        ))
+        .unwrap()
+        {
+            crate::api::parse::Document::Workload(w) => w,
+            other => panic!("{}", other.kind()),
+        };
+        w.set_overrides(
+            serde_json::from_value(serde_json::json!([{"name": "big", "clusters": ["use1c"],
+                "resources": {"requests": {"cpu": "30"}}}]))
+            .unwrap(),
+        );
+        let t = crate::topology::Topology::from_yaml(
+            "local-3.yaml",
+            include_str!("../../clusters/local-3.yaml"),
+        )
+        .unwrap();
+        let views = ClusterView::from_topology(&t);
+        let mut d = demand_for(w.as_ref(), None).unwrap();
+        let mut p = policy_for(w.as_ref());
+        apply_overrides(&w, None, &views, &mut d, &mut p).unwrap();
+        assert_eq!(d.member_roles.keys().collect::<Vec<_>>(), ["use1c"]);
+        let Count::Gang(base) = &d.count else {
+            panic!("a gang")
+        };
+        let cpu = |roles: &[GangRole]| -> Vec<i128> {
+            roles
+                .iter()
+                .map(|r| r.pod.as_ref().unwrap().resources.cpu.0)
+                .collect()
+        };
+        for (there, plain) in cpu(&d.member_roles["use1c"]).into_iter().zip(cpu(base)) {
+            assert!(there > plain + 20_000, "{there} vs {plain}");
+        }
+    }
 
     #[test]
     fn a_service_demand_counts_sidecars_and_its_policy_keeps_the_bounds() {

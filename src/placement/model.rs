@@ -532,12 +532,22 @@ pub struct Demand {
     /// The pod in members whose overrides change it (resources, tolerations): placement
     /// checks room and charges quota with it there.
     pub member_pods: BTreeMap<String, PodShape>,
+    /// A gang's roles in members whose overrides change a role's pod.
+    pub member_roles: BTreeMap<String, Vec<GangRole>>,
 }
 
 impl Demand {
     /// The pod as `cluster` runs it.
     pub fn pod_in(&self, cluster: &str) -> &PodShape {
         self.member_pods.get(cluster).unwrap_or(&self.pod)
+    }
+
+    /// A gang's roles as `cluster` runs them (`base`: the demand's own).
+    pub fn roles_in<'a>(&'a self, cluster: &str, base: &'a [GangRole]) -> &'a [GangRole] {
+        self.member_roles
+            .get(cluster)
+            .map(Vec::as_slice)
+            .unwrap_or(base)
     }
 
     /// The biggest pod, dimension by dimension, over the members' overrides: what a

@@ -238,7 +238,7 @@ proptest! {
         clusters in arb_clusters(), pod in arb_pod(), policy in arb_policy(),
         quota in arb_quota(), n in 0u32..80,
     ) {
-        let demand = Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n) };
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n) };
         let o = run(&clusters, &policy, &demand, quota.as_ref(), None);
         let d = &o.decision;
         let placed: u64 = d.shares().values().map(|&s| u64::from(s)).sum();
@@ -303,7 +303,7 @@ proptest! {
     fn all_fits_when_room_and_quota_allow(
         clusters in arb_clusters(), pod in arb_pod(), n in 0u32..40,
     ) {
-        let demand = Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n) };
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n) };
         let o = run(&clusters, &PlacementPolicy::default(), &demand, None, None);
         let total_room: u64 = clusters
             .iter()
@@ -321,14 +321,14 @@ proptest! {
         // House monotonicity of the divisor method (mins are a floor that a small total
         // cannot grant to everyone, so they are left out here).
         policy.per_cluster.min = None;
-        let at = |n| run(&clusters, &policy, &Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None).decision.shares();
+        let at = |n| run(&clusters, &policy, &Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None).decision.shares();
         let (small, big) = (at(n), at(n + more));
         for (c, s) in &small {
             prop_assert!(big.get(c).copied().unwrap_or(0) >= *s, "{c}: {small:?} -> {big:?}");
         }
         // And a scale-up from the current decision is the same as planning afresh.
-        let current = run(&clusters, &policy, &Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None).decision;
-        let up = run(&clusters, &policy, &Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n + more) }, None, Some(&current)).decision;
+        let current = run(&clusters, &policy, &Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None).decision;
+        let up = run(&clusters, &policy, &Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n + more) }, None, Some(&current)).decision;
         prop_assert_eq!(up.shares(), big);
     }
 
@@ -338,7 +338,7 @@ proptest! {
         n in 1u32..60, lost in 0usize..6,
     ) {
         policy.per_cluster.min = None;
-        let demand = Demand { member_pods: Default::default(), pod, count: Count::Replicas(n) };
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(), pod, count: Count::Replicas(n) };
         let before = run(&clusters, &policy, &demand, None, None).decision;
         let mut after_clusters = clusters.clone();
         let lost = lost % clusters.len();
@@ -359,7 +359,7 @@ proptest! {
         total in 0u32..120, completed in prop::collection::btree_set(0u32..130, 0..40),
         lost in 0usize..6, parallelism in prop::option::of(1u32..60),
     ) {
-        let demand = Demand { member_pods: Default::default(), pod, count: Count::Shards { total, completed: completed.clone(), parallelism } };
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(), pod, count: Count::Shards { total, completed: completed.clone(), parallelism } };
         let check = |o: &Outcome| -> Result<(), TestCaseError> {
             let mut seen = BTreeSet::new();
             for (c, ranges) in o.decision.shard_sets().unwrap() {
@@ -412,7 +412,7 @@ proptest! {
         clusters in arb_clusters(), pod in arb_pod(), other in arb_pod(),
         a in 0u32..6, b in 0u32..6, quota in arb_quota(),
     ) {
-        let demand = Demand { member_pods: Default::default(),
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(),
             pod: pod.clone(),
             count: Count::Gang(vec![
                 GangRole { role: "Master".into(), replicas: a, pod: None },
@@ -443,7 +443,7 @@ proptest! {
         clusters in arb_clusters(), pod in arb_pod(), quota in arb_quota(), single in any::<bool>(),
     ) {
         let policy = PlacementPolicy::with_strategy(if single { Placing::Single } else { Placing::Duplicated });
-        let demand = Demand { member_pods: Default::default(), pod, count: Count::Whole };
+        let demand = Demand { member_pods: Default::default(), member_roles: Default::default(), pod, count: Count::Whole };
         let o = run(&clusters, &policy, &demand, quota.as_ref(), None);
         prop_assert!(sorted_names(&o.decision));
         prop_assert!(!single || o.decision.placements.len() <= 1);
@@ -463,7 +463,7 @@ proptest! {
         for (i, pod) in pods.iter().enumerate() {
             let mut view = clusters.clone();
             ledger.apply(&mut view, None);
-            let o = run(&view, &PlacementPolicy::default(), &Demand { member_pods: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None);
+            let o = run(&view, &PlacementPolicy::default(), &Demand { member_pods: Default::default(), member_roles: Default::default(), pod: pod.clone(), count: Count::Replicas(n) }, None, None);
             ledger.reserve(&format!("w{i}"), &o, t);
         }
         // All reservations together fit the original room.

@@ -42,6 +42,7 @@ fn gpu_pod(gpus: i64) -> PodShape {
 fn replicas(pod: PodShape, n: u32) -> Demand {
     Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod,
         count: Count::Replicas(n),
     }
@@ -50,6 +51,7 @@ fn replicas(pod: PodShape, n: u32) -> Demand {
 fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
     Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod,
         count: Count::Shards {
             total,
@@ -527,6 +529,7 @@ fn quota_applies_to_gangs_all_or_nothing() {
     };
     let gang = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: gpu_pod(8),
         count: Count::Gang(vec![GangRole {
             role: "Worker".into(),
@@ -633,6 +636,7 @@ fn completed_shards_shrink_the_work_without_moving_anything() {
 fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once() {
     let bounded = |completed: &[u32]| Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("2", "1Gi", 0),
         count: Count::Shards {
             total: 1000,
@@ -701,6 +705,7 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
     ];
     let d = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("2", "1Gi", 0),
         count: Count::Shards {
             total: 30,
@@ -727,6 +732,7 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
 fn training(workers: u32, gpus: i64) -> Demand {
     Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: gpu_pod(gpus),
         count: Count::Gang(vec![
             GangRole {
@@ -794,6 +800,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
     };
     let gang = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Gang(vec![role("Worker", 1, 2), role("Master", 2, 3)]),
     };
@@ -808,6 +815,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
     // One more 2-GPU worker does not fit: all or nothing.
     let gang = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Gang(vec![role("Worker", 2, 2), role("Master", 2, 3)]),
     };
@@ -821,6 +829,7 @@ fn single_is_sticky_while_the_cluster_stays_eligible() {
     let mut clusters = local3();
     let cron = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("1", "1Gi", 0),
         count: Count::Whole,
     };
@@ -869,6 +878,7 @@ fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
 fn daemons_go_to_every_selected_cluster() {
     let daemon = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("100m", "128Mi", 0),
         count: Count::Whole,
     };
@@ -896,6 +906,7 @@ fn daemons_go_to_every_selected_cluster() {
 fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
     let daemon = Demand {
         member_pods: Default::default(),
+        member_roles: Default::default(),
         pod: pod("500m", "128Mi", 0),
         count: Count::Whole,
     };
@@ -1122,6 +1133,7 @@ fn empty_and_degenerate_inputs_do_not_panic() {
     ] {
         let demand = Demand {
             member_pods: Default::default(),
+            member_roles: Default::default(),
             pod: PodShape {
                 resources: Resources {
                     cpu: Milli(-5),
@@ -1342,4 +1354,57 @@ fn every_member_gets_its_share_explained_with_the_numbers_of_the_decision() {
     let recorded = recorded::reasons_to_status(&o.explained);
     assert_eq!(recorded.len(), 4);
     assert!(recorded.iter().all(|r| r.reason.chars().count() <= 300));
+}
+
+#[test]
+fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_charged_as_overridden()
+{
+    // On use1c (16 GPUs) a master and 3 workers of 4 GPUs fit; an override asking 8 GPUs
+    // a pod there does not (4 × 8 = 32).
+    let mut d = training(3, 4);
+    let big = Count::Gang(vec![
+        GangRole {
+            role: "Master".into(),
+            replicas: 1,
+            pod: Some(gpu_pod(8)),
+        },
+        GangRole {
+            role: "Worker".into(),
+            replicas: 3,
+            pod: Some(gpu_pod(8)),
+        },
+    ]);
+    let Count::Gang(roles) = big else {
+        unreachable!()
+    };
+    d.member_roles.insert("use1c".into(), roles);
+    let o = run(&local3(), &divided(), &d, None, None);
+    assert_eq!(o.decision.unplaced, 4, "{}", json(&o));
+    assert!(
+        o.decision
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("use1c 2"),
+        "{:?}",
+        o.decision.reason
+    );
+    // Where it is placed, quota is charged for the member's own roles.
+    let placed = Decision {
+        strategy: Strategy::Single,
+        placements: vec![Placement {
+            cluster: "use1c".into(),
+            replicas: Some(4),
+            shards: None,
+            pods: None,
+        }],
+        unplaced: 0,
+        reason: None,
+    };
+    let usage = from_quota::usage_of(&placed, &d);
+    assert_eq!(usage["use1c"].gpu, 32);
+    assert_eq!(
+        from_quota::usage_of(&placed, &training(3, 4))["use1c"].gpu,
+        16
+    );
 }
