@@ -244,20 +244,9 @@ struct AuditEvent {
 }
 
 fn audit_events(fed: &Federation) -> Vec<AuditEvent> {
-    let path = fed
-        .kubeconfig
-        .parent()
-        .expect("the kubeconfig sits in the state directory")
-        .join("logs")
-        .join(format!("{}-audit.log", fed.topology.hub.name));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (the harness audits the hub API server; bring the topology up again)",
-            path.display()
-        )
-    });
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+    support::hub_audit_events(fed)
+        .into_iter()
+        .filter_map(|e| serde_json::from_value(e).ok())
         .collect()
 }
 

@@ -1794,20 +1794,8 @@ async fn rollouts_through_the_jss_status_approve_pause_resume_history_and_undo()
 /// Writes (create, update, patch, delete) of `name` in `namespace` the hub API server
 /// audited (`--audit-log-format=json`, one event per line; local-3 audits the hub).
 fn hub_writes_of(fed: &Federation, namespace: &str, name: &str) -> Vec<String> {
-    let path = fed
-        .kubeconfig
-        .parent()
-        .expect("the kubeconfig sits in the state directory")
-        .join("logs")
-        .join(format!("{}-audit.log", fed.topology.hub.name));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (the topology must audit the hub: `hub: {{audit: true}}`)",
-            path.display()
-        )
-    });
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    support::hub_audit_events(fed)
+        .into_iter()
         .filter(|e| {
             matches!(
                 e["verb"].as_str(),

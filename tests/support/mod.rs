@@ -413,3 +413,23 @@ where
         .map(|o| serde_json::to_value(o).unwrap()["status"].clone())
         .unwrap_or_default()
 }
+
+/// Every request the hub API server audited, one JSON event each
+/// (`--audit-log-format=json`; the topology audits the hub: `hub: {audit: true}`).
+pub fn hub_audit_events(fed: &Federation) -> Vec<serde_json::Value> {
+    let path = fed
+        .kubeconfig
+        .parent()
+        .expect("the kubeconfig sits in the state directory")
+        .join("logs")
+        .join(format!("{}-audit.log", fed.topology.hub.name));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the topology must audit the hub: `hub: {{audit: true}}`; bring it up again)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
