@@ -124,6 +124,7 @@ pub async fn seed_namespace(
     hub: &Client,
     book: &QuotaBook,
     profiles: &[RuntimeProfile],
+    members: &[crate::placement::ClusterView],
     ns: &str,
 ) -> Result<(), kube::Error> {
     if book.is_seeded(ns) {
@@ -162,7 +163,8 @@ pub async fn seed_namespace(
             let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version())
                 .ok()
                 .cloned();
-            if let Ok(demand) = from_workload::demand_for(w.as_ref(), profile.as_ref()) {
+            // Charged as overridden in the members whose rules change the pod.
+            if let Some((demand, _)) = from_workload::sized(&w, profile.as_ref(), members) {
                 book.set(
                     &key,
                     ns,

@@ -122,14 +122,7 @@ pub fn sizing(
     profile: Option<&RuntimeProfile>,
     views: &[ClusterView],
 ) -> Option<(Demand, PlacementPolicy)> {
-    use crate::placement::from_workload::{apply_overrides, demand_for, policy_for};
-    let mut demand = demand_for(w.as_ref(), profile).ok()?;
-    let mut policy = policy_for(w.as_ref());
-    let (mut d, mut p) = (demand.clone(), policy.clone());
-    if apply_overrides(w, profile, views, &mut d, &mut p).is_ok() {
-        (demand, policy) = (d, p);
-    }
-    Some((demand, policy))
+    crate::placement::from_workload::sized(w, profile, views)
 }
 
 /// Everything a dry run is built from: the admitted submission with what its checks

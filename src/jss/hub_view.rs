@@ -261,7 +261,7 @@ impl Hub {
             .as_ref()
             .and_then(|k| self.sizings.lock().expect("lock").get(k).cloned());
         let sized = cached.unwrap_or_else(|| {
-            let s = sizing(&profiles, kind, o).map(Arc::new);
+            let s = sizing(&profiles, kind, o, || self.quota_clusters()).map(Arc::new);
             if let Some(key) = key {
                 let mut cache = self.sizings.lock().expect("lock");
                 if cache.len() > 100_000 {
@@ -373,13 +373,19 @@ pub fn sizing(
     profiles: &[RuntimeProfile],
     kind: WorkloadKind,
     o: &DynamicObject,
+    members: impl FnOnce() -> Vec<ClusterView>,
 ) -> Option<Sizing> {
     let w = typed(kind, o)?;
     let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version()).ok();
-    Some(Sizing {
-        demand: demand_for(w.as_ref(), profile).ok()?,
-        policy: policy_for(w.as_ref()),
-    })
+    if w.as_ref().overrides().is_empty() {
+        return Some(Sizing {
+            demand: demand_for(w.as_ref(), profile).ok()?,
+            policy: policy_for(w.as_ref()),
+        });
+    }
+    // Its overrides as the hub charges them (the members' names and labels matter).
+    let (demand, policy) = crate::placement::from_workload::sized(&w, profile, &members())?;
+    Some(Sizing { demand, policy })
 }
 
 /// What a sized hub workload requests ([`requested`]). A whole workload the hub placed

@@ -237,6 +237,26 @@ pub fn apply_overrides(
     Ok(())
 }
 
+/// A placed workload's demand and policy as the hub charges it: its overrides applied
+/// against `members` (rules that no longer hold leave the plain pod). The quota book's
+/// seed after a restart, the JSS's usage of the other workloads and the dry run count
+/// with it. `None`: it cannot be sized.
+pub fn sized(
+    w: &AnyWorkload,
+    profile: Option<&RuntimeProfile>,
+    members: &[ClusterView],
+) -> Option<(Demand, PlacementPolicy)> {
+    let mut demand = demand_for(w.as_ref(), profile).ok()?;
+    let mut policy = policy_for(w.as_ref());
+    if !w.as_ref().overrides().is_empty() {
+        let (mut d, mut p) = (demand.clone(), policy.clone());
+        if apply_overrides(w, profile, members, &mut d, &mut p).is_ok() {
+            (demand, policy) = (d, p);
+        }
+    }
+    Some((demand, policy))
+}
+
 /// [`demand_for`] as `cluster` runs the workload (its overrides applied).
 fn demand_in(
     w: WorkloadRef<'_>,
@@ -348,6 +368,12 @@ mod tests {
         for (there, plain) in cpu(&d.member_roles["use1c"]).into_iter().zip(cpu(base)) {
             assert!(there > plain + 20_000, "{there} vs {plain}");
         }
+        // What the quota book's seed and the JSS count for it: the same.
+        let (seeded, _) = sized(&w, None, &views).unwrap();
+        assert_eq!(seeded, d);
+        // Rules that no longer hold (no such member now) leave the plain sizing.
+        let (plain, _) = sized(&w, None, &views[..1]).unwrap();
+        assert!(plain.member_roles.is_empty());
     }
 
     #[test]

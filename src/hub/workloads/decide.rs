@@ -581,7 +581,14 @@ async fn quotas_of(
     if quotas.is_empty() {
         return Ok(quotas);
     }
-    quota::seed_namespace(&ctx.hub, &ctx.quota_book, profiles, ns)
+    // Names, labels, region and zone are what overrides need of the members.
+    let members: Vec<crate::placement::ClusterView> = ctx
+        .members
+        .state()
+        .iter()
+        .map(|mc| crate::placement::from_member::cluster_view(mc, true, Vec::new()))
+        .collect();
+    quota::seed_namespace(&ctx.hub, &ctx.quota_book, profiles, &members, ns)
         .await
         .map_err(HubError::QuotaUsage)?;
     Ok(quotas)
