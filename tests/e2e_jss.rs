@@ -13,6 +13,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use pinfed::api::federation::FederatedQuota;
+use pinfed::api::jobset::PinterestJobSet;
 use pinfed::api::service::PinterestService;
 use pinfed::jss::client::JssClient;
 use serde_json::{Value, json};
@@ -2177,5 +2178,106 @@ async fn describe_shows_why_each_member_got_its_share_with_the_numbers() {
             && text.contains("the pod does not tolerate their taint dedicated=gpu:NoSchedule")
     })
     .await;
+    ns.delete().await;
+}
+
+/// The hub's queue through the JSS: a job set written to the hub directly (as kubectl
+/// would) whose only eligible member does not exist stays unplaced, and the hub puts it in
+/// its queue itself. `pinfed queue` lists it to its team (ads) and to an admin team, not
+/// to another team (search); `-n` narrows the list; `pinfed describe` says where it stands.
+#[tokio::test]
+async fn the_queue_lists_a_waiting_workload_to_those_who_may_see_it() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-queue").await;
+    let jobset: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "waits", "namespace": ns.name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "shards": 2,
+            "placement": {"clusterAffinity": {"clusterNames": ["no-such-member"]}},
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+        }
+    }))
+    .unwrap();
+    let ar = ApiResource::erase::<PinterestJobSet>(&());
+    Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar)
+        .create(&PostParams::default(), &jobset)
+        .await
+        .unwrap();
+    // `pinfed queue -o json` as a holder of `token`: the entry of this job set, if listed.
+    let entry = |token: &str, args: &[&str]| {
+        let (ok, out, err) = cli_as(st, token, &[&["queue", "-o", "json"][..], args].concat());
+        assert!(ok, "pinfed queue: {err}");
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        v["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no items: {out}"))
+            .iter()
+            .find(|e| e["namespace"] == ns.name.as_str() && e["name"] == "waits")
+            .cloned()
+    };
+    let (hub_daemon, jss_daemon) = (&st.daemons[0], st.daemons.last().unwrap());
+    eventually_logged(
+        WAIT,
+        &format!(
+            "PinterestJobSet {}/waits in `pinfed queue` with a position and what it waits for",
+            ns.name
+        ),
+        &[hub_daemon, jss_daemon],
+        || async {
+            entry("alice-token", &[]).is_some_and(|e| {
+                e["position"].as_i64().is_some_and(|p| p >= 1)
+                    && e["waitingFor"].as_str().is_some_and(|w| !w.is_empty())
+            })
+        },
+    )
+    .await;
+    let e = entry("alice-token", &["-n", &ns.name]).expect("listed in its namespace");
+    assert_eq!(
+        (e["kind"].as_str(), e["team"].as_str()),
+        (Some("PinterestJobSet"), Some("ads")),
+        "{e}"
+    );
+    let (position, waiting) = (
+        e["position"].as_i64().unwrap(),
+        e["waiting"].as_i64().unwrap(),
+    );
+    assert!(
+        position >= 1 && waiting >= position && e["unplaced"] == 2,
+        "{e}"
+    );
+    // An admin team sees every team's; another team sees nothing of it.
+    assert!(entry("gina-token", &[]).is_some(), "admin team");
+    assert!(
+        entry("bob-token", &[]).is_none(),
+        "search may not see ads' workload"
+    );
+    assert!(entry("bob-token", &["-n", &ns.name]).is_none());
+    // The table, and the API without a token.
+    let (ok, table, err) = cli_as(st, "alice-token", &["queue", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    assert!(
+        table.starts_with("POSITION")
+            && table.contains(&format!("PinterestJobSet/{}/waits", ns.name)),
+        "{table}"
+    );
+    let r = st.client(None).get("/v1/queue").await.unwrap();
+    assert_error(&r, 401, "Unauthenticated");
+    // describe says where it stands.
+    let (ok, text, err) = cli_as(
+        st,
+        "alice-token",
+        &["describe", "jobset", "waits", "-n", &ns.name],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Queue:") && l.contains("position ") && l.contains(" of ")),
+        "{text}"
+    );
     ns.delete().await;
 }

@@ -337,6 +337,11 @@ pub async fn run_controllers(
     let _profile_watch = crate::controller::mirror::Watching::spawn(profile_watch);
     profiles.wait_until_ready().await?;
     policy::ready(&policy).await?;
+    // The member's PriorityClasses: a slice's class goes on its pods only where it exists.
+    let (priority_classes, _classes_watch) = crate::controller::mirror::mirror::<
+        k8s_openapi::api::scheduling::v1::PriorityClass,
+    >(&client)
+    .await?;
     let reporter = Reporter {
         controller: "pinfed-agent".into(),
         instance: Some(cluster.clone()),
@@ -345,6 +350,7 @@ pub async fn run_controllers(
         client.clone(),
         cluster,
         profiles,
+        priority_classes,
         policy,
         crate::controller::events::EventSink::new(client, reporter),
         metrics,

@@ -40,6 +40,8 @@ pub struct Context {
     pub client: Client,
     pub cluster: String,
     pub profiles: Store<RuntimeProfile>,
+    /// The member's PriorityClasses (a slice's class is set on its pods where it exists).
+    pub priority_classes: Store<k8s_openapi::api::scheduling::v1::PriorityClass>,
     /// What the member's admins let pinfed run here (`policy`).
     pub policy: super::policy::PolicyView,
     pub recorder: crate::controller::events::EventSink,
@@ -73,6 +75,7 @@ impl Context {
         client: Client,
         cluster: String,
         profiles: Store<RuntimeProfile>,
+        priority_classes: Store<k8s_openapi::api::scheduling::v1::PriorityClass>,
         policy: super::policy::PolicyView,
         recorder: crate::controller::events::EventSink,
         metrics: ReconcileMetrics,
@@ -89,6 +92,7 @@ impl Context {
             client,
             cluster,
             profiles,
+            priority_classes,
             policy,
             recorder,
             metrics,
@@ -481,6 +485,18 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
         _ => (None, None),
     };
+
+    // A priority class the member does not have stays off the pods (they would be
+    // refused); the hub orders and preempts by it all the same.
+    if let Some(class) = working.priority_class_name().map(str::to_string)
+        && ctx
+            .priority_classes
+            .get(&kube::runtime::reflector::ObjectRef::new(&class))
+            .is_none()
+    {
+        tracing::debug!(workload = %slice_key(obj), %class, "no such PriorityClass in this member: pods run without it");
+        working.set_priority_class_name(None);
+    }
 
     // Build.
     let input = ExpandInput {

@@ -437,6 +437,59 @@ pub struct PlacementDecision {
     /// 300 characters). Recorded when the hub plans; kept with the decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberDecision>,
+    /// Where the workload stands in the hub's queue while part of it waits for room or
+    /// quota (absent once everything is placed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStanding>,
+    /// The latest preemptions that took part of this workload to make room for a
+    /// higher-priority one (newest last, at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptions: Vec<PreemptionRecord>,
+}
+
+/// A waiting workload's place in the hub's queue: highest priority first (aged while it
+/// waits), then oldest; see `docs/priority.md`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStanding {
+    /// 1 is next.
+    pub position: i32,
+    /// Workloads waiting in all.
+    pub waiting: i32,
+    /// The priority of its class (0 without one).
+    pub priority: i32,
+    /// The priority the queue orders by: its own plus what waiting has added (aging).
+    pub effective_priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Waiting since.
+    #[schemars(schema_with = "date_time_schema")]
+    pub since: Time,
+    /// What it waits for: room in which members, quota in which namespace, or a
+    /// higher-ranked workload the room goes to first.
+    pub waiting_for: String,
+}
+
+/// Part of a workload taken in one member to make room for a higher-priority one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionRecord {
+    /// The workload room was made for (`Kind/namespace/name`).
+    pub by: String,
+    /// Its priority.
+    pub by_priority: i32,
+    pub cluster: String,
+    /// Pods taken.
+    pub pods: i32,
+    /// Replicas taken (services, stateful sets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Shards taken back to pending (job sets): they run again later, once each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<String>,
+    #[schemars(schema_with = "date_time_schema")]
+    pub time: Time,
+    pub reason: String,
 }
 
 /// One member in a placement decision, and why.

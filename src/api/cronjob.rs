@@ -54,6 +54,11 @@ pub struct PinterestCronJobSpec {
     /// Per-member changes to what the member runs (see `docs/overrides.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<super::overrides::Override>,
+    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
+    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
+    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.
     #[schemars(length(min = 1))]
     pub schedule: String,

@@ -63,6 +63,11 @@ pub struct PinterestJobSetSpec {
     /// Per-member changes to what the member runs (see `docs/overrides.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<super::overrides::Override>,
+    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
+    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
+    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
     #[schemars(range(min = 1, max = MAX_SHARDS))]
     #[schemars(extend("x-kubernetes-validations" = [{

@@ -61,6 +61,11 @@ pub struct PinterestServiceSpec {
     /// Per-member changes to what the member runs (see `docs/overrides.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<super::overrides::Override>,
+    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
+    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
+    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// Total replicas across the federation (in a member: this cluster's share).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]

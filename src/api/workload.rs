@@ -129,6 +129,8 @@ pub trait Workload: Resource<DynamicType = ()> {
     fn placement(&self) -> &Placement;
     fn rollout(&self) -> Option<&super::rollout::RolloutPolicy>;
     fn overrides(&self) -> &[super::overrides::Override];
+    fn priority_class_name(&self) -> Option<&str>;
+    fn set_priority_class_name(&mut self, class: Option<String>);
     /// Replaces the overrides (the hub writes each slice the rules its member resolved).
     fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>);
     /// Pins the RuntimeProfile version (the hub pins what a slice's revision resolved to).
@@ -156,6 +158,12 @@ macro_rules! impl_workload {
             }
             fn overrides(&self) -> &[super::overrides::Override] {
                 &self.spec.overrides
+            }
+            fn priority_class_name(&self) -> Option<&str> {
+                self.spec.priority_class_name.as_deref()
+            }
+            fn set_priority_class_name(&mut self, class: Option<String>) {
+                self.spec.priority_class_name = class;
             }
             fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>) {
                 self.spec.overrides = overrides;
@@ -248,6 +256,10 @@ impl<'a> WorkloadRef<'a> {
 
     pub fn overrides(self) -> &'a [super::overrides::Override] {
         each!(self, w => &w.spec.overrides)
+    }
+
+    pub fn priority_class_name(self) -> Option<&'a str> {
+        each!(self, w => w.spec.priority_class_name.as_deref())
     }
 
     pub fn rollout(self) -> Option<&'a super::rollout::RolloutPolicy> {

@@ -1,5 +1,5 @@
 //! The JSS client commands: `pinfed submit | get | describe | delete | clusters | quota |
-//! owners`. They talk to the Job Submission Service with a token, never to a cluster.
+//! queue | owners`. They talk to the Job Submission Service with a token, never to a cluster.
 //! Human tables by default, `-o json|yaml` for scripts; a JSS error is printed with its
 //! field paths (or quota numbers) and the command exits non-zero.
 
@@ -17,10 +17,12 @@ use crate::api::workload::WorkloadKind;
 use crate::jss::artifacts::ArtifactRef;
 use crate::jss::client::JssClient;
 use crate::jss::request::{kind_path, parse_kind};
+use crate::jss::ui::model::{age, priority_text};
 use crate::jss::wire::{
     Amounts, ClusterView, Deleted, DryRun, DryRunShare, HubStatusView, List, OwnersReport,
-    QuotaView, SubmitRequest, Submitted, WorkloadView,
+    QueueEntry, QuotaView, SubmitRequest, Submitted, WorkloadView,
 };
+use k8s_openapi::jiff::Timestamp;
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default)]
 pub enum Output {
@@ -138,6 +140,15 @@ pub struct ObjectArgs {
 pub struct ListArgs {
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct QueueArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Only this namespace (every namespace you may see when absent).
+    #[arg(short, long, env = "PINFED_NAMESPACE")]
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -534,6 +545,30 @@ pub fn workloads_table(items: &[WorkloadView]) -> String {
 }
 
 fn describe_text(w: &WorkloadView) -> String {
+    describe_text_at(w, Timestamp::now())
+}
+
+/// One preemption as `describe` prints it: `3 pods in use1a (shards 4-6) by
+/// PinterestTrainingJob/ml/big (priority 1000) at <time>: <reason>`.
+fn preemption_text(p: &crate::api::common::PreemptionRecord) -> String {
+    let what = match (p.replicas, &p.shards) {
+        (Some(r), _) => format!(" ({r} replica{})", if r == 1 { "" } else { "s" }),
+        (None, Some(sh)) => format!(" (shards {sh})"),
+        (None, None) => String::new(),
+    };
+    format!(
+        "{} pod{} in {}{what} by {} (priority {}) at {}: {}",
+        p.pods,
+        if p.pods == 1 { "" } else { "s" },
+        p.cluster,
+        p.by,
+        p.by_priority,
+        p.time.0,
+        p.reason
+    )
+}
+
+fn describe_text_at(w: &WorkloadView, now: Timestamp) -> String {
     let mut out = String::new();
     let s = w.hub_status();
     let line = |out: &mut String, k: &str, v: String| {
@@ -567,6 +602,11 @@ fn describe_text(w: &WorkloadView) -> String {
             r.cpu, r.memory, r.gpus, r.pods
         ),
     );
+    line(
+        &mut out,
+        "PriorityClass:",
+        or_dash(w.priority_class_name.as_deref()),
+    );
     let placement = s.part.placement.as_ref();
     line(
         &mut out,
@@ -587,6 +627,31 @@ fn describe_text(w: &WorkloadView) -> String {
         for m in &p.members {
             let _ = writeln!(out, "  {:<width$}  {:>4}  {}", m.cluster, m.share, m.reason);
         }
+    }
+    // Its place in the hub's queue while part of it waits, and what was taken from it.
+    if let Some(q) = placement.and_then(|p| p.queue.as_ref()) {
+        line(
+            &mut out,
+            "Queue:",
+            format!(
+                "position {} of {}, priority {}, waiting {}: {}",
+                q.position,
+                q.waiting,
+                priority_text(
+                    q.priority,
+                    q.effective_priority,
+                    q.priority_class_name.as_deref()
+                ),
+                age(now, q.since.0),
+                q.waiting_for
+            ),
+        );
+    }
+    for p in placement
+        .map(|p| p.preemptions.as_slice())
+        .unwrap_or_default()
+    {
+        line(&mut out, "Preempted:", preemption_text(p));
     }
     line(&mut out, "Progress:", progress(w));
     let num = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "null".into());
@@ -829,6 +894,64 @@ pub fn quota(args: ListArgs) -> anyhow::Result<()> {
     print(args.server.output, &v, |v| quotas_table(&v.items))
 }
 
+/// The `queue` table: first in line first; the priority the queue orders by, with the
+/// workload's own in parentheses when waiting has raised it.
+pub fn queue_table(items: &[QueueEntry], now: Timestamp) -> String {
+    let mut out = String::new();
+    let row = |out: &mut String, cells: [&str; 6]| {
+        let _ = writeln!(
+            out,
+            "{:<9} {:<13} {:<14} {:<48} {:<8} {}",
+            cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
+        );
+    };
+    row(
+        &mut out,
+        [
+            "POSITION",
+            "PRIORITY",
+            "CLASS",
+            "KIND/NAMESPACE/NAME",
+            "WAITING",
+            "WAITING FOR",
+        ],
+    );
+    for e in items {
+        let priority = if e.effective_priority == e.priority {
+            e.priority.to_string()
+        } else {
+            format!("{} ({})", e.effective_priority, e.priority)
+        };
+        row(
+            &mut out,
+            [
+                &format!("{}/{}", e.position, e.waiting),
+                &priority,
+                e.priority_class_name.as_deref().unwrap_or("-"),
+                &format!("{}/{}/{}", e.kind.as_str(), e.namespace, e.name),
+                &age(now, e.since.0),
+                &e.waiting_for,
+            ],
+        );
+    }
+    if items.is_empty() {
+        out.push_str("(nothing waits)\n");
+    }
+    out
+}
+
+pub fn queue(args: QueueArgs) -> anyhow::Result<()> {
+    let client = args.server.client()?;
+    let path = match &args.namespace {
+        Some(ns) => format!("/v1/queue?namespace={}", crate::jss::ui::html::url_part(ns)),
+        None => "/v1/queue".to_string(),
+    };
+    let v: List<QueueEntry> = runtime()?.block_on(client.get(&path))?.decode()?;
+    print(args.server.output, &v, |v| {
+        queue_table(&v.items, Timestamp::now())
+    })
+}
+
 pub fn owners_table(v: &OwnersReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -968,6 +1091,110 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("  use1a     2  weight 1"), "{t}");
+    }
+
+    fn queued(
+        name: &str,
+        position: i32,
+        priority: i32,
+        effective: i32,
+        class: Option<&str>,
+    ) -> QueueEntry {
+        from(
+            json!({"kind": "PinterestJobSet", "namespace": "ml", "name": name, "team": "ml",
+            "position": position, "waiting": 5, "priority": priority,
+            "effectivePriority": effective, "priorityClassName": class,
+            "since": "2026-01-01T00:00:00Z", "waitingFor": format!("room in use1a for {name}"),
+            "unplaced": 2}),
+        )
+    }
+
+    #[test]
+    fn the_queue_table_shows_position_priorities_class_and_age() {
+        let now: Timestamp = "2026-01-01T00:03:10Z".parse().unwrap();
+        let t = queue_table(
+            &[
+                queued("big", 1, 1000, 1000, Some("high")),
+                queued("old", 2, 0, 10, None),
+            ],
+            now,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(
+            lines[0].starts_with("POSITION  PRIORITY      CLASS          KIND/NAMESPACE/NAME")
+                && lines[0].ends_with("WAITING  WAITING FOR"),
+            "{t}"
+        );
+        assert!(
+            lines[1].starts_with("1/5       1000          high           PinterestJobSet/ml/big "),
+            "{t}"
+        );
+        assert!(lines[1].ends_with(" 3m       room in use1a for big"), "{t}");
+        // Aging raised it: the effective priority, its own in parentheses.
+        assert!(
+            lines[2].starts_with("2/5       10 (0)        -              PinterestJobSet/ml/old "),
+            "{t}"
+        );
+        assert_eq!(
+            queue_table(&[], now),
+            format!("{}(nothing waits)\n", lines[0].to_string() + "\n")
+        );
+    }
+
+    #[test]
+    fn describe_shows_the_queue_standing_preemptions_and_priority_class() {
+        let w: WorkloadView = from(json!({
+            "kind": "PinterestJobSet", "namespace": "ml", "name": "small", "team": "ml",
+            "deleting": false, "desired": {"shards": 10}, "priorityClassName": "high",
+            "requested": {"cpu": "1", "memory": "1Gi", "gpus": 0, "pods": 2},
+            "status": {"placement": {
+                "placements": [{"cluster": "use1a", "shards": "0-3"}], "unplaced": 6,
+                "members": [{"cluster": "use1a", "share": 4, "reason": "room 4 pods"}],
+                "queue": {"position": 2, "waiting": 5, "priority": 1000, "effectivePriority": 1010,
+                    "priorityClassName": "high", "since": "2026-01-01T00:00:00Z",
+                    "waitingFor": "room in use1a (6 shards)"},
+                "preemptions": [
+                    {"by": "PinterestTrainingJob/ml/big", "byPriority": 1000, "cluster": "use1a",
+                     "pods": 3, "shards": "4-6", "time": "2026-01-01T00:01:00Z", "reason": "room for big"},
+                    {"by": "PinterestService/ml/web", "byPriority": 2000, "cluster": "use1b",
+                     "pods": 1, "replicas": 1, "time": "2026-01-01T00:02:00Z", "reason": "room for web"}
+                ]}}
+        }));
+        let now: Timestamp = "2026-01-01T00:03:00Z".parse().unwrap();
+        let t = describe_text_at(&w, now);
+        assert!(t.contains("PriorityClass: high\n"), "{t}");
+        assert!(
+            t.contains("Queue:         position 2 of 5, priority 1000 (effective 1010, class high), waiting 3m: room in use1a (6 shards)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("Preempted:     3 pods in use1a (shards 4-6) by PinterestTrainingJob/ml/big (priority 1000) at 2026-01-01T00:01:00Z: room for big\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("Preempted:     1 pod in use1b (1 replica) by PinterestService/ml/web (priority 2000) at 2026-01-01T00:02:00Z: room for web\n"),
+            "{t}"
+        );
+        // After the decision, before the progress.
+        let (d, q, p) = (
+            t.find("Decision:").unwrap(),
+            t.find("Queue:").unwrap(),
+            t.find("Progress:").unwrap(),
+        );
+        assert!(d < q && q < p, "{t}");
+        assert_eq!(priority_text(0, 0, None), "0");
+        assert_eq!(priority_text(5, 5, Some("low")), "5 (class low)");
+        // Nothing waits, nothing taken, no class: no lines, a dash.
+        let plain: WorkloadView = from(json!({
+            "kind": "PinterestService", "namespace": "ads", "name": "web", "deleting": false,
+            "desired": {}, "requested": {"cpu": "0", "memory": "0", "gpus": 0, "pods": 0},
+            "status": {"placement": {"placements": [{"cluster": "a", "replicas": 1}]}}}));
+        let t = describe_text_at(&plain, now);
+        assert!(
+            t.contains("PriorityClass: -\n") && !t.contains("Queue:") && !t.contains("Preempted:"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub enum Command {
     Clusters(client::ListArgs),
     /// FederatedQuotas of your namespaces: hard, used (placed) and requested, per cluster.
     Quota(client::ListArgs),
+    /// The hub's queue: the waiting workloads you may see, first in line first, with their
+    /// priority, class, how long they wait and what for.
+    Queue(client::QueueArgs),
     /// The governance report: what each team runs where, with requested cpu, memory, GPUs
     /// and when it expires (`--expired`: only what is past its expiry).
     Owners(client::OwnersArgs),
@@ -107,6 +110,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rollout(args) => rollout::run(args),
         Command::Clusters(args) => client::clusters(args),
         Command::Quota(args) => client::quota(args),
+        Command::Queue(args) => client::queue(args),
         Command::Owners(args) => client::owners(args),
     }
 }

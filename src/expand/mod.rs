@@ -242,6 +242,9 @@ pub(crate) struct Ctx<'a> {
     pub annotations: BTreeMap<String, String>,
     pub owner_refs: Option<Vec<OwnerReference>>,
     pub workload_meta: &'a ObjectMeta,
+    /// `spec.priorityClassName`, set on every pod (the agent clears it in a member that
+    /// has no such class).
+    pub priority_class: Option<&'a str>,
 }
 
 impl<'a> Ctx<'a> {
@@ -291,6 +294,7 @@ impl<'a> Ctx<'a> {
             annotations,
             owner_refs,
             workload_meta: meta,
+            priority_class: w.priority_class_name(),
         }
     }
 
@@ -339,6 +343,9 @@ impl<'a> Ctx<'a> {
             && spec.restart_policy.is_none()
         {
             spec.restart_policy = Some(r.to_string());
+        }
+        if let (Some(spec), Some(class)) = (t.spec.as_mut(), self.priority_class) {
+            spec.priority_class_name = Some(class.to_string());
         }
         t
     }

@@ -341,6 +341,56 @@ impl Member {
     }
 }
 
+/// A running pod of a workload in a push member, for choosing preemption victims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadPod {
+    /// `Kind/namespace/name` of its workload.
+    pub key: String,
+    pub node: String,
+    pub resources: crate::placement::Resources,
+    /// A job set's shard index.
+    pub shard: Option<u32>,
+}
+
+impl Member {
+    /// The pods of Pinterest workloads bound to a node and not finished. A pull member
+    /// reports no pods: it has none here (preemption does not take from it).
+    pub fn workload_pods(&self) -> Vec<WorkloadPod> {
+        let Link::Push { pods, .. } = &self.link else {
+            return Vec::new();
+        };
+        pods.state()
+            .iter()
+            .filter_map(|p| {
+                let labels = p.labels();
+                let name = labels.get(LABEL_WORKLOAD)?;
+                let kind = labels.get(LABEL_KIND)?;
+                let node = p.spec.as_ref()?.node_name.clone()?;
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                if matches!(phase, Some("Succeeded") | Some("Failed"))
+                    || p.metadata.deletion_timestamp.is_some()
+                {
+                    return None;
+                }
+                let r = capacity::pod_requests(p);
+                Some(WorkloadPod {
+                    key: format!("{kind}/{}/{name}", p.namespace().unwrap_or_default()),
+                    node,
+                    resources: crate::placement::Resources {
+                        cpu: r.cpu,
+                        memory: r.memory,
+                        gpu: i64::try_from(r.gpus.units()).unwrap_or(0),
+                        pods: 1,
+                    },
+                    shard: labels
+                        .get(crate::api::common::LABEL_SHARD)
+                        .and_then(|s| s.parse().ok()),
+                })
+            })
+            .collect()
+    }
+}
+
 /// A slice changed in a member (its spec or, mostly, its status as the agent writes it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceEvent {

@@ -117,6 +117,17 @@ pub struct HubArgs {
     /// The default rollout's progress deadline per member (seconds).
     #[arg(long, env = "PINFED_DEFAULT_ROLLOUT_DEADLINE_SECS", default_value = "600", value_parser = clap::value_parser!(i64).range(1..))]
     pub default_rollout_deadline_secs: i64,
+    /// Queue aging: a waiting workload's priority grows by `--queue-aging-step` every this
+    /// many seconds (up to `--queue-aging-max`), so low priorities are not starved.
+    #[arg(long, env = "PINFED_QUEUE_AGING_SECS", default_value = "60", value_parser = clap::value_parser!(i64).range(1..))]
+    pub queue_aging_secs: i64,
+    #[arg(long, env = "PINFED_QUEUE_AGING_STEP", default_value = "10", value_parser = clap::value_parser!(i32).range(0..))]
+    pub queue_aging_step: i32,
+    #[arg(long, env = "PINFED_QUEUE_AGING_MAX", default_value = "1000", value_parser = clap::value_parser!(i32).range(0..))]
+    pub queue_aging_max: i32,
+    /// Never preempt: waiting workloads only queue, whatever their class says.
+    #[arg(long, env = "PINFED_NO_PREEMPTION")]
+    pub no_preemption: bool,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
@@ -214,6 +225,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     let (member_store, _w1) = mirror::<MemberCluster>(client).await?;
     let (profiles, _w2) = mirror::<RuntimeProfile>(client).await?;
     let (quotas, _w3) = mirror::<FederatedQuota>(client).await?;
+    let (classes, _w4) = mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(client).await?;
     let wctx = Arc::new(HubContext {
         hub_metrics: p.hub_metrics.clone(),
         hub: client.clone(),
@@ -260,6 +272,15 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             Duration::from_secs(60),
         ),
         config: Default::default(),
+        priority: workloads::priority::PriorityState::new(
+            classes,
+            crate::placement::priority::Aging {
+                every_secs: args.queue_aging_secs,
+                step: args.queue_aging_step,
+                max: args.queue_aging_max,
+            },
+            !args.no_preemption,
+        ),
     });
     let member_loop = member_loop::run(MemberLoop {
         hub: client.clone(),

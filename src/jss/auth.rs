@@ -58,6 +58,10 @@ pub struct TeamPolicy {
     /// teams); others see their teams' and their namespaces' only.
     #[serde(default)]
     pub admin: bool,
+    /// PriorityClasses the team's workloads may name (`spec.priorityClassName`): names,
+    /// or `*`. None by default: the hub's global default class (or 0) applies.
+    #[serde(default)]
+    pub priority_classes: Vec<String>,
 }
 
 /// The token and team file(s): `tokens:` and `teams:`, in YAML or JSON. Either part may
@@ -282,6 +286,14 @@ pub enum Forbidden {
         field: String,
         granted: String,
     },
+    #[error(
+        "spec.priorityClassName: team {team:?} may not use PriorityClass {class:?} (the team file's priorityClasses: {granted})"
+    )]
+    PriorityClass {
+        team: String,
+        class: String,
+        granted: String,
+    },
 }
 
 /// May `p` see a workload of `team` in `namespace` in reports (owners)? Its own teams',
@@ -325,6 +337,31 @@ pub fn authorize_privileges(
             },
         }),
     }
+}
+
+/// May `team` name PriorityClass `class`? Only one its policy lists (or `*`).
+pub fn authorize_priority_class(
+    cfg: &AuthConfig,
+    team: &str,
+    class: &str,
+) -> Result<(), Forbidden> {
+    let granted = cfg
+        .teams
+        .get(team)
+        .map(|p| p.priority_classes.clone())
+        .unwrap_or_default();
+    if granted.iter().any(|g| g == class || g == "*") {
+        return Ok(());
+    }
+    Err(Forbidden::PriorityClass {
+        team: team.to_string(),
+        class: class.to_string(),
+        granted: if granted.is_empty() {
+            "none".into()
+        } else {
+            granted.join(", ")
+        },
+    })
 }
 
 fn list(teams: &BTreeSet<String>) -> String {

@@ -93,28 +93,40 @@ pub struct Hub {
     pub members: Store<MemberCluster>,
     pub profiles: Store<RuntimeProfile>,
     pub quotas: Store<FederatedQuota>,
+    pub priority_classes: Store<k8s_openapi::api::scheduling::v1::PriorityClass>,
     sizings: Arc<Mutex<SizingCache>>,
     /// The caches' watches, stopped when the last clone goes.
-    _watches: Arc<[crate::controller::mirror::Watching; 3]>,
+    _watches: Arc<[crate::controller::mirror::Watching; 4]>,
 }
 
 impl Hub {
     /// Connects and waits until the caches of members, profiles and quotas are loaded.
     pub async fn connect(client: Client) -> anyhow::Result<Hub> {
         use crate::controller::mirror::mirror;
-        let ((members, w1), (profiles, w2), (quotas, w3)) = tokio::try_join!(
+        let ((members, w1), (profiles, w2), (quotas, w3), (priority_classes, w4)) = tokio::try_join!(
             mirror::<MemberCluster>(&client),
             mirror::<RuntimeProfile>(&client),
             mirror::<FederatedQuota>(&client),
+            mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(&client),
         )?;
         Ok(Hub {
             client,
             members,
             profiles,
             quotas,
+            priority_classes,
             sizings: Arc::default(),
-            _watches: Arc::new([w1, w2, w3]),
+            _watches: Arc::new([w1, w2, w3, w4]),
         })
+    }
+
+    /// The hub's PriorityClasses as the queue reads them.
+    pub fn priority_classes(&self) -> Vec<crate::placement::priority::PriorityClassView> {
+        self.priority_classes
+            .state()
+            .iter()
+            .map(|c| crate::placement::priority::PriorityClassView::from_class(c))
+            .collect()
     }
 
     pub fn profiles(&self) -> Vec<RuntimeProfile> {

@@ -628,6 +628,20 @@ impl Jss {
                 ));
             }
         }
+        // A priority class the hub has (422 naming the field) and the team may use (403).
+        if let Some(class) = admitted.workload.as_ref().priority_class_name() {
+            crate::placement::priority::resolve(Some(class), &self.hub.priority_classes())
+                .map_err(|e| {
+                    Rejection::invalid(
+                        "the priority class does not exist",
+                        vec![super::error::Detail::field(
+                            "spec.priorityClassName",
+                            e.trim_start_matches("spec.priorityClassName: "),
+                        )],
+                    )
+                })?;
+            super::auth::authorize_priority_class(&self.auth, &admitted.team, class)?;
+        }
         let held = self.ns_lock(&admitted.namespace).lock_owned().await;
         // With a quota, one read of the namespace gives both the usage and the workload
         // this submission replaces; without, only the latter is needed.
@@ -1055,6 +1069,28 @@ impl Jss {
         Ok((StatusCode::OK, to_body(&report)?))
     }
 
+    /// The hub's queue (`GET /v1/queue[?namespace=&kind=]`): the waiting workloads the
+    /// caller may see, by the owners report's rule, first in line first. A namespace the
+    /// caller sees nothing of lists nothing (no 403: its team's workloads may be anywhere).
+    async fn queue(
+        &self,
+        headers: &HeaderMap,
+        q: &ListQuery,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        let kind = q.kind.as_deref().map(parse_kind_or_404).transpose()?;
+        let all = self
+            .hub
+            .list_workloads(q.namespace.as_deref(), kind)
+            .await?;
+        let items = views::queue(
+            all.iter().map(|(k, o)| (*k, o)),
+            q.namespace.as_deref(),
+            |team, ns| auth::may_see_workload(&self.auth, &who, team, ns),
+        );
+        Ok((StatusCode::OK, to_body(&wire::List { items })?))
+    }
+
     /// The artifacts the caller's teams own (`spec.owner.team`), or all for an admin team:
     /// another team's artifact names say what it runs.
     async fn artifacts(&self, headers: &HeaderMap) -> Result<(StatusCode, Value), Rejection> {
@@ -1395,6 +1431,14 @@ pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
             get(
                 |State(s): Shared, h: HeaderMap, Query(q): Query<OwnersQuery>| async move {
                     reply(s.owners(&h, &q).await)
+                },
+            ),
+        )
+        .route(
+            "/v1/queue",
+            get(
+                |State(s): Shared, h: HeaderMap, Query(q): Query<ListQuery>| async move {
+                    reply(s.queue(&h, &q).await)
                 },
             ),
         )

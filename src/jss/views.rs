@@ -8,8 +8,10 @@ use kube::api::DynamicObject;
 
 use super::admission::{ANNOTATION_ARTIFACT, ANNOTATION_SUBMITTED_BY};
 use super::wire::{
-    Amounts, ClusterView, Desired, OwnedView, OwnersReport, QuotaView, TeamView, WorkloadView,
+    Amounts, ClusterView, Desired, OwnedView, OwnersReport, QueueEntry, QuotaView, TeamView,
+    WorkloadView,
 };
+use crate::api::common::QueueStanding;
 use crate::api::federation::{FederatedQuota, MemberCluster};
 use crate::api::workload::WorkloadKind;
 use crate::placement::model::Resources;
@@ -59,6 +61,7 @@ pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) ->
         artifact: annotation(o, ANNOTATION_ARTIFACT),
         desired,
         requested: requested.into(),
+        priority_class_name: spec["priorityClassName"].as_str().map(str::to_string),
         status: o.data.get("status").cloned().unwrap_or_default(),
     }
 }
@@ -166,6 +169,62 @@ pub fn owners(rows: &[OwnedWorkload], now: Timestamp, only_expired: bool) -> Own
     OwnersReport { teams }
 }
 
+/// A workload's standing in the hub's queue, from `status.placement.queue` as the hub last
+/// wrote it; `None` when it waits for nothing (or is being deleted: the hub has taken it
+/// out of the queue, whatever its status still says).
+pub fn queue_entry(kind: WorkloadKind, o: &DynamicObject) -> Option<QueueEntry> {
+    if o.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let placement = &o.data["status"]["placement"];
+    let q: QueueStanding = serde_json::from_value(placement.get("queue")?.clone()).ok()?;
+    Some(QueueEntry {
+        kind,
+        namespace: o.namespace().unwrap_or_default(),
+        name: o.name_any(),
+        team: o.data["spec"]["owner"]["team"].as_str().map(str::to_string),
+        position: q.position,
+        waiting: q.waiting,
+        priority: q.priority,
+        effective_priority: q.effective_priority,
+        priority_class_name: q.priority_class_name,
+        since: q.since,
+        waiting_for: q.waiting_for,
+        unplaced: placement["unplaced"]
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(0),
+    })
+}
+
+/// The hub's queue as one caller sees it (`GET /v1/queue`, the UI's Queue page): every
+/// waiting workload that `visible(team, namespace)` lets through — the owners report's
+/// rule, [`super::auth::may_see_workload`] — in `namespace` only when given, first in line
+/// first (by position, then the longest waiting; positions are each workload's as the hub
+/// last wrote it, so two may briefly share one).
+pub fn queue<'a>(
+    workloads: impl IntoIterator<Item = (WorkloadKind, &'a DynamicObject)>,
+    namespace: Option<&str>,
+    visible: impl Fn(&str, &str) -> bool,
+) -> Vec<QueueEntry> {
+    let mut out: Vec<QueueEntry> = workloads
+        .into_iter()
+        .filter(|(_, o)| namespace.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
+        .filter_map(|(k, o)| queue_entry(k, o))
+        .filter(|e| visible(e.team.as_deref().unwrap_or("-"), &e.namespace))
+        .collect();
+    out.sort_by(|a, b| {
+        (a.position, a.since.0, a.kind, &a.namespace, &a.name).cmp(&(
+            b.position,
+            b.since.0,
+            b.kind,
+            &b.namespace,
+            &b.name,
+        ))
+    });
+    out
+}
+
 /// The clusters a workload was placed on, from its hub status.
 pub fn placed_clusters(o: &DynamicObject) -> Vec<String> {
     o.data["status"]["placement"]["placements"]
@@ -179,7 +238,7 @@ pub fn placed_clusters(o: &DynamicObject) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::quantity::Milli;
     use serde_json::{Value, json};
@@ -258,6 +317,145 @@ mod tests {
         );
     }
 
+    /// A hub workload waiting at `position` since `since`, for `team` in `ns`.
+    pub(crate) fn waiting(
+        kind: &str,
+        ns: &str,
+        name: &str,
+        team: &str,
+        position: i32,
+        since: &str,
+    ) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"owner": {"team": team, "contact": "c"}, "priorityClassName": "high"},
+            "status": {"placement": {"unplaced": 3, "reason": "no room",
+                "queue": {"position": position, "waiting": 4, "priority": 1000,
+                    "effectivePriority": 1010, "priorityClassName": "high", "since": since,
+                    "waitingFor": format!("room in use1a for {name}")}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_queue_lists_waiting_workloads_by_position_and_only_those_the_caller_may_see() {
+        let placed: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "placed", "namespace": "ads"},
+            "spec": {"owner": {"team": "ads"}},
+            "status": {"placement": {"unplaced": 0, "placements": [{"cluster": "a"}]}}
+        }))
+        .unwrap();
+        let mut deleting = waiting(
+            "PinterestService",
+            "ads",
+            "going",
+            "ads",
+            1,
+            "2026-01-01T00:00:00Z",
+        );
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:01:00Z".parse().unwrap(),
+            ));
+        let objects = [
+            (
+                WorkloadKind::JobSet,
+                waiting(
+                    "PinterestJobSet",
+                    "ads",
+                    "third",
+                    "ads",
+                    3,
+                    "2026-01-01T00:00:00Z",
+                ),
+            ),
+            (WorkloadKind::Service, placed),
+            (WorkloadKind::Service, deleting),
+            (
+                WorkloadKind::TrainingJob,
+                waiting(
+                    "PinterestTrainingJob",
+                    "ml",
+                    "first",
+                    "ml",
+                    1,
+                    "2026-01-01T00:00:00Z",
+                ),
+            ),
+            // Two at one position (each as the hub last wrote it): the longer waiting first.
+            (
+                WorkloadKind::Service,
+                waiting(
+                    "PinterestService",
+                    "ads",
+                    "second-b",
+                    "ads",
+                    2,
+                    "2026-01-01T00:05:00Z",
+                ),
+            ),
+            (
+                WorkloadKind::Service,
+                waiting(
+                    "PinterestService",
+                    "shared",
+                    "second-a",
+                    "search",
+                    2,
+                    "2026-01-01T00:01:00Z",
+                ),
+            ),
+            // Its own team's workload in a namespace it may not use is still its own.
+            (
+                WorkloadKind::CronJob,
+                waiting(
+                    "PinterestCronJob",
+                    "elsewhere",
+                    "fourth",
+                    "ads",
+                    4,
+                    "2026-01-01T00:00:00Z",
+                ),
+            ),
+        ];
+        let all = || objects.iter().map(|(k, o)| (*k, o));
+        let names = |v: &[QueueEntry]| v.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+        let everyone = queue(all(), None, |_, _| true);
+        assert_eq!(
+            names(&everyone),
+            ["first", "second-a", "second-b", "third", "fourth"]
+        );
+        let e = &everyone[3];
+        assert_eq!(
+            (e.kind, e.namespace.as_str(), e.team.as_deref()),
+            (WorkloadKind::JobSet, "ads", Some("ads"))
+        );
+        assert_eq!(
+            (e.position, e.waiting, e.priority, e.effective_priority),
+            (3, 4, 1000, 1010)
+        );
+        assert_eq!(
+            (e.priority_class_name.as_deref(), e.unplaced),
+            (Some("high"), 3)
+        );
+        assert_eq!(e.waiting_for, "room in use1a for third");
+        assert_eq!(e.since.0.to_string(), "2026-01-01T00:00:00Z");
+        // Team ads in namespaces ads and shared (the owners report's rule).
+        let ads = |team: &str, ns: &str| team == "ads" || ns == "ads" || ns == "shared";
+        assert_eq!(
+            names(&queue(all(), None, ads)),
+            ["second-a", "second-b", "third", "fourth"]
+        );
+        assert_eq!(
+            names(&queue(all(), Some("ads"), ads)),
+            ["second-b", "third"]
+        );
+        assert!(queue(all(), Some("ml"), ads).is_empty(), "not visible");
+        assert!(queue(all(), Some("nowhere"), |_, _| true).is_empty());
+    }
+
     #[test]
     fn workload_view_carries_status_and_submitter() {
         let o: DynamicObject = serde_json::from_value(json!({
@@ -273,6 +471,7 @@ mod tests {
         assert_eq!(v["submittedBy"], "alice");
         assert_eq!(v["desired"]["replicas"], 3);
         assert_eq!(v["team"], "ads");
+        assert!(v.get("priorityClassName").is_none(), "{v}");
         assert_eq!(placed_clusters(&o), vec!["a".to_string()]);
     }
 }

@@ -240,6 +240,10 @@ pub struct WorkloadView {
     pub artifact: Option<String>,
     pub desired: Desired,
     pub requested: Amounts,
+    /// `spec.priorityClassName`: the hub's PriorityClass its place in the queue comes
+    /// from (none: the hub's global default, or 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// The hub status as stored: the kind's own status type ([`Self::hub_status`] reads
     /// it typed).
     pub status: serde_json::Value,
@@ -352,6 +356,34 @@ pub struct OwnedView {
     /// When it may be garbage collected (RFC 3339), if known.
     pub expires_at: Option<String>,
     pub expired: bool,
+}
+
+/// One workload waiting in the hub's queue (`GET /v1/queue`): its standing as the hub last
+/// wrote it in `status.placement.queue`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEntry {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.owner.team`.
+    pub team: Option<String>,
+    /// 1 is next (among every waiting workload on the hub, not only those listed).
+    pub position: i32,
+    /// Workloads waiting on the hub in all.
+    pub waiting: i32,
+    /// The priority of its class.
+    pub priority: i32,
+    /// What the queue orders by: its priority plus what waiting has added.
+    pub effective_priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Waiting since.
+    pub since: Time,
+    /// Room in which members, quota in which namespace, or the workload ahead of it.
+    pub waiting_for: String,
+    /// Replicas, shards or copies not placed yet.
+    pub unplaced: i32,
 }
 
 /// The reply to a delete.
@@ -592,7 +624,7 @@ mod tests {
             "apiVersion": "compute.pinterest.com/v1alpha1", "kind": kind.as_str(),
             "metadata": {"name": "w", "namespace": "ads", "generation": 2},
             "spec": {"owner": {"team": "ads", "contact": "c"}, "replicas": 5, "shards": 10,
-                     "schedule": "*/5 * * * *"},
+                     "schedule": "*/5 * * * *", "priorityClassName": "high"},
             "status": status,
         }))
         .unwrap();
@@ -601,7 +633,16 @@ mod tests {
 
     #[test]
     fn every_workload_reply_decodes_with_its_kinds_status() {
-        let items: Vec<WorkloadView> = WorkloadKind::ALL.iter().map(|k| workload(*k)).collect();
+        let mut items: Vec<WorkloadView> = WorkloadKind::ALL.iter().map(|k| workload(*k)).collect();
+        // The hub's queue standing and preemptions, in every kind's status.
+        for w in &mut items {
+            w.status["placement"]["queue"] = serde_json::json!({"position": 2, "waiting": 5,
+                "priority": 1000, "effectivePriority": 1010, "priorityClassName": "high",
+                "since": "2026-01-01T00:00:00Z", "waitingFor": "room in use1a"});
+            w.status["placement"]["preemptions"] = serde_json::json!([{"by": "PinterestTrainingJob/ml/big",
+                "byPriority": 2000, "cluster": "use1a", "pods": 3, "shards": "4-6",
+                "time": "2026-01-01T00:00:00Z", "reason": "room for a higher priority"}]);
+        }
         let list: List<WorkloadView> = sent(
             200,
             &List {
@@ -617,12 +658,21 @@ mod tests {
             assert!(placed.unwrap_or(0) > 0, "{:?}: no placement read", w.kind);
             assert!(!s.part.clusters.is_empty(), "{:?}: no members read", w.kind);
             assert!(s.condition("Ready").is_some(), "{:?}: no Ready", w.kind);
+            let p = s.part.placement.as_ref().unwrap();
+            assert_eq!(
+                p.queue.as_ref().map(|q| q.position),
+                Some(2),
+                "{:?}",
+                w.kind
+            );
+            assert_eq!(p.preemptions.len(), 1, "{:?}", w.kind);
         }
         let s = list.items[0].hub_status();
         assert_eq!((s.totals.replicas, s.totals.updated_replicas), (5, 4));
         assert_eq!(list.items[1].hub_status().totals.completed_shards.len(), 8);
         let one: WorkloadView = sent(200, &items[0]).decode().unwrap();
         assert_eq!(one, items[0]);
+        assert_eq!(one.priority_class_name.as_deref(), Some("high"));
     }
 
     #[test]
@@ -711,6 +761,42 @@ mod tests {
         assert_eq!(
             sent(200, &artifacts).decode::<List<ArtifactRef>>().unwrap(),
             artifacts
+        );
+        let waiting = [
+            (
+                WorkloadKind::JobSet,
+                views::tests::waiting(
+                    "PinterestJobSet",
+                    "ads",
+                    "j",
+                    "ads",
+                    2,
+                    "2026-01-01T00:00:00Z",
+                ),
+            ),
+            (
+                WorkloadKind::Service,
+                views::tests::waiting(
+                    "PinterestService",
+                    "ads",
+                    "s",
+                    "ads",
+                    1,
+                    "2026-01-01T00:00:00Z",
+                ),
+            ),
+        ];
+        let queue = List {
+            items: views::queue(waiting.iter().map(|(k, o)| (*k, o)), None, |_, _| true),
+        };
+        assert_eq!(queue.items.len(), 2);
+        let got: List<QueueEntry> = sent(200, &queue).decode().unwrap();
+        assert_eq!(got, queue);
+        assert_eq!(got.items[0].name, "s");
+        let empty: List<QueueEntry> = List { items: vec![] };
+        assert_eq!(
+            sent(200, &empty).decode::<List<QueueEntry>>().unwrap(),
+            empty
         );
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
-use crate::api::common::{LABEL_KIND, LABEL_WORKLOAD};
+use crate::api::common::{LABEL_KIND, LABEL_SHARD, LABEL_WORKLOAD};
 use crate::api::federation::{
     Amounts, NodePoolReport, NodeReport, NodeTaintReport, ResourceAmounts,
 };
@@ -227,9 +227,10 @@ pub fn totals(nodes: &[NodeUsage]) -> Totals {
 pub fn trim_pod(p: &mut Pod) {
     p.metadata.managed_fields = None;
     p.metadata.annotations = None;
-    // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods.
+    // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods;
+    // and a job set's shard, which preemption takes back one by one.
     if let Some(l) = p.metadata.labels.as_mut() {
-        l.retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND);
+        l.retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND || k == LABEL_SHARD);
     }
     p.metadata.owner_references = None;
     if let Some(spec) = p.spec.as_mut() {

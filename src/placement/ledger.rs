@@ -54,6 +54,13 @@ impl Ledger {
         );
     }
 
+    /// What a workload holds reserved, node by node.
+    pub fn reserved_by(&self, workload: &str) -> &[NodeBinding] {
+        self.reservations
+            .get(workload)
+            .map_or(&[][..], |r| r.bindings.as_slice())
+    }
+
     /// Drops a workload's reservation (its pods are reported, or it was deleted).
     pub fn release(&mut self, workload: &str) -> bool {
         match self.reservations.remove(workload) {

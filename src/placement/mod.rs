@@ -23,6 +23,8 @@ pub mod from_quota;
 pub mod from_workload;
 mod ledger;
 pub mod model;
+pub mod preempt;
+pub mod priority;
 mod quota_admit;
 pub mod recorded;
 pub mod report_guard;

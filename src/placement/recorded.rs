@@ -12,6 +12,8 @@ use crate::api::common::{ClusterPlacement, MemberDecision, PlacementDecision, Pl
 pub fn to_status(d: &Decision) -> PlacementDecision {
     PlacementDecision {
         members: Vec::new(),
+        queue: None,
+        preemptions: Vec::new(),
         strategy: Some(match d.strategy {
             Strategy::Divided => PlacementStrategy::Divided,
             Strategy::Duplicated => PlacementStrategy::Duplicated,
@@ -128,6 +130,8 @@ mod tests {
     fn a_record_without_pods_or_with_a_negative_count_charges_one_pod() {
         let recorded = PlacementDecision {
             members: Vec::new(),
+            queue: None,
+            preemptions: Vec::new(),
             strategy: Some(PlacementStrategy::Duplicated),
             placements: vec![
                 ClusterPlacement {

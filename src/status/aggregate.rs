@@ -489,6 +489,8 @@ mod tests {
     fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
         PlacementDecision {
             members: Vec::new(),
+            queue: None,
+            preemptions: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()
@@ -508,6 +510,8 @@ mod tests {
     fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
         PlacementDecision {
             members: Vec::new(),
+            queue: None,
+            preemptions: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()

@@ -383,6 +383,8 @@ mod golden {
     fn placement(parts: &[(&str, Option<i32>, Option<&str>)]) -> PlacementDecision {
         PlacementDecision {
             members: Vec::new(),
+            queue: None,
+            preemptions: Vec::new(),
             strategy: Some(crate::api::common::PlacementStrategy::Divided),
             placements: parts
                 .iter()

@@ -15,6 +15,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 
 use super::health::{Standings, cluster_views};
+use super::priority::{self as prio, Eviction};
 use super::{
     ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE, ANNOTATION_PLACEMENT_GENERATION,
     Decided, HubContext, HubError, hub_api, workload_key,
@@ -94,6 +95,10 @@ pub struct Placed {
     pub written: Option<String>,
     /// Each member's share and why, as recorded when the decision was made.
     pub reasons: Vec<crate::api::common::MemberDecision>,
+    /// Where it stands in the hub's queue while part of it waits.
+    pub queue: Option<crate::api::common::QueueStanding>,
+    /// Evictions this decision applied (it gave up part of itself to a preemptor).
+    pub evicted: Vec<Eviction>,
 }
 
 /// An Event a decision owes: written with the status that follows the decision (an Event
@@ -108,7 +113,7 @@ pub struct DecisionEvent {
 pub enum Outcome {
     /// The workload does not validate (the message names the field).
     Invalid(String),
-    Decided(Placed),
+    Decided(Box<Placed>),
 }
 
 pub async fn decide<K: PinterestKind>(
@@ -143,6 +148,16 @@ pub async fn decide<K: PinterestKind>(
         .cloned()
         .collect();
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
+    let key = workload_key(obj);
+    // Its priority (an unknown class holds it Invalid) and what it owes preemptors.
+    let priority = match crate::placement::priority::resolve(
+        w.priority_class_name(),
+        &ctx.priority.class_views(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return Ok(Outcome::Invalid(e)),
+    };
+    let owed = ctx.priority.take_evictions(&key);
     // The members as placement sees them, without node room: built once, and only if a
     // spread or a kept decision asks.
     let views_now = std::sync::OnceLock::new();
@@ -165,6 +180,7 @@ pub async fn decide<K: PinterestKind>(
             && !spread_short(p)
             && lost_placed.is_empty()
             && failback.is_empty()
+            && owed.is_empty()
     });
     // Members the workload must leave although nothing else changed: a NoExecute taint it
     // does not tolerate, a selector the member no longer matches.
@@ -243,6 +259,8 @@ pub async fn decide<K: PinterestKind>(
                 lost_placed: &lost_placed,
                 failback: &failback,
                 leaving: &leaving,
+                priority: &priority,
+                owed: &owed,
             };
             plan_again(
                 ctx,
@@ -253,16 +271,67 @@ pub async fn decide<K: PinterestKind>(
                 now,
                 needs_finalizer,
             )
-            .await?
+            .await
+            .inspect_err(|_| {
+                // Not applied: still owed.
+                for e in &owed {
+                    ctx.priority.owe(&key, e.clone());
+                }
+            })?
         }
     };
+    // The queue: in it while part waits, with its place; a victim's standing as the
+    // preemption left it.
+    let now_s = now.as_second();
+    let queue = {
+        let mut q = ctx.priority.queue.lock().expect("queue lock");
+        if decision.unplaced == 0 {
+            if q.remove(&key).is_some() {
+                ctx.hub_metrics.queue_waiting.set(q.len() as i64);
+            }
+            None
+        } else {
+            q.standing(&key, now_s).map(|st| {
+                let w = q.get(&key);
+                crate::api::common::QueueStanding {
+                    position: i32::try_from(st.position).unwrap_or(i32::MAX),
+                    waiting: i32::try_from(st.waiting).unwrap_or(i32::MAX),
+                    priority: priority.value,
+                    effective_priority: st.effective_priority,
+                    priority_class_name: priority.class.clone(),
+                    since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        Timestamp::from_second(st.since).unwrap_or(now),
+                    ),
+                    waiting_for: w
+                        .map(|w| w.waiting_for.text().to_string())
+                        .unwrap_or_default(),
+                }
+            })
+        }
+    };
+    if let Ok(mut placed) = ctx.priority.placed.lock()
+        && let Some(kind) = prio::victim_kind(w, decision.unplaced)
+    {
+        placed.insert(
+            key.clone(),
+            prio::VictimInfo {
+                priority: priority.value,
+                kind,
+                created: obj
+                    .meta()
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.0.as_second()),
+            },
+        );
+    }
     let requeue = requeue_after(
         ctx,
         standings.requeue,
         &decision,
         policy.spread.min_clusters,
     );
-    Ok(Outcome::Decided(Placed {
+    Ok(Outcome::Decided(Box::new(Placed {
         decision,
         quota_exceeded,
         failed_over_from: remembered.failed_over_from.clone(),
@@ -272,7 +341,9 @@ pub async fn decide<K: PinterestKind>(
         requeue,
         written,
         reasons,
-    }))
+        queue,
+        evicted: owed,
+    })))
 }
 
 /// Something found no room or quota: try again soon (room frees up without an event this
@@ -308,6 +379,9 @@ struct Replan<'a> {
     failback: &'a BTreeSet<String>,
     /// Placed members the workload must leave, with why ([`placement::must_leave`]).
     leaving: &'a BTreeMap<String, String>,
+    priority: &'a crate::placement::priority::Priority,
+    /// What it gives up to preemptors in this plan.
+    owed: &'a [Eviction],
 }
 
 /// Plans again, charges the ledger and the quota book, records the decision (annotations
@@ -337,28 +411,32 @@ async fn plan_again<K: PinterestKind>(
     let own = Some((ns.as_str(), K::KIND.as_str(), name.as_str()));
     let mut views = cluster_views(ctx, now, own, standings, true);
     let mut blocked = false;
+    let now_s = now.as_second();
+    // What it gives up to preemptors leaves the decision it is planned from.
+    let mut current = if r.ideal { None } else { before.clone() };
+    let mut policy = r.policy.clone();
+    if let Some(c) = current.as_mut()
+        && !r.owed.is_empty()
+    {
+        prio::apply_evictions(c, &mut policy, r.owed);
+    }
+    let mut yielded_to: Option<(String, i32)> = None;
+    let mut preempted: Option<(
+        crate::placement::preempt::Preemption,
+        Vec<(String, Eviction)>,
+    )> = None;
     let mut outcome = {
         let mut ledger = ctx.ledger.lock().expect("ledger lock");
         ledger.expire(SystemTime::now() - Duration::from_secs(30));
         ledger.apply(&mut views, Some(&key));
         // Quota usage is read and charged under the same lock as capacity.
-        let used = ctx.quota_book.usage(&ns, Some(&key));
-        let quota_view = from_quota::tightest(
-            r.quotas
-                .iter()
-                .filter_map(|q| {
-                    from_quota::quota_view(q, Some(&used))
-                        .map_err(|e| tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse"))
-                        .ok()
-                })
-                .collect(),
-        );
+        let quota_view = quota_view_of(ctx, r.quotas, &ns, &key);
         let mut outcome = placement::plan(&PlanInput {
             clusters: &views,
-            policy: r.policy,
+            policy: &policy,
             demand: r.demand,
             quota: quota_view.as_ref(),
-            current: if r.ideal { None } else { before.as_ref() },
+            current: current.as_ref(),
         });
         // Leaving a member must not leave part of the workload nowhere: it stays where it
         // is (and says why) until there is room elsewhere.
@@ -370,17 +448,164 @@ async fn plan_again<K: PinterestKind>(
             outcome.decision = b.clone();
             blocked = true;
         }
+        // Room it would take goes first to a workload ranked ahead of it in the queue that
+        // can use it (for a bounded time: one that does not take it stops blocking).
+        let had = current.as_ref().map_or(0, prio::units);
+        if prio::units(&outcome.decision) > had
+            && let Ok(mut q) = ctx.priority.queue.lock()
+        {
+            let since = q.get(&key).map_or(now_s, |w| w.since);
+            let all_quotas = ctx.quotas.state();
+            let ahead = q
+                .first_ahead(r.priority.value, since, &key, now_s, 20, |h| {
+                    let quotas: Vec<Arc<FederatedQuota>> = all_quotas
+                        .iter()
+                        .filter(|q| q.namespace().as_deref() == Some(h.namespace.as_str()))
+                        .cloned()
+                        .collect();
+                    let qv = quota_view_of(ctx, &quotas, &h.namespace, &h.key);
+                    prio::could_use(&views, h, qv.as_ref())
+                })
+                .map(|h| (h.key.clone(), h.priority.value));
+            if let Some((h, hp)) = ahead
+                && q.note_yield(&key, &h, now_s)
+            {
+                outcome.decision = held_for(current.as_ref(), &outcome.decision, &h, hp);
+                outcome.bindings.clear();
+                outcome.cause = Some(placement::Cause::InsufficientCapacity);
+                yielded_to = Some((h, hp));
+            }
+        }
+        // Preemption: part still fits nowhere, its class may preempt, and the room (not
+        // its quota) is what it lacks.
+        if outcome.decision.unplaced > 0
+            && yielded_to.is_none()
+            && !blocked
+            && r.priority.preempts
+            && ctx.priority.preemption
+            && outcome.cause == Some(placement::Cause::InsufficientCapacity)
+        {
+            preempted = preempt(
+                ctx,
+                &views,
+                &ledger,
+                &policy,
+                r,
+                quota_view.as_ref(),
+                &key,
+                &mut outcome,
+            );
+        }
         ledger.reserve(&key, &outcome, SystemTime::now());
         ctx.quota_book
             .set(&key, &ns, from_quota::usage_of(&outcome.decision, r.demand));
         outcome
     };
-    if let (Some(b), placement::Count::Shards { completed, .. }) = (&before, &r.demand.count) {
+    // (Shards it gave up to a preemptor are not kept: what it is planned from lacks them.)
+    let kept_from = if r.owed.is_empty() {
+        before.as_ref()
+    } else {
+        current.as_ref()
+    };
+    if let (Some(b), placement::Count::Shards { completed, .. }) = (kept_from, &r.demand.count) {
         let completed = RangeSet::from_indices(completed.iter().copied());
         failover::keep_settling_shards(&mut outcome.decision, b, &completed, &standings.settling);
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
     }
     let quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
+    // The queue: in it while part waits (keeping its first wait), out once all is placed.
+    let newly_queued = match ctx.priority.queue.lock() {
+        Ok(mut q) if outcome.decision.unplaced > 0 => {
+            let why = outcome.decision.reason.clone().unwrap_or_default();
+            let new = q.get(&key).is_none();
+            q.upsert(crate::placement::priority::Waiting {
+                key: key.clone(),
+                namespace: ns.clone(),
+                priority: r.priority.clone(),
+                since: now_s,
+                waiting_for: if quota_exceeded {
+                    crate::placement::priority::WaitingFor::Quota(why)
+                } else {
+                    crate::placement::priority::WaitingFor::Room(why)
+                },
+                unit: r.demand.one_unit(),
+                policy: r.policy.clone(),
+                yielding: None,
+            });
+            ctx.hub_metrics.queue_waiting.set(q.len() as i64);
+            new.then(|| q.standing(&key, now_s)).flatten()
+        }
+        Ok(mut q) => {
+            if q.remove(&key).is_some() {
+                ctx.hub_metrics.queue_waiting.set(q.len() as i64);
+            }
+            None
+        }
+        Err(_) => None,
+    };
+    if let Some((h, _)) = &yielded_to {
+        ctx.priority.wake(h);
+    }
+    if before
+        .as_ref()
+        .is_some_and(|b| prio::units(&outcome.decision) < prio::units(b))
+    {
+        // Room it held is free: the first waiting workloads look again.
+        ctx.priority.wake_first(now_s, 3);
+    }
+    let mut priority_events = Vec::new();
+    if let Some(st) = &newly_queued {
+        priority_events.push(DecisionEvent {
+            type_: EventType::Normal,
+            reason: "Queued",
+            note: format!(
+                "waiting, position {} of {} (priority {}): {}",
+                st.position,
+                st.waiting,
+                r.priority.value,
+                outcome.decision.reason.clone().unwrap_or_default()
+            ),
+        });
+    }
+    if let Some((p, owed)) = &preempted {
+        let victims: Vec<String> = p.victims.iter().map(|v| v.describe()).collect();
+        let note = format!(
+            "made room in {} by preempting {} (lower priority): {}",
+            p.member,
+            victims.join("; "),
+            placed_text(&outcome.decision)
+        );
+        tracing::info!(workload = %key, member = %p.member, victims = ?victims, "preempting");
+        priority_events.push(DecisionEvent {
+            type_: EventType::Normal,
+            reason: "Preempting",
+            note,
+        });
+        for (victim, e) in owed {
+            ctx.priority.owe(victim, e.clone());
+        }
+        ctx.hub_metrics.preemptions.inc_by(p.victims.len() as u64);
+    }
+    for e in r.owed {
+        let what = if e.whole {
+            format!("its {} pods", e.pods)
+        } else if !e.shards.is_empty() {
+            format!("shards {} back to pending", e.shards)
+        } else {
+            format!("{} replicas", e.replicas)
+        };
+        priority_events.push(DecisionEvent {
+            type_: EventType::Warning,
+            reason: "Preempted",
+            note: format!(
+                "{what} in {} preempted by {} (priority {}): now {}",
+                e.member,
+                e.by,
+                e.by_priority,
+                placed_text(&outcome.decision)
+            ),
+        });
+    }
     // (A workload that must leave a member but has nowhere to go keeps the decision
     // before; the reasons are those of the plan that could not be taken: they say why
     // no other member has room.)
@@ -469,8 +694,9 @@ async fn plan_again<K: PinterestKind>(
         newly_held: quota_exceeded && !held_before,
     };
     ctx.status_deferrals.decided(std::time::Instant::now());
-    ctx.status_deferrals
-        .owe_events(&key, events_for(&key, &change, &outcome.decision));
+    let mut events = events_for(&key, &change, &outcome.decision);
+    events.extend(priority_events);
+    ctx.status_deferrals.owe_events(&key, events);
     Ok((outcome.decision, quota_exceeded, written, reasons))
 }
 
@@ -562,6 +788,161 @@ fn placed_text(d: &Decision) -> String {
         ));
     }
     text
+}
+
+/// The tightest of a namespace's quotas with what the other workloads use of it.
+fn quota_view_of(
+    ctx: &HubContext,
+    quotas: &[Arc<FederatedQuota>],
+    ns: &str,
+    key: &str,
+) -> Option<placement::QuotaView> {
+    if quotas.is_empty() {
+        return None;
+    }
+    let used = ctx.quota_book.usage(ns, Some(key));
+    from_quota::tightest(
+        quotas
+            .iter()
+            .filter_map(|q| {
+                from_quota::quota_view(q, Some(&used))
+                    .map_err(|e| tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse"))
+                    .ok()
+            })
+            .collect(),
+    )
+}
+
+/// The decision of a workload that leaves the room it could take to one ahead of it in
+/// the queue: what it had, the rest waiting behind that one.
+fn held_for(
+    current: Option<&Decision>,
+    proposed: &Decision,
+    ahead: &str,
+    priority: i32,
+) -> Decision {
+    let mut d = current.cloned().unwrap_or(Decision {
+        strategy: proposed.strategy,
+        placements: Vec::new(),
+        unplaced: 0,
+        reason: None,
+    });
+    let total = prio::units(proposed) + u64::from(proposed.unplaced);
+    d.unplaced = u32::try_from(total.saturating_sub(prio::units(&d))).unwrap_or(u32::MAX);
+    d.reason = Some(format!(
+        "waiting behind {ahead} (priority {priority}): the room goes to it first"
+    ));
+    d
+}
+
+/// Chooses victims of lower priority in one member (`placement::preempt`) and adds what
+/// their room places to the decision; returns the choice and what each victim owes.
+#[allow(clippy::too_many_arguments)] // the plan's parts, named at the one call
+fn preempt(
+    ctx: &HubContext,
+    views: &[placement::ClusterView],
+    ledger: &placement::Ledger,
+    policy: &placement::PlacementPolicy,
+    r: &Replan<'_>,
+    quota: Option<&placement::QuotaView>,
+    key: &str,
+    outcome: &mut placement::Outcome,
+) -> Option<(
+    crate::placement::preempt::Preemption,
+    Vec<(String, Eviction)>,
+)> {
+    use crate::placement::preempt::{self, VictimKind};
+    let ready: BTreeSet<&str> = views
+        .iter()
+        .filter(|v| v.ready)
+        .map(|v| v.name.as_str())
+        .collect();
+    let members: Vec<(String, Vec<crate::hub::members::WorkloadPod>)> = ctx
+        .registry
+        .all()
+        .iter()
+        .filter(|m| ready.contains(m.name.as_str()))
+        .map(|m| (m.name.clone(), m.workload_pods()))
+        .collect();
+    let placed = ctx.priority.placed.lock().ok()?.clone();
+    let candidates = prio::candidates(&members, &placed, r.priority.value, key);
+    if candidates.iter().all(|m| m.candidates.is_empty()) {
+        tracing::debug!(workload = %key, members = members.len(), pods = members.iter().map(|m| m.1.len()).sum::<usize>(), known = placed.len(), "no lower-priority pods to preempt");
+        return None;
+    }
+    // A victim's pods that run are counted on their nodes; a reservation it still holds
+    // for them (until its member reports them) is not counted twice.
+    let mut views = views.to_vec();
+    for m in &candidates {
+        let Some(view) = views.iter_mut().find(|v| v.name == m.member) else {
+            continue;
+        };
+        for c in &m.candidates {
+            for b in ledger
+                .reserved_by(&c.key)
+                .iter()
+                .filter(|b| b.cluster == m.member)
+            {
+                if let Some(n) = view.nodes.iter_mut().find(|n| n.name == b.node) {
+                    n.free = n.free.saturating_add(&b.resources);
+                }
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    let chosen = preempt::choose(&preempt::PreemptInput {
+        clusters: &views,
+        policy,
+        demand: r.demand,
+        quota,
+        priority: r.priority.value,
+        want: outcome.decision.unplaced,
+        members: &candidates,
+    });
+    ctx.hub_metrics
+        .preemption_seconds
+        .observe(started.elapsed().as_secs_f64());
+    let Some(chosen) = chosen else {
+        tracing::debug!(workload = %key, candidates = ?candidates.iter().map(|m| (m.member.as_str(), m.candidates.iter().map(|c| (c.key.as_str(), c.priority, c.pods.len())).collect::<Vec<_>>())).collect::<Vec<_>>(), want = outcome.decision.unplaced, nodes = ?views.iter().map(|v| (v.name.as_str(), v.nodes.iter().map(|n| (n.name.as_str(), n.free.cpu.0 / 1000)).collect::<Vec<_>>())).collect::<Vec<_>>(), "no member where preempting lower priority makes room");
+        return None;
+    };
+    prio::add_units(
+        &mut outcome.decision,
+        &chosen.member,
+        chosen.units,
+        &r.demand.count,
+    );
+    outcome
+        .bindings
+        .extend(chosen.outcome.bindings.iter().cloned());
+    let owed = chosen
+        .victims
+        .iter()
+        .map(|v| {
+            let whole = matches!(placed.get(&v.key).map(|i| &i.kind), Some(VictimKind::Gang));
+            (
+                v.key.clone(),
+                Eviction {
+                    by: key.to_string(),
+                    by_priority: r.priority.value,
+                    member: chosen.member.clone(),
+                    shards: v.shards.clone(),
+                    replicas: if whole || !v.shards.is_empty() {
+                        0
+                    } else {
+                        v.replicas
+                    },
+                    whole,
+                    pods: v.pods,
+                    reason: format!(
+                        "room for {key} (priority {}) in {}",
+                        r.priority.value, chosen.member
+                    ),
+                },
+            )
+        })
+        .collect();
+    Some((chosen, owed))
 }
 
 /// Every FederatedQuota of a namespace, by name, with the namespace's usage book seeded

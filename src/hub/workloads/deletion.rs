@@ -23,6 +23,9 @@ pub async fn remove_slices<K: PinterestKind>(
     let key = workload_key(obj);
     // Owed Events of a workload being deleted are not written.
     let _ = ctx.status_deferrals.done(&key);
+    // Out of the queue, never a victim; the room it held goes to the first waiting.
+    ctx.priority.forget(&key);
+    ctx.priority.wake_first(Timestamp::now().as_second(), 3);
     ctx.hub_metrics.rollout_phase(&key, None);
     // A copy from before this process removed the finalizer (the watch has not delivered
     // the deletion yet; a slice's removal triggered this run): the clean-up is done.

@@ -19,6 +19,7 @@
 mod decide;
 mod deletion;
 mod health;
+pub mod priority;
 mod profiles;
 mod revisions;
 mod rollout;
@@ -109,6 +110,12 @@ pub struct HubMetrics {
     pub rollout_member_seconds: prometheus_client::metrics::histogram::Histogram,
     /// The phase each workload's rollout is in, for [`Self::rollouts`].
     pub rollout_phases: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Victims preempted (one per workload that gave up pods).
+    pub preemptions: prometheus_client::metrics::counter::Counter,
+    /// Time to choose victims for one preemptor.
+    pub preemption_seconds: prometheus_client::metrics::histogram::Histogram,
+    /// Workloads waiting in the hub's queue.
+    pub queue_waiting: prometheus_client::metrics::gauge::Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -170,6 +177,9 @@ impl HubMetrics {
             rollouts: Default::default(),
             rollout_member_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             rollout_phases: Default::default(),
+            preemptions: Default::default(),
+            preemption_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
+            queue_waiting: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -215,6 +225,21 @@ impl HubMetrics {
             "rollout_member_seconds",
             "Seconds from a member being told to run a new revision to passing its gate",
             m.rollout_member_seconds.clone(),
+        );
+        registry.register(
+            "preemptions",
+            "Workloads that gave up pods in a member to a higher-priority one",
+            m.preemptions.clone(),
+        );
+        registry.register(
+            "preemption_duration_seconds",
+            "Time to choose the victims for one preemptor",
+            m.preemption_seconds.clone(),
+        );
+        registry.register(
+            "queue_waiting",
+            "Workloads waiting in the hub's queue for room or quota",
+            m.queue_waiting.clone(),
         );
         registry.register(
             "bundle_removal_failures",
@@ -276,6 +301,8 @@ pub struct HubContext {
     pub revisions: revisions::RevisionCache,
     /// How changes roll out for workloads whose spec says nothing.
     pub default_rollout: crate::api::rollout::RolloutPolicy,
+    /// PriorityClasses, the queue of waiting workloads and owed evictions.
+    pub priority: priority::PriorityState,
 }
 
 /// A failed reconcile, by the stage that failed.
@@ -546,6 +573,15 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     );
     let api_decision = crate::api::common::PlacementDecision {
         members: decided.reasons.clone(),
+        queue: decided.queue.clone(),
+        preemptions: priority::records(
+            stored_part
+                .placement
+                .as_ref()
+                .map_or(&[][..], |p| p.preemptions.as_slice()),
+            &decided.evicted,
+            &now_time,
+        ),
         ..crate::placement::recorded::to_status(&decided.decision)
     };
     // Completed shards as recorded, never beyond the job set's shard count.
@@ -744,16 +780,17 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     // on the hub (its bundles follow).
     let slice_changes = {
         let queue = queue.clone();
-        futures::stream::select(ctx.registry.slice_events(), ctx.config.triggers()).filter_map(
-            move |ev| {
-                let r = (ev.kind == K::KIND).then(|| {
-                    queue.triggered(Some(&ev.namespace), &ev.name);
-                    reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name)
-                        .within(&ev.namespace)
-                });
-                futures::future::ready(r)
-            },
+        futures::stream::select(
+            futures::stream::select(ctx.registry.slice_events(), ctx.config.triggers()),
+            ctx.priority.wakes(),
         )
+        .filter_map(move |ev| {
+            let r = (ev.kind == K::KIND).then(|| {
+                queue.triggered(Some(&ev.namespace), &ev.name);
+                reflector::ObjectRef::<PartialObjectMeta<K>>::new(&ev.name).within(&ev.namespace)
+            });
+            futures::future::ready(r)
+        })
     };
     let cache = CompactCache::<K>::default();
     if let Ok(mut c) = ctx.workload_caches.lock() {

@@ -42,9 +42,10 @@ pub fn url_part(s: &str) -> String {
 }
 
 /// The navigation entries: path and label.
-pub const NAV: [(&str, &str); 5] = [
+pub const NAV: [(&str, &str); 6] = [
     ("/ui/fleet", "Fleet"),
     ("/ui/workloads", "Workloads"),
+    ("/ui/queue", "Queue"),
     ("/ui/quotas", "Quotas"),
     ("/ui/owners", "Owners"),
     ("/ui/plan", "Dry run"),
@@ -206,6 +207,9 @@ mod tests {
         let p = page("Fleet", "/ui/fleet", Some(&v), Some("fleet"), "<p>x</p>");
         assert!(p.contains("<meta name=\"csrf-token\" content=\"tok\">"));
         assert!(p.contains("<a href=\"/ui/fleet\" class=\"active\">Fleet</a>"));
+        assert!(
+            p.contains("<a href=\"/ui/workloads\">Workloads</a><a href=\"/ui/queue\">Queue</a>")
+        );
         assert!(p.contains("data-live=\"fleet\""));
         assert!(p.contains("al&lt;ice"));
         assert!(!p.contains("<script>"), "scripts only from /ui/assets");

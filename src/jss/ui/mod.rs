@@ -765,6 +765,9 @@ async fn workload(
         artifact: o.annotations().get(ANNOTATION_ARTIFACT).cloned(),
         generation: o.metadata.generation,
         requested: ui.jss.hub.requested_by(kind, &o),
+        priority_class: o.data["spec"]["priorityClassName"]
+            .as_str()
+            .map(String::from),
         decision: st.placement.as_ref(),
         reasons: model::member_reasons(typed.as_ref(), &members, &st, now),
         slices: &st.clusters,
@@ -895,6 +898,32 @@ async fn quotas(
     )
 }
 
+/// The hub's queue: the waiting workloads the viewer may see (the owners report's rule, as
+/// `GET /v1/queue`), from the UI's watch cache.
+async fn queue(
+    State(ui): Shared,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let fragment = q.fragment.is_some();
+    let s = session_or_login!(ui, headers, uri, fragment);
+    ready_or_503!(ui, s, fragment);
+    let all = ui.feed.workloads();
+    let items = crate::jss::views::queue(all.iter().map(|(k, o)| (*k, &**o)), None, |team, ns| {
+        crate::jss::auth::may_see_workload(&ui.jss.auth, &s.principal, team, ns)
+    });
+    render(
+        StatusCode::OK,
+        "Queue",
+        "/ui/queue",
+        Some(&s),
+        Some("queue"),
+        fragment,
+        pages::queue(&items, Timestamp::now()),
+    )
+}
+
 async fn owners(
     State(ui): Shared,
     headers: HeaderMap,
@@ -985,7 +1014,7 @@ fn follows(topic: &str, before: Changes, now: Changes) -> bool {
     let members = before.members != now.members;
     let workloads = before.workloads != now.workloads;
     match topic {
-        "workloads" | "owners" => workloads,
+        "workloads" | "owners" | "queue" => workloads,
         "quotas" => workloads || members,
         _ => members || workloads,
     }
@@ -1112,6 +1141,7 @@ pub fn router(ui: Arc<Ui>) -> Router {
         )
         .route("/members/{name}/drain", post(drain_member))
         .route("/quotas", get(quotas))
+        .route("/queue", get(queue))
         .route("/owners", get(owners))
         .route("/plan", get(plan::plan_page).post(plan::plan_run))
         .route("/live", get(live))
@@ -1247,6 +1277,7 @@ mod tests {
         };
         assert!(follows("fleet", a, m) && follows("fleet", a, w));
         assert!(!follows("workloads", a, m) && follows("workloads", a, w));
+        assert!(!follows("queue", a, m) && follows("queue", a, w));
         assert!(follows("workload:ns/PinterestService/web", a, m));
         assert!(!follows("fleet", a, a));
     }

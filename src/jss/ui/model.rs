@@ -45,6 +45,23 @@ pub fn age(now: Timestamp, then: Timestamp) -> String {
     }
 }
 
+/// A priority as people read it: `1000`, with what waiting added and the class when there
+/// are — `1000 (effective 1010, class high)` (the CLI's `describe` says it so too).
+pub fn priority_text(priority: i32, effective: i32, class: Option<&str>) -> String {
+    let mut extra = Vec::new();
+    if effective != priority {
+        extra.push(format!("effective {effective}"));
+    }
+    if let Some(c) = class {
+        extra.push(format!("class {c}"));
+    }
+    if extra.is_empty() {
+        priority.to_string()
+    } else {
+        format!("{priority} ({})", extra.join(", "))
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Members
 

@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::html::{badge, bar, esc, select, table, url_part};
 use super::model::{
     Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
-    WorkloadState, age,
+    WorkloadState, age, priority_text,
 };
 use super::session::Flash;
 use crate::api::common::{Condition, MemberWorkloadStatus, PlacementDecision};
@@ -19,7 +19,7 @@ use crate::api::quantity::Milli;
 use crate::api::rollout::phase as rollout_phase;
 use crate::api::workload::WorkloadKind;
 use crate::jss::request::kind_path;
-use crate::jss::wire::RolloutView;
+use crate::jss::wire::{QueueEntry, RolloutView};
 use crate::placement::model::Resources;
 
 /// Colour classes for clusters (`cl0` … `cl7`), by the members' name order.
@@ -543,6 +543,9 @@ pub struct Detail<'a> {
     pub artifact: Option<String>,
     pub generation: Option<i64>,
     pub requested: Resources,
+    /// `spec.priorityClassName`.
+    pub priority_class: Option<String>,
+    /// With its queue standing and the preemptions it suffered.
     pub decision: Option<&'a PlacementDecision>,
     pub reasons: Vec<MemberReason>,
     pub slices: &'a [MemberWorkloadStatus],
@@ -604,7 +607,8 @@ pub fn workload(d: &Detail<'_>) -> String {
     let _ = write!(
         h,
         "<dl class=\"facts\"><dt>Team</dt><dd>{}</dd><dt>Contact</dt><dd>{}</dd><dt>Submitted by</dt><dd>{}</dd>\
-         <dt>Artifact</dt><dd>{}</dd><dt>Generation</dt><dd>{}</dd><dt>Requested</dt><dd>{}</dd><dt>Age</dt><dd>{}</dd>\
+         <dt>Artifact</dt><dd>{}</dd><dt>Generation</dt><dd>{}</dd><dt>Requested</dt><dd>{}</dd>\
+         <dt>Priority class</dt><dd id=\"priority-class\">{}</dd><dt>Age</dt><dd>{}</dd>\
          <dt>Split</dt><dd class=\"split\" id=\"split\">{}</dd></dl>",
         esc(&r.team),
         esc(&d.contact),
@@ -612,6 +616,7 @@ pub fn workload(d: &Detail<'_>) -> String {
         esc(d.artifact.as_deref().unwrap_or("-")),
         d.generation.map_or("-".into(), |g| g.to_string()),
         esc(&amounts_line(&d.requested)),
+        esc(d.priority_class.as_deref().unwrap_or("-")),
         ago(d.now, r.created),
         split_cell(r, d.palette)
     );
@@ -627,6 +632,7 @@ pub fn workload(d: &Detail<'_>) -> String {
         rollout_section(&mut h, d);
     }
     placement_section(&mut h, d);
+    queue_section(&mut h, d);
     shards_section(&mut h, d);
     if !rolling {
         rollout_section(&mut h, d);
@@ -1041,6 +1047,70 @@ fn placement_section(h: &mut String, d: &Detail<'_>) {
     h.push_str("</section>");
 }
 
+/// Where the workload stands in the hub's queue while part of it waits, and what
+/// higher-priority workloads took from it; nothing when neither.
+fn queue_section(h: &mut String, d: &Detail<'_>) {
+    let Some(p) = d
+        .decision
+        .filter(|p| p.queue.is_some() || !p.preemptions.is_empty())
+    else {
+        return;
+    };
+    h.push_str("<section class=\"card\" id=\"queue\"><h2>Queue and preemptions</h2>");
+    match &p.queue {
+        Some(q) => {
+            let _ = write!(
+                h,
+                "<p id=\"queue-standing\" data-position=\"{}\">Waits at position <strong>{}</strong> of {} \
+                 in <a href=\"/ui/queue\">the hub's queue</a> · priority {} · waiting {}: \
+                 <span class=\"waiting-for\">{}</span></p>",
+                q.position,
+                q.position,
+                q.waiting,
+                esc(&priority_text(
+                    q.priority,
+                    q.effective_priority,
+                    q.priority_class_name.as_deref()
+                )),
+                age(d.now, q.since.0),
+                esc(&q.waiting_for)
+            );
+        }
+        None => h.push_str("<p class=\"muted\">Not waiting: everything is placed.</p>"),
+    }
+    if !p.preemptions.is_empty() {
+        let mut body = String::new();
+        for e in &p.preemptions {
+            let taken = match (e.replicas, &e.shards) {
+                (Some(r), _) => format!("{} pods ({r} replicas)", e.pods),
+                (None, Some(sh)) => format!("{} pods (shards {sh})", e.pods),
+                (None, None) => format!("{} pods", e.pods),
+            };
+            let _ = write!(
+                body,
+                "<tr class=\"preemption\" data-cluster=\"{}\"><td>{}</td><td><span class=\"part {}\">{}</span></td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&e.cluster),
+                age(d.now, e.time.0),
+                d.palette.class(&e.cluster),
+                esc(&e.cluster),
+                esc(&taken),
+                esc(&e.by),
+                e.by_priority,
+                esc(&e.reason)
+            );
+        }
+        h.push_str("<h3>Preempted</h3>");
+        h.push_str(&table(
+            "preemptions",
+            &["Ago", "Cluster", "Taken", "By", "Its priority", "Reason"],
+            &body,
+            "",
+        ));
+    }
+    h.push_str("</section>");
+}
+
 /// The shard map of a job set.
 fn shards_section(h: &mut String, d: &Detail<'_>) {
     if let Some((total, cells)) = &d.shards {
@@ -1290,6 +1360,65 @@ pub fn quotas(items: &[QuotaView]) -> String {
         &["Quota", "CPU", "Memory", "GPUs", "Pods", "Requested"],
         &body,
         "No FederatedQuota in your namespaces.",
+    ));
+    h
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// The hub's queue: the waiting workloads the viewer may see, first in line first.
+pub fn queue(items: &[QueueEntry], now: Timestamp) -> String {
+    let mut h = String::from(
+        "<h1>Queue</h1><p class=\"muted\">Workloads waiting for room or quota: highest priority \
+         first (raised while they wait), then the longest waiting. A position counts every \
+         waiting workload on the hub, including those you do not see.</p>",
+    );
+    let mut body = String::new();
+    for e in items {
+        let priority = if e.effective_priority == e.priority {
+            e.priority.to_string()
+        } else {
+            format!("{} ({})", e.effective_priority, e.priority)
+        };
+        let _ = write!(
+            body,
+            "<tr data-position=\"{}\" data-kind=\"{}\" data-namespace=\"{}\" data-name=\"{}\">\
+             <td class=\"position\">{} of {}</td><td>{}</td><td>{}</td>\
+             <td><a href=\"{}\"><span class=\"muted\">{}</span> {}/{}</a></td><td>{}</td><td>{}</td>\
+             <td title=\"{}\">{}</td><td class=\"waiting-for\">{}</td></tr>",
+            e.position,
+            e.kind.as_str(),
+            esc(&e.namespace),
+            esc(&e.name),
+            e.position,
+            e.waiting,
+            esc(&priority),
+            esc(e.priority_class_name.as_deref().unwrap_or("-")),
+            workload_href(e.kind, &e.namespace, &e.name),
+            e.kind.as_str().trim_start_matches("Pinterest"),
+            esc(&e.namespace),
+            esc(&e.name),
+            esc(e.team.as_deref().unwrap_or("-")),
+            e.unplaced,
+            esc(&e.since.0.to_string()),
+            age(now, e.since.0),
+            esc(&e.waiting_for)
+        );
+    }
+    h.push_str(&table(
+        "queue",
+        &[
+            "Position",
+            "Priority",
+            "Class",
+            "Workload",
+            "Team",
+            "Unplaced",
+            "Waiting",
+            "Waiting for",
+        ],
+        &body,
+        "Nothing waits.",
     ));
     h
 }
@@ -1552,6 +1681,7 @@ mod tests {
             artifact: None,
             generation: None,
             requested: Resources::ZERO,
+            priority_class: None,
             decision: None,
             reasons: vec![],
             slices: &[],
@@ -1572,6 +1702,169 @@ mod tests {
             flash,
         };
         workload(&d)
+    }
+
+    #[test]
+    fn the_queue_page_lists_entries_first_in_line_first_and_escapes_what_the_hub_wrote() {
+        use crate::jss::views::tests::waiting;
+        let objects = [
+            (
+                WorkloadKind::JobSet,
+                waiting(
+                    "PinterestJobSet",
+                    "ads",
+                    "later",
+                    "ads",
+                    3,
+                    "2026-11-23T11:00:00Z",
+                ),
+            ),
+            (
+                WorkloadKind::TrainingJob,
+                waiting(
+                    "PinterestTrainingJob",
+                    "ml",
+                    "next",
+                    "ml",
+                    1,
+                    "2026-11-23T11:57:00Z",
+                ),
+            ),
+        ];
+        let mut items =
+            crate::jss::views::queue(objects.iter().map(|(k, o)| (*k, o)), None, |_, _| true);
+        items[0].waiting_for = "room in <script>alert(1)</script> & more".into();
+        items[1].effective_priority = items[1].priority;
+        items[1].priority_class_name = None;
+        let h = queue(&items, "2026-11-23T12:00:00Z".parse().unwrap());
+        let (next, later) = (
+            h.find("data-name=\"next\"").unwrap(),
+            h.find("data-name=\"later\"").unwrap(),
+        );
+        assert!(next < later, "{h}");
+        assert!(
+            h.contains(
+                "<tr data-position=\"1\" data-kind=\"PinterestTrainingJob\" data-namespace=\"ml\" data-name=\"next\">\
+                 <td class=\"position\">1 of 4</td><td>1010 (1000)</td><td>high</td>\
+                 <td><a href=\"/ui/workloads/ml/trainingjob/next\"><span class=\"muted\">TrainingJob</span> ml/next</a></td>\
+                 <td>ml</td><td>3</td><td title=\"2026-11-23T11:57:00Z\">3m</td>"
+            ),
+            "{h}"
+        );
+        assert!(
+            h.contains("<td class=\"waiting-for\">room in &lt;script&gt;alert(1)&lt;/script&gt; &amp; more</td>"),
+            "{h}"
+        );
+        assert!(!h.contains("<script>"), "{h}");
+        assert!(
+            h.contains("<td class=\"position\">3 of 4</td><td>1000</td><td>-</td>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<td title=\"2026-11-23T11:00:00Z\">1h</td>"),
+            "{h}"
+        );
+        let empty = queue(&[], Timestamp::UNIX_EPOCH);
+        assert!(
+            empty.contains("<tr class=\"empty\"><td colspan=\"8\">Nothing waits.</td></tr>"),
+            "{empty}"
+        );
+    }
+
+    #[test]
+    fn the_workload_page_shows_its_queue_standing_preemptions_and_priority_class_escaped() {
+        let decision: PlacementDecision = serde_json::from_value(serde_json::json!({
+            "placements": [{"cluster": "use1a", "shards": "0-3"}], "unplaced": 3,
+            "queue": {"position": 2, "waiting": 5, "priority": 1000, "effectivePriority": 1010,
+                "priorityClassName": "high", "since": "2026-11-23T11:57:00Z",
+                "waitingFor": "room in use1b <script>alert(1)</script>"},
+            "preemptions": [{"by": "PinterestTrainingJob/ml/<big>", "byPriority": 2000,
+                "cluster": "use1a", "pods": 3, "shards": "4-6", "time": "2026-11-23T11:58:00Z",
+                "reason": "room for <big>"}]
+        }))
+        .unwrap();
+        let view = rollout_view("Complete", false);
+        let page = |decision: Option<&PlacementDecision>, class: Option<&str>| {
+            let row = WorkloadRow {
+                kind: WorkloadKind::JobSet,
+                namespace: "ml".into(),
+                name: "small".into(),
+                team: "ml".into(),
+                state: WorkloadState::Unplaced,
+                split: vec![],
+                unplaced: 3,
+                created: None,
+            };
+            let palette = Palette::new(["use1a", "use1b"]);
+            workload(&Detail {
+                row: &row,
+                contact: "c".into(),
+                submitted_by: None,
+                artifact: None,
+                generation: None,
+                requested: Resources::ZERO,
+                priority_class: class.map(String::from),
+                decision,
+                reasons: vec![],
+                slices: &[],
+                conditions: &[],
+                failover: vec![],
+                shards: None,
+                events: Ok(vec![]),
+                yaml: String::new(),
+                may_delete: Ok(()),
+                csrf: "tok",
+                palette: &palette,
+                now: "2026-11-23T12:00:00Z".parse().unwrap(),
+                rollout: RolloutPanel {
+                    view: &view,
+                    history_error: None,
+                    rolled_out: None,
+                },
+                flash: None,
+            })
+        };
+        let h = page(Some(&decision), Some("<high>"));
+        assert!(
+            h.contains("<dt>Priority class</dt><dd id=\"priority-class\">&lt;high&gt;</dd>"),
+            "{h}"
+        );
+        assert!(
+            h.contains(
+                "<p id=\"queue-standing\" data-position=\"2\">Waits at position <strong>2</strong> of 5 \
+                 in <a href=\"/ui/queue\">the hub's queue</a> · priority 1000 (effective 1010, class high) · waiting 3m: \
+                 <span class=\"waiting-for\">room in use1b &lt;script&gt;alert(1)&lt;/script&gt;</span></p>"
+            ),
+            "{h}"
+        );
+        assert!(
+            h.contains(
+                "<tr class=\"preemption\" data-cluster=\"use1a\"><td>2m</td><td><span class=\"part cl0\">use1a</span></td>\
+                 <td>3 pods (shards 4-6)</td><td>PinterestTrainingJob/ml/&lt;big&gt;</td><td>2000</td><td>room for &lt;big&gt;</td></tr>"
+            ),
+            "{h}"
+        );
+        assert!(!h.contains("<script>") && !h.contains("<big>"), "{h}");
+        // After the placement, before the rollout of a finished change.
+        let (placement, q, rollout) = (
+            h.find("id=\"placement\"").unwrap(),
+            h.find("id=\"queue\"").unwrap(),
+            h.find("id=\"rollout\"").unwrap(),
+        );
+        assert!(placement < q && q < rollout, "{h}");
+        // Placed since, a preemption remembered: no standing, the preemption still shown.
+        let mut placed = decision.clone();
+        placed.queue = None;
+        let h = page(Some(&placed), None);
+        assert!(
+            h.contains("Not waiting: everything is placed.") && h.contains("class=\"preemption\""),
+            "{h}"
+        );
+        assert!(h.contains("<dd id=\"priority-class\">-</dd>"), "{h}");
+        // Neither: no section.
+        placed.preemptions.clear();
+        assert!(!page(Some(&placed), None).contains("id=\"queue\""));
+        assert!(!page(None, None).contains("id=\"queue\""));
     }
 
     #[test]

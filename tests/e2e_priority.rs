@@ -1,0 +1,412 @@
+//! Priority, the queue and preemption on the local topology (docs/priority.md), in one
+//! member (use1a, push) filled by this test alone: low-priority job-set shards and a
+//! low-priority service fill it; a high-priority gang that needs two nodes' room is placed
+//! by preempting the fewest shards, in that member only, and the shards run again later,
+//! each completing once; workloads of equal priority, or whose class says `Never`, only
+//! queue, in priority order; an unknown class is held Invalid.
+//!
+//! One test in its own binary: it fills a member, which would starve tests beside it.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use pinfed::api::jobset::PinterestJobSet;
+use pinfed::api::service::PinterestService;
+use pinfed::api::training::PinterestTrainingJob;
+use support::{Daemon, Federation, TestNamespace, eventually_logged, join_all, status_of};
+
+const WAIT: Duration = Duration::from_secs(120);
+const MEMBER: &str = "use1a";
+
+/// PriorityClasses on the hub for this test; removed when dropped (cluster-scoped: a
+/// failed test must not leave them to the next run).
+struct Classes {
+    names: Vec<String>,
+}
+
+impl Classes {
+    async fn create(fed: &Federation, tag: &str, classes: &[(&str, i32, bool)]) -> Classes {
+        let api: Api<PriorityClass> = Api::all(fed.hub());
+        let mut names = Vec::new();
+        for (name, value, never) in classes {
+            let full = format!("{tag}-{name}");
+            let c: PriorityClass = serde_json::from_value(serde_json::json!({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": full},
+                "value": value,
+                "preemptionPolicy": if *never { "Never" } else { "PreemptLowerPriority" },
+            }))
+            .unwrap();
+            let _ = api.delete(&full, &DeleteParams::default()).await;
+            api.create(&PostParams::default(), &c).await.unwrap();
+            names.push(full);
+        }
+        Classes { names }
+    }
+}
+
+/// Deletes the test's namespace should the test fail (its workloads would hold the member
+/// full for the tests after it); the hub still running releases their finalizers.
+struct NamespaceGuard(String);
+
+impl Drop for NamespaceGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let kc = std::env::var("PINFED_E2E_KUBECONFIG").unwrap_or_default();
+        let _ = std::process::Command::new(support::kubectl_bin())
+            .args([
+                "--kubeconfig",
+                &kc,
+                "--context",
+                "hub",
+                "delete",
+                "namespace",
+                &self.0,
+                "--timeout=30s",
+            ])
+            .output();
+    }
+}
+
+impl Drop for Classes {
+    fn drop(&mut self) {
+        let kc = std::env::var("PINFED_E2E_KUBECONFIG").unwrap_or_default();
+        for n in &self.names {
+            let _ = std::process::Command::new(support::kubectl_bin())
+                .args([
+                    "--kubeconfig",
+                    &kc,
+                    "--context",
+                    "hub",
+                    "delete",
+                    "priorityclass",
+                    n,
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
+    }
+}
+
+fn owner() -> serde_json::Value {
+    serde_json::json!({"team": "ads", "contact": "ads@pinterest.com"})
+}
+
+/// Only the test's member.
+fn placement() -> serde_json::Value {
+    serde_json::json!({"clusterAffinity": {"clusterNames": [MEMBER]}})
+}
+
+fn pod(cpu: &str, run_for: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run_for}},
+        "spec": {"containers": [{"name": "work", "image": "registry.example/work:1",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}
+    })
+}
+
+fn job_set(
+    name: &str,
+    class: Option<&str>,
+    shards: i32,
+    cpu: &str,
+    run_for: &str,
+) -> PinterestJobSet {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": name},
+        "spec": {"owner": owner(), "priorityClassName": class, "shards": shards,
+            "placement": placement(), "template": pod(cpu, run_for)}
+    }))
+    .unwrap()
+}
+
+fn queue_position(st: &serde_json::Value) -> Option<i64> {
+    st["placement"]["queue"]["position"].as_i64()
+}
+
+fn preemptions(st: &serde_json::Value) -> Vec<serde_json::Value> {
+    st["placement"]["preemptions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_rest_queue_in_order()
+{
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let daemons: Vec<Daemon> = {
+        let mut d = vec![support::spawn_hub(&fed, "hub-priority", &[])];
+        d.extend(support::spawn_agents(&fed));
+        d
+    };
+    let logs: Vec<&Daemon> = daemons.iter().take(2).collect();
+    let hub = fed.hub();
+    let tag = support::unique_name("prio");
+    let classes = Classes::create(
+        &fed,
+        &tag,
+        &[
+            ("low", 100, false),
+            ("high", 1000, false),
+            ("polite", 1500, true),
+            ("urgent", 1600, true),
+        ],
+    )
+    .await;
+    let class = |c: &str| format!("{tag}-{c}");
+    let ns = TestNamespace::create(&hub, "prio").await;
+    let _guard = NamespaceGuard(ns.name.clone());
+    let sets: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    let services: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let gangs: Api<PinterestTrainingJob> = Api::namespaced(hub.clone(), &ns.name);
+
+    // An unknown class: held Invalid, naming the field.
+    sets.create(
+        &PostParams::default(),
+        &job_set("unknown", Some("no-such-class"), 1, "10m", "1s"),
+    )
+    .await
+    .unwrap();
+
+    // Fill the member: 8 low-priority shards of 3 cpu (two on each 8-cpu node) that run
+    // 40 s, and a low-priority service of two small replicas.
+    sets.create(
+        &PostParams::default(),
+        &job_set("batch", Some(&class("low")), 8, "3", "30s"),
+    )
+    .await
+    .unwrap();
+    let web: PinterestService = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": "web"},
+        "spec": {"owner": owner(), "priorityClassName": class("low"), "replicas": 2,
+            "placement": placement(), "template": pod("250m", "1s")}
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &web).await.unwrap();
+    eventually_logged(WAIT, "8 shards running in the member", &logs, || {
+        let sets = sets.clone();
+        async move {
+            let s = status_of(&sets, "batch").await;
+            s["shardsRunning"] == 8 && s["placement"]["unplaced"] == 0
+        }
+    })
+    .await;
+    let st = status_of(&sets, "unknown").await;
+    let invalid = st["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Invalid" && c["status"] == "True")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        invalid.contains("spec.priorityClassName") && invalid.contains("no-such-class"),
+        "an unknown class is held Invalid naming the field: {st}"
+    );
+
+    // Equal priority never preempts; a class that says Never only queues.
+    sets.create(
+        &PostParams::default(),
+        &job_set("batch2", Some(&class("low")), 1, "3", "1s"),
+    )
+    .await
+    .unwrap();
+    sets.create(
+        &PostParams::default(),
+        &job_set("polite", Some(&class("polite")), 1, "5", "1s"),
+    )
+    .await
+    .unwrap();
+    sets.create(
+        &PostParams::default(),
+        &job_set("urgent", Some(&class("urgent")), 1, "5", "1s"),
+    )
+    .await
+    .unwrap();
+    eventually_logged(
+        Duration::from_secs(30),
+        "batch2, polite and urgent waiting in the queue, in priority order",
+        &logs,
+        || {
+            let sets = sets.clone();
+            async move {
+                let p = |n: &'static str| {
+                    let sets = sets.clone();
+                    async move { queue_position(&status_of(&sets, n).await) }
+                };
+                match (p("urgent").await, p("polite").await, p("batch2").await) {
+                    (Some(u), Some(po), Some(b)) => u < po && po < b,
+                    _ => false,
+                }
+            }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "urgent").await;
+    assert!(
+        st["placement"]["queue"]["waitingFor"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "a waiting workload says what it waits for: {st}"
+    );
+    assert_eq!(st["placement"]["queue"]["priority"], 1600, "{st}");
+    assert!(
+        preemptions(&status_of(&sets, "batch").await).is_empty(),
+        "neither an equal priority nor a Never class preempts"
+    );
+
+    // A high-priority gang of two 4.5-cpu pods: only one shard off each of two nodes makes
+    // room (every node holds 6 of 8 cpu).
+    let gang: PinterestTrainingJob = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestTrainingJob",
+        "metadata": {"name": "gang"},
+        "spec": {"owner": owner(), "priorityClassName": class("high"), "framework": "pytorch",
+            "placement": placement(),
+            "replicaSpecs": {"Master": {"replicas": 1, "template": pod("4500m", "600s")},
+                             "Worker": {"replicas": 1, "template": pod("4500m", "600s")}}}
+    }))
+    .unwrap();
+    gangs.create(&PostParams::default(), &gang).await.unwrap();
+    eventually_logged(WAIT, "the gang placed whole on the member", &logs, || {
+        let gangs = gangs.clone();
+        async move {
+            let s = status_of(&gangs, "gang").await;
+            s["placement"]["unplaced"] == 0
+                && s["placement"]["placements"]
+                    .as_array()
+                    .is_some_and(|p| p.len() == 1 && p[0]["cluster"] == MEMBER)
+        }
+    })
+    .await;
+    eventually_logged(
+        Duration::from_secs(30),
+        "the job set recording its preemption",
+        &logs,
+        || {
+            let sets = sets.clone();
+            async move { !preemptions(&status_of(&sets, "batch").await).is_empty() }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "batch").await;
+    let taken = preemptions(&st);
+    assert_eq!(taken.len(), 1, "one preemption, of one workload: {st}");
+    let p = &taken[0];
+    assert_eq!(p["cluster"], MEMBER, "{p}");
+    assert_eq!(
+        p["pods"], 2,
+        "the fewest shards: one off each of two nodes: {p}"
+    );
+    assert_eq!(
+        p["by"],
+        format!("PinterestTrainingJob/{}/gang", ns.name),
+        "{p}"
+    );
+    assert_eq!(p["byPriority"], 1000, "{p}");
+    let evicted = p["shards"].as_str().unwrap_or_default().to_string();
+    assert!(!evicted.is_empty(), "the shards taken are named: {p}");
+    let web_st = status_of(&services, "web").await;
+    assert!(
+        preemptions(&web_st).is_empty(),
+        "shards go before service replicas: {web_st}"
+    );
+    for n in ["polite", "urgent", "batch2"] {
+        assert!(
+            preemptions(&status_of(&sets, n).await).is_empty(),
+            "{n} was never a victim"
+        );
+    }
+    // The gang's pods run in the member once the shards' pods are gone.
+    let member = fed.client(MEMBER);
+    let jobs: Api<Job> = Api::namespaced(member.clone(), &ns.name);
+    eventually_logged(
+        WAIT,
+        "the gang's two pods running in the member",
+        &logs,
+        || {
+            let jobs = jobs.clone();
+            async move {
+                jobs.list(&ListParams::default().labels("pinterest.com/workload=gang"))
+                    .await
+                    .is_ok_and(|l| {
+                        l.items
+                            .iter()
+                            .map(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0))
+                            .sum::<i32>()
+                            == 2
+                    })
+            }
+        },
+    )
+    .await;
+
+    // The gang finishes (deleted here): its room goes to the waiting, the preempted
+    // shards run again, and every shard completes once.
+    gangs
+        .delete("gang", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually_logged(
+        Duration::from_secs(180),
+        "every shard of the job set completed, and the queue emptied",
+        &logs,
+        || {
+            let sets = sets.clone();
+            async move {
+                let b = status_of(&sets, "batch").await;
+                let mut all_placed = true;
+                for n in ["batch2", "polite", "urgent"] {
+                    let s = status_of(&sets, n).await;
+                    all_placed &= s["placement"]["unplaced"] == 0 && queue_position(&s).is_none();
+                }
+                b["completedShards"] == "0-7" && all_placed
+            }
+        },
+    )
+    .await;
+    let b = status_of(&sets, "batch").await;
+    assert_eq!(b["shardsSucceeded"], 8, "each shard completed once: {b}");
+    // One Job per shard in the member, each succeeded once: the preempted shards' first
+    // Jobs are gone, their second ran to completion.
+    let listed = jobs
+        .list(&ListParams::default().labels("pinterest.com/workload=batch"))
+        .await
+        .unwrap();
+    let mut shards: Vec<String> = listed
+        .items
+        .iter()
+        .filter_map(|j| {
+            j.metadata
+                .labels
+                .as_ref()?
+                .get("pinterest.com/shard")
+                .cloned()
+        })
+        .collect();
+    shards.sort();
+    let before = shards.len();
+    shards.dedup();
+    assert_eq!(before, shards.len(), "no shard has two Jobs: {shards:?}");
+    for j in &listed.items {
+        assert_eq!(
+            j.status.as_ref().and_then(|s| s.succeeded),
+            Some(1),
+            "{:?} succeeded once",
+            j.metadata.name
+        );
+    }
+
+    ns.delete_and_wait(WAIT).await;
+    drop(classes);
+}
