@@ -43,7 +43,7 @@ tokens:
   - {user: gina, token: gina-token, teams: [governance]}
 teams:
   governance: {namespaces: [], admin: true}
-  infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon]}
+  infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon], priorityClasses: [jss-e2e-urgent]}
   ads: {namespaces: ["jss-*"], inline: true}
   search: {namespaces: ["search-*"], inline: false}
   reviewed: {namespaces: ["jss-*"], inline: false}
@@ -390,6 +390,102 @@ async fn jss_admits_privileges_only_for_teams_granted_them() {
     assert!(api.get_opt("logs").await.unwrap().is_some());
     assert!(api.get_opt("root").await.unwrap().is_none());
     let _ = api.delete("logs", &Default::default()).await;
+    ns.delete().await;
+}
+
+/// A priority class must exist on the hub (422 naming the field) and be granted to the
+/// team in the team file (403 naming the class and the grant).
+#[tokio::test]
+async fn jss_admits_a_priority_class_only_if_it_exists_and_the_team_is_granted_it() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let classes: Api<PriorityClass> = Api::all(hub.clone());
+    if classes.get_opt("jss-e2e-urgent").await.unwrap().is_none() {
+        let c: PriorityClass = serde_json::from_value(json!({
+            "metadata": {"name": "jss-e2e-urgent"}, "value": 5000,
+            "description": "e2e_jss: a class granted to team infra only"
+        }))
+        .unwrap();
+        let _ = classes.create(&Default::default(), &c).await;
+    }
+    let ns = TestNamespace::create(&hub, "jss-priority").await;
+    let with_class = |team: &str, name: &str, class: &str| {
+        let mut svc = service(name, team, 1, "10m");
+        svc["spec"]["priorityClassName"] = json!(class);
+        svc
+    };
+    let submit = |token: &'static str, resource: Value| {
+        let (st, ns) = (&st, ns.name.clone());
+        async move {
+            st.client(Some(token))
+                .post_json(
+                    "/v1/submissions",
+                    &json!({"resource": resource, "namespace": ns}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let r = submit("erin-token", with_class("infra", "nope", "no-such-class")).await;
+    assert_error(&r, 422, "Invalid");
+    let fields: Vec<&str> = r.body["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["field"].as_str())
+        .collect();
+    assert_eq!(fields, ["spec.priorityClassName"], "{}", r.text);
+    assert!(r.text.contains("no-such-class"), "{}", r.text);
+    // ads is not granted the class.
+    let r = submit(
+        "alice-token",
+        with_class("ads", "ads-urgent", "jss-e2e-urgent"),
+    )
+    .await;
+    assert_error(&r, 403, "Forbidden");
+    let msg = r.body["error"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.priorityClassName") && msg.contains("jss-e2e-urgent"),
+        "{}",
+        r.text
+    );
+    // infra is (the JSS's cache may take a moment to see a class just created).
+    let mut last = None;
+    for _ in 0..20 {
+        let r = submit(
+            "erin-token",
+            with_class("infra", "urgent", "jss-e2e-urgent"),
+        )
+        .await;
+        if r.status == 201 {
+            // The submitter hears the priority and what the hub is likely to do.
+            assert_eq!(r.body["priority"]["class"], "jss-e2e-urgent", "{}", r.text);
+            assert_eq!(r.body["priority"]["value"], 5000, "{}", r.text);
+            assert!(
+                r.body["forecast"]
+                    .as_str()
+                    .is_some_and(|f| f.starts_with("fits now: ") || f.starts_with("would wait")),
+                "{}",
+                r.text
+            );
+            last = None;
+            break;
+        }
+        last = Some(r.text);
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(last, None, "infra may use the class it is granted");
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let stored = api.get("urgent").await.unwrap();
+    assert_eq!(
+        stored.spec.priority_class_name.as_deref(),
+        Some("jss-e2e-urgent")
+    );
+    assert!(api.get_opt("ads-urgent").await.unwrap().is_none());
+    assert!(api.get_opt("nope").await.unwrap().is_none());
+    let _ = api.delete("urgent", &Default::default()).await;
     ns.delete().await;
 }
 

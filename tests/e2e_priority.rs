@@ -25,12 +25,19 @@ const MEMBER: &str = "use1a";
 /// PriorityClasses on the hub for this test; removed when dropped (cluster-scoped: a
 /// failed test must not leave them to the next run).
 struct Classes {
+    context: String,
     names: Vec<String>,
 }
 
 impl Classes {
-    async fn create(fed: &Federation, tag: &str, classes: &[(&str, i32, bool)]) -> Classes {
-        let api: Api<PriorityClass> = Api::all(fed.hub());
+    /// The classes in cluster `context` (the hub, or a member whose admins accept them).
+    async fn create(
+        fed: &Federation,
+        context: &str,
+        tag: &str,
+        classes: &[(&str, i32, bool)],
+    ) -> Classes {
+        let api: Api<PriorityClass> = Api::all(fed.client(context));
         let mut names = Vec::new();
         for (name, value, never) in classes {
             let full = format!("{tag}-{name}");
@@ -45,7 +52,10 @@ impl Classes {
             api.create(&PostParams::default(), &c).await.unwrap();
             names.push(full);
         }
-        Classes { names }
+        Classes {
+            context: context.to_string(),
+            names,
+        }
     }
 }
 
@@ -83,7 +93,7 @@ impl Drop for Classes {
                     "--kubeconfig",
                     &kc,
                     "--context",
-                    "hub",
+                    &self.context,
                     "delete",
                     "priorityclass",
                     n,
@@ -153,6 +163,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     let tag = support::unique_name("prio");
     let classes = Classes::create(
         &fed,
+        "hub",
         &tag,
         &[
             ("low", 100, false),
@@ -162,6 +173,9 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
         ],
     )
     .await;
+    // The member's admins accept the high class only: it goes on the gang's pods there,
+    // the low one (not in the member) stays off the shards' pods.
+    let member_classes = Classes::create(&fed, MEMBER, &tag, &[("high", 1000, false)]).await;
     let class = |c: &str| format!("{tag}-{c}");
     let ns = TestNamespace::create(&hub, "prio").await;
     let _guard = NamespaceGuard(ns.name.clone());
@@ -316,6 +330,29 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     assert_eq!(p["byPriority"], 1000, "{p}");
     let evicted = p["shards"].as_str().unwrap_or_default().to_string();
     assert!(!evicted.is_empty(), "the shards taken are named: {p}");
+    // An Event on each: the victim's Warning says by whom, the preemptor's what it took.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    eventually_logged(
+        Duration::from_secs(30),
+        "a Preempted Warning on the job set and a Preempting Event on the gang",
+        &logs,
+        || {
+            let events = events.clone();
+            async move {
+                let Ok(l) = events.list(&Default::default()).await else {
+                    return false;
+                };
+                let on = |reason: &str, name: &str| {
+                    l.items.iter().any(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    })
+                };
+                on("Preempted", "batch") && on("Preempting", "gang")
+            }
+        },
+    )
+    .await;
     let web_st = status_of(&services, "web").await;
     assert!(
         preemptions(&web_st).is_empty(),
@@ -350,6 +387,31 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
         },
     )
     .await;
+
+    let class_of = |jobs: Vec<Job>| -> Vec<Option<String>> {
+        jobs.into_iter()
+            .map(|j| j.spec?.template.spec?.priority_class_name)
+            .collect()
+    };
+    let gang_jobs = jobs
+        .list(&ListParams::default().labels("pinterest.com/workload=gang"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        class_of(gang_jobs),
+        vec![Some(class("high")); 2],
+        "the class goes on the pods where the member has it"
+    );
+    let batch_jobs = jobs
+        .list(&ListParams::default().labels("pinterest.com/workload=batch"))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        !batch_jobs.is_empty() && class_of(batch_jobs).iter().all(Option::is_none),
+        "a class the member does not have stays off its pods"
+    );
 
     // The gang finishes (deleted here): its room goes to the waiting, the preempted
     // shards run again, and every shard completes once.
@@ -409,4 +471,5 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
 
     ns.delete_and_wait(WAIT).await;
     drop(classes);
+    drop(member_classes);
 }

@@ -235,7 +235,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         .block_on(client.post_json("/v1/submissions", &serde_json::to_value(&body)?))?
         .decode()?;
     print(args.server.output, &v, |v| {
-        format!(
+        let mut text = format!(
             "{} {}/{} {} by {} for team {}{}\n",
             v.kind.as_str(),
             v.namespace,
@@ -247,7 +247,19 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|a| format!(" (artifact {a})"))
                 .unwrap_or_default()
-        )
+        );
+        if let Some(p) = &v.priority {
+            text.push_str(&format!(
+                "priority: {} ({}{})\n",
+                p.class,
+                p.value,
+                if p.preempts { ", may preempt" } else { "" }
+            ));
+        }
+        if let Some(f) = &v.forecast {
+            text.push_str(&format!("forecast: {f}\n"));
+        }
+        text
     })
 }
 

@@ -445,6 +445,12 @@ impl Jss {
             return self.dry_run(&who, &admitted, artifact).await;
         }
         let written = self.write_admitted(&who, &admitted).await?;
+        let priority = crate::placement::priority::resolve(
+            admitted.workload.as_ref().priority_class_name(),
+            &self.hub.priority_classes(),
+        )
+        .ok();
+        let forecast = self.forecast(&admitted, priority.as_ref());
         let code = if written.existed {
             StatusCode::OK
         } else {
@@ -462,8 +468,55 @@ impl Jss {
             sha256: artifact.as_ref().map(|a| a.sha256.clone()),
             requested: (&written.want).into(),
             created: !written.existed,
+            priority: priority.as_ref().and_then(|p| {
+                Some(wire::SubmittedPriority {
+                    class: p.class.clone()?,
+                    value: p.value,
+                    preempts: p.preempts,
+                })
+            }),
+            forecast: Some(forecast),
         };
         Ok((code, to_body(&reply)?))
+    }
+
+    /// Where the submission fits now on the members as their status shows them (room
+    /// spread evenly over each member's nodes, as the dry run reads it), or what it would
+    /// wait for and whether it may preempt: the submitter hears at once what the hub is
+    /// likely to do.
+    fn forecast(
+        &self,
+        admitted: &Admitted,
+        priority: Option<&crate::placement::priority::Priority>,
+    ) -> String {
+        let members: Vec<_> = self.hub.members().iter().map(|m| (**m).clone()).collect();
+        let views = super::dry_run::member_views(&members, &Default::default());
+        let policy = crate::placement::from_workload::policy_for(admitted.workload.as_ref());
+        let out = crate::placement::plan(&crate::placement::PlanInput {
+            clusters: &views,
+            policy: &policy,
+            demand: &admitted.demand,
+            quota: None,
+            current: None,
+        });
+        if out.decision.unplaced == 0 {
+            let parts: Vec<String> = out
+                .decision
+                .placements
+                .iter()
+                .map(|p| format!("{} {}", p.cluster, super::dry_run::share_text(Some(p))))
+                .collect();
+            return format!("fits now: {}", parts.join(" · "));
+        }
+        let may = if priority.is_some_and(|p| p.preempts) {
+            " (its class may preempt lower-priority work)"
+        } else {
+            ""
+        };
+        format!(
+            "would wait for room: {}{may}; see `pinfed queue`",
+            out.decision.reason.unwrap_or_default()
+        )
     }
 
     /// A dry run: the submission's checks ([`Self::check_admitted`]: authorization,

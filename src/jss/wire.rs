@@ -71,6 +71,24 @@ pub struct Submitted {
     pub sha256: Option<String>,
     pub requested: Amounts,
     pub created: bool,
+    /// The priority its class gives it (absent: no class and no global default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<SubmittedPriority>,
+    /// What the hub is likely to do, from the members as their status shows them: where it
+    /// fits now, or what it would wait for (its place in the queue shows in `pinfed queue`
+    /// once the hub has decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<String>,
+}
+
+/// A submission's resolved priority.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmittedPriority {
+    pub class: String,
+    pub value: i32,
+    /// Whether it may preempt lower-priority work (its class's `preemptionPolicy`).
+    pub preempts: bool,
 }
 
 /// The reply to a dry run (`POST /v1/submissions?dryRun=true`, `pinfed submit
@@ -739,6 +757,12 @@ mod tests {
             sha256: None,
             requested: (&Resources::ZERO).into(),
             created: true,
+            priority: Some(SubmittedPriority {
+                class: "urgent".into(),
+                value: 1000,
+                preempts: true,
+            }),
+            forecast: Some("would wait: no room (it may preempt lower-priority work)".into()),
         };
         assert_eq!(
             sent(201, &submitted).decode::<Submitted>().unwrap(),

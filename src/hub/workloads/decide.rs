@@ -868,6 +868,10 @@ fn preempt(
     let candidates = prio::candidates(&members, &placed, r.priority.value, key);
     if candidates.iter().all(|m| m.candidates.is_empty()) {
         tracing::debug!(workload = %key, members = members.len(), pods = members.iter().map(|m| m.1.len()).sum::<usize>(), known = placed.len(), "no lower-priority pods to preempt");
+        no_preemption(
+            &mut outcome.decision,
+            "no lower-priority pods run in a member it may use",
+        );
         return None;
     }
     // A victim's pods that run are counted on their nodes; a reservation it still holds
@@ -904,6 +908,10 @@ fn preempt(
         .observe(started.elapsed().as_secs_f64());
     let Some(chosen) = chosen else {
         tracing::debug!(workload = %key, candidates = ?candidates.iter().map(|m| (m.member.as_str(), m.candidates.iter().map(|c| (c.key.as_str(), c.priority, c.pods.len())).collect::<Vec<_>>())).collect::<Vec<_>>(), want = outcome.decision.unplaced, nodes = ?views.iter().map(|v| (v.name.as_str(), v.nodes.iter().map(|n| (n.name.as_str(), n.free.cpu.0 / 1000)).collect::<Vec<_>>())).collect::<Vec<_>>(), "no member where preempting lower priority makes room");
+        no_preemption(
+            &mut outcome.decision,
+            "no member where evicting lower-priority pods (services within their disruption budgets, gangs whole) makes room",
+        );
         return None;
     };
     prio::add_units(
@@ -943,6 +951,17 @@ fn preempt(
         })
         .collect();
     Some((chosen, owed))
+}
+
+/// Says in the decision's reason why preemption could not help (the queue shows it as
+/// what the workload waits for).
+fn no_preemption(d: &mut Decision, why: &str) {
+    let reason = d.reason.get_or_insert_with(String::new);
+    if !reason.is_empty() {
+        reason.push_str("; ");
+    }
+    reason.push_str("preemption: ");
+    reason.push_str(why);
 }
 
 /// Every FederatedQuota of a namespace, by name, with the namespace's usage book seeded
