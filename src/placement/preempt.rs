@@ -1518,6 +1518,14 @@ mod tests {
                     }
                 }
             }
+            // (8) quota stays one arithmetic: preemption never places beyond it (every
+            // unit here is one pod).
+            if let Some(q) = &quota {
+                prop_assert!(
+                    i64::from(p.units) <= q.total.hard.pods.unwrap_or(i64::MAX),
+                    "{} pods placed past a quota of {:?}", p.units, q.total.hard.pods
+                );
+            }
             // (3) minimal, checked on views rebuilt from the evictions.
             let all: Vec<(&str, Vec<usize>)> =
                 p.victims.iter().map(|v| (v.key.as_str(), v.taken.clone())).collect();

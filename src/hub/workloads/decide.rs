@@ -522,7 +522,12 @@ async fn plan_again<K: PinterestKind>(
                 key: key.clone(),
                 namespace: ns.clone(),
                 priority: r.priority.clone(),
-                since: now_s,
+                // (A wait recorded before this process started counts from its start.)
+                since: remembered
+                    .previous
+                    .as_ref()
+                    .and_then(|p| p.queue.as_ref())
+                    .map_or(now_s, |q| q.since.0.as_second().min(now_s)),
                 waiting_for: if quota_exceeded {
                     crate::placement::priority::WaitingFor::Quota(why)
                 } else {
