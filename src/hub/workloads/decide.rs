@@ -456,15 +456,23 @@ async fn plan_again<K: PinterestKind>(
         {
             let since = q.get(&key).map_or(now_s, |w| w.since);
             let all_quotas = ctx.quotas.state();
+            // The room there is with this workload's own pods and reservation still
+            // counted: what it already holds is not room another could take.
+            let room = std::sync::OnceLock::new();
             let ahead = q
                 .first_ahead(r.priority.value, since, &key, now_s, 20, |h| {
+                    let room = room.get_or_init(|| {
+                        let mut v = cluster_views(ctx, now, None, standings, true);
+                        ledger.apply(&mut v, None);
+                        v
+                    });
                     let quotas: Vec<Arc<FederatedQuota>> = all_quotas
                         .iter()
                         .filter(|q| q.namespace().as_deref() == Some(h.namespace.as_str()))
                         .cloned()
                         .collect();
                     let qv = quota_view_of(ctx, &quotas, &h.namespace, &h.key);
-                    prio::could_use(&views, h, qv.as_ref())
+                    prio::could_use(room, h, qv.as_ref())
                 })
                 .map(|h| (h.key.clone(), h.priority.value));
             if let Some((h, hp)) = ahead
