@@ -73,10 +73,16 @@
 //!    chosen unit, `k` plans. The engine's room for replicas only grows with free room, so
 //!    one pass leaves a minimal set; a gang is packed first-fit-decreasing, which need not be
 //!    monotone, so for a gang the passes repeat until one drops nothing.
+//! 5. A second order: steps 3–4 again over the units regrouped by node within each
+//!    priority, the nodes with the most free room first (node-packed). The greedy order
+//!    takes the newest workloads' pods wherever they run; freeing a little on many nodes,
+//!    or two pods on a node that was nearly full, can cost more pods than emptying the
+//!    node that was nearly free. The cheaper of the two minimal sets wins (the greedy one
+//!    on a tie). Both are minimal; neither is guaranteed the fewest.
 //!
 //! Each plan sees one member: `O(nodes + pods of the units that change)` to build the view,
 //! plus the engine on one cluster. In all, per member `O(p log p)` plus
-//! `O(log u + k)` plans (gang preemptors: `k` per pass).
+//! `O(log u + k)` plans per order (gang preemptors: `k` per pass).
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -498,9 +504,61 @@ impl<'a> Search<'a> {
         o.decision.shares().values().map(|&s| u64::from(s)).sum()
     }
 
-    /// The cheapest units found that let `target` units place, with the outcome.
+    /// The cheapest units found that let `target` units place, with the outcome: the
+    /// search in the greedy order and in the node-packed order, the cheaper result (the
+    /// greedy one on a tie).
     fn cheapest(&self, target: u64) -> Option<(Vec<usize>, Outcome)> {
-        let n = self.units.len();
+        let greedy: Vec<usize> = (0..self.units.len()).collect();
+        let first = self.cheapest_in(&greedy, target)?;
+        let packed = self.node_packed();
+        if packed == greedy {
+            return Some(first);
+        }
+        match self.cheapest_in(&packed, target) {
+            Some(second) if self.evictions(&second.0).0 < self.evictions(&first.0).0 => {
+                Some(second)
+            }
+            _ => Some(first),
+        }
+    }
+
+    /// The greedy order regrouped by node within each victim priority, the nodes with
+    /// the most free room first: the greedy order takes the newest workloads' pods
+    /// wherever they run, and freeing a little on many nodes can cost more pods than
+    /// emptying the one node that was nearly free (a unit spanning nodes counts at its
+    /// best-placed node).
+    fn node_packed(&self) -> Vec<usize> {
+        let mut nodes: Vec<usize> = (0..self.view.nodes.len()).collect();
+        nodes.sort_by(|&a, &b| {
+            let room = |i: usize| {
+                let f = non_negative(&self.view.nodes[i].free);
+                (f.gpu, f.cpu, f.memory)
+            };
+            room(b).cmp(&room(a)).then(a.cmp(&b))
+        });
+        let mut rank = vec![usize::MAX; self.view.nodes.len()];
+        for (r, &n) in nodes.iter().enumerate() {
+            rank[n] = r;
+        }
+        let mut order: Vec<usize> = (0..self.units.len()).collect();
+        // Stable: within a node the greedy order holds.
+        order.sort_by_key(|&u| {
+            let unit = &self.units[u];
+            let node = unit
+                .frees
+                .iter()
+                .map(|(n, _)| rank[*n])
+                .min()
+                .unwrap_or(usize::MAX);
+            (self.candidates[unit.cand].priority, node)
+        });
+        order
+    }
+
+    /// [`Search::cheapest`] over the units in `order`: the shortest fitting prefix, then
+    /// pruned.
+    fn cheapest_in(&self, order: &[usize], target: u64) -> Option<(Vec<usize>, Outcome)> {
+        let n = order.len();
         let fits = |units: &[usize]| {
             let o = self.run(&self.extra_of(units));
             (self.placed(&o) >= target).then_some(o)
@@ -516,11 +574,10 @@ impl<'a> Search<'a> {
         }) {
             let mut room = self.room;
             while start < n && !need.fits_in(&room) {
-                room = room.saturating_add(&self.units[start].freed);
+                room = room.saturating_add(&self.units[order[start]].freed);
                 start += 1;
             }
         }
-        let order: Vec<usize> = (0..n).collect();
         // A prefix length known not to fit (the freed total could not hold the target).
         let mut short = start.checked_sub(1);
         let mut len = start;
@@ -1146,6 +1203,47 @@ mod tests {
         let p = choose(&i).unwrap();
         assert!(p.victims.is_empty());
         assert_eq!(p.units, 1);
+    }
+
+    #[test]
+    fn the_node_nearly_free_is_emptied_before_two_pods_go_elsewhere() {
+        // A gang pod of 8 cores. a1 has 2 free and holds the newest job set's two 3-core
+        // shards (the greedy order takes them first: 2 pods); a2 has 5 free and one
+        // 3-core shard of an older job set: evicting that one pod is enough.
+        let clusters = vec![cluster(
+            "a",
+            vec![node("a1", 2000, 10), node("a2", 5000, 10)],
+        )];
+        let newest = Candidate {
+            created: 100,
+            ..victim(
+                "ns/JobSet/newest",
+                1,
+                VictimKind::Shards,
+                vec![shard("a1", 3000, 0), shard("a1", 3000, 1)],
+            )
+        };
+        let older = victim(
+            "ns/JobSet/older",
+            1,
+            VictimKind::Shards,
+            vec![shard("a2", 3000, 0)],
+        );
+        let members = vec![member("a", vec![newest, older])];
+        let policy = PlacementPolicy::default();
+        let d = demand(8000, gang(1));
+        let i = input(&clusters, &policy, &d, 10, 0, &members);
+        let p = choose(&i).expect("the gang fits in a");
+        assert_eq!(p.victims.len(), 1, "{:?}", p.victims);
+        assert_eq!(p.victims[0].key, "ns/JobSet/older");
+        assert_eq!(p.victims[0].pods, 1);
+        assert_minimal(&i, &p);
+        // Replicas the same: one 8-core replica wanted.
+        let d = demand(8000, Count::Replicas(1));
+        let i = input(&clusters, &policy, &d, 10, 1, &members);
+        let p = choose(&i).expect("one replica fits in a");
+        assert_eq!(p.victims.iter().map(|v| v.pods).sum::<u32>(), 1);
+        assert_minimal(&i, &p);
     }
 
     #[test]
