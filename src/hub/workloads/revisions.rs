@@ -70,6 +70,12 @@ pub async fn record<K: PinterestKind>(
 ) -> Result<(), HubError> {
     let ns = obj.namespace().unwrap_or_default();
     let uid = obj.uid().unwrap_or_default();
+    // Written (or read back) by this process already: a reconcile that runs before the
+    // status naming the revision is written or seen would otherwise create it again and
+    // be refused (409) — under a burst, two wasted writes per workload.
+    if ctx.revisions.get(&uid, revision).is_some() {
+        return Ok(());
+    }
     let owner = OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
@@ -109,6 +115,12 @@ async fn prune(
     limit: usize,
     in_use: &BTreeSet<i64>,
 ) {
+    let keep_from = newest - i64::try_from(limit).unwrap_or(i64::MAX) + 1;
+    // Revisions count from 1: while the history is within the limit nothing is older
+    // (a first revision needs no LIST).
+    if keep_from <= 1 {
+        return;
+    }
     let lp = ListParams::default().labels(&format!("{LABEL_REVISION_OF}={uid}"));
     let list = match api(ctx, ns).list_metadata(&lp).await {
         Ok(l) => l,
@@ -117,7 +129,6 @@ async fn prune(
             return;
         }
     };
-    let keep_from = newest - i64::try_from(limit).unwrap_or(i64::MAX) + 1;
     for cr in list.items {
         let Some(rev) = cr
             .name_any()
