@@ -170,6 +170,11 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let write = mutating(req.method());
+        // Read before the gate is asked, so the time a write shows is never later than
+        // the check it passed: a process stopped between the check and a clock read
+        // taken after it would stamp a write decided before the stop with the time it
+        // resumed (seen in e2e_hub_ha: stamped 94 s after the stop, sent at the resume).
+        let checked_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
         // The election Lease is how leadership is won and kept: never gated.
         if write && !gate().is_open() && !gate().is_election_lease(&req) {
             return Box::pin(async { Err(Box::new(NotLeading) as BoxError) });
@@ -178,11 +183,7 @@ where
         // audit log shows that a write landing late (sent as a stopped process resumed)
         // was decided while the lease was valid.
         let agent = if write {
-            format!(
-                "{} gate={}",
-                super::kube_args::user_agent(),
-                k8s_openapi::jiff::Timestamp::now().as_millisecond()
-            )
+            format!("{} gate={checked_ms}", super::kube_args::user_agent())
         } else {
             super::kube_args::user_agent()
         };
