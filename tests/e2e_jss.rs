@@ -2375,5 +2375,30 @@ async fn the_queue_lists_a_waiting_workload_to_those_who_may_see_it() {
             .any(|l| l.starts_with("Queue:") && l.contains("position ") && l.contains(" of ")),
         "{text}"
     );
+    // A submission that would wait too hears where it would stand: behind `waits` (as
+    // high, and waiting longer), so not first.
+    let mut second = serde_json::to_value(&jobset).unwrap();
+    second["metadata"] = json!({"name": "waits-too"});
+    let r = st
+        .client(Some("alice-token"))
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": second, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    let forecast = r.body["forecast"].as_str().unwrap_or_default().to_string();
+    let position: Option<(i64, i64)> = forecast.split("about position ").nth(1).and_then(|rest| {
+        let mut words = rest.split_whitespace();
+        let p = words.next()?.parse().ok()?;
+        (words.next() == Some("of")).then_some(())?;
+        Some((p, words.next()?.parse().ok()?))
+    });
+    assert!(
+        forecast.starts_with("would wait for room")
+            && position.is_some_and(|(p, of)| p >= 2 && of >= p),
+        "{forecast}"
+    );
     ns.delete().await;
 }

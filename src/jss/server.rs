@@ -450,7 +450,7 @@ impl Jss {
             &self.hub.priority_classes(),
         )
         .ok();
-        let forecast = self.forecast(&admitted, priority.as_ref());
+        let forecast = self.forecast(&admitted, priority.as_ref()).await;
         let code = if written.existed {
             StatusCode::OK
         } else {
@@ -484,7 +484,7 @@ impl Jss {
     /// spread evenly over each member's nodes, as the dry run reads it), or what it would
     /// wait for and whether it may preempt: the submitter hears at once what the hub is
     /// likely to do.
-    fn forecast(
+    async fn forecast(
         &self,
         admitted: &Admitted,
         priority: Option<&crate::placement::priority::Priority>,
@@ -513,8 +513,27 @@ impl Jss {
         } else {
             ""
         };
+        // Where it would stand among those waiting now (best effort: without the list,
+        // the forecast says what it waits for only).
+        let standing = match self.hub.list_workloads(None, None).await {
+            Ok(all) => {
+                let waiting: Vec<wire::QueueEntry> = all
+                    .iter()
+                    .filter(|(k, o)| {
+                        !(*k == admitted.kind
+                            && o.namespace().as_deref() == Some(admitted.namespace.as_str())
+                            && o.name_any() == admitted.name)
+                    })
+                    .filter_map(|(k, o)| views::queue_entry(*k, o))
+                    .collect();
+                let (position, of) =
+                    views::position_on_arrival(&waiting, priority.map_or(0, |p| p.value));
+                format!("; about position {position} of {of} in the queue")
+            }
+            Err(_) => String::new(),
+        };
         format!(
-            "would wait for room: {}{may}; see `pinfed queue`",
+            "would wait for room: {}{may}{standing}; see `pinfed queue`",
             out.decision.reason.unwrap_or_default()
         )
     }

@@ -225,6 +225,21 @@ pub fn queue<'a>(
     out
 }
 
+/// Where a workload arriving now with `priority` would stand in the hub's queue, from the
+/// standings the hub last wrote (`waiting`: every waiting workload, whoever may see it,
+/// the arriving one left out): behind each one whose effective priority is as high or
+/// higher (equal ones have waited longer), ahead of the rest — its position and how many
+/// would wait in all. An estimate: the hub ranks again as it decides, and aging moves
+/// everyone.
+pub fn position_on_arrival(waiting: &[QueueEntry], priority: i32) -> (i32, i32) {
+    let ahead = waiting
+        .iter()
+        .filter(|e| e.effective_priority >= priority)
+        .count();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    (count(ahead + 1), count(waiting.len() + 1))
+}
+
 /// The clusters a workload was placed on, from its hub status.
 pub fn placed_clusters(o: &DynamicObject) -> Vec<String> {
     o.data["status"]["placement"]["placements"]
@@ -473,5 +488,30 @@ pub(crate) mod tests {
         assert_eq!(v["team"], "ads");
         assert!(v.get("priorityClassName").is_none(), "{v}");
         assert_eq!(placed_clusters(&o), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn an_arrival_stands_behind_every_one_as_high_and_ahead_of_the_rest() {
+        let entry = |name: &str, effective: i32| QueueEntry {
+            kind: WorkloadKind::JobSet,
+            namespace: "ns".into(),
+            name: name.into(),
+            team: None,
+            position: 0,
+            waiting: 0,
+            priority: effective,
+            effective_priority: effective,
+            priority_class_name: None,
+            since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+            waiting_for: String::new(),
+            unplaced: 1,
+        };
+        assert_eq!(position_on_arrival(&[], 0), (1, 1), "nobody waits");
+        let waiting = [entry("urgent", 5000), entry("batch", 10), entry("aged", 0)];
+        // Equal effective priority: the one already waiting goes first.
+        assert_eq!(position_on_arrival(&waiting, 10), (3, 4));
+        assert_eq!(position_on_arrival(&waiting, 11), (2, 4));
+        assert_eq!(position_on_arrival(&waiting, 10_000), (1, 4));
+        assert_eq!(position_on_arrival(&waiting, -1), (4, 4));
     }
 }
