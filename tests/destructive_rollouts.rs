@@ -261,13 +261,27 @@ async fn destructive_a_member_stopped_mid_rollout_never_passes_and_gets_the_curr
                    {"name": "rest", "approval": true}],
         "progressDeadlineSeconds": 60,
     });
-    api.create(&PostParams::default(), &service("api", 6, policy, false))
+    // Spread over every member: a hub that has just started may see only some members
+    // Ready at the first decision (seen: all 6 on the pull member); a spread that is short
+    // looks again until the member to stop holds a share.
+    api.create(&PostParams::default(), &service("api", 6, policy, true))
         .await
         .unwrap();
-    support::eventually(WAIT, "revision 1 available everywhere", || async {
-        let st = status(&api, "api").await;
-        st["rollout"]["phase"] == "Complete" && st["availableReplicas"] == 6
-    })
+    support::eventually(
+        WAIT,
+        "revision 1 available everywhere, the member to stop holding a share",
+        || async {
+            let st = status(&api, "api").await;
+            let placed: Vec<&str> = st["placement"]["placements"]
+                .as_array()
+                .map(|ps| ps.iter().filter_map(|p| p["cluster"].as_str()).collect())
+                .unwrap_or_default();
+            st["rollout"]["phase"] == "Complete"
+                && st["availableReplicas"] == 6
+                && placed.contains(&stopped.as_str())
+                && placed.contains(&members[0].as_str())
+        },
+    )
     .await;
     let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": "registry.example/app:2",
