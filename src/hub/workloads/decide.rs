@@ -703,7 +703,9 @@ async fn plan_again<K: PinterestKind>(
         moved,
         leaving,
         failback: r.failback,
-        first_or_new: before.as_ref() != Some(&outcome.decision),
+        // A first decision is routine (the status records it; an Event each would be a
+        // hub write per workload in a burst); a changed one is news.
+        changed: before.as_ref().is_some_and(|b| b != &outcome.decision),
         newly_held: quota_exceeded && !held_before,
     };
     ctx.status_deferrals.decided(std::time::Instant::now());
@@ -720,7 +722,8 @@ struct Change<'a> {
     /// Why it leaves members (must_leave), and whether it could not (nowhere to go).
     leaving: Option<(bool, String)>,
     failback: &'a BTreeSet<String>,
-    first_or_new: bool,
+    /// A decision there was before differs from this one.
+    changed: bool,
     newly_held: bool,
 }
 
@@ -751,7 +754,7 @@ fn events_for(key: &str, c: &Change<'_>, d: &Decision) -> Vec<DecisionEvent> {
         } else {
             say(EventType::Normal, "LeftMember", why.clone());
         }
-    } else if c.first_or_new {
+    } else if c.changed {
         say(EventType::Normal, "Placed", placed_text(d));
     }
     if c.newly_held {
@@ -1038,5 +1041,42 @@ mod tests {
             "use1a 4 · use1b shards 0-9 (2 unplaced: cpu quota)"
         );
         assert_eq!(recorded::from_status(&recorded::to_status(&d)), d);
+    }
+
+    fn change(changed: bool, newly_held: bool) -> Change<'static> {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        Change {
+            moved: None,
+            leaving: None,
+            failback: &NONE,
+            changed,
+            newly_held,
+        }
+    }
+
+    #[test]
+    fn a_first_decision_is_no_event_but_a_change_or_a_refusal_is() {
+        let d = Decision {
+            strategy: placement::model::Strategy::Divided,
+            placements: vec![Placement {
+                cluster: "use1a".into(),
+                replicas: Some(3),
+                shards: None,
+                pods: None,
+            }],
+            unplaced: 0,
+            reason: None,
+        };
+        let reasons = |c: &Change<'_>| -> Vec<&'static str> {
+            events_for("ns/w", c, &d).iter().map(|e| e.reason).collect()
+        };
+        assert!(reasons(&change(false, false)).is_empty());
+        assert_eq!(reasons(&change(true, false)), ["Placed"]);
+        assert_eq!(reasons(&change(false, true)), ["QuotaExceeded"]);
+        let moved = Change {
+            moved: Some("use1b lost: use1a 3".into()),
+            ..change(false, false)
+        };
+        assert_eq!(reasons(&moved), ["FailedOver"]);
     }
 }
