@@ -17,6 +17,11 @@ use crate::sample;
 /// Starts `argv` in its own process group (a Ctrl-C aimed at the caller does not reach
 /// it), stdin closed, stdout and stderr appended to `log`. Returns its pid.
 pub fn spawn(argv: &[String], log: &Path) -> anyhow::Result<u32> {
+    spawn_with_env(argv, log, &[])
+}
+
+/// [`spawn`], with `env` set for the child on top of the caller's environment.
+pub fn spawn_with_env(argv: &[String], log: &Path, env: &[(&str, String)]) -> anyhow::Result<u32> {
     let (program, args) = argv.split_first().context("an empty command line")?;
     let out = File::options()
         .create(true)
@@ -26,6 +31,7 @@ pub fn spawn(argv: &[String], log: &Path) -> anyhow::Result<u32> {
     let err = out.try_clone()?;
     let child = Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

@@ -240,7 +240,7 @@ async fn bring_up(
     };
 
     p.say(format!("starting etcd on 127.0.0.1:{etcd_port}"));
-    state.etcd.pid = Some(detached::spawn(&state.etcd.argv, &state.etcd.log)?);
+    state.etcd.pid = Some(spawn_control_plane(&state.etcd.argv, &state.etcd.log)?);
     state.save(dir)?;
     wait_until(timeout, "etcd to accept connections", || async {
         testkit::port_open(etcd_port)
@@ -253,7 +253,7 @@ async fn bring_up(
             c.name, c.role, c.apiserver_port
         ));
         let api = &mut c.components[0];
-        api.pid = Some(detached::spawn(&api.argv, &api.log)?);
+        api.pid = Some(spawn_control_plane(&api.argv, &api.log)?);
     }
     state.save(dir)?;
     let clients = apiserver::clients(&kubeconfig, &client_names).await?;
@@ -280,7 +280,7 @@ async fn bring_up(
             continue; // started in order by karmada::bring_up
         }
         for comp in c.components.iter_mut().skip(1) {
-            comp.pid = Some(detached::spawn(&comp.argv, &comp.log)?);
+            comp.pid = Some(spawn_control_plane(&comp.argv, &comp.log)?);
         }
         let started: Vec<_> = c
             .components
@@ -582,7 +582,7 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
                 api.port
             );
         }
-        api.pid = Some(detached::spawn(&api.argv, &api.log)?);
+        api.pid = Some(spawn_control_plane(&api.argv, &api.log)?);
     }
     let log = api.log.clone();
     state.save(dir)?;
@@ -611,7 +611,7 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
                 comp.name
             );
         }
-        comp.pid = Some(detached::spawn(&comp.argv, &comp.log)?);
+        comp.pid = Some(spawn_control_plane(&comp.argv, &comp.log)?);
         started.push((comp.name.clone(), comp.port, comp.log.clone()));
     }
     state.save(dir)?;
@@ -629,4 +629,17 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
         eprintln!("e2e: started {} of {name} afresh", names.join(", "));
     }
     Ok(())
+}
+
+/// Starts a control-plane process (etcd, an API server, a controller-manager, a scheduler,
+/// kwok) with the Go garbage collector set by `PINFED_E2E_GOGC` (400 unless set).
+///
+/// Profiles of the API servers under the e2e suite (`PINFED_E2E_PROFILING=1`, `go tool
+/// pprof`) showed a third of their CPU in the collector at Go's default of 100; the suite
+/// is bound by that CPU on two cores, and the machine has memory to spare. The figures are
+/// in docs/benchmarks.md; the benchmarks that compare with Karmada start both sides' API
+/// servers this way.
+fn spawn_control_plane(argv: &[String], log: &Path) -> anyhow::Result<u32> {
+    let gogc = std::env::var("PINFED_E2E_GOGC").unwrap_or_else(|_| "400".to_string());
+    detached::spawn_with_env(argv, log, &[("GOGC", gogc)])
 }
