@@ -274,6 +274,121 @@ async fn destructive_an_agent_takes_new_objects_soon_after_each_restart_of_its_a
     agent.kill();
 }
 
+/// The agent as shipped (two replicas, leader election on the Lease the hub also reads
+/// as its heartbeat): one leads and reconciles; SIGKILLed, the standby takes the Lease
+/// once it expires (10 s) and reconciles what arrives next. Destructive: no other agent
+/// of the member may renew that Lease meanwhile, so it runs with the destructive tests,
+/// one at a time.
+#[tokio::test]
+async fn destructive_a_standby_agent_takes_over_when_the_leading_one_is_killed() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use pinfed::api::service::PinterestService;
+    use std::time::Instant;
+    let fed = Federation::connect().await;
+    support::join_all(&fed);
+    let member = fed
+        .member_names()
+        .into_iter()
+        .find(|m| !fed.is_pull(m))
+        .expect("a push member");
+    let client = fed.client(&member);
+    let agent = |identity: &str| {
+        support::spawn_daemon(
+            &fed,
+            &format!("agent-le-{identity}"),
+            &[
+                "agent",
+                "--context",
+                &member,
+                "--cluster-name",
+                &member,
+                "--identity",
+                identity,
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", support::free_port()),
+            ]
+            .map(String::from),
+        )
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), support::SYSTEM_NAMESPACE);
+    let lease = pinfed::api::member_slice::agent_lease_name(&member);
+    let holder = || async {
+        leases
+            .get_opt(&lease)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let a = agent("agent-a");
+    // The Lease may still be held by an agent of an earlier test (10 s at most).
+    support::eventually(
+        Duration::from_secs(40),
+        &format!("agent-a leads\n{}", a.log_tail()),
+        || async { holder().await.as_deref() == Some("agent-a") },
+    )
+    .await;
+    let b = agent("agent-b");
+    let ns = TestNamespace::create(&client, "agent-le").await;
+    let services: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let create = |name: &str| {
+        let svc: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": name},
+            "spec": {
+                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                "replicas": 1,
+                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+            }
+        }))
+        .unwrap();
+        let services = services.clone();
+        async move { services.create(&PostParams::default(), &svc).await.unwrap() }
+    };
+    let deployment_of = |name: &'static str| {
+        let deployments = deployments.clone();
+        move || {
+            let deployments = deployments.clone();
+            async move { deployments.get_opt(name).await.ok().flatten().is_some() }
+        }
+    };
+    create("first").await;
+    support::eventually(
+        Duration::from_secs(60),
+        &format!("Deployment first\n{}", a.log_tail()),
+        deployment_of("first"),
+    )
+    .await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some("agent-a"),
+        "the standby never took the Lease while the leader ran\n{}",
+        b.log_tail()
+    );
+    a.kill();
+    let killed = Instant::now();
+    support::eventually(
+        Duration::from_secs(30),
+        &format!("agent-b takes the Lease\n{}", b.log_tail()),
+        || async { holder().await.as_deref() == Some("agent-b") },
+    )
+    .await;
+    let took = killed.elapsed();
+    create("second").await;
+    support::eventually(
+        Duration::from_secs(30),
+        &format!("Deployment second, made by agent-b\n{}", b.log_tail()),
+        deployment_of("second"),
+    )
+    .await;
+    eprintln!("agent leader election: agent-b led {took:?} after agent-a was killed");
+    ns.delete().await;
+    b.stop(Duration::from_secs(10));
+}
+
 // ---------------------------------------------------------------------------------------
 // A member's own controllers after a stop/start (issue 19).
 
