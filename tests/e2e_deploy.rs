@@ -345,6 +345,18 @@ fn the_overlays_render_with_their_parts() {
             overlay != "member-cluster",
             "{overlay}: the hub's pod policy"
         );
+        // So does the policy that sets the hub's finalizer on each new workload.
+        let finalizer_policy = r.objects.iter().any(|o| {
+            o["kind"] == "MutatingAdmissionPolicy"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("pinfed-hub-finalizer"))
+        });
+        assert_eq!(
+            finalizer_policy,
+            overlay != "member-cluster",
+            "{overlay}: the hub's finalizer policy"
+        );
         for d in r.objects.iter().filter(|o| o["kind"] == "Deployment") {
             let spec = &d["spec"]["template"]["spec"];
             assert_eq!(

@@ -156,9 +156,20 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     // Every member, the pull member too.
     grant_secrets(&fed, &ns.name, &["app-db"], Some("*"));
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
-    api.create(&PostParams::default(), &service("web", 9))
+    let created = api
+        .create(&PostParams::default(), &service("web", 9))
         .await
         .unwrap();
+    // The hub's finalizer is set as the workload is created (the admission policy `pinfed
+    // join` installs): the hub need not write it.
+    assert!(
+        created
+            .finalizers()
+            .iter()
+            .any(|f| f == "federation.pinterest.com/slices"),
+        "the finalizer at creation: {:?}",
+        created.finalizers()
+    );
 
     let ready = |want_available: i64, want_gen: i64| {
         let api = api.clone();
@@ -195,6 +206,51 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     assert_eq!(total, 9);
     assert_eq!(s["clusters"].as_array().unwrap().len(), 3);
     assert_eq!(condition(&s, "Scheduled").as_deref(), Some("True"));
+    assert_eq!(
+        s["placement"]["generation"], 1,
+        "the decision records the generation it was made for: {s}"
+    );
+    // The first placement wrote the workload's status and nothing else of it: no
+    // metadata patch (decision and generation are in the status, the finalizer was set
+    // at creation), asked of the hub API server's audit log (written in batches: wait
+    // until it shows the hub's status writes of this workload).
+    let hub_pid = format!("(pid {})", daemons[0].pid);
+    let writes_of_web = || -> Vec<(String, String)> {
+        support::hub_audit_events(&fed)
+            .into_iter()
+            .filter(|e| {
+                e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.contains(&hub_pid))
+                    && e["objectRef"]["resource"] == "pinterestservices"
+                    && e["objectRef"]["namespace"] == ns.name.as_str()
+                    && e["objectRef"]["name"] == "web"
+            })
+            .map(|e| {
+                (
+                    e["verb"].as_str().unwrap_or_default().to_string(),
+                    e["objectRef"]["subresource"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the hub's status writes of web in the audit log",
+        || async { writes_of_web().iter().any(|(_, sub)| sub == "status") },
+    )
+    .await;
+    let not_status: Vec<_> = writes_of_web()
+        .into_iter()
+        .filter(|(_, sub)| sub != "status")
+        .collect();
+    assert!(
+        not_status.is_empty(),
+        "the hub wrote more than the status of a workload it placed once: {not_status:?}"
+    );
 
     // Each member runs exactly its share, labelled back to the hub resource, and has the
     // propagated ConfigMap.

@@ -419,6 +419,11 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementDecision {
+    /// The workload generation this decision was made for: kept while the generation
+    /// is the same (and nothing else asks for a new plan). Recorded with the status, so a
+    /// first placement costs no metadata write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// The strategy that was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<PlacementStrategy>,

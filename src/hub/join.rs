@@ -204,38 +204,53 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The hub's pod policy for writers other than the JSS (`deploy/hub/pod-policy.yaml`).
-pub const HUB_POD_POLICY: &str = include_str!("../../deploy/hub/pod-policy.yaml");
+/// The hub's admission policies: its pod policy for writers other than the JSS
+/// (`deploy/hub/pod-policy.yaml`) and the finalizer every workload gets as it is created
+/// (`deploy/hub/finalizer-policy.yaml`).
+pub const HUB_POLICIES: [(&str, &str); 2] = [
+    (
+        "deploy/hub/pod-policy.yaml",
+        include_str!("../../deploy/hub/pod-policy.yaml"),
+    ),
+    (
+        "deploy/hub/finalizer-policy.yaml",
+        include_str!("../../deploy/hub/finalizer-policy.yaml"),
+    ),
+];
 
-/// Installs the hub's pod policy (a ValidatingAdmissionPolicy and its binding).
-pub async fn install_hub_pod_policy(hub: &Client) -> anyhow::Result<()> {
+/// Installs the hub's admission policies (each a policy and its binding).
+pub async fn install_hub_policies(hub: &Client) -> anyhow::Result<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind};
-    let docs: Vec<serde_json::Value> = crate::api::yaml::documents(HUB_POD_POLICY)
-        .context("reading deploy/hub/pod-policy.yaml")?;
-    for doc in docs {
-        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        let name = doc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let plural = match kind.as_str() {
-            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
-            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
-            other => anyhow::bail!("deploy/hub/pod-policy.yaml: unexpected kind {other}"),
-        };
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
-            plural,
-        );
-        Api::<DynamicObject>::all_with(hub.clone(), &ar)
-            .patch(
-                &name,
-                &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
-                &Patch::Apply(&doc),
-            )
-            .await
-            .with_context(|| format!("installing {kind} {name} on the hub"))?;
+    for (file, text) in HUB_POLICIES {
+        let docs: Vec<serde_json::Value> =
+            crate::api::yaml::documents(text).with_context(|| format!("reading {file}"))?;
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let plural = match kind.as_str() {
+                "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+                "MutatingAdmissionPolicy" => "mutatingadmissionpolicies",
+                "MutatingAdmissionPolicyBinding" => "mutatingadmissionpolicybindings",
+                other => anyhow::bail!("{file}: unexpected kind {other}"),
+            };
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
+                plural,
+            );
+            Api::<DynamicObject>::all_with(hub.clone(), &ar)
+                .patch(
+                    &name,
+                    &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
+                    &Patch::Apply(&doc),
+                )
+                .await
+                .with_context(|| format!("installing {kind} {name} on the hub"))?;
+        }
     }
     Ok(())
 }
@@ -501,7 +516,7 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
     install_crds(hub)
         .await
         .context("installing CRDs on the hub")?;
-    install_hub_pod_policy(hub).await?;
+    install_hub_policies(hub).await?;
     apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token)))
         .await
         .context("registering the member on the hub")?;

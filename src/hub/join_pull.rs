@@ -223,7 +223,7 @@ pub async fn join_pull(
     install_crds(hub)
         .await
         .context("installing CRDs on the hub")?;
-    crate::hub::join::install_hub_pod_policy(hub).await?;
+    crate::hub::join::install_hub_policies(hub).await?;
     install_crds(member)
         .await
         .context("installing CRDs in the member")?;

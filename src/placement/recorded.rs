@@ -11,6 +11,7 @@ use crate::api::common::{ClusterPlacement, MemberDecision, PlacementDecision, Pl
 /// The decision as written into hub status.
 pub fn to_status(d: &Decision) -> PlacementDecision {
     PlacementDecision {
+        generation: None,
         members: Vec::new(),
         queue: None,
         preemptions: Vec::new(),
@@ -129,6 +130,7 @@ mod tests {
     #[test]
     fn a_record_without_pods_or_with_a_negative_count_charges_one_pod() {
         let recorded = PlacementDecision {
+            generation: None,
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),

@@ -488,6 +488,7 @@ mod tests {
 
     fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
         PlacementDecision {
+            generation: None,
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),
@@ -509,6 +510,7 @@ mod tests {
     /// A job set's decision: (cluster, shard range) per member.
     fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
         PlacementDecision {
+            generation: None,
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),

@@ -382,6 +382,7 @@ mod golden {
 
     fn placement(parts: &[(&str, Option<i32>, Option<&str>)]) -> PlacementDecision {
         PlacementDecision {
+            generation: None,
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),

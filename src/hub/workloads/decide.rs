@@ -59,10 +59,17 @@ impl Remembered {
         }
         let annotations = obj.annotations();
         Remembered {
+            // Recorded with the decision in the status; a hub before that recorded it in
+            // an annotation.
+            decided_for: stored_decision
+                .as_ref()
+                .and_then(|d| d.generation)
+                .or_else(|| {
+                    annotations
+                        .get(ANNOTATION_PLACEMENT_GENERATION)
+                        .and_then(|g| g.parse::<i64>().ok())
+                }),
             previous: stored_decision,
-            decided_for: annotations
-                .get(ANNOTATION_PLACEMENT_GENERATION)
-                .and_then(|g| g.parse::<i64>().ok()),
             failed_over_from: annotations
                 .get(ANNOTATION_FAILED_OVER_FROM)
                 .map(|s| {
@@ -651,29 +658,40 @@ async fn plan_again<K: PinterestKind>(
             .clone()
             .or_else(|| remembered.failover_message.clone())
     };
-    let mut patch = serde_json::json!({"metadata": {"annotations": {
-        ANNOTATION_PLACEMENT_GENERATION: obj.meta().generation.unwrap_or(0).to_string(),
-        ANNOTATION_FAILED_OVER_FROM: (!failed_over.is_empty())
-            .then(|| failed_over.iter().cloned().collect::<Vec<_>>().join(",")),
-        ANNOTATION_FAILOVER_MESSAGE: message.clone(),
-    }}});
-    if needs_finalizer {
-        let mut f = obj.finalizers().to_vec();
-        f.push(FINALIZER.to_string());
-        patch["metadata"]["finalizers"] = serde_json::json!(f);
-    }
-    let stored = hub_api(ctx, obj)
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(HubError::RecordDecision)?;
-    let written = ctx.record_write(
-        obj,
-        None,
-        &stored,
-        Wrote::Metadata {
-            finalizer: needs_finalizer,
-        },
-    );
+    // The decision and its generation are recorded with the status. A metadata write is
+    // made only for what the status cannot carry: the finalizer (set at creation by the
+    // hub's admission policy, `deploy/hub/finalizer-policy.yaml`, when it is installed)
+    // and the failover record, when either changes — not on a routine placement.
+    let failover_changed =
+        failed_over != remembered.failed_over_from || message != remembered.failover_message;
+    let written = if needs_finalizer || failover_changed {
+        let mut patch = serde_json::json!({"metadata": {"annotations": {
+            // (Where a hub before this one recorded the generation; the status has it.)
+            ANNOTATION_PLACEMENT_GENERATION: null,
+            ANNOTATION_FAILED_OVER_FROM: (!failed_over.is_empty())
+                .then(|| failed_over.iter().cloned().collect::<Vec<_>>().join(",")),
+            ANNOTATION_FAILOVER_MESSAGE: message.clone(),
+        }}});
+        if needs_finalizer {
+            let mut f = obj.finalizers().to_vec();
+            f.push(FINALIZER.to_string());
+            patch["metadata"]["finalizers"] = serde_json::json!(f);
+        }
+        let stored = hub_api(ctx, obj)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(HubError::RecordDecision)?;
+        ctx.record_write(
+            obj,
+            None,
+            &stored,
+            Wrote::Metadata {
+                finalizer: needs_finalizer,
+            },
+        )
+    } else {
+        None
+    };
     tracing::info!(workload = %key, decision = %outcome.decision.to_json(), took = ?started.elapsed(), "placed");
     if let Ok(mut d) = ctx.decisions.lock() {
         d.insert(
@@ -683,6 +701,7 @@ async fn plan_again<K: PinterestKind>(
                 failed_over_from: failed_over,
                 failover_message: message,
                 decision: crate::api::common::PlacementDecision {
+                    generation: obj.meta().generation,
                     members: reasons.clone(),
                     ..recorded::to_status(&outcome.decision)
                 },

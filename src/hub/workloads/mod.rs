@@ -479,10 +479,10 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     let standings = health::Standings::read(ctx, obj, now);
     let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
     let mut remembered = decide::Remembered::read(ctx, obj, stored_part.placement.clone());
-    if remembered.previous.is_none() && remembered.decided_for.is_some() {
-        // Placed (that record is written before any slice), but the decision itself was
-        // never recorded where this process reads it: a leader stopped before its status
-        // write, which waits under a burst. Plan again from what the members run, so
+    if remembered.previous.is_none() {
+        // No decision recorded where this process reads it: a new workload, or one a
+        // leader stopped before its status write (which waits under a burst) had placed —
+        // slices may be out in the members. Plan again from what the members run, so
         // nothing that runs moves without need — once every member that may hold a part
         // is Ready again: one NotReady within its failover grace (down, or its first
         // heartbeat under this leader not in yet) is waited for, not planned around.
@@ -493,8 +493,14 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             .map(|(m, _)| m)
             .collect();
         // (Without failover a NotReady member waits for good; its share is planned
-        // around, as for a workload placed while it was down.)
-        if standings.fails_over && !waiting.is_empty() {
+        // around, as for a workload placed while it was down.) Whether it may have
+        // slices: a revision is recorded before any slice carries it (a hub before this
+        // one recorded the decision's generation in an annotation) — asked only while a
+        // member is waited for; every Ready member's slices are in this process's caches.
+        if standings.fails_over
+            && !waiting.is_empty()
+            && (remembered.decided_for.is_some() || revisions::any_recorded(ctx, obj).await?)
+        {
             tracing::info!(workload = %workload_key(obj), members = ?waiting, "no recorded decision; waiting for every member that may hold a slice");
             return Ok(Action::requeue(
                 standings.requeue.min(std::time::Duration::from_secs(5)),
@@ -572,6 +578,8 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &now_time,
     );
     let api_decision = crate::api::common::PlacementDecision {
+        // Kept or made, a decision of this reconcile is for the generation it read.
+        generation: obj.meta().generation,
         members: decided.reasons.clone(),
         queue: decided.queue.clone(),
         preemptions: priority::records(

@@ -36,6 +36,12 @@ impl RevisionCache {
             .cloned()
     }
 
+    fn has_any(&self, uid: &str) -> bool {
+        self.contents
+            .lock()
+            .is_ok_and(|c| c.keys().any(|(u, _)| u == uid))
+    }
+
     fn put(&self, uid: &str, revision: i64, content: Arc<serde_json::Value>) {
         if let Ok(mut c) = self.contents.lock() {
             if c.len() >= CACHE_LIMIT {
@@ -107,6 +113,23 @@ pub async fn record<K: PinterestKind>(
 
 /// Drops revisions older than the newest `limit` (best effort: a failure leaves one more
 /// record, retried at the next revision).
+/// Whether any revision of `obj` is recorded on the hub (one is written before any slice
+/// carries it: none means no slice of it is out in a member). One metadata LIST, limit 1.
+pub async fn any_recorded<K: PinterestKind>(ctx: &HubContext, obj: &K) -> Result<bool, HubError> {
+    let uid = obj.uid().unwrap_or_default();
+    if ctx.revisions.has_any(&uid) {
+        return Ok(true);
+    }
+    let lp = ListParams::default()
+        .labels(&format!("{LABEL_REVISION_OF}={uid}"))
+        .limit(1);
+    let list = api(ctx, &obj.namespace().unwrap_or_default())
+        .list_metadata(&lp)
+        .await
+        .map_err(HubError::ReadRevision)?;
+    Ok(!list.items.is_empty())
+}
+
 async fn prune(
     ctx: &HubContext,
     ns: &str,
