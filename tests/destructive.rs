@@ -182,6 +182,33 @@ async fn destructive_a_stopped_member_turns_not_ready_and_recovers() {
 /// often it restarts. kube's controller paused all of a kind's triggers for up to a minute
 /// on every watch error (each watch fails once with 410 Gone after a restart); an agent
 /// took ~100 s to see a new PinterestService, and the hub's e2e tests saw it miss slices.
+/// A service of one small replica, for an agent to expand in its member.
+fn one_replica_service(name: &str) -> pinfed::api::service::PinterestService {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+        }
+    }))
+    .unwrap()
+}
+
+/// A check for `eventually`: Deployment `name` is there.
+fn deployment_present(
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+    name: &'static str,
+) -> impl FnMut() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + use<> {
+    let deployments = deployments.clone();
+    move || {
+        let deployments = deployments.clone();
+        Box::pin(async move { deployments.get_opt(name).await.ok().flatten().is_some() })
+    }
+}
+
 #[tokio::test]
 async fn destructive_an_agent_takes_new_objects_soon_after_each_restart_of_its_api_server() {
     use k8s_openapi::api::apps::v1::Deployment;
@@ -211,27 +238,10 @@ async fn destructive_an_agent_takes_new_objects_soon_after_each_restart_of_its_a
     let services: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let create = |name: &str| {
-        let svc: PinterestService = serde_json::from_value(serde_json::json!({
-            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
-            "metadata": {"name": name},
-            "spec": {
-                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
-                "replicas": 1,
-                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
-            }
-        }))
-        .unwrap();
-        let services = services.clone();
+        let (services, svc) = (services.clone(), one_replica_service(name));
         async move { services.create(&PostParams::default(), &svc).await.unwrap() }
     };
-    let deployment_of = |name: &'static str| {
-        let deployments = deployments.clone();
-        move || {
-            let deployments = deployments.clone();
-            async move { deployments.get_opt(name).await.ok().flatten().is_some() }
-        }
-    };
+    let deployment_of = |name: &'static str| deployment_present(&deployments, name);
     create("before").await;
     support::eventually(
         Duration::from_secs(60),
@@ -334,27 +344,10 @@ async fn destructive_a_standby_agent_takes_over_when_the_leading_one_is_killed()
     let services: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let create = |name: &str| {
-        let svc: PinterestService = serde_json::from_value(serde_json::json!({
-            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
-            "metadata": {"name": name},
-            "spec": {
-                "owner": {"team": "ads", "contact": "ads@pinterest.com"},
-                "replicas": 1,
-                "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
-            }
-        }))
-        .unwrap();
-        let services = services.clone();
+        let (services, svc) = (services.clone(), one_replica_service(name));
         async move { services.create(&PostParams::default(), &svc).await.unwrap() }
     };
-    let deployment_of = |name: &'static str| {
-        let deployments = deployments.clone();
-        move || {
-            let deployments = deployments.clone();
-            async move { deployments.get_opt(name).await.ok().flatten().is_some() }
-        }
-    };
+    let deployment_of = |name: &'static str| deployment_present(&deployments, name);
     create("first").await;
     support::eventually(
         Duration::from_secs(60),

@@ -42,6 +42,6 @@ pub use ledger::{Ledger, Reservation};
 pub use model::{
     Bounds, ClusterView, Count, Demand, GangRole, Limits, NodeRoom, PlacementPolicy, PodShape,
     QuotaUse, QuotaView, Requirement, Resources, Selector, SelectorOperator, Spread, Strategy,
-    Taint, TaintEffect, Toleration, TolerationOperator, must_leave,
+    Taint, TaintEffect, Toleration, TolerationOperator, missing_everywhere, must_leave,
 };
 pub use shards::parallelism_shares;

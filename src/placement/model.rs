@@ -286,6 +286,30 @@ pub fn must_leave(policy: &PlacementPolicy, view: &ClusterView) -> Option<String
         })
 }
 
+/// For a workload that runs in every member that admits it (a daemon, a duplicated
+/// service): a Ready member it does not run in although its policy admits it there by
+/// name, selector and taints — its decision was made while that member could not take
+/// it (still connecting, its capacity not yet trusted) and is planned again; room
+/// decides the rest.
+pub fn missing_everywhere<'v>(
+    policy: &PlacementPolicy,
+    placed: &BTreeSet<&str>,
+    views: &'v [ClusterView],
+) -> Option<&'v str> {
+    views
+        .iter()
+        .filter(|v| v.ready && !placed.contains(v.name.as_str()))
+        .filter(|v| policy.cluster_names.is_empty() || policy.cluster_names.contains(&v.name))
+        .filter(|v| {
+            !v.taints.iter().any(|t| {
+                matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
+                    && !policy.tolerations.iter().any(|x| x.tolerates(t))
+            })
+        })
+        .find(|v| must_leave(policy, v).is_none())
+        .map(|v| v.name.as_str())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SelectorOperator {
     In,

@@ -1408,3 +1408,53 @@ fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_cha
         16
     );
 }
+
+#[test]
+fn a_ready_member_an_everywhere_workload_does_not_run_in_is_found_unless_it_is_not_admitted() {
+    let view = |name: &str, ready: bool, labels: &[(&str, &str)], taints: Vec<Taint>| ClusterView {
+        name: name.into(),
+        zone: None,
+        region: None,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        taints,
+        weight: 1,
+        ready,
+        nodes: Vec::new(),
+    };
+    let policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
+    let placed: BTreeSet<&str> = ["use1a"].into();
+    let views = vec![
+        view("use1a", true, &[], vec![]),
+        view("use1b", false, &[], vec![]),
+        view("use1c", true, &[], vec![]),
+    ];
+    // use1c came up after the decision; use1b is not Ready.
+    assert_eq!(missing_everywhere(&policy, &placed, &views), Some("use1c"));
+    let all: BTreeSet<&str> = ["use1a", "use1c"].into();
+    assert_eq!(missing_everywhere(&policy, &all, &views), None);
+    // Not admitted there: another name asked for, a selector it does not match, a taint
+    // not tolerated.
+    let mut named = policy.clone();
+    named.cluster_names = vec!["use1a".into()];
+    assert_eq!(missing_everywhere(&named, &placed, &views), None);
+    let mut gold = policy.clone();
+    gold.cluster_selector.match_labels = [("tier".to_string(), "gold".to_string())].into();
+    assert_eq!(missing_everywhere(&gold, &placed, &views), None);
+    let tainted = vec![
+        view("use1a", true, &[], vec![]),
+        view(
+            "use1c",
+            true,
+            &[],
+            vec![Taint {
+                key: "maintenance".into(),
+                value: "".into(),
+                effect: TaintEffect::NoSchedule,
+            }],
+        ),
+    ];
+    assert_eq!(missing_everywhere(&policy, &placed, &tainted), None);
+}

@@ -181,10 +181,20 @@ pub async fn decide<K: PinterestKind>(
         !p.placements.is_empty()
             && (p.placements.len() as u32) < policy.spread.min_clusters.min(eligible)
     };
+    // A workload that runs in every member that admits it (a daemon, a duplicated
+    // service) and is missing from a Ready member that does: planned again (its decision
+    // was made while that member could not take it, e.g. still connecting).
+    let missing_somewhere = |p: &PlacementDecision| {
+        p.strategy == Some(crate::api::common::PlacementStrategy::Duplicated) && {
+            let placed: BTreeSet<&str> = p.placements.iter().map(|c| c.cluster.as_str()).collect();
+            placement::missing_everywhere(&policy, &placed, views()).is_some()
+        }
+    };
     let unchanged = remembered.previous.as_ref().filter(|p| {
         remembered.decided_for == Some(generation)
             && p.unplaced == 0
             && !spread_short(p)
+            && !missing_somewhere(p)
             && lost_placed.is_empty()
             && failback.is_empty()
             && owed.is_empty()
