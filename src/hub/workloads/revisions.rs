@@ -111,8 +111,6 @@ pub async fn record<K: PinterestKind>(
     Ok(())
 }
 
-/// Drops revisions older than the newest `limit` (best effort: a failure leaves one more
-/// record, retried at the next revision).
 /// Whether any revision of `obj` is recorded on the hub (one is written before any slice
 /// carries it: none means no slice of it is out in a member). One metadata LIST, limit 1.
 pub async fn any_recorded<K: PinterestKind>(ctx: &HubContext, obj: &K) -> Result<bool, HubError> {
@@ -130,6 +128,8 @@ pub async fn any_recorded<K: PinterestKind>(ctx: &HubContext, obj: &K) -> Result
     Ok(!list.items.is_empty())
 }
 
+/// Drops revisions older than the newest `limit` (best effort: a failure leaves one more
+/// record, retried at the next revision).
 async fn prune(
     ctx: &HubContext,
     ns: &str,
