@@ -1228,10 +1228,15 @@ fn selector_label_agrees_with_selector_labels() {
     assert_eq!(overridden.selector_label(ZONE_LABEL), Some("label-zone"));
 }
 
-#[test]
-fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
-    let view = |labels: &[(&str, &str)], taints: Vec<Taint>| ClusterView {
-        name: "use1a".into(),
+/// A member without nodes, for the tests of which members a workload must leave or reach.
+fn member_view(
+    name: &str,
+    ready: bool,
+    labels: &[(&str, &str)],
+    taints: Vec<Taint>,
+) -> ClusterView {
+    ClusterView {
+        name: name.into(),
         zone: None,
         region: None,
         labels: labels
@@ -1240,9 +1245,15 @@ fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
             .collect(),
         taints,
         weight: 1,
-        ready: true,
+        ready,
         nodes: Vec::new(),
-    };
+    }
+}
+
+#[test]
+fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
+    let view =
+        |labels: &[(&str, &str)], taints: Vec<Taint>| member_view("use1a", true, labels, taints);
     let taint = |effect| Taint {
         key: "maintenance".into(),
         value: "".into(),
@@ -1411,19 +1422,7 @@ fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_cha
 
 #[test]
 fn a_ready_member_an_everywhere_workload_does_not_run_in_is_found_unless_it_is_not_admitted() {
-    let view = |name: &str, ready: bool, labels: &[(&str, &str)], taints: Vec<Taint>| ClusterView {
-        name: name.into(),
-        zone: None,
-        region: None,
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        taints,
-        weight: 1,
-        ready,
-        nodes: Vec::new(),
-    };
+    let view = member_view;
     let policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
     let placed: BTreeSet<&str> = ["use1a"].into();
     let views = vec![
