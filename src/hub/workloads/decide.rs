@@ -246,7 +246,10 @@ pub async fn decide<K: PinterestKind>(
                 .cloned();
             let mut demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
                 Ok(d) => d,
-                Err(e) => return Ok(Outcome::Invalid(e.invalid().to_string())),
+                Err(e) => {
+                    ctx.priority.restore(&key, &owed);
+                    return Ok(Outcome::Invalid(e.invalid().to_string()));
+                }
             };
             // Overrides: each member's pod and bounds as its rules make them, and the
             // rules checked against the members there are (held Invalid otherwise; the
@@ -261,6 +264,7 @@ pub async fn decide<K: PinterestKind>(
                     &mut planned,
                 )
             {
+                ctx.priority.restore(&key, &owed);
                 return Ok(Outcome::Invalid(e.to_string()));
             }
             let quotas = quotas_of(ctx, &ns, &profiles).await?;

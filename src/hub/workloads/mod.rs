@@ -533,6 +533,10 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             }
             decide::Outcome::Decided(d) => d,
         };
+    // The evictions this decision applied count once its status records them: a reconcile
+    // that ends before (an error, a write held back for a backlog) leaves them owed.
+    let mut evictions =
+        priority::Unrecorded::new(&ctx.priority, workload_key(obj), &decided.evicted);
 
     // Which revision each member runs (a new revision is recorded before any slice
     // carries it).
@@ -676,6 +680,9 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             EventType::Normal
         };
         ctx.event(obj, type_, n.reason, n.message.clone()).await;
+    }
+    if written.is_ok() {
+        evictions.recorded();
     }
     written?;
     ctx.hub_metrics

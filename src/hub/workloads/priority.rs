@@ -131,12 +131,53 @@ impl PriorityState {
             .unwrap_or_default()
     }
 
+    /// Puts back evictions taken by a reconcile whose status was not written (held back
+    /// for a backlog, or the write failed): the next reconcile applies them. No wake: the
+    /// reconcile's own requeue comes back for them.
+    pub fn restore(&self, key: &str, taken: &[Eviction]) {
+        if taken.is_empty() {
+            return;
+        }
+        if let Ok(mut all) = self.evictions.lock() {
+            let owed = all.entry(key.to_string()).or_default();
+            owed.splice(0..0, taken.iter().cloned());
+        }
+    }
+
     /// Records what `victim` owes and wakes it.
     pub fn owe(&self, victim: &str, e: Eviction) {
         if let Ok(mut all) = self.evictions.lock() {
             all.entry(victim.to_string()).or_default().push(e);
         }
         self.wake(victim);
+    }
+}
+
+/// Evictions a reconcile took, put back unless its status recorded them.
+pub struct Unrecorded<'a> {
+    state: &'a PriorityState,
+    key: String,
+    taken: Vec<Eviction>,
+}
+
+impl<'a> Unrecorded<'a> {
+    pub fn new(state: &'a PriorityState, key: String, taken: &[Eviction]) -> Unrecorded<'a> {
+        Unrecorded {
+            state,
+            key,
+            taken: taken.to_vec(),
+        }
+    }
+
+    /// The status that records them is written.
+    pub fn recorded(&mut self) {
+        self.taken.clear();
+    }
+}
+
+impl Drop for Unrecorded<'_> {
+    fn drop(&mut self) {
+        self.state.restore(&self.key, &self.taken);
     }
 }
 
@@ -411,6 +452,35 @@ mod tests {
             pods: 3,
             reason: "room for a gang".into(),
         }
+    }
+
+    #[test]
+    fn evictions_a_reconcile_took_are_owed_again_unless_its_status_recorded_them() {
+        let classes =
+            kube::runtime::reflector::store::Writer::<PriorityClass>::default().as_reader();
+        let state = PriorityState::new(classes, Aging::default(), true);
+        let key = "PinterestJobSet/ns/batch";
+        state.owe(key, eviction("use1a", "2,4", 0, false));
+        {
+            let taken = state.take_evictions(key);
+            assert_eq!(taken.len(), 1);
+            // Held back for a backlog, or the write failed: the guard drops unrecorded.
+            let _guard = Unrecorded::new(&state, key.into(), &taken);
+        }
+        let again = state.take_evictions(key);
+        assert_eq!(
+            again,
+            vec![eviction("use1a", "2,4", 0, false)],
+            "owed again"
+        );
+        {
+            let mut guard = Unrecorded::new(&state, key.into(), &again);
+            guard.recorded();
+        }
+        assert!(
+            state.take_evictions(key).is_empty(),
+            "recorded once, applied once"
+        );
     }
 
     #[test]
