@@ -334,27 +334,42 @@ fn add_shards(decision: &mut Decision, cluster: &str, held: &RangeSet) {
     }
 }
 
-/// A member back from a loss keeps what runs there while it settles (it takes nothing
-/// new), so a re-plan in that window — the engine places only on Ready members — gives it
-/// back the unfinished shards it held, taking them from whichever cluster the plan gave
-/// them to. Without this a plan made while a member settles moved its running shards.
-pub fn keep_settling_shards(
+/// A member that keeps the workload keeps the unfinished shards it holds through a
+/// re-plan, taking them from whichever cluster the plan gave them to. `staying`: the
+/// members a job set's shards may stay in — live ones it may still run in, and ones back
+/// from a loss while they settle (the engine places only on Ready members). Moving a shard
+/// between live members restarts it, and one whose Job completes while it moves runs
+/// twice; so only shards of a lost member, of a member the workload must leave, or given
+/// up to a preemptor move. `unfinished`: the job set's shards not completed (within its
+/// count); the decision's `unplaced` is counted again from them.
+pub fn keep_held_shards(
     decision: &mut Decision,
     previous: &Decision,
-    completed: &RangeSet,
-    settling: &BTreeSet<String>,
+    unfinished: &RangeSet,
+    staying: &BTreeSet<String>,
 ) {
+    let mut changed = false;
     for p in previous
         .placements
         .iter()
-        .filter(|p| settling.contains(&p.cluster))
+        .filter(|p| staying.contains(&p.cluster))
     {
         let Some(held) = shards_of(p)
-            .map(|s| s.difference(completed))
+            .map(|s| s.intersection(unfinished))
             .filter(|s| !s.is_empty())
         else {
             continue;
         };
+        if decision
+            .placements
+            .iter()
+            .find(|n| n.cluster == p.cluster)
+            .and_then(shards_of)
+            .is_some_and(|now| held.difference(&now).is_empty())
+        {
+            continue;
+        }
+        changed = true;
         // Taken from the others (one left with nothing drops out), then given back.
         decision.placements.retain_mut(|n| {
             let Some(now) = shards_of(n) else {
@@ -368,6 +383,18 @@ pub fn keep_settling_shards(
             !left.is_empty() || now.is_empty()
         });
         add_shards(decision, &p.cluster, &held);
+    }
+    if changed {
+        let placed = decision
+            .placements
+            .iter()
+            .filter_map(shards_of)
+            .fold(RangeSet::new(), |a, s| a.union(&s));
+        let left = unfinished.difference(&placed).len();
+        decision.unplaced = u32::try_from(left).unwrap_or(u32::MAX);
+        if left == 0 {
+            decision.reason = None;
+        }
     }
     decision
         .placements
@@ -646,12 +673,12 @@ mod tests {
     }
 
     #[test]
-    fn a_settling_member_keeps_its_unfinished_shards_through_a_re_plan() {
+    fn a_staying_member_keeps_its_unfinished_shards_through_a_re_plan() {
         let previous = shards(&[("a", "0-1"), ("b", "2-3"), ("c", "4-5")]);
         // The plan (c not Ready) gave c's shards to a and b; shard 4 is done.
         let mut d = shards(&[("a", "0-1,4"), ("b", "2-3,5")]);
-        let completed = RangeSet::parse("4").unwrap();
-        keep_settling_shards(&mut d, &previous, &completed, &set(&["c"]));
+        let unfinished = RangeSet::parse("0-3,5").unwrap();
+        keep_held_shards(&mut d, &previous, &unfinished, &set(&["c"]));
         let got: Vec<(&str, Option<&str>)> = d
             .placements
             .iter()
@@ -663,13 +690,42 @@ mod tests {
         );
         // A cluster left with nothing drops out; nothing changes without a settling member.
         let mut d = shards(&[("a", "0-3"), ("b", "4-5")]);
-        keep_settling_shards(&mut d, &previous, &RangeSet::new(), &set(&["c"]));
+        keep_held_shards(&mut d, &previous, &RangeSet::full(6), &set(&["c"]));
         assert_eq!(d.placements.len(), 2);
         assert_eq!(d.placements[1].cluster, "c");
         assert_eq!(d.placements[1].shards.as_deref(), Some("4-5"));
         let mut same = shards(&[("a", "0-2"), ("b", "3-5")]);
-        keep_settling_shards(&mut same, &previous, &RangeSet::new(), &BTreeSet::new());
+        keep_held_shards(&mut same, &previous, &RangeSet::full(6), &BTreeSet::new());
         assert_eq!(same, shards(&[("a", "0-2"), ("b", "3-5")]));
+    }
+
+    #[test]
+    fn a_re_plan_never_moves_running_shards_between_live_members_only_the_unplaced() {
+        // b ran all six after a failed over; a is back: the plan splits 3/3, but b keeps
+        // what it holds (restarting them in a would run a shard whose Job completes in
+        // the move twice).
+        let previous = shards(&[("b", "0-5")]);
+        let mut d = shards(&[("a", "0-2"), ("b", "3-5")]);
+        keep_held_shards(&mut d, &previous, &RangeSet::full(6), &set(&["a", "b"]));
+        assert_eq!(d, shards(&[("b", "0-5")]));
+        // Shards the previous decision left unplaced go where the plan put them; unplaced
+        // is counted again from what is placed.
+        let mut previous = shards(&[("b", "0-3")]);
+        previous.unplaced = 4;
+        let mut d = shards(&[("a", "0-2,6-7"), ("b", "3-5")]);
+        d.unplaced = 0;
+        keep_held_shards(&mut d, &previous, &RangeSet::full(8), &set(&["a", "b"]));
+        assert_eq!(d, shards(&[("a", "6-7"), ("b", "0-5")]));
+        // A smaller plan (less room now) keeps them and owes the rest.
+        let mut d = shards(&[("a", "4-5")]);
+        d.unplaced = 6;
+        d.reason = Some("InsufficientCapacity".into());
+        keep_held_shards(&mut d, &previous, &RangeSet::full(8), &set(&["a", "b"]));
+        assert_eq!(d.unplaced, 2, "{d:?}");
+        // A member not staying (lost, left, out of the policy) keeps nothing.
+        let mut d = shards(&[("a", "0-3")]);
+        keep_held_shards(&mut d, &previous, &RangeSet::full(4), &set(&["a"]));
+        assert_eq!(d, shards(&[("a", "0-3")]));
     }
 
     #[test]

@@ -536,10 +536,39 @@ async fn plan_again<K: PinterestKind>(
     } else {
         current.as_ref()
     };
-    if let (Some(b), placement::Count::Shards { completed, .. }) = (kept_from, &r.demand.count) {
+    if let (
+        Some(b),
+        placement::Count::Shards {
+            completed, total, ..
+        },
+    ) = (kept_from, &r.demand.count)
+    {
         let completed = RangeSet::from_indices(completed.iter().copied());
-        failover::keep_settling_shards(&mut outcome.decision, b, &completed, &standings.settling);
+        // Live members it may still run in, and members settling back from a loss, keep
+        // the shards they hold (failover::keep_held_shards says why).
+        let staying: BTreeSet<String> = b
+            .placements
+            .iter()
+            .map(|p| &p.cluster)
+            .filter(|c| {
+                standings.settling.contains(*c)
+                    || (standings.ready.contains(*c)
+                        && !r.lost_placed.contains(*c)
+                        && !r.leaving.contains_key(*c)
+                        && (policy.cluster_names.is_empty() || policy.cluster_names.contains(*c))
+                        && views
+                            .iter()
+                            .find(|v| &v.name == *c)
+                            .is_some_and(|v| placement::must_leave(&policy, v).is_none()))
+            })
+            .cloned()
+            .collect();
+        let unfinished = RangeSet::full(*total).difference(&completed);
+        failover::keep_held_shards(&mut outcome.decision, b, &unfinished, &staying);
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
+        // Charged as kept (a shard kept where it runs counts, whatever the plan said).
+        ctx.quota_book
+            .set(&key, &ns, from_quota::usage_of(&outcome.decision, r.demand));
     }
     let quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
     // The queue: in it while part waits (keeping its first wait), out once all is placed.
