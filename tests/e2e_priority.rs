@@ -21,6 +21,8 @@ use support::{Daemon, Federation, TestNamespace, eventually_logged, join_all, st
 
 const WAIT: Duration = Duration::from_secs(120);
 const MEMBER: &str = "use1a";
+/// The pull member, filled on its GPU pool (two nodes of 8 GPUs) by the pull scenario.
+const PULL_MEMBER: &str = "use1c";
 
 /// PriorityClasses on the hub for this test; removed when dropped (cluster-scoped: a
 /// failed test must not leave them to the next run).
@@ -158,11 +160,31 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
         d.extend(support::spawn_agents(&fed));
         d
     };
-    let logs: Vec<&Daemon> = daemons.iter().take(2).collect();
+    // The push member and the pull member side by side, under one hub: the hub's view of
+    // a pull member's pods is its agent's report.
+    let push_logs: Vec<&Daemon> = daemons.iter().take(2).collect();
+    let pull_logs: Vec<&Daemon> = [&daemons[0]]
+        .into_iter()
+        .chain(
+            daemons
+                .iter()
+                .skip(1)
+                .filter(|d| d.name.contains(PULL_MEMBER)),
+        )
+        .collect();
+    tokio::join!(
+        in_the_push_member(&fed, &push_logs),
+        in_the_pull_member(&fed, &pull_logs)
+    );
+}
+
+/// use1a: the queue, preemption of the fewest shards, the class on the member's pods, and
+/// every shard completing once.
+async fn in_the_push_member(fed: &Federation, logs: &[&Daemon]) {
     let hub = fed.hub();
     let tag = support::unique_name("prio");
     let classes = Classes::create(
-        &fed,
+        fed,
         "hub",
         &tag,
         &[
@@ -175,7 +197,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     .await;
     // The member's admins accept the high class only: it goes on the gang's pods there,
     // the low one (not in the member) stays off the shards' pods.
-    let member_classes = Classes::create(&fed, MEMBER, &tag, &[("high", 1000, false)]).await;
+    let member_classes = Classes::create(fed, MEMBER, &tag, &[("high", 1000, false)]).await;
     let class = |c: &str| format!("{tag}-{c}");
     let ns = TestNamespace::create(&hub, "prio").await;
     let _guard = NamespaceGuard(ns.name.clone());
@@ -207,7 +229,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     }))
     .unwrap();
     services.create(&PostParams::default(), &web).await.unwrap();
-    eventually_logged(WAIT, "8 shards running in the member", &logs, || {
+    eventually_logged(WAIT, "8 shards running in the member", logs, || {
         let sets = sets.clone();
         async move {
             let s = status_of(&sets, "batch").await;
@@ -251,7 +273,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     eventually_logged(
         Duration::from_secs(30),
         "batch2, polite and urgent waiting in the queue, in priority order",
-        &logs,
+        logs,
         || {
             let sets = sets.clone();
             async move {
@@ -292,7 +314,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     }))
     .unwrap();
     gangs.create(&PostParams::default(), &gang).await.unwrap();
-    eventually_logged(WAIT, "the gang placed whole on the member", &logs, || {
+    eventually_logged(WAIT, "the gang placed whole on the member", logs, || {
         let gangs = gangs.clone();
         async move {
             let s = status_of(&gangs, "gang").await;
@@ -306,7 +328,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     eventually_logged(
         Duration::from_secs(30),
         "the job set recording its preemption",
-        &logs,
+        logs,
         || {
             let sets = sets.clone();
             async move { !preemptions(&status_of(&sets, "batch").await).is_empty() }
@@ -335,7 +357,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     eventually_logged(
         Duration::from_secs(30),
         "a Preempted Warning on the job set and a Preempting Event on the gang",
-        &logs,
+        logs,
         || {
             let events = events.clone();
             async move {
@@ -370,7 +392,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     eventually_logged(
         WAIT,
         "the gang's two pods running in the member",
-        &logs,
+        logs,
         || {
             let jobs = jobs.clone();
             async move {
@@ -422,7 +444,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     eventually_logged(
         Duration::from_secs(180),
         "every shard of the job set completed, and the queue emptied",
-        &logs,
+        logs,
         || {
             let sets = sets.clone();
             async move {
@@ -472,4 +494,133 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
     ns.delete_and_wait(WAIT).await;
     drop(classes);
     drop(member_classes);
+}
+
+/// A pod of `gpus` GPUs on the pull member's tainted GPU pool, running `run_for`.
+fn gpu_pod(gpus: u32, run_for: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run_for}},
+        "spec": {
+            "nodeSelector": {"pinterest.com/pool": "gpu"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            "containers": [{"name": "train", "image": "registry.example/train:1",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus},
+                              "limits": {"nvidia.com/gpu": gpus}}}]}
+    })
+}
+
+/// use1c, a pull member (the hub never connects to it): four low-priority shards of 4
+/// GPUs fill its two GPU nodes; a high-priority job set of one 8-GPU shard is placed by
+/// preempting the two shards of one node — victims chosen from the pods its agent reports.
+async fn in_the_pull_member(fed: &Federation, logs: &[&Daemon]) {
+    let hub = fed.hub();
+    let tag = support::unique_name("pprio");
+    let classes = Classes::create(
+        fed,
+        "hub",
+        &tag,
+        &[("low", 100, false), ("high", 1000, false)],
+    )
+    .await;
+    let class = |c: &str| format!("{tag}-{c}");
+    let ns = TestNamespace::create(&hub, "pprio").await;
+    let _guard = NamespaceGuard(ns.name.clone());
+    let sets: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    let on_pull = serde_json::json!({"clusterAffinity": {"clusterNames": [PULL_MEMBER]}});
+    let gpu_set =
+        |name: &str, class: String, shards: i32, gpus: u32, run_for: &str| -> PinterestJobSet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+                "metadata": {"name": name},
+                "spec": {"owner": owner(), "priorityClassName": class, "shards": shards,
+                    "placement": on_pull, "template": gpu_pod(gpus, run_for)}
+            }))
+            .unwrap()
+        };
+    sets.create(
+        &PostParams::default(),
+        &gpu_set("fill", class("low"), 4, 4, "600s"),
+    )
+    .await
+    .unwrap();
+    eventually_logged(
+        WAIT,
+        "4 GPU shards running in the pull member",
+        logs,
+        || {
+            let sets = sets.clone();
+            async move {
+                let s = status_of(&sets, "fill").await;
+                s["shardsRunning"] == 4 && s["placement"]["unplaced"] == 0
+            }
+        },
+    )
+    .await;
+    sets.create(
+        &PostParams::default(),
+        &gpu_set("whole-node", class("high"), 1, 8, "600s"),
+    )
+    .await
+    .unwrap();
+    eventually_logged(
+        WAIT,
+        "the 8-GPU shard placed in the pull member by preempting two shards of one node",
+        logs,
+        || {
+            let sets = sets.clone();
+            async move {
+                let s = status_of(&sets, "whole-node").await;
+                s["placement"]["unplaced"] == 0
+                    && !preemptions(&status_of(&sets, "fill").await).is_empty()
+            }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "fill").await;
+    let taken = preemptions(&st);
+    assert_eq!(taken.len(), 1, "one preemption: {st}");
+    assert_eq!(taken[0]["cluster"], PULL_MEMBER, "{st}");
+    assert_eq!(
+        taken[0]["pods"], 2,
+        "the two shards of one node, no more: {st}"
+    );
+    assert_eq!(taken[0]["byPriority"], 1000, "{st}");
+    // The member (read here with the topology's admin credential; the hub has none) runs
+    // the preemptor once the victims' Jobs are gone, and two of the four shards.
+    let jobs: Api<Job> = Api::namespaced(fed.client(PULL_MEMBER), &ns.name);
+    eventually_logged(
+        WAIT,
+        "the 8-GPU shard running in the pull member",
+        logs,
+        || {
+            let jobs = jobs.clone();
+            async move {
+                let active = |w: &'static str| {
+                    let jobs = jobs.clone();
+                    async move {
+                        jobs.list(
+                            &ListParams::default().labels(&format!("pinterest.com/workload={w}")),
+                        )
+                        .await
+                        .map(|l| {
+                            l.items
+                                .iter()
+                                .map(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0))
+                                .sum::<i32>()
+                        })
+                        .unwrap_or(-1)
+                    }
+                };
+                active("whole-node").await == 1 && active("fill").await == 2
+            }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "fill").await;
+    assert_eq!(
+        st["placement"]["unplaced"], 2,
+        "the preempted shards wait: {st}"
+    );
+    ns.delete_and_wait(WAIT).await;
+    drop(classes);
 }

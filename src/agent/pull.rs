@@ -356,12 +356,22 @@ async fn member_report(member: &Client, nodes: &Store<Node>, pods: &Store<Pod>) 
         nodes.iter().map(|n| n.as_ref()),
         pods.iter().map(|p| p.as_ref()),
     );
+    // The workloads' pods per node: the hub chooses preemption victims from them.
+    let running: Vec<capacity::WorkloadPod> = pods
+        .iter()
+        .filter_map(|p| capacity::workload_pod(p))
+        .collect();
+    let mut on_nodes = capacity::workload_reports(&running);
+    let mut node_pools = capacity::to_pools(&usage);
+    for n in node_pools.iter_mut().flat_map(|p| p.nodes.iter_mut()) {
+        n.workloads = on_nodes.remove(&n.name).unwrap_or_default();
+    }
     AgentReport {
         time: Some(Time(Timestamp::now())),
         healthy: version.is_some(),
         kubernetes_version: version,
         message,
-        node_pools: capacity::to_pools(&usage),
+        node_pools,
     }
 }
 

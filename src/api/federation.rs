@@ -294,6 +294,26 @@ pub struct NodeReport {
     pub schedulable: bool,
     /// Requests of the node's non-terminated pods.
     pub allocated: ResourceAmounts,
+    /// The Pinterest workloads' running pods on the node (a pull member reports them so
+    /// the hub can choose preemption victims there, as it does from a push member's pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<NodeWorkloadReport>,
+}
+
+/// Pods of one Pinterest workload on a node, all with the same requests.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWorkloadReport {
+    /// `Kind/namespace/name` of the workload.
+    pub workload: String,
+    /// How many of its pods run there.
+    pub pods: i32,
+    /// What each of them requests.
+    pub requests: ResourceAmounts,
+    /// A job set's shards among them, as a range list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub shards: Option<String>,
 }
 
 /// A slice left in a member by a hub resource that was deleted while the member was down.

@@ -341,53 +341,25 @@ impl Member {
     }
 }
 
-/// A running pod of a workload in a push member, for choosing preemption victims.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkloadPod {
-    /// `Kind/namespace/name` of its workload.
-    pub key: String,
-    pub node: String,
-    pub resources: crate::placement::Resources,
-    /// A job set's shard index.
-    pub shard: Option<u32>,
-}
+pub use crate::placement::capacity::WorkloadPod;
 
 impl Member {
-    /// The pods of Pinterest workloads bound to a node and not finished. A pull member
-    /// reports no pods: it has none here (preemption does not take from it).
+    /// The pods of Pinterest workloads bound to a node and not finished: a push member's
+    /// from the hub's pod cache, a pull member's as its agent last reported them (the
+    /// report the guard accepted).
     pub fn workload_pods(&self) -> Vec<WorkloadPod> {
-        let Link::Push { pods, .. } = &self.link else {
-            return Vec::new();
-        };
-        pods.state()
-            .iter()
-            .filter_map(|p| {
-                let labels = p.labels();
-                let name = labels.get(LABEL_WORKLOAD)?;
-                let kind = labels.get(LABEL_KIND)?;
-                let node = p.spec.as_ref()?.node_name.clone()?;
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                if matches!(phase, Some("Succeeded") | Some("Failed"))
-                    || p.metadata.deletion_timestamp.is_some()
-                {
-                    return None;
-                }
-                let r = capacity::pod_requests(p);
-                Some(WorkloadPod {
-                    key: format!("{kind}/{}/{name}", p.namespace().unwrap_or_default()),
-                    node,
-                    resources: crate::placement::Resources {
-                        cpu: r.cpu,
-                        memory: r.memory,
-                        gpu: i64::try_from(r.gpus.units()).unwrap_or(0),
-                        pods: 1,
-                    },
-                    shard: labels
-                        .get(crate::api::common::LABEL_SHARD)
-                        .and_then(|s| s.parse().ok()),
-                })
-            })
-            .collect()
+        match &self.link {
+            Link::Push { pods, .. } => pods
+                .state()
+                .iter()
+                .filter_map(|p| capacity::workload_pod(p))
+                .collect(),
+            Link::Pull { report } => report
+                .lock()
+                .ok()
+                .and_then(|g| g.accepted().map(|r| capacity::pods_of_pools(&r.node_pools)))
+                .unwrap_or_default(),
+        }
     }
 }
 

@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
 use crate::api::common::{LABEL_KIND, LABEL_SHARD, LABEL_WORKLOAD};
 use crate::api::federation::{
-    Amounts, NodePoolReport, NodeReport, NodeTaintReport, ResourceAmounts,
+    Amounts, NodePoolReport, NodeReport, NodeTaintReport, NodeWorkloadReport, ResourceAmounts,
 };
 use crate::api::quantity::Milli;
+use crate::api::ranges::RangeSet;
 
 pub const GPU: &str = "nvidia.com/gpu";
 
@@ -150,6 +151,112 @@ fn pod_is_active(p: &Pod) -> bool {
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
     )
+}
+
+/// A running pod of a Pinterest workload on a node, for choosing preemption victims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadPod {
+    /// `Kind/namespace/name` of its workload.
+    pub key: String,
+    pub node: String,
+    pub resources: super::Resources,
+    /// A job set's shard index.
+    pub shard: Option<u32>,
+}
+
+/// A pod of a Pinterest workload bound to a node and not finished (nor being deleted).
+pub fn workload_pod(p: &Pod) -> Option<WorkloadPod> {
+    let labels = p.metadata.labels.as_ref()?;
+    let name = labels.get(LABEL_WORKLOAD)?;
+    let kind = labels.get(LABEL_KIND)?;
+    let node = p.spec.as_ref()?.node_name.clone()?;
+    if !pod_is_active(p) || p.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let r = pod_requests(p);
+    Some(WorkloadPod {
+        key: format!(
+            "{kind}/{}/{name}",
+            p.metadata.namespace.as_deref().unwrap_or_default()
+        ),
+        node,
+        resources: resources_of(r),
+        shard: labels.get(LABEL_SHARD).and_then(|s| s.parse().ok()),
+    })
+}
+
+fn resources_of(r: Res) -> super::Resources {
+    super::Resources {
+        cpu: r.cpu,
+        memory: r.memory,
+        gpu: i64::try_from(r.gpus.units()).unwrap_or(0),
+        pods: 1,
+    }
+}
+
+/// A pull member's report of its workloads' pods: per node, one entry per workload and
+/// request size (a job set's shards as one range list), so a member with thousands of
+/// pods reports a few lines per workload. [`pods_of_pools`] gives the pods back.
+pub fn workload_reports(pods: &[WorkloadPod]) -> BTreeMap<String, Vec<NodeWorkloadReport>> {
+    type Group = (u32, Vec<u32>);
+    let mut groups: BTreeMap<(&str, &str, Milli, Milli, i64), Group> = BTreeMap::new();
+    for p in pods {
+        let r = &p.resources;
+        let g = groups
+            .entry((p.node.as_str(), p.key.as_str(), r.cpu, r.memory, r.gpu))
+            .or_default();
+        g.0 += 1;
+        g.1.extend(p.shard);
+    }
+    let mut out: BTreeMap<String, Vec<NodeWorkloadReport>> = BTreeMap::new();
+    for ((node, key, cpu, memory, gpu), (n, shards)) in groups {
+        let requests = Res {
+            cpu,
+            memory,
+            pods: Milli(1_000),
+            gpus: Milli(i128::from(gpu) * 1_000),
+        };
+        out.entry(node.to_string())
+            .or_default()
+            .push(NodeWorkloadReport {
+                workload: key.to_string(),
+                pods: i32::try_from(n).unwrap_or(i32::MAX),
+                requests: requests.to_resource_amounts(),
+                shards: (!shards.is_empty()).then(|| RangeSet::from_indices(shards).to_string()),
+            });
+    }
+    out
+}
+
+/// The workloads' pods a pull member reported ([`workload_reports`]), one per pod: a
+/// job set's shards each on its own pod, the rest without a shard.
+pub fn pods_of_pools(pools: &[NodePoolReport]) -> Vec<WorkloadPod> {
+    let mut out = Vec::new();
+    for n in pools.iter().flat_map(|p| &p.nodes) {
+        for w in &n.workloads {
+            let resources = resources_of(res_of(&w.requests));
+            let shards: Vec<u32> = w
+                .shards
+                .as_deref()
+                .and_then(|s| RangeSet::parse(s).ok())
+                .map(|s| {
+                    s.iter()
+                        .take(usize::try_from(w.pods.max(0)).unwrap_or(0))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let count = usize::try_from(w.pods.max(0)).unwrap_or(0);
+            for i in 0..count {
+                out.push(WorkloadPod {
+                    key: w.workload.clone(),
+                    node: n.name.clone(),
+                    resources,
+                    shard: shards.get(i).copied(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Per-node usage from the nodes and pods of a member, sorted by node name.
@@ -305,6 +412,7 @@ pub fn to_pools(nodes: &[NodeUsage]) -> Vec<NodePoolReport> {
             name: n.name.clone(),
             schedulable: n.schedulable,
             allocated: n.allocated.to_resource_amounts(),
+            workloads: Vec::new(),
         };
         match pools.iter_mut().find(|p| {
             p.labels == labels
@@ -393,6 +501,85 @@ mod tests {
             "status": {"phase": phase}
         }))
         .unwrap()
+    }
+
+    fn labelled(mut p: Pod, ns: &str, workload: &str, shard: Option<u32>) -> Pod {
+        p.metadata.namespace = Some(ns.into());
+        let mut l = BTreeMap::from([
+            (LABEL_WORKLOAD.to_string(), workload.to_string()),
+            (LABEL_KIND.to_string(), "PinterestJobSet".to_string()),
+        ]);
+        if let Some(s) = shard {
+            l.insert(LABEL_SHARD.to_string(), s.to_string());
+        }
+        p.metadata.labels = Some(l);
+        p
+    }
+
+    #[test]
+    fn a_pull_members_workload_pods_survive_its_report_grouped_per_node_and_size() {
+        let pods = [
+            labelled(
+                pod("n1", "Running", "3", None, None),
+                "ml",
+                "batch",
+                Some(0),
+            ),
+            labelled(
+                pod("n1", "Running", "3", None, None),
+                "ml",
+                "batch",
+                Some(1),
+            ),
+            labelled(
+                pod("n2", "Running", "3", None, None),
+                "ml",
+                "batch",
+                Some(5),
+            ),
+            labelled(
+                pod("n2", "Pending", "500m", Some("100m"), Some("1")),
+                "ml",
+                "web",
+                None,
+            ),
+            // Finished, unlabelled or unbound: not a victim.
+            labelled(
+                pod("n2", "Succeeded", "3", None, None),
+                "ml",
+                "batch",
+                Some(7),
+            ),
+            pod("n2", "Running", "1", None, None),
+        ];
+        let running: Vec<WorkloadPod> = pods.iter().filter_map(workload_pod).collect();
+        assert_eq!(running.len(), 4);
+        let reports = workload_reports(&running);
+        assert_eq!(reports["n1"].len(), 1, "two shards of one size: one line");
+        assert_eq!(reports["n1"][0].pods, 2);
+        assert_eq!(reports["n1"][0].shards.as_deref(), Some("0-1"));
+        assert_eq!(reports["n2"].len(), 2);
+        let mut usage = node_usage(
+            &[
+                node("n1", "8", None, true),
+                node("n2", "8", Some("4"), true),
+            ],
+            &pods,
+        );
+        usage.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut pools = to_pools(&usage);
+        for n in pools.iter_mut().flat_map(|p| p.nodes.iter_mut()) {
+            n.workloads = reports.get(&n.name).cloned().unwrap_or_default();
+        }
+        // Through the MemberCluster status and back: the same pods.
+        let pools: Vec<NodePoolReport> =
+            serde_json::from_value(serde_json::to_value(&pools).unwrap()).unwrap();
+        let mut back = pods_of_pools(&pools);
+        let mut want = running.clone();
+        let order = |p: &WorkloadPod| (p.node.clone(), p.key.clone(), p.shard);
+        back.sort_by_key(order);
+        want.sort_by_key(order);
+        assert_eq!(back, want);
     }
 
     #[test]

@@ -126,6 +126,9 @@ impl Cause {
 pub struct Exclusion {
     pub cluster: String,
     pub why: String,
+    /// Excluded only for lack of room (no node fits one pod now): evicting lower priority
+    /// there could make it eligible.
+    pub full: bool,
 }
 
 /// Pods a decision expects on one node (first fit over the cluster's nodes in order).

@@ -394,12 +394,14 @@ fn eligibility<'a>(
     let mut candidates = Vec::new();
     let mut excluded = Vec::new();
     for view in input.clusters {
-        let mut exclude = |why: String| {
+        let mut excluded_for = |why: String, full: bool| {
             excluded.push(Exclusion {
                 cluster: view.name.clone(),
                 why,
+                full,
             })
         };
+        let mut exclude = |why: String| excluded_for(why, false);
         if !seen.insert(view.name.as_str()) {
             exclude("listed twice; only the first entry counts".into());
             continue;
@@ -466,10 +468,13 @@ fn eligibility<'a>(
             continue;
         }
         if need_node_fit && room == 0 {
-            exclude(format!(
-                "no node has room for one pod ({})",
-                text::request(&pod.resources.as_pod_request())
-            ));
+            excluded_for(
+                format!(
+                    "no node has room for one pod ({})",
+                    text::request(&pod.resources.as_pod_request())
+                ),
+                true,
+            );
             continue;
         }
         let quota = input

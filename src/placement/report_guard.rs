@@ -151,6 +151,19 @@ fn within_limits(r: &AgentReport, limits: &ReportLimits) -> Result<(), String> {
             }
         }
     }
+    // The workloads' pods it says run on a node: no more than a node may hold.
+    for n in r.node_pools.iter().flat_map(|p| &p.nodes) {
+        let pods: i64 = n.workloads.iter().map(|w| i64::from(w.pods.max(0))).sum();
+        if i128::from(pods) * 1_000 > limits.max_node.pods.0
+            || n.workloads.iter().any(|w| w.pods < 0)
+        {
+            return Err(format!(
+                "node {} of the agent's report lists {pods} workload pods (at most {} per node)",
+                n.name,
+                show("pods", limits.max_node.pods)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -205,6 +218,7 @@ mod tests {
                         name: format!("n{i}"),
                         schedulable: true,
                         allocated: ResourceAmounts::default(),
+                        workloads: Vec::new(),
                     })
                     .collect(),
                 ..Default::default()
@@ -235,6 +249,19 @@ mod tests {
             panic!("5,001 nodes were taken")
         };
         assert!(why.contains("5001 nodes"), "{why}");
+        // More workload pods on a node than a node holds: refused (a report that lists
+        // victims it cannot run would only mislead preemption).
+        let mut crowded = report(4, "16");
+        crowded.node_pools[0].nodes[0].workloads =
+            vec![crate::api::federation::NodeWorkloadReport {
+                workload: "PinterestJobSet/ml/batch".into(),
+                pods: 2_001,
+                ..Default::default()
+            }];
+        let Verdict::Refused(why) = g.offer(Some(&crowded), 3, &l) else {
+            panic!("2,001 pods on one node were taken")
+        };
+        assert!(why.contains("2001 workload pods"), "{why}");
         assert_eq!(g.accepted().unwrap().node_pools[0].nodes.len(), 4);
     }
 

@@ -398,6 +398,10 @@ fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
         why,
         ["no node has room for one pod (cpu 12, memory 1Gi)"; 2]
     );
+    assert!(
+        o.excluded.iter().all(|e| e.full),
+        "excluded for room alone: preemption may free it"
+    );
     // GPU pods go only to use1c's tainted GPU pool, and only when they tolerate it.
     let o = run(&local3(), &divided(), &replicas(gpu_pod(1), 4), None, None);
     assert_eq!(o.decision.shares(), BTreeMap::from([("use1c".into(), 4)]));
@@ -411,6 +415,10 @@ fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
         None,
     );
     assert_eq!(o.cause, Some(Cause::NoEligibleCluster));
+    assert!(
+        o.excluded.iter().all(|e| !e.full),
+        "a taint not tolerated is no lack of room"
+    );
     assert!(
         o.decision
             .reason

@@ -512,7 +512,7 @@ async fn plan_again<K: PinterestKind>(
             && !blocked
             && r.priority.preempts
             && ctx.priority.preemption
-            && outcome.cause == Some(placement::Cause::InsufficientCapacity)
+            && lacks_room(&outcome)
         {
             preempted = preempt(
                 ctx,
@@ -911,6 +911,16 @@ fn held_for(
         "waiting behind {ahead} (priority {priority}): the room goes to it first"
     ));
     d
+}
+
+/// Whether what is left unplaced lacks room (not quota, not an eligible member): too little
+/// room where it may run, or every member it may run in full — the case preemption is for.
+fn lacks_room(o: &placement::Outcome) -> bool {
+    match o.cause {
+        Some(placement::Cause::InsufficientCapacity) => true,
+        Some(placement::Cause::NoEligibleCluster) => o.excluded.iter().any(|e| e.full),
+        _ => false,
+    }
 }
 
 /// Chooses victims of lower priority in one member (`placement::preempt`) and adds what
