@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::admission::{Admitted, FIELD_MANAGER};
+use crate::controller::retry::repeatable;
 
 /// The field manager of the annotations `pinfed rollout approve|pause|resume` write.
 pub const ROLLOUT_FIELD_MANAGER: &str = "pinfed-jss-rollout";
@@ -195,7 +196,10 @@ impl Hub {
                 Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                 None => Api::all_with(self.client.clone(), &ar),
             };
-            async move { api.list(&ListParams::default()).await }
+            async move {
+                let lp = ListParams::default();
+                repeatable(|| api.list(&lp)).await
+            }
         }))
         .await;
         let mut out = Vec::new();
@@ -214,10 +218,9 @@ impl Hub {
         namespace: &str,
         name: &str,
     ) -> Result<Option<DynamicObject>, Rejection> {
-        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
-            .get_opt(name)
-            .await
-            .map_err(rejection)
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        repeatable(|| api.get_opt(name)).await.map_err(rejection)
     }
 
     /// What the namespace's workloads request (those being deleted no longer count).
@@ -293,12 +296,14 @@ impl Hub {
     /// Server-side apply of an admitted workload as `pinfed-jss` (forced: the JSS owns
     /// what users submit through it).
     pub async fn apply(&self, a: &Admitted) -> Result<DynamicObject, Rejection> {
-        Api::<DynamicObject>::namespaced_with(self.client.clone(), &a.namespace, &resource(a.kind))
-            .patch(
-                &a.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&a.object),
-            )
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &a.namespace,
+            &resource(a.kind),
+        );
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&a.object);
+        repeatable(|| api.patch(&a.name, &params, &patch))
             .await
             .map_err(rejection)
     }
@@ -309,8 +314,10 @@ impl Hub {
         namespace: &str,
         name: &str,
     ) -> Result<(), Rejection> {
-        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
-            .delete(name, &DeleteParams::background())
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        let params = DeleteParams::background();
+        repeatable(|| api.delete(name, &params))
             .await
             .map(|_| ())
             .map_err(rejection)
@@ -324,8 +331,8 @@ impl Hub {
         uid: &str,
     ) -> Result<Vec<ControllerRevision>, Rejection> {
         let lp = ListParams::default().labels(&format!("{LABEL_REVISION_OF}={uid}"));
-        Api::<ControllerRevision>::namespaced(self.client.clone(), namespace)
-            .list(&lp)
+        let api = Api::<ControllerRevision>::namespaced(self.client.clone(), namespace);
+        repeatable(|| api.list(&lp))
             .await
             .map(|l| l.items)
             .map_err(rejection)
@@ -350,8 +357,10 @@ impl Hub {
             field_manager: Some(ROLLOUT_FIELD_MANAGER.into()),
             ..Default::default()
         };
-        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind))
-            .patch(name, &params, &Patch::Merge(&patch))
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        let patch = Patch::Merge(&patch);
+        repeatable(|| api.patch(name, &params, &patch))
             .await
             .map_err(rejection)
     }
@@ -364,8 +373,9 @@ impl Hub {
         let patch = serde_json::json!({
             "metadata": {"annotations": {crate::api::federation::ANNOTATION_DRAINING: value}}
         });
-        Api::<MemberCluster>::all(self.client.clone())
-            .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+        let api = Api::<MemberCluster>::all(self.client.clone());
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        repeatable(|| api.patch(member, &params, &patch))
             .await
             .map(|_| ())
             .map_err(rejection)

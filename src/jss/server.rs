@@ -316,8 +316,9 @@ impl Jss {
             },
             ..Default::default()
         };
-        let out = kube::Api::<TokenReview>::all(self.hub.client.clone())
-            .create(&kube::api::PostParams::default(), &review)
+        let reviews = kube::Api::<TokenReview>::all(self.hub.client.clone());
+        let params = kube::api::PostParams::default();
+        let out = crate::controller::retry::repeatable(|| reviews.create(&params, &review))
             .await
             .map_err(|e| Rejection::Hub(format!("TokenReview: {e}")))?;
         let status = out.status.unwrap_or_default();
