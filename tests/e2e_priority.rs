@@ -155,7 +155,7 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
 {
     let fed = Federation::connect().await;
     join_all(&fed);
-    let daemons: Vec<Daemon> = {
+    let mut daemons: Vec<Daemon> = {
         let mut d = vec![support::spawn_hub(&fed, "hub-priority", &[])];
         d.extend(support::spawn_agents(&fed));
         d
@@ -176,6 +176,225 @@ async fn a_high_priority_gang_preempts_the_fewest_shards_in_one_member_and_the_r
         in_the_push_member(&fed, &push_logs),
         in_the_pull_member(&fed, &pull_logs)
     );
+    a_debt_outlives_a_hub_restart(&fed, &mut daemons).await;
+}
+
+/// What a victim owes is written on it before the preemptor's decision is recorded
+/// (docs/priority.md): a hub that stops between the two decisions and starts again applies
+/// it. Played from the annotations a preemptor leaves when the hub stops right after its
+/// decision: a job set's evicted shards run again later in new Jobs, the others untouched;
+/// a service shrinks by the replica it owes and grows back once the room is there.
+async fn a_debt_outlives_a_hub_restart(fed: &Federation, daemons: &mut Vec<Daemon>) {
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "prio-debt").await;
+    let _guard = NamespaceGuard(ns.name.clone());
+    let sets: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    sets.create(
+        &PostParams::default(),
+        &job_set("victim", None, 4, "500m", "10m"),
+    )
+    .await
+    .unwrap();
+    let services: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let steady: PinterestService = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": "steady"},
+        "spec": {"owner": owner(), "replicas": 3, "placement": placement(),
+            "template": pod("100m", "1s")}
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &steady)
+        .await
+        .unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(fed.client(MEMBER), &ns.name);
+    let replicas_in_member = || {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .get_opt("steady")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|d| d.spec?.replicas)
+        }
+    };
+    eventually_logged(
+        WAIT,
+        "4 shards and 3 replicas running in the member",
+        &[&daemons[0]],
+        || {
+            let sets = sets.clone();
+            let replicas = replicas_in_member();
+            async move {
+                let s = status_of(&sets, "victim").await;
+                s["shardsRunning"] == 4
+                    && s["placement"]["unplaced"] == 0
+                    && replicas.await == Some(3)
+            }
+        },
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(fed.client(MEMBER), &ns.name);
+    let shard_jobs = || {
+        let jobs = jobs.clone();
+        async move {
+            let l = jobs
+                .list(&ListParams::default().labels("pinterest.com/workload=victim"))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            l.into_iter()
+                .filter(|j| j.metadata.deletion_timestamp.is_none())
+                .filter_map(|j| {
+                    let shard = j.metadata.labels?.get("pinterest.com/shard")?.clone();
+                    Some((shard, j.metadata.uid?))
+                })
+                .collect::<std::collections::BTreeMap<String, String>>()
+        }
+    };
+    let first = shard_jobs().await;
+    assert_eq!(first.len(), 4, "a Job per shard: {first:?}");
+    // The hub stops right after a preemptor's decision: only the debt's annotation is left.
+    let stopped = daemons.remove(0);
+    drop(stopped);
+    let id = "5b1e2c3d-0000-4000-8000-00000000d0e7.1";
+    let by = format!("PinterestTrainingJob/{}/ghost", ns.name);
+    let owed = serde_json::json!({"by": by, "byPriority": 1000, "member": MEMBER,
+        "shards": "1-2", "pods": 2, "reason": "room for a gang decided before the hub stopped"});
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        format!("owed.federation.pinterest.com/{id}"): owed.to_string()}}});
+    sets.patch(
+        "victim",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let service_id = "5b1e2c3d-0000-4000-8000-00000000d0e7.2";
+    let owed = serde_json::json!({"by": by, "byPriority": 1000, "member": MEMBER,
+        "replicas": 1, "pods": 1, "reason": "room for a gang decided before the hub stopped"});
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        format!("owed.federation.pinterest.com/{service_id}"): owed.to_string()}}});
+    services
+        .patch(
+            "steady",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    daemons.insert(0, support::spawn_hub(fed, "hub-priority-again", &[]));
+    let logs = [&daemons[0]];
+    eventually_logged(
+        Duration::from_secs(60),
+        "the victim recording the eviction it owed, and the annotation gone",
+        &logs,
+        || {
+            let sets = sets.clone();
+            async move {
+                let Ok(v) = sets.get("victim").await else {
+                    return false;
+                };
+                let st = serde_json::to_value(&v).unwrap()["status"].clone();
+                let annotated = v
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .keys()
+                    .any(|k| k.starts_with("owed.federation.pinterest.com/"));
+                !annotated && preemptions(&st).iter().any(|p| p["id"] == id)
+            }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "victim").await;
+    let taken = preemptions(&st);
+    assert_eq!(taken.len(), 1, "applied once: {st}");
+    assert_eq!(
+        (&taken[0]["by"], &taken[0]["shards"], &taken[0]["cluster"]),
+        (
+            &serde_json::json!(by),
+            &serde_json::json!("1-2"),
+            &serde_json::json!(MEMBER)
+        ),
+        "{st}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let preempted_note = |name: &'static str| {
+        let events = events.clone();
+        async move {
+            events.list(&Default::default()).await.ok().and_then(|l| {
+                l.items.into_iter().find_map(|e| {
+                    (e.reason.as_deref() == Some("Preempted")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                    .then(|| e.note.unwrap_or_default())
+                })
+            })
+        }
+    };
+    eventually_logged(
+        Duration::from_secs(30),
+        "a Preempted Warning on the job set and on the service",
+        &logs,
+        || {
+            let (a, b) = (preempted_note("victim"), preempted_note("steady"));
+            async move { a.await.is_some() && b.await.is_some() }
+        },
+    )
+    .await;
+    // The service gave up the replica it owed (the Event says what it was left with) and
+    // says so in its status.
+    let note = preempted_note("steady").await.unwrap_or_default();
+    assert!(
+        note.starts_with(&format!("1 replicas in {MEMBER} preempted by {by}"))
+            && note.contains(&format!("now {MEMBER} 2 (1 unplaced")),
+        "{note}"
+    );
+    let svc = status_of(&services, "steady").await;
+    let taken = preemptions(&svc);
+    assert_eq!(
+        (taken.len(), &taken[0]["replicas"], &taken[0]["id"]),
+        (1, &serde_json::json!(1), &serde_json::json!(service_id)),
+        "{svc}"
+    );
+    // Nothing takes the room (the preemptor is a ghost): the service grows back.
+    eventually_logged(
+        WAIT,
+        "the service back to 3 replicas in the member, all placed",
+        &logs,
+        || {
+            let services = services.clone();
+            let replicas = replicas_in_member();
+            async move {
+                let s = status_of(&services, "steady").await;
+                s["placement"]["unplaced"] == 0 && replicas.await == Some(3)
+            }
+        },
+    )
+    .await;
+    // The evicted shards went back to pending and run again (new Jobs); the others kept
+    // running untouched.
+    eventually_logged(
+        WAIT,
+        "shards 1 and 2 running again in new Jobs, 0 and 3 in theirs",
+        &logs,
+        || {
+            let first = first.clone();
+            let now = shard_jobs();
+            async move {
+                let now = now.await;
+                now.len() == 4
+                    && ["0", "3"].iter().all(|s| now.get(*s) == first.get(*s))
+                    && ["1", "2"].iter().all(|s| now.get(*s) != first.get(*s))
+            }
+        },
+    )
+    .await;
+    let st = status_of(&sets, "victim").await;
+    assert_eq!(preemptions(&st).len(), 1, "never applied again: {st}");
+    ns.delete_and_wait(WAIT).await;
 }
 
 /// use1a: the queue, preemption of the fewest shards, the class on the member's pods, and

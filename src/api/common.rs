@@ -495,6 +495,10 @@ pub struct PreemptionRecord {
     #[schemars(schema_with = "date_time_schema")]
     pub time: Time,
     pub reason: String,
+    /// The preemptor's owed-eviction annotation this applied (its name after the prefix):
+    /// an eviction recorded here is never applied again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 /// One member in a placement decision, and why.

@@ -22,6 +22,12 @@ pub const ANNOTATION_PLACEMENT_GENERATION: &str = "federation.pinterest.com/plac
 pub const ANNOTATION_FAILED_OVER_FROM: &str = "federation.pinterest.com/failed-over-from";
 /// What the last failover moved, shown in the FailedOver condition.
 pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover-message";
+/// Prefix of the annotations a preemptor writes on a victim before its own decision is
+/// recorded: one per preemption (`owed.federation.pinterest.com/<preemptor uid>.<its
+/// resourceVersion>`), JSON of what the victim gives up in which member. The victim's
+/// reconcile applies it, records it (`status.placement.preemptions[].id`) and removes it,
+/// so a preemption outlives a hub restart between the two.
+pub const ANNOTATION_OWED_EVICTION_PREFIX: &str = "owed.federation.pinterest.com/";
 /// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
 pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
 /// Label key of a member's region in placement selectors.

@@ -40,6 +40,9 @@ pub struct Remembered {
     pub decided_for: Option<i64>,
     pub failed_over_from: BTreeSet<String>,
     pub failover_message: Option<String>,
+    /// Owed evictions this process applied to the decision it remembers, recorded in the
+    /// status or not yet (a write held back): never applied twice.
+    pub applied_evictions: BTreeSet<String>,
 }
 
 impl Remembered {
@@ -55,6 +58,7 @@ impl Remembered {
                 decided_for: Some(r.placement_generation),
                 failed_over_from: r.failed_over_from,
                 failover_message: r.failover_message,
+                applied_evictions: r.applied_evictions,
             };
         }
         let annotations = obj.annotations();
@@ -80,6 +84,7 @@ impl Remembered {
                 })
                 .unwrap_or_default(),
             failover_message: annotations.get(ANNOTATION_FAILOVER_MESSAGE).cloned(),
+            applied_evictions: BTreeSet::new(),
         }
     }
 }
@@ -104,8 +109,11 @@ pub struct Placed {
     pub reasons: Vec<crate::api::common::MemberDecision>,
     /// Where it stands in the hub's queue while part of it waits.
     pub queue: Option<crate::api::common::QueueStanding>,
-    /// Evictions this decision applied (it gave up part of itself to a preemptor).
+    /// Evictions the status must record: applied by this decision (it gave up part of
+    /// itself to a preemptor) or by one before it whose status was not written yet.
     pub evicted: Vec<Eviction>,
+    /// The owed-eviction annotations read: removed once the status records them.
+    pub owed_annotations: Vec<String>,
 }
 
 /// An Event a decision owes: written with the status that follows the decision (an Event
@@ -130,6 +138,7 @@ pub async fn decide<K: PinterestKind>(
     remembered: &Remembered,
     now: Timestamp,
     finalizer_written: bool,
+    recorded: &[crate::api::common::PreemptionRecord],
 ) -> Result<Outcome, HubError> {
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -164,7 +173,16 @@ pub async fn decide<K: PinterestKind>(
         Ok(p) => p,
         Err(e) => return Ok(Outcome::Invalid(e)),
     };
-    let owed = ctx.priority.take_evictions(&key);
+    // What it owes preemptors: their annotations on it that its status has not recorded;
+    // those this process applied already are recorded, not applied again.
+    let read = prio::owed(obj.annotations(), recorded);
+    for (annotation, why) in &read.unreadable {
+        tracing::warn!(workload = %key, %annotation, %why, "an owed-eviction annotation that does not read: left alone");
+    }
+    let (applied_before, owed): (Vec<Eviction>, Vec<Eviction>) = read
+        .apply
+        .into_iter()
+        .partition(|e| remembered.applied_evictions.contains(&e.id));
     // The members as placement sees them, without node room: built once, and only if a
     // spread or a kept decision asks.
     let views_now = std::sync::OnceLock::new();
@@ -246,10 +264,7 @@ pub async fn decide<K: PinterestKind>(
                 .cloned();
             let mut demand = match placement::from_workload::demand_for(w, profile.as_ref()) {
                 Ok(d) => d,
-                Err(e) => {
-                    ctx.priority.restore(&key, &owed);
-                    return Ok(Outcome::Invalid(e.invalid().to_string()));
-                }
+                Err(e) => return Ok(Outcome::Invalid(e.invalid().to_string())),
             };
             // Overrides: each member's pod and bounds as its rules make them, and the
             // rules checked against the members there are (held Invalid otherwise; the
@@ -264,7 +279,6 @@ pub async fn decide<K: PinterestKind>(
                     &mut planned,
                 )
             {
-                ctx.priority.restore(&key, &owed);
                 return Ok(Outcome::Invalid(e.to_string()));
             }
             let quotas = quotas_of(ctx, &ns, &profiles).await?;
@@ -282,6 +296,11 @@ pub async fn decide<K: PinterestKind>(
                 leaving: &leaving,
                 priority: &priority,
                 owed: &owed,
+                applied_before: &applied_before,
+                eviction_id: prio::eviction_id(
+                    obj.meta().uid.as_deref().unwrap_or_default(),
+                    obj.meta().resource_version.as_deref().unwrap_or_default(),
+                ),
             };
             plan_again(
                 ctx,
@@ -292,13 +311,7 @@ pub async fn decide<K: PinterestKind>(
                 now,
                 needs_finalizer,
             )
-            .await
-            .inspect_err(|_| {
-                // Not applied: still owed.
-                for e in &owed {
-                    ctx.priority.owe(&key, e.clone());
-                }
-            })?
+            .await?
         }
     };
     // The queue: in it while part waits, with its place; a victim's standing as the
@@ -363,7 +376,8 @@ pub async fn decide<K: PinterestKind>(
         written,
         reasons,
         queue,
-        evicted: owed,
+        evicted: applied_before.into_iter().chain(owed).collect(),
+        owed_annotations: read.annotations,
     })))
 }
 
@@ -403,6 +417,10 @@ struct Replan<'a> {
     priority: &'a crate::placement::priority::Priority,
     /// What it gives up to preemptors in this plan.
     owed: &'a [Eviction],
+    /// What it gave up in a plan before whose status is not written yet.
+    applied_before: &'a [Eviction],
+    /// The id of the evictions this plan makes others owe ([`prio::eviction_id`]).
+    eviction_id: String,
 }
 
 /// Plans again, charges the ledger and the quota book, records the decision (annotations
@@ -644,8 +662,9 @@ async fn plan_again<K: PinterestKind>(
             reason: "Preempting",
             note,
         });
+        // Owed before this decision is recorded: the debt outlives this process.
         for (victim, e) in owed {
-            ctx.priority.owe(victim, e.clone());
+            write_owed(ctx, victim, e).await?;
         }
         ctx.hub_metrics.preemptions.inc_by(p.victims.len() as u64);
     }
@@ -748,6 +767,12 @@ async fn plan_again<K: PinterestKind>(
                     members: reasons.clone(),
                     ..recorded::to_status(&outcome.decision)
                 },
+                applied_evictions: r
+                    .applied_before
+                    .iter()
+                    .chain(r.owed)
+                    .map(|e| e.id.clone())
+                    .collect(),
             },
         );
     }
@@ -1019,6 +1044,7 @@ fn preempt(
             (
                 v.key.clone(),
                 Eviction {
+                    id: r.eviction_id.clone(),
                     by: key.to_string(),
                     by_priority: r.priority.value,
                     member: chosen.member.clone(),
@@ -1039,6 +1065,31 @@ fn preempt(
         })
         .collect();
     Some((chosen, owed))
+}
+
+/// Writes what `victim` (`Kind/namespace/name`) owes as an annotation on it, by merge
+/// patch (an annotation of its own per preemption: writers never clash). The write
+/// triggers the victim's reconcile. A victim gone meanwhile owes nothing.
+async fn write_owed(ctx: &HubContext, victim: &str, e: &Eviction) -> Result<(), HubError> {
+    let Some(at) = prio::event_of(victim) else {
+        return Ok(());
+    };
+    let resource = crate::with_kind!(at.kind, K => kube::core::ApiResource::erase::<K>(&()));
+    let api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
+        ctx.hub.clone(),
+        &at.namespace,
+        &resource,
+    );
+    let (name, value) = e.annotation();
+    let patch = serde_json::json!({"metadata": {"annotations": {name: value}}});
+    match api
+        .patch(&at.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(HubError::RecordEviction(e)),
+    }
 }
 
 /// Says in the decision's reason why preemption could not help (the queue shows it as

@@ -301,7 +301,7 @@ pub struct HubContext {
     pub revisions: revisions::RevisionCache,
     /// How changes roll out for workloads whose spec says nothing.
     pub default_rollout: crate::api::rollout::RolloutPolicy,
-    /// PriorityClasses, the queue of waiting workloads and owed evictions.
+    /// PriorityClasses, the queue of waiting workloads and who may be a victim.
     pub priority: priority::PriorityState,
 }
 
@@ -322,6 +322,8 @@ pub enum HubError {
     QuotaUsage(#[source] kube::Error),
     #[error("recording the placement decision: {0}")]
     RecordDecision(#[source] kube::Error),
+    #[error("recording what a victim owes: {0}")]
+    RecordEviction(#[source] kube::Error),
     #[error("reading the slice in {cluster}: {source}")]
     ReadSlice {
         cluster: String,
@@ -366,6 +368,7 @@ impl HubError {
             HubError::Finalizer(_) => "Finalizer",
             HubError::QuotaUsage(_) => "QuotaUsage",
             HubError::RecordDecision(_) => "RecordDecision",
+            HubError::RecordEviction(_) => "RecordEviction",
             HubError::ReadSlice { .. } => "ReadSlice",
             HubError::WriteSlice { .. } => "WriteSlice",
             HubError::NotOurSlice { .. } => "NotOurSlice",
@@ -388,6 +391,8 @@ pub struct Decided {
     pub failed_over_from: BTreeSet<String>,
     pub failover_message: Option<String>,
     pub decision: PlacementDecision,
+    /// Owed evictions applied to `decision` ([`decide::Remembered::applied_evictions`]).
+    pub applied_evictions: BTreeSet<String>,
 }
 
 impl HubContext {
@@ -515,28 +520,36 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Decide: keep or plan again, recorded before any slice moves.
     let has_finalizer = unseen.finalizer;
-    let decided =
-        match decide::decide(ctx, obj, &standings, &remembered, now, has_finalizer).await? {
-            decide::Outcome::Invalid(message) => {
-                // Said once per change of what is wrong, not on every resync.
-                let said = stored_part.conditions.iter().any(|c| {
-                    c.type_ == crate::api::common::condition_types::INVALID
-                        && c.status == crate::api::common::ConditionStatus::True
-                        && c.message == message
-                });
-                write_invalid(ctx, obj, &stored_part.conditions, &message, &now_time).await?;
-                if !said {
-                    ctx.event(obj, EventType::Warning, "InvalidSpec", message.clone())
-                        .await;
-                }
-                return Ok(Action::await_change());
+    let decided = match decide::decide(
+        ctx,
+        obj,
+        &standings,
+        &remembered,
+        now,
+        has_finalizer,
+        stored_part
+            .placement
+            .as_ref()
+            .map_or(&[][..], |p| p.preemptions.as_slice()),
+    )
+    .await?
+    {
+        decide::Outcome::Invalid(message) => {
+            // Said once per change of what is wrong, not on every resync.
+            let said = stored_part.conditions.iter().any(|c| {
+                c.type_ == crate::api::common::condition_types::INVALID
+                    && c.status == crate::api::common::ConditionStatus::True
+                    && c.message == message
+            });
+            write_invalid(ctx, obj, &stored_part.conditions, &message, &now_time).await?;
+            if !said {
+                ctx.event(obj, EventType::Warning, "InvalidSpec", message.clone())
+                    .await;
             }
-            decide::Outcome::Decided(d) => d,
-        };
-    // The evictions this decision applied count once its status records them: a reconcile
-    // that ends before (an error, a write held back for a backlog) leaves them owed.
-    let mut evictions =
-        priority::Unrecorded::new(&ctx.priority, workload_key(obj), &decided.evicted);
+            return Ok(Action::await_change());
+        }
+        decide::Outcome::Decided(d) => d,
+    };
 
     // Which revision each member runs (a new revision is recorded before any slice
     // carries it).
@@ -681,14 +694,36 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         };
         ctx.event(obj, type_, n.reason, n.message.clone()).await;
     }
-    if written.is_ok() {
-        evictions.recorded();
-    }
     written?;
+    // Recorded: the debts' annotations go (a reconcile that ended before this leaves
+    // them, and the next records them).
+    if !decided.owed_annotations.is_empty() {
+        remove_owed(ctx, obj, &decided.owed_annotations).await;
+    }
     ctx.hub_metrics
         .aggregation_seconds
         .observe(started.elapsed().as_secs_f64());
     Ok(Action::requeue(requeue))
+}
+
+/// Removes owed-eviction annotations the status has recorded. One that stays (the write
+/// failed) is removed by a later reconcile: recorded, it is never applied again.
+async fn remove_owed<K: PinterestKind>(ctx: &HubContext, obj: &K, names: &[String]) {
+    let nulls: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|n| (n.clone(), serde_json::Value::Null))
+        .collect();
+    let patch = serde_json::json!({"metadata": {"annotations": nulls}});
+    if let Err(e) = hub_api(ctx, obj)
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::debug!(workload = %workload_key(obj), error = %e, "owed-eviction annotations not removed yet");
+    }
 }
 
 /// How soon a workload whose work waits for a hand-off looks again at the latest.

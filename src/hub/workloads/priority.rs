@@ -2,9 +2,13 @@
 //! the queue of waiting workloads (`placement::priority`), the victims a preemptor may
 //! take (`placement::preempt` chooses them) and the evictions the victims owe.
 //!
-//! One writer per workload holds: a preemptor never writes a victim. It records what the
-//! victim must give up ([`Eviction`]) and wakes it; the victim's own reconcile plans
-//! again without that part, records the preemption in its status and says so in an Event.
+//! A preemptor never writes a victim's spec, decision or status: before its own decision is
+//! recorded it writes what the victim must give up ([`Eviction`]) as an annotation on the
+//! victim (`owed.federation.pinterest.com/…`). That write wakes the victim; its own
+//! reconcile plans again without that part, records the preemption in its status (with the
+//! annotation's name, so it is applied once) and says so in an Event, then removes the
+//! annotation. The debt is in the hub API server, not in this process: a hub restart
+//! between the two decisions loses nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -14,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::reflector::Store;
 
 use crate::api::common::PreemptionRecord;
+use crate::api::federation::ANNOTATION_OWED_EVICTION_PREFIX;
 use crate::api::ranges::RangeSet;
 use crate::api::workload::{WorkloadKind, WorkloadRef};
 use crate::hub::members::SliceEvent;
@@ -28,8 +33,6 @@ pub struct PriorityState {
     /// Every workload reconciled by this process: its priority and how it may be
     /// preempted (workloads not seen yet are never victims).
     pub placed: Mutex<BTreeMap<String, VictimInfo>>,
-    /// What victims owe preemptors, by victim key.
-    pub evictions: Mutex<BTreeMap<String, Vec<Eviction>>>,
     wake: tokio::sync::broadcast::Sender<SliceEvent>,
     /// Whether preemption is on (`--no-preemption` turns it off: the queue still orders).
     pub preemption: bool,
@@ -47,6 +50,9 @@ pub struct VictimInfo {
 /// Part of a workload it must give up in one member for a preemptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eviction {
+    /// The annotation's name after the prefix: the preemptor's uid and the
+    /// resourceVersion it decided from (a reconcile of the same copy writes the same one).
+    pub id: String,
     pub by: String,
     pub by_priority: i32,
     pub member: String,
@@ -66,7 +72,6 @@ impl PriorityState {
             classes,
             queue: Mutex::new(WaitQueue::new(aging)),
             placed: Default::default(),
-            evictions: Default::default(),
             wake: tokio::sync::broadcast::channel(1024).0,
             preemption,
         }
@@ -117,72 +122,107 @@ impl PriorityState {
         if let Ok(mut p) = self.placed.lock() {
             p.remove(key);
         }
-        if let Ok(mut e) = self.evictions.lock() {
-            e.remove(key);
-        }
-    }
-
-    /// Evictions the workload owes, taken (each is applied once).
-    pub fn take_evictions(&self, key: &str) -> Vec<Eviction> {
-        self.evictions
-            .lock()
-            .ok()
-            .and_then(|mut e| e.remove(key))
-            .unwrap_or_default()
-    }
-
-    /// Puts back evictions taken by a reconcile whose status was not written (held back
-    /// for a backlog, or the write failed): the next reconcile applies them. No wake: the
-    /// reconcile's own requeue comes back for them.
-    pub fn restore(&self, key: &str, taken: &[Eviction]) {
-        if taken.is_empty() {
-            return;
-        }
-        if let Ok(mut all) = self.evictions.lock() {
-            let owed = all.entry(key.to_string()).or_default();
-            owed.splice(0..0, taken.iter().cloned());
-        }
-    }
-
-    /// Records what `victim` owes and wakes it.
-    pub fn owe(&self, victim: &str, e: Eviction) {
-        if let Ok(mut all) = self.evictions.lock() {
-            all.entry(victim.to_string()).or_default().push(e);
-        }
-        self.wake(victim);
     }
 }
 
-/// Evictions a reconcile took, put back unless its status recorded them.
-pub struct Unrecorded<'a> {
-    state: &'a PriorityState,
-    key: String,
-    taken: Vec<Eviction>,
+/// An [`Eviction`] as its annotation's value.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OwedAnnotation {
+    by: String,
+    by_priority: i32,
+    member: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    shards: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    replicas: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    whole: bool,
+    pods: u32,
+    reason: String,
 }
 
-impl<'a> Unrecorded<'a> {
-    pub fn new(state: &'a PriorityState, key: String, taken: &[Eviction]) -> Unrecorded<'a> {
-        Unrecorded {
-            state,
-            key,
-            taken: taken.to_vec(),
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Eviction {
+    /// The annotation the preemptor writes on the victim: its name and value.
+    pub fn annotation(&self) -> (String, String) {
+        let value = OwedAnnotation {
+            by: self.by.clone(),
+            by_priority: self.by_priority,
+            member: self.member.clone(),
+            shards: self.shards.to_string(),
+            replicas: self.replicas,
+            whole: self.whole,
+            pods: self.pods,
+            reason: self.reason.clone(),
+        };
+        (
+            format!("{ANNOTATION_OWED_EVICTION_PREFIX}{}", self.id),
+            serde_json::to_string(&value).unwrap_or_default(),
+        )
+    }
+}
+
+/// The id of the evictions a preemptor decides from one copy of itself: its uid and that
+/// copy's resourceVersion (at most 63 characters, an annotation name's limit).
+pub fn eviction_id(uid: &str, resource_version: &str) -> String {
+    let id = format!("{uid}.{resource_version}");
+    id.chars().take(63).collect()
+}
+
+/// What a workload owes, from its annotations and what its status has recorded.
+#[derive(Debug, Default, PartialEq)]
+pub struct Owed {
+    /// Evictions to apply now (not recorded yet).
+    pub apply: Vec<Eviction>,
+    /// Every owed annotation read (applied now or before): removed once the status
+    /// records them.
+    pub annotations: Vec<String>,
+    /// Annotations that do not read as an eviction, with why (left alone: not ours).
+    pub unreadable: Vec<(String, String)>,
+}
+
+/// The evictions `annotations` hold that `recorded` (the status's preemptions) does not.
+pub fn owed(annotations: &BTreeMap<String, String>, recorded: &[PreemptionRecord]) -> Owed {
+    let mut out = Owed::default();
+    for (name, value) in annotations {
+        let Some(id) = name.strip_prefix(ANNOTATION_OWED_EVICTION_PREFIX) else {
+            continue;
+        };
+        let parsed = serde_json::from_str::<OwedAnnotation>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|a| {
+                let shards = RangeSet::parse(&a.shards).map_err(|e| format!("shards: {e}"))?;
+                Ok(Eviction {
+                    id: id.to_string(),
+                    by: a.by,
+                    by_priority: a.by_priority,
+                    member: a.member,
+                    shards,
+                    replicas: a.replicas,
+                    whole: a.whole,
+                    pods: a.pods,
+                    reason: a.reason,
+                })
+            });
+        match parsed {
+            Ok(e) => {
+                out.annotations.push(name.clone());
+                if !recorded.iter().any(|r| r.id.as_deref() == Some(id)) {
+                    out.apply.push(e);
+                }
+            }
+            Err(why) => out.unreadable.push((name.clone(), why)),
         }
     }
-
-    /// The status that records them is written.
-    pub fn recorded(&mut self) {
-        self.taken.clear();
-    }
-}
-
-impl Drop for Unrecorded<'_> {
-    fn drop(&mut self) {
-        self.state.restore(&self.key, &self.taken);
-    }
+    out
 }
 
 /// `Kind/namespace/name` back into a trigger.
-fn event_of(key: &str) -> Option<SliceEvent> {
+pub fn event_of(key: &str) -> Option<SliceEvent> {
     let mut parts = key.splitn(3, '/');
     let kind = WorkloadKind::from_kind(parts.next()?)?;
     Some(SliceEvent {
@@ -327,6 +367,7 @@ pub fn records(
         shards: (!e.shards.is_empty()).then(|| e.shards.to_string()),
         time: now.clone(),
         reason: e.reason.clone(),
+        id: Some(e.id.clone()),
     }));
     let extra = all.len().saturating_sub(5);
     all.drain(..extra);
@@ -443,6 +484,7 @@ mod tests {
 
     fn eviction(member: &str, shards: &str, replicas: u32, whole: bool) -> Eviction {
         Eviction {
+            id: "uid.1".into(),
             by: "PinterestTrainingJob/ml/big".into(),
             by_priority: 1000,
             member: member.into(),
@@ -455,31 +497,51 @@ mod tests {
     }
 
     #[test]
-    fn evictions_a_reconcile_took_are_owed_again_unless_its_status_recorded_them() {
-        let classes =
-            kube::runtime::reflector::store::Writer::<PriorityClass>::default().as_reader();
-        let state = PriorityState::new(classes, Aging::default(), true);
-        let key = "PinterestJobSet/ns/batch";
-        state.owe(key, eviction("use1a", "2,4", 0, false));
-        {
-            let taken = state.take_evictions(key);
-            assert_eq!(taken.len(), 1);
-            // Held back for a backlog, or the write failed: the guard drops unrecorded.
-            let _guard = Unrecorded::new(&state, key.into(), &taken);
-        }
-        let again = state.take_evictions(key);
-        assert_eq!(
-            again,
-            vec![eviction("use1a", "2,4", 0, false)],
-            "owed again"
-        );
-        {
-            let mut guard = Unrecorded::new(&state, key.into(), &again);
-            guard.recorded();
+    fn an_owed_annotation_is_applied_until_the_status_records_it_and_read_back_whole() {
+        let e = Eviction {
+            id: eviction_id("9f0c", "4711"),
+            ..eviction("use1a", "2,4-6", 0, false)
+        };
+        let (name, value) = e.annotation();
+        assert_eq!(name, "owed.federation.pinterest.com/9f0c.4711");
+        let mut annotations = BTreeMap::from([
+            (name.clone(), value),
+            ("team.example.com/note".to_string(), "{}".to_string()),
+            (
+                format!("{ANNOTATION_OWED_EVICTION_PREFIX}x"),
+                "not json".to_string(),
+            ),
+        ]);
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let o = owed(&annotations, &[]);
+        assert_eq!(o.apply, vec![e.clone()], "read back as written");
+        assert_eq!(o.annotations, vec![name.clone()]);
+        assert_eq!(o.unreadable.len(), 1, "{o:?}");
+        // Recorded (its id in the status): never applied again, still removed.
+        let recorded = records(&[], &o.apply, &now);
+        assert_eq!(recorded[0].id.as_deref(), Some("9f0c.4711"));
+        let again = owed(&annotations, &recorded);
+        assert!(again.apply.is_empty());
+        assert_eq!(again.annotations, vec![name.clone()]);
+        // A gang's whole share and a service's replicas read back too.
+        annotations.clear();
+        for e in [
+            Eviction {
+                id: "a.1".into(),
+                ..eviction("use1b", "", 0, true)
+            },
+            Eviction {
+                id: "b.2".into(),
+                ..eviction("use1b", "", 3, false)
+            },
+        ] {
+            let (n, v) = e.annotation();
+            annotations.insert(n, v);
+            assert!(owed(&annotations, &[]).apply.contains(&e));
         }
         assert!(
-            state.take_evictions(key).is_empty(),
-            "recorded once, applied once"
+            eviction_id(&"u".repeat(60), "123456").len() <= 63,
+            "an annotation name's limit"
         );
     }
 
