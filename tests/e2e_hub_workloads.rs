@@ -1824,3 +1824,128 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
     .await;
     ns.delete().await;
 }
+
+/// A pull member's agent reports its slices' status with its hub token (issue 36): forged
+/// with that token, a report that every shard of a job set is done counts only for the
+/// shards that member holds — the hub shows those completed (the forged report was read)
+/// and never another member's.
+#[tokio::test]
+async fn a_pull_members_forged_completions_count_only_for_the_shards_it_holds() {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    use pinfed::api::member_slice::{LABEL_HUB_NAMESPACE, MemberSlice};
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let pull = fed
+        .member_names()
+        .into_iter()
+        .find(|m| fed.is_pull(m))
+        .expect("the topology has a pull member");
+    let push = fed
+        .member_names()
+        .into_iter()
+        .find(|m| !fed.is_pull(m))
+        .expect("the topology has a push member");
+    let ns = TestNamespace::create(&fed.hub(), "forged").await;
+    let sets: Api<PinterestJobSet> = Api::namespaced(fed.hub(), &ns.name);
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "long"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@pinterest.com"}, "shards": 12,
+            "placement": {"clusterAffinity": {"clusterNames": [&push, &pull]},
+                          "spread": {"minClusters": 2}},
+            "template": {
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "10m"}},
+                "spec": {"containers": [{"name": "work", "image": "registry.example/batch:1",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}
+    }))
+    .unwrap();
+    sets.create(&PostParams::default(), &js).await.unwrap();
+    let held = |st: &serde_json::Value, m: &str| -> Option<RangeSet> {
+        st["placement"]["placements"]
+            .as_array()?
+            .iter()
+            .find(|p| p["cluster"] == m)
+            .and_then(|p| RangeSet::parse(p["shards"].as_str()?).ok())
+    };
+    let slices: Api<MemberSlice> = Api::namespaced(fed.hub(), &format!("pinfed-member-{pull}"));
+    let by_namespace = ListParams::default().labels(&format!("{LABEL_HUB_NAMESPACE}={}", ns.name));
+    eventually(
+        WAIT,
+        &format!(
+            "the job set split over {push} and {pull}, its slice reported\n{}",
+            logs(daemons)
+        ),
+        || async {
+            let st = support::status_of(&sets, "long").await;
+            let reported = slices.list(&by_namespace).await.is_ok_and(|l| {
+                l.items.len() == 1
+                    && l.items[0]
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.slice.is_some())
+            });
+            held(&st, &push).is_some() && held(&st, &pull).is_some() && reported
+        },
+    )
+    .await;
+    let st = support::status_of(&sets, "long").await;
+    let (theirs, ours) = (held(&st, &pull).unwrap(), held(&st, &push).unwrap());
+
+    // The pull agent's own hub token, as its Secret in the member holds it.
+    let secret = Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
+        .get("pinfed-hub-kubeconfig")
+        .await
+        .expect("the pull agent's hub kubeconfig");
+    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&text).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let forger: Api<MemberSlice> = Api::namespaced(
+        kube::Client::try_from(cfg).unwrap(),
+        &format!("pinfed-member-{pull}"),
+    );
+    let slice = slices.list(&by_namespace).await.unwrap().items.remove(0);
+    let mut status = serde_json::to_value(slice.status.clone().unwrap()).unwrap();
+    status["slice"]["completedShards"] = "0-11".into();
+    status["slice"]["shardsSucceeded"] = 12.into();
+    status["reportedTime"] = k8s_openapi::jiff::Timestamp::now().to_string().into();
+    forger
+        .patch_status(
+            &slice.name_any(),
+            &PatchParams::apply("e2e-forger").force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberSlice",
+                "status": status})),
+        )
+        .await
+        .expect("the pull agent's token writes its slice's status");
+
+    // The forged report is read: the pull member's own shards count as done …
+    eventually(
+        Duration::from_secs(30),
+        &format!(
+            "{pull}'s own shards ({theirs}) completed on the hub\n{}",
+            logs(daemons)
+        ),
+        || async {
+            let st = support::status_of(&sets, "long").await;
+            st["completedShards"]
+                .as_str()
+                .and_then(|c| RangeSet::parse(c).ok())
+                .is_some_and(|c| c.intersection(&theirs) == theirs)
+        },
+    )
+    .await;
+    // … and never another member's, also a few seconds on.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = support::status_of(&sets, "long").await;
+    let done = RangeSet::parse(st["completedShards"].as_str().unwrap_or_default()).unwrap();
+    assert!(
+        done.intersection(&ours).is_empty(),
+        "{push}'s shards {ours} marked done by {pull}'s report: {st}"
+    );
+    ns.delete().await;
+}

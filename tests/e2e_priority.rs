@@ -139,6 +139,34 @@ fn job_set(
     .unwrap()
 }
 
+/// The line of the hub's log where job set `name` was first placed whole (its decision
+/// with nothing unplaced): the order in which the hub placed workloads.
+fn first_placed_line(hub: &Daemon, namespace: &str, name: &str) -> Option<usize> {
+    let workload = format!("=PinterestJobSet/{namespace}/{name} ");
+    hub.log_text().lines().map(strip_ansi).position(|l| {
+        l.contains(" placed ") && l.contains(&workload) && l.contains("\"unplaced\":0")
+    })
+}
+
+/// A log line without its terminal colours.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ … letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn queue_position(st: &serde_json::Value) -> Option<i64> {
     st["placement"]["queue"]["position"].as_i64()
 }
@@ -678,6 +706,14 @@ async fn in_the_push_member(fed: &Federation, logs: &[&Daemon]) {
         },
     )
     .await;
+    // Placed in queue order: urgent (1600) before polite (1500), which asks for the same
+    // room (a smaller, lower one may backfill room neither fits, by design).
+    let placed_at = |name: &str| first_placed_line(logs[0], &ns.name, name);
+    let (u, p) = (placed_at("urgent"), placed_at("polite"));
+    assert!(
+        matches!((u, p), (Some(u), Some(p)) if u < p),
+        "urgent placed before polite (hub log lines {u:?}, {p:?})"
+    );
     let b = status_of(&sets, "batch").await;
     assert_eq!(b["shardsSucceeded"], 8, "each shard completed once: {b}");
     // One Job per shard in the member, each succeeded once: the preempted shards' first
