@@ -2402,3 +2402,165 @@ async fn the_queue_lists_a_waiting_workload_to_those_who_may_see_it() {
     );
     ns.delete().await;
 }
+
+/// `pinfed rebalance` (issue 37): a split the hub keeps after more members are allowed
+/// (it moves nothing it need not) is placed again from scratch on request — the dry run
+/// shows the moves and writes nothing; the request moves exactly those, the hub records
+/// it and says so in an Event, and the service is never below its replicas on the way.
+/// Another team may not ask.
+#[tokio::test]
+async fn a_rebalance_places_a_kept_split_again_from_scratch_on_request_only() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-rebalance").await;
+    let alice = st.client(Some("alice-token"));
+    let submit = |svc: Value| {
+        let alice = alice.clone();
+        let ns = ns.name.clone();
+        async move {
+            let r = alice
+                .post_json(
+                    "/v1/submissions",
+                    &json!({"resource": svc, "namespace": ns}),
+                )
+                .await
+                .unwrap();
+            assert!(r.is_success(), "{}", r.text);
+        }
+    };
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let split = || {
+        let api = api.clone();
+        async move {
+            let s = support::status_of(&api, "lopsided").await;
+            let shares: Vec<(String, i64)> = s["placement"]["placements"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    (
+                        p["cluster"].as_str().unwrap_or_default().to_string(),
+                        p["replicas"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            (s["placement"]["generation"].as_i64(), shares, s)
+        }
+    };
+    let mut svc = service("lopsided", "ads", 4, "10m");
+    svc["spec"]["placement"] = json!({"clusterAffinity": {"clusterNames": ["use1a"]}});
+    submit(svc.clone()).await;
+    eventually_logged(WAIT, "4 replicas in use1a", &[&st.daemons[0]], || async {
+        split().await.1 == [("use1a".to_string(), 4)]
+    })
+    .await;
+    // Another member allowed: a new generation, and the hub keeps the split.
+    svc["spec"]["placement"] = json!({"clusterAffinity": {"clusterNames": ["use1a", "use1b"]}});
+    submit(svc).await;
+    eventually_logged(
+        WAIT,
+        "generation 2 decided, the split kept",
+        &[&st.daemons[0]],
+        || async {
+            let (generation, shares, _) = split().await;
+            generation == Some(2) && shares == [("use1a".to_string(), 4)]
+        },
+    )
+    .await;
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        [
+            "rebalance",
+            "service",
+            "lopsided",
+            "-n",
+            &ns.name,
+            "-o",
+            "json",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |token: &str, extra: &[&'static str]| {
+        let a = args(extra);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        cli_as(st, token, &refs)
+    };
+
+    // Another team (it may use the namespace, it does not own the workload): refused.
+    let (ok, _, err) = run("carol-token", &["--dry-run"]);
+    assert!(!ok && err.contains("403"), "{err}");
+
+    // The dry run: the moves, nothing written.
+    let (ok, out, err) = run("alice-token", &["--dry-run"]);
+    assert!(ok, "{err}");
+    let dry: Vec<pinfed::jss::wire::RebalanceReply> = serde_json::from_str(&out).unwrap();
+    assert!(!dry[0].requested && dry[0].request.is_none(), "{out}");
+    let planned: Vec<(String, i64)> = dry[0]
+        .plan
+        .placements
+        .iter()
+        .map(|p| (p.cluster.clone(), i64::from(p.replicas.unwrap_or(0))))
+        .collect();
+    assert!(
+        planned.iter().any(|(c, n)| c == "use1b" && *n > 0)
+            && planned.iter().map(|(_, n)| n).sum::<i64>() == 4,
+        "from scratch over both members: {out}"
+    );
+    assert!(!dry[0].plan.moves.is_empty(), "{out}");
+    let annotated = |o: &PinterestService| {
+        o.metadata.annotations.as_ref().and_then(|a| {
+            a.get(pinfed::api::federation::ANNOTATION_REBALANCE)
+                .cloned()
+        })
+    };
+    assert_eq!(annotated(&api.get("lopsided").await.unwrap()), None);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        split().await.1,
+        [("use1a".to_string(), 4)],
+        "a dry run moves nothing"
+    );
+
+    // The request: the hub places it as the dry run said, surge first.
+    let (ok, out, err) = run("alice-token", &[]);
+    assert!(ok, "{err}");
+    let asked: Vec<pinfed::jss::wire::RebalanceReply> = serde_json::from_str(&out).unwrap();
+    let id = asked[0].request.clone().expect("a request id");
+    let lowest = std::sync::atomic::AtomicI64::new(i64::MAX);
+    eventually_logged(
+        WAIT,
+        "rebalanced as planned, every replica available",
+        &[&st.daemons[0]],
+        || async {
+            let (_, shares, s) = split().await;
+            if let Some(a) = s["availableReplicas"].as_i64() {
+                lowest.fetch_min(a, std::sync::atomic::Ordering::Relaxed);
+            }
+            s["placement"]["rebalanced"] == id.as_str()
+                && shares == planned
+                && s["availableReplicas"] == 4
+        },
+    )
+    .await;
+    assert!(
+        lowest.load(std::sync::atomic::Ordering::Relaxed) >= 4,
+        "never below 4 available on the way: {}",
+        lowest.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    eventually(Duration::from_secs(30), "a Rebalanced Event", || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("Rebalanced")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(&id) && n.contains("→"))
+            })
+        })
+    })
+    .await;
+    ns.delete().await;
+}

@@ -450,6 +450,10 @@ pub struct PlacementDecision {
     /// higher-priority one (newest last, at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preemptions: Vec<PreemptionRecord>,
+    /// The last rebalance request (`federation.pinterest.com/rebalance`) this decision
+    /// acted on: the workload was placed again from scratch for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalanced: Option<String>,
 }
 
 /// A waiting workload's place in the hub's queue: highest priority first (aged while it

@@ -28,6 +28,10 @@ pub const ANNOTATION_FAILOVER_MESSAGE: &str = "federation.pinterest.com/failover
 /// reconcile applies it, records it (`status.placement.preemptions[].id`) and removes it,
 /// so a preemption outlives a hub restart between the two.
 pub const ANNOTATION_OWED_EVICTION_PREFIX: &str = "owed.federation.pinterest.com/";
+/// On a workload: a request to place it again from scratch (`pinfed rebalance`), its value
+/// the request's id. The hub acts on each id once and records it in
+/// `status.placement.rebalanced`; moves follow the never-below-target rules of any move.
+pub const ANNOTATION_REBALANCE: &str = "federation.pinterest.com/rebalance";
 /// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
 pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";
 /// Label key of a member's region in placement selectors.

@@ -12,6 +12,7 @@ mod join;
 mod member;
 mod overview;
 mod plan;
+mod rebalance;
 mod rollout;
 mod topology;
 mod unjoin;
@@ -75,6 +76,10 @@ pub enum Command {
     /// A workload's staged rollout through the JSS: status, history, approve, pause,
     /// resume, undo.
     Rollout(rollout::RolloutArgs),
+    /// Place a workload (or --all of a namespace) again from scratch through the JSS:
+    /// after a weight change, or room freed, which move nothing on their own.
+    /// --dry-run shows the moves.
+    Rebalance(rebalance::RebalanceArgs),
     /// Member clusters: health and capacity.
     Clusters(client::ListArgs),
     /// FederatedQuotas of your namespaces: hard, used (placed) and requested, per cluster.
@@ -108,6 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Describe(args) => client::describe(args),
         Command::Delete(args) => client::delete(args),
         Command::Rollout(args) => rollout::run(args),
+        Command::Rebalance(args) => rebalance::run(args),
         Command::Clusters(args) => client::clusters(args),
         Command::Quota(args) => client::quota(args),
         Command::Queue(args) => client::queue(args),

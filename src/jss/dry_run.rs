@@ -145,6 +145,8 @@ pub struct Input<'a> {
     /// The workload it replaces, and the decision the hub recorded for it.
     pub existing: Option<&'a AnyWorkload>,
     pub current: Option<&'a Decision>,
+    /// Plan from scratch, not from the current split (a rebalance).
+    pub from_scratch: bool,
 }
 
 /// `a - b`, no dimension below zero (a quota's status may trail what a workload uses).
@@ -207,7 +209,7 @@ pub fn build(input: &Input<'_>) -> wire::DryRun {
         policy: input.policy,
         demand: &demand,
         quota: quota.as_ref(),
-        current: input.current,
+        current: input.current.filter(|_| !input.from_scratch),
     });
     let adds = usage_of(&outcome.decision, input.demand);
     let placements = outcome
@@ -983,6 +985,17 @@ spec:
         existing: Option<&AnyWorkload>,
         current: Option<&Decision>,
     ) -> wire::DryRun {
+        dry_from(w, quotas, used, existing, current, false)
+    }
+
+    fn dry_from(
+        w: &AnyWorkload,
+        quotas: &[FederatedQuota],
+        used: Option<&Resources>,
+        existing: Option<&AnyWorkload>,
+        current: Option<&Decision>,
+        from_scratch: bool,
+    ) -> wire::DryRun {
         let members = members();
         let views = member_views(&members, &BTreeMap::new());
         let (demand, policy) = sizing(w, None, &views).unwrap();
@@ -1001,7 +1014,44 @@ spec:
             used,
             existing,
             current,
+            from_scratch,
         })
+    }
+
+    #[test]
+    fn a_rebalance_plans_from_scratch_where_a_submission_keeps_the_current_split() {
+        let w = service("registry.example/app:1", 4);
+        let current = Decision {
+            strategy: Strategy::Divided,
+            placements: vec![Placement {
+                cluster: "use1b".into(),
+                replicas: Some(4),
+                ..Default::default()
+            }],
+            unplaced: 0,
+            reason: None,
+        };
+        let kept = dry_from(&w, &[], None, Some(&w), Some(&current), false);
+        assert!(kept.moves.is_empty(), "sticky: {:?}", kept.moves);
+        let fresh = dry_from(&w, &[], None, Some(&w), Some(&current), true);
+        let shares: Vec<(&str, Option<u32>)> = fresh
+            .placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.replicas))
+            .collect();
+        assert_eq!(shares, [("use1a", Some(2)), ("use1b", Some(2))]);
+        let moves: Vec<(&str, &str, &str)> = fresh
+            .moves
+            .iter()
+            .map(|m| (m.cluster.as_str(), m.before.as_str(), m.after.as_str()))
+            .collect();
+        assert_eq!(
+            moves,
+            [
+                ("use1a", "-", "2 replicas"),
+                ("use1b", "4 replicas", "2 replicas")
+            ]
+        );
     }
 
     /// A dry run of an existing service with a quota (every field of the reply set),
@@ -1111,6 +1161,7 @@ spec:
             used: None,
             existing: None,
             current: None,
+            from_scratch: false,
         });
         let b = r.excluded.iter().find(|e| e.cluster == "use1b").unwrap();
         assert!(b.why.starts_with("draining"), "{b:?}");
@@ -1437,6 +1488,7 @@ spec:
                     used: None,
                     existing: existing.then_some(&old),
                     current,
+                    from_scratch: false,
                 });
                 let got: Vec<(String, Option<u32>)> =
                     r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)).collect();
@@ -1585,6 +1637,7 @@ spec:
                     used: None,
                     existing: None,
                     current: None,
+                    from_scratch: false,
                 });
                 let got: Vec<(String, Option<u32>)> = r
                     .placements

@@ -40,6 +40,7 @@ use super::quota::{check_all, check_placeable, requested, whole_pods};
 use super::request::{Source, parse_kind, parse_submission};
 use super::wire::RolloutAction;
 use super::{rollout, views, wire};
+use crate::api::federation::ANNOTATION_REBALANCE;
 use crate::api::rollout::{ANNOTATION_APPROVED, ANNOTATION_PAUSED};
 use crate::api::workload::WorkloadKind;
 use crate::controller::http::Readiness;
@@ -620,6 +621,7 @@ impl Jss {
                 used: used.as_ref(),
                 existing: previous.as_ref(),
                 current: current.as_ref(),
+                from_scratch: false,
             })
         })
         .await
@@ -995,6 +997,145 @@ impl Jss {
             }
         };
         Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// `POST .../rebalance`: the workload placed again from scratch (`pinfed rebalance`),
+    /// with the rights of a delete. The answer is the plan as the JSS sees the members
+    /// (the moves from the current split); unless `dry_run`, the request goes to the hub
+    /// as an annotation it acts on once (moves surge first, as every move).
+    async fn rebalance(
+        &self,
+        headers: &HeaderMap,
+        ns: &str,
+        kind: &str,
+        name: &str,
+        dry_run: bool,
+        audit: &mut Audit,
+    ) -> Result<(StatusCode, Value), Rejection> {
+        let who = self.authenticate(headers).await?;
+        audit.user = who.user.clone();
+        let kind = parse_kind_or_404(kind)?;
+        audit.object = format!("{}/{ns}/{name}", kind.as_str());
+        authorize_namespace(&self.auth, &who, ns)?;
+        let o = self.workload_or_404(kind, ns, name).await?;
+        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+        audit.team = team.to_string();
+        authorize_change_of_existing(&self.auth, &who, team, ns)?;
+        let w = wire::ObjectName {
+            kind,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        };
+        let plan = self.rebalance_plan(&who, kind, ns, name, &o).await?;
+        let request = (!dry_run).then(|| k8s_openapi::jiff::Timestamp::now().to_string());
+        if let Some(id) = &request {
+            self.hub
+                .annotate(kind, ns, name, &[(ANNOTATION_REBALANCE, Some(id))])
+                .await?;
+        }
+        let what = if plan.moves.is_empty() {
+            "nothing to move".to_string()
+        } else {
+            let moves: Vec<String> = plan
+                .moves
+                .iter()
+                .map(|m| format!("{}: {} → {}", m.cluster, m.before, m.after))
+                .collect();
+            moves.join("; ")
+        };
+        let message = match &request {
+            Some(id) => format!(
+                "rebalance of {} asked (request {id}): {what}; the hub moves it at its next look, surge first",
+                rollout::object_text(&w)
+            ),
+            None => format!(
+                "rebalance of {} would move: {what} (dry run: nothing written)",
+                rollout::object_text(&w)
+            ),
+        };
+        let reply = wire::RebalanceReply {
+            workload: w,
+            requested: request.is_some(),
+            request,
+            plan,
+            message,
+        };
+        Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// The plan a rebalance makes: the stored workload sized as the hub sizes it, planned
+    /// from scratch on the members (the dry run's engine and answer).
+    async fn rebalance_plan(
+        &self,
+        who: &Principal,
+        kind: crate::api::workload::WorkloadKind,
+        ns: &str,
+        name: &str,
+        o: &kube::api::DynamicObject,
+    ) -> Result<wire::DryRun, Rejection> {
+        let workload = super::hub_view::typed(kind, o).ok_or_else(|| {
+            Rejection::Internal(format!(
+                "{}/{ns}/{name} does not read as its kind",
+                kind.as_str()
+            ))
+        })?;
+        let profiles = self.hub.profiles();
+        let sizing = super::hub_view::sizing(&profiles, kind, o, || self.hub.quota_clusters())
+            .ok_or_else(|| {
+                Rejection::Internal(format!(
+                    "{}/{ns}/{name} cannot be sized (its spec or profile does not expand)",
+                    kind.as_str()
+                ))
+            })?;
+        let requested = super::hub_view::requested_of(&sizing, o, || self.hub.quota_clusters());
+        let quotas = self.hub.quotas_in(ns);
+        let used = if quotas.is_empty() {
+            None
+        } else {
+            Some(
+                self.hub
+                    .namespace_usage_except(ns, Some((kind, name)))
+                    .await?
+                    .0,
+            )
+        };
+        let current = crate::status::hub_status::stored_decision(&o.data["status"])
+            .map(|d| crate::placement::recorded::from_status(&d));
+        let members: Vec<crate::api::federation::MemberCluster> =
+            self.hub.members().iter().map(|m| (**m).clone()).collect();
+        let (team, user) = (
+            o.data["spec"]["owner"]["team"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            who.user.clone(),
+        );
+        let _permit = self
+            .admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            super::dry_run::build(&super::dry_run::Input {
+                workload: &workload,
+                team: &team,
+                submitted_by: &user,
+                artifact: None,
+                profiles: &profiles,
+                members: &members,
+                demand: &sizing.demand,
+                policy: &sizing.policy,
+                requested: &requested,
+                quotas: &quotas,
+                used: used.as_ref(),
+                existing: Some(&workload),
+                current: current.as_ref(),
+                from_scratch: true,
+            })
+        })
+        .await
+        .map_err(|e| Rejection::Internal(format!("rebalance plan: {e}")))
     }
 
     /// `undo`: the spec runs a recorded revision's content again, submitted like any
@@ -1388,6 +1529,33 @@ async fn rollout_action_handler(
     reply(result)
 }
 
+async fn rebalance_handler(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+    Query(q): Query<SubmitQuery>,
+) -> Response {
+    let dry_run = q.dry_run();
+    let is_dry = dry_run.as_ref().is_ok_and(|d| *d);
+    let mut audit = Audit::new(if is_dry {
+        "rebalance-dry-run"
+    } else {
+        "rebalance"
+    });
+    let result = match dry_run {
+        Ok(dry) => {
+            s.rebalance(&headers, &ns, &kind, &name, dry, &mut audit)
+                .await
+        }
+        Err(r) => Err(r),
+    };
+    match &result {
+        Ok(_) => audit.log("Done", ""),
+        Err(r) => audit.log(r.reason(), &r.to_string()),
+    }
+    reply(result)
+}
+
 async fn delete_handler(
     State(s): Shared,
     headers: HeaderMap,
@@ -1490,6 +1658,10 @@ pub fn router(jss: Arc<Jss>, ready: Readiness) -> Router {
         .route(
             "/v1/workloads/{namespace}/{kind}/{name}/rollout/{action}",
             post(rollout_action_handler),
+        )
+        .route(
+            "/v1/workloads/{namespace}/{kind}/{name}/rebalance",
+            post(rebalance_handler),
         )
         .route(
             "/v1/clusters",

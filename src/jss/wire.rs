@@ -508,6 +508,23 @@ pub struct RolloutActionRequest {
     pub to_revision: Option<i64>,
 }
 
+/// What `POST .../rebalance` did or, with `dryRun=true`, would do: the workload placed
+/// again from scratch on the members as their status shows them (`plan`, with the moves
+/// from the current split).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceReply {
+    pub workload: ObjectName,
+    /// The request was handed to the hub (false: a dry run).
+    pub requested: bool,
+    /// The request's id (`federation.pinterest.com/rebalance`); the hub records it in
+    /// `status.placement.rebalanced` once it acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    pub plan: DryRun,
+    pub message: String,
+}
+
 /// What a rollout action did.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -15,6 +15,7 @@ pub fn to_status(d: &Decision) -> PlacementDecision {
         members: Vec::new(),
         queue: None,
         preemptions: Vec::new(),
+        rebalanced: None,
         strategy: Some(match d.strategy {
             Strategy::Divided => PlacementStrategy::Divided,
             Strategy::Duplicated => PlacementStrategy::Duplicated,
@@ -134,6 +135,7 @@ mod tests {
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),
+            rebalanced: None,
             strategy: Some(PlacementStrategy::Duplicated),
             placements: vec![
                 ClusterPlacement {

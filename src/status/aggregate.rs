@@ -492,6 +492,7 @@ mod tests {
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),
+            rebalanced: None,
             strategy: None,
             placements: parts
                 .iter()
@@ -514,6 +515,7 @@ mod tests {
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),
+            rebalanced: None,
             strategy: None,
             placements: parts
                 .iter()

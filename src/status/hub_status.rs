@@ -386,6 +386,7 @@ mod golden {
             members: Vec::new(),
             queue: None,
             preemptions: Vec::new(),
+            rebalanced: None,
             strategy: Some(crate::api::common::PlacementStrategy::Divided),
             placements: parts
                 .iter()

@@ -114,6 +114,8 @@ pub struct Placed {
     pub evicted: Vec<Eviction>,
     /// The owed-eviction annotations read: removed once the status records them.
     pub owed_annotations: Vec<String>,
+    /// The last rebalance request acted on (this reconcile's, or recorded before).
+    pub rebalanced: Option<String>,
 }
 
 /// An Event a decision owes: written with the status that follows the decision (an Event
@@ -138,8 +140,11 @@ pub async fn decide<K: PinterestKind>(
     remembered: &Remembered,
     now: Timestamp,
     finalizer_written: bool,
-    recorded: &[crate::api::common::PreemptionRecord],
+    // The decision its status records (the preemptions and the rebalance it answered).
+    stored: Option<&crate::api::common::PlacementDecision>,
 ) -> Result<Outcome, HubError> {
+    let recorded = stored.map_or(&[][..], |p| p.preemptions.as_slice());
+    let rebalanced = stored.and_then(|p| p.rebalanced.as_deref());
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let generation = obj.meta().generation.unwrap_or(0);
@@ -179,6 +184,12 @@ pub async fn decide<K: PinterestKind>(
     for (annotation, why) in &read.unreadable {
         tracing::warn!(workload = %key, %annotation, %why, "an owed-eviction annotation that does not read: left alone");
     }
+    // A rebalance asked for and not acted on yet: placed again from scratch.
+    let rebalance = obj
+        .annotations()
+        .get(crate::api::federation::ANNOTATION_REBALANCE)
+        .filter(|id| Some(id.as_str()) != rebalanced)
+        .cloned();
     let (applied_before, owed): (Vec<Eviction>, Vec<Eviction>) = read
         .apply
         .into_iter()
@@ -216,6 +227,7 @@ pub async fn decide<K: PinterestKind>(
             && lost_placed.is_empty()
             && failback.is_empty()
             && owed.is_empty()
+            && rebalance.is_none()
     });
     // Members the workload must leave although nothing else changed: a NoExecute taint it
     // does not tolerate, a selector the member no longer matches.
@@ -286,11 +298,15 @@ pub async fn decide<K: PinterestKind>(
                 demand: &demand,
                 policy: &planned,
                 quotas: &quotas,
-                ideal: !failback.is_empty()
-                    && matches!(
-                        demand.count,
-                        placement::Count::Replicas(_) | placement::Count::Whole
-                    ),
+                // (A job set's unfinished shards stay where they are held either way:
+                // `failover::keep_held_shards`.)
+                ideal: rebalance.is_some()
+                    || (!failback.is_empty()
+                        && matches!(
+                            demand.count,
+                            placement::Count::Replicas(_) | placement::Count::Whole
+                        )),
+                rebalance: rebalance.as_deref(),
                 lost_placed: &lost_placed,
                 failback: &failback,
                 leaving: &leaving,
@@ -378,6 +394,7 @@ pub async fn decide<K: PinterestKind>(
         queue,
         evicted: applied_before.into_iter().chain(owed).collect(),
         owed_annotations: read.annotations,
+        rebalanced: rebalance.or_else(|| rebalanced.map(str::to_string)),
     })))
 }
 
@@ -408,8 +425,10 @@ struct Replan<'a> {
     policy: &'a placement::PlacementPolicy,
     /// Every FederatedQuota of the namespace (the tightest limit wins).
     quotas: &'a [Arc<FederatedQuota>],
-    /// Plan from scratch (failback), not from the current decision.
+    /// Plan from scratch (failback, a rebalance), not from the current decision.
     ideal: bool,
+    /// The rebalance request this plan answers.
+    rebalance: Option<&'a str>,
     lost_placed: &'a BTreeSet<String>,
     failback: &'a BTreeSet<String>,
     /// Placed members the workload must leave, with why ([`placement::must_leave`]).
@@ -789,6 +808,10 @@ async fn plan_again<K: PinterestKind>(
     let change = Change {
         moved,
         leaving,
+        rebalance: r.rebalance.map(|id| {
+            let before = before.as_ref().map_or("nowhere".into(), placed_text);
+            (id.to_string(), before)
+        }),
         failback: r.failback,
         // A first decision is routine (the status records it; an Event each would be a
         // hub write per workload in a burst); a changed one is news.
@@ -808,6 +831,8 @@ struct Change<'a> {
     moved: Option<String>,
     /// Why it leaves members (must_leave), and whether it could not (nowhere to go).
     leaving: Option<(bool, String)>,
+    /// A rebalance request answered: its id, and where the workload was before.
+    rebalance: Option<(String, String)>,
     failback: &'a BTreeSet<String>,
     /// A decision there was before differs from this one.
     changed: bool,
@@ -841,6 +866,14 @@ fn events_for(key: &str, c: &Change<'_>, d: &Decision) -> Vec<DecisionEvent> {
         } else {
             say(EventType::Normal, "LeftMember", why.clone());
         }
+    } else if let Some((id, before)) = &c.rebalance {
+        let note = if c.changed {
+            format!("rebalanced (request {id}): {before} → {}", placed_text(d))
+        } else {
+            format!("rebalanced (request {id}): nothing to move, {before}")
+        };
+        tracing::info!(workload = %key, %note, "rebalance");
+        say(EventType::Normal, "Rebalanced", note);
     } else if c.changed {
         say(EventType::Normal, "Placed", placed_text(d));
     }
@@ -1171,6 +1204,7 @@ mod tests {
         Change {
             moved: None,
             leaving: None,
+            rebalance: None,
             failback: &NONE,
             changed,
             newly_held,
@@ -1201,5 +1235,25 @@ mod tests {
             ..change(false, false)
         };
         assert_eq!(reasons(&moved), ["FailedOver"]);
+        // A rebalance request is answered with an Event, moved or not.
+        let asked = |changed| Change {
+            rebalance: Some(("r1".into(), "use1b 3".into())),
+            ..change(changed, false)
+        };
+        let notes = |c: &Change<'_>| -> Vec<String> {
+            events_for("ns/w", c, &d)
+                .into_iter()
+                .map(|e| e.note)
+                .collect()
+        };
+        assert_eq!(reasons(&asked(true)), ["Rebalanced"]);
+        assert_eq!(
+            notes(&asked(true)),
+            ["rebalanced (request r1): use1b 3 → use1a 3"]
+        );
+        assert_eq!(
+            notes(&asked(false)),
+            ["rebalanced (request r1): nothing to move, use1b 3"]
+        );
     }
 }

@@ -527,10 +527,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &remembered,
         now,
         has_finalizer,
-        stored_part
-            .placement
-            .as_ref()
-            .map_or(&[][..], |p| p.preemptions.as_slice()),
+        stored_part.placement.as_ref(),
     )
     .await?
     {
@@ -607,6 +604,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             &decided.evicted,
             &now_time,
         ),
+        rebalanced: decided.rebalanced.clone(),
         ..crate::placement::recorded::to_status(&decided.decision)
     };
     // Completed shards as recorded, never beyond the job set's shard count.
