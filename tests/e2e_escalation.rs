@@ -697,19 +697,7 @@ async fn a_pull_members_forged_capacity_is_refused_or_held() {
         .into_iter()
         .find(|m| fed.is_pull(m))
         .expect("the topology has a pull member");
-    let secret =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fed.client(&m), "pinfed-system")
-            .get("pinfed-hub-kubeconfig")
-            .await
-            .expect("the pull agent's hub kubeconfig");
-    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::from_yaml(&text).unwrap(),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let token = Client::try_from(cfg).unwrap();
+    let token = support::pull_agent_hub_client(&fed, &m).await;
     let forge = |nodes: usize, cpu: &str| {
         let names: Vec<serde_json::Value> = (0..nodes)
             .map(|i| serde_json::json!({"name": format!("forged-{i}"), "schedulable": true, "allocated": {}}))

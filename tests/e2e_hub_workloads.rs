@@ -1831,7 +1831,6 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
 /// and never another member's.
 #[tokio::test]
 async fn a_pull_members_forged_completions_count_only_for_the_shards_it_holds() {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
     use pinfed::api::member_slice::{LABEL_HUB_NAMESPACE, MemberSlice};
     let fed = Federation::connect().await;
     let daemons = federation_running(&fed);
@@ -1892,19 +1891,8 @@ async fn a_pull_members_forged_completions_count_only_for_the_shards_it_holds() 
     let (theirs, ours) = (held(&st, &pull).unwrap(), held(&st, &push).unwrap());
 
     // The pull agent's own hub token, as its Secret in the member holds it.
-    let secret = Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
-        .get("pinfed-hub-kubeconfig")
-        .await
-        .expect("the pull agent's hub kubeconfig");
-    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::from_yaml(&text).unwrap(),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
     let forger: Api<MemberSlice> = Api::namespaced(
-        kube::Client::try_from(cfg).unwrap(),
+        support::pull_agent_hub_client(&fed, &pull).await,
         &format!("pinfed-member-{pull}"),
     );
     let slice = slices.list(&by_namespace).await.unwrap().items.remove(0);

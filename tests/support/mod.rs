@@ -340,6 +340,25 @@ pub fn spawn_hub(fed: &Federation, name: &str, extra: &[&str]) -> Daemon {
     spawn_daemon(fed, name, &args)
 }
 
+/// A client with a pull member's own hub credential, as its agent's Secret in the member
+/// holds it (`pinfed-system/pinfed-hub-kubeconfig`): what an attacker who owns that member
+/// can do on the hub.
+pub async fn pull_agent_hub_client(fed: &Federation, member: &str) -> Client {
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fed.client(member), "pinfed-system")
+            .get("pinfed-hub-kubeconfig")
+            .await
+            .expect("the pull agent's hub kubeconfig");
+    let text = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&text).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
 /// A free loopback port for a daemon's metrics server.
 /// One agent per member (no leader election, metrics on a free port), as the e2e
 /// federations run them.
