@@ -600,13 +600,7 @@ impl Jss {
             admitted.team.clone(),
             who.user.clone(),
         );
-        let _permit = self
-            .admission
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| Rejection::Internal(e.to_string()))?;
-        tokio::task::spawn_blocking(move || {
+        self.plan_blocking("dry run", move || {
             super::dry_run::build(&super::dry_run::Input {
                 workload: &workload,
                 team: &team,
@@ -625,7 +619,24 @@ impl Jss {
             })
         })
         .await
-        .map_err(|e| Rejection::Internal(format!("dry run: {e}")))
+    }
+
+    /// Runs a placement answer (the dry run's engine) on a blocking thread, at most
+    /// `--admission-concurrency` at once, as admissions do.
+    async fn plan_blocking(
+        &self,
+        what: &str,
+        plan: impl FnOnce() -> wire::DryRun + Send + 'static,
+    ) -> Result<wire::DryRun, Rejection> {
+        let _permit = self
+            .admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        tokio::task::spawn_blocking(plan)
+            .await
+            .map_err(|e| Rejection::Internal(format!("{what}: {e}")))
     }
 
     /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`
@@ -1110,13 +1121,7 @@ impl Jss {
                 .to_string(),
             who.user.clone(),
         );
-        let _permit = self
-            .admission
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| Rejection::Internal(e.to_string()))?;
-        tokio::task::spawn_blocking(move || {
+        self.plan_blocking("rebalance plan", move || {
             super::dry_run::build(&super::dry_run::Input {
                 workload: &workload,
                 team: &team,
@@ -1135,7 +1140,6 @@ impl Jss {
             })
         })
         .await
-        .map_err(|e| Rejection::Internal(format!("rebalance plan: {e}")))
     }
 
     /// `undo`: the spec runs a recorded revision's content again, submitted like any
