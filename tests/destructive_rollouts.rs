@@ -83,6 +83,21 @@ fn gate(st: &serde_json::Value, member: &str) -> String {
         .to_string()
 }
 
+/// When `member`'s gate in the rollout of `st` took its present state (whole seconds).
+fn canary_since(st: &serde_json::Value, member: &str) -> i64 {
+    let since = st["rollout"]["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["cluster"] == member)
+        .and_then(|m| m["since"].as_str())
+        .unwrap_or_else(|| panic!("{member} has no gate time: {}", st["rollout"]));
+    since
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("gate time {since:?}: {e}"))
+        .as_second()
+}
+
 /// A default RuntimeProfile with one sidecar; removed when dropped (a test that fails
 /// must not leave a default profile to the tests after it).
 struct Profile(String);
@@ -151,24 +166,46 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
         imgs.iter()
             .any(|i| i == &format!("registry.example/mesh:{tag}"))
     };
+    // Images are read before the status: the hub writes a stage's slices before the
+    // status saying the stage before it passed, so a status read first can be older
+    // than the images read after it. Whether the order held is told by the canary's
+    // own record: the second it passed is no later than a later stage was seen running
+    // the new sidecar.
     let deadline = Instant::now() + WAIT;
     let mut canary_first = false;
+    let mut others_seen: Option<(String, i64)> = None;
     loop {
-        let st = status(&api, "web").await;
-        let canary = images(&fed, &first, &ns.name, "web").await;
-        let mut others_have_it = false;
-        for m in &members[1..] {
-            others_have_it |= has_mesh(&images(&fed, m, &ns.name, "web").await, "2");
+        canary_first |= has_mesh(&images(&fed, &first, &ns.name, "web").await, "2");
+        if others_seen.is_none() {
+            for m in &members[1..] {
+                if has_mesh(&images(&fed, m, &ns.name, "web").await, "2") {
+                    assert!(
+                        canary_first,
+                        "{m} got the new profile before the canary did"
+                    );
+                    let seen = k8s_openapi::jiff::Timestamp::now().as_second();
+                    others_seen = Some((m.clone(), seen));
+                    break;
+                }
+            }
         }
-        if others_have_it {
+        let st = status(&api, "web").await;
+        if let Some((m, seen)) = &others_seen
+            && gate(&st, &first) == "Passed"
+        {
+            let passed = canary_since(&st, &first);
             assert!(
-                canary_first && gate(&st, &first) == "Passed",
-                "a later stage got the new profile before the canary passed: {}",
+                passed <= *seen,
+                "{m} ran the new profile at {seen} s, before the canary passed at {passed} s: {}",
                 st["rollout"]
             );
         }
-        canary_first |= has_mesh(&canary, "2");
         if st["rollout"]["phase"] == "Complete" && st["rollout"]["revision"] == 2 {
+            assert!(
+                canary_first,
+                "the rollout completed without the canary seen running the new profile: {}",
+                st["rollout"]
+            );
             break;
         }
         assert!(
