@@ -1937,3 +1937,141 @@ async fn a_pull_members_forged_completions_count_only_for_the_shards_it_holds() 
     );
     ns.delete().await;
 }
+
+/// Application failover (issue 37): a share that never becomes available in one member
+/// (its pods there never turn Ready: an override gives them a `:broken` image there)
+/// while the other member runs its share in full moves off after the toleration — grown
+/// in the healthy member first, never below what was available — is recorded, avoided for
+/// this generation, and allowed back by a new spec.
+#[tokio::test]
+async fn a_share_that_stays_unavailable_in_one_member_moves_to_a_healthy_one() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "app-failover").await;
+    let names = fed.member_names();
+    // Two push members: the share moves from `stuck` to `healthy`.
+    let push: Vec<String> = names.iter().filter(|m| !fed.is_pull(m)).cloned().collect();
+    assert!(push.len() >= 2, "two push members are needed: {names:?}");
+    let (healthy, stuck) = (push[0].clone(), push[1].clone());
+    let mut v = serde_json::to_value(service("web", 4)).unwrap();
+    v["spec"]["placement"] = serde_json::json!({
+        "clusterAffinity": {"clusterNames": [healthy, stuck]},
+        "failover": {"application": {"tolerationSeconds": 10}},
+    });
+    let c = &mut v["spec"]["template"]["spec"]["containers"][0];
+    c.as_object_mut().unwrap().remove("envFrom");
+    c.as_object_mut().unwrap().remove("env");
+    // Its image there is one whose pods run but never turn Ready (the topology's kwok
+    // stages: docs/e2e.md, "Bad images for rollout tests").
+    v["spec"]["overrides"] = serde_json::json!([{
+        "name": "never-ready", "clusters": [stuck], "image": {"tag": "broken"},
+    }]);
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap();
+    let share = |st: &serde_json::Value, m: &str| {
+        st["placement"]["placements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["cluster"] == m)
+            .and_then(|p| p["replicas"].as_i64())
+            .unwrap_or(0)
+    };
+    eventually(
+        WAIT,
+        "2 replicas available, 2 placed in the member where they never turn Ready",
+        || async {
+            let st = hub_status(&api, "web").await;
+            share(&st, &healthy) == 2 && share(&st, &stuck) == 2 && st["availableReplicas"] == 2
+        },
+    )
+    .await;
+    // From here the healthy share never shrinks: what was available stays available.
+    let mut low = i64::MAX;
+    let deadline = std::time::Instant::now() + WAIT;
+    let st = loop {
+        let st = hub_status(&api, "web").await;
+        if let Some(a) = st["availableReplicas"].as_i64() {
+            low = low.min(a);
+        }
+        if share(&st, &stuck) == 0 && st["availableReplicas"] == 4 {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the share never moved off {stuck}: {}\n{}",
+            serde_json::to_string_pretty(&st["placement"]).unwrap(),
+            logs(daemons)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        low >= 2,
+        "available replicas dipped to {low} while the share moved"
+    );
+    assert_eq!(share(&st, &healthy), 4, "{}", st["placement"]);
+    let records = st["placement"]["applicationFailovers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(records.len(), 1, "{}", st["placement"]);
+    assert_eq!(records[0]["cluster"], stuck.as_str());
+    let reason = records[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("0 of 2 replicas available in {stuck}")),
+        "{reason}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let note = event_message(&events, "ApplicationFailover").await;
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.contains(&stuck) && n.contains(&format!("now {healthy} 4"))),
+        "{note:?}"
+    );
+    // The member it left keeps no Deployment; the decision keeps avoiding it.
+    let stuck_deployments: Api<Deployment> = Api::namespaced(fed.client(&stuck), &ns.name);
+    eventually(WAIT, &format!("no Deployment left in {stuck}"), || async {
+        stuck_deployments
+            .get_opt("web")
+            .await
+            .is_ok_and(|d| d.is_none())
+    })
+    .await;
+    let st = hub_status(&api, "web").await;
+    assert_eq!(share(&st, &stuck), 0, "{}", st["placement"]);
+    let members = st["placement"]["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let why = members
+        .iter()
+        .find(|m| m["cluster"] == stuck.as_str())
+        .and_then(|m| m["reason"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(why.contains("avoided"), "{why}: {}", st["placement"]);
+
+    // A new spec (6 replicas, no override) may run there again: the record goes.
+    let patch = serde_json::json!({"spec": {"replicas": 6, "overrides": null}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("{stuck} placed again after the spec changed"),
+        || async {
+            let st = hub_status(&api, "web").await;
+            share(&st, &stuck) > 0
+                && st["placement"]["applicationFailovers"]
+                    .as_array()
+                    .is_none_or(|a| a.is_empty())
+                && st["availableReplicas"] == 6
+        },
+    )
+    .await;
+    ns.delete().await;
+}

@@ -312,6 +312,37 @@ pub struct Failover {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub grace_period_seconds: Option<i32>,
+    /// Application failover (opt-in; PinterestService and PinterestStatefulSet): a
+    /// member's share that stays unavailable while the workload is available in another
+    /// member is moved off it, grown elsewhere first. The member is then avoided by this
+    /// workload until its spec changes or a rebalance is asked for
+    /// (`status.placement.applicationFailovers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<ApplicationFailover>,
+}
+
+/// When a share that does not become available in its member moves.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationFailover {
+    /// How long a member's share may stay unavailable (its slice not Ready, fewer
+    /// replicas available there than placed) before it moves. Default 300, at least 10.
+    /// Not counted while a rollout of the workload is in progress (its health gates
+    /// judge a new revision; a rollback is theirs to make).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub toleration_seconds: Option<i32>,
+}
+
+impl ApplicationFailover {
+    pub const DEFAULT_TOLERATION_SECONDS: i32 = 300;
+
+    pub fn toleration_seconds(&self) -> i64 {
+        i64::from(
+            self.toleration_seconds
+                .unwrap_or(Self::DEFAULT_TOLERATION_SECONDS),
+        )
+    }
 }
 
 /// A condition in the Kubernetes `metav1.Condition` shape.
@@ -454,6 +485,23 @@ pub struct PlacementDecision {
     /// acted on: the workload was placed again from scratch for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalanced: Option<String>,
+    /// Members this workload's share was moved off by application failover
+    /// (`spec.placement.failover.application`): avoided while the workload's generation
+    /// is the one recorded and no rebalance is asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub application_failovers: Vec<ApplicationFailoverRecord>,
+}
+
+/// A member a share was moved off because it did not become available there.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationFailoverRecord {
+    pub cluster: String,
+    /// The workload generation it was moved for: a new spec may run there again.
+    pub generation: i64,
+    #[schemars(schema_with = "date_time_schema")]
+    pub time: Time,
+    pub reason: String,
 }
 
 /// A waiting workload's place in the hub's queue: highest priority first (aged while it

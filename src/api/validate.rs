@@ -325,6 +325,26 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
             "must be at least 0",
         );
     }
+    if let Some(a) = p.failover.as_ref().and_then(|f| f.application.as_ref()) {
+        // A share of replicas can move; a job set's shards, a cron job's runs, a daemon
+        // (every member) and a training gang (all or nothing) cannot be partly moved.
+        check!(
+            e,
+            matches!(kind, WorkloadKind::Service | WorkloadKind::StatefulSet),
+            "spec.placement.failover.application",
+            format!(
+                "application failover moves a share of replicas: PinterestService and PinterestStatefulSet only, not {kind}"
+            ),
+        );
+        if let Some(t) = a.toleration_seconds {
+            check!(
+                e,
+                t >= 10,
+                "spec.placement.failover.application.tolerationSeconds",
+                "must be at least 10",
+            );
+        }
+    }
 }
 
 pub(crate) fn selector(e: &mut Errors, s: &LabelSelector, path: &str) {
@@ -1244,5 +1264,44 @@ mod tests {
             training_job(&job(super::super::training::MAX_REPLICAS_PER_ROLE + 1)).unwrap_err();
         assert_eq!(err.first_field(), "spec.replicaSpecs.Worker.replicas");
         assert!(err.to_string().contains("at most 10000"), "{err}");
+    }
+
+    #[test]
+    fn application_failover_is_for_replicas_and_its_toleration_has_a_floor() {
+        let failover = serde_json::json!({"application": {"tolerationSeconds": 5}});
+        let service: crate::api::service::PinterestService =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": "web", "namespace": "ads"},
+                "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "replicas": 1,
+                         "placement": {"failover": failover},
+                         "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+            }))
+            .unwrap();
+        let err = workload(WorkloadRef::Service(&service)).unwrap_err();
+        assert_eq!(
+            err.first_field(),
+            "spec.placement.failover.application.tolerationSeconds"
+        );
+        let jobs: crate::api::jobset::PinterestJobSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+            "metadata": {"name": "batch", "namespace": "ads"},
+            "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "shards": 2,
+                     "placement": {"failover": {"application": {}}},
+                     "template": {"spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "w", "image": "w:1"}]}}}
+        }))
+        .unwrap();
+        let err = workload(WorkloadRef::JobSet(&jobs)).unwrap_err();
+        assert_eq!(err.first_field(), "spec.placement.failover.application");
+        assert!(err.to_string().contains("PinterestJobSet"), "{err}");
+        let mut ok = service.clone();
+        ok.spec.placement.failover = Some(crate::api::common::Failover {
+            application: Some(crate::api::common::ApplicationFailover {
+                toleration_seconds: Some(10),
+            }),
+            ..Default::default()
+        });
+        assert!(workload(WorkloadRef::Service(&ok)).is_ok());
     }
 }

@@ -665,6 +665,23 @@ fn describe_text_at(w: &WorkloadView, now: Timestamp) -> String {
     {
         line(&mut out, "Preempted:", preemption_text(p));
     }
+    // Members application failover moved it off (avoided for this generation).
+    for r in placement
+        .map(|p| p.application_failovers.as_slice())
+        .unwrap_or_default()
+    {
+        line(
+            &mut out,
+            "Moved off:",
+            format!(
+                "{} {} ago, avoided for generation {}: {}",
+                r.cluster,
+                age(now, r.time.0),
+                r.generation,
+                r.reason
+            ),
+        );
+    }
     line(&mut out, "Progress:", progress(w));
     let num = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "null".into());
     line(

@@ -132,6 +132,9 @@ pub struct SliceReport {
     pub state: &'static str,
     /// The Ready condition's message.
     pub message: Option<String>,
+    /// Since when (seconds) the slice's Ready condition is not True (application
+    /// failover counts from it).
+    pub not_ready_since: Option<i64>,
     pub counts: SliceCounts,
 }
 
@@ -172,6 +175,7 @@ pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
                 observed_generation: processed,
                 state: slice_state(K::conditions_of(st), processed == generation),
                 message: report_message(K::conditions_of(st)),
+                not_ready_since: not_ready_since(K::conditions_of(st)),
                 counts: slice.slice_counts(st),
             }
         }
@@ -231,6 +235,14 @@ fn report_message(conditions: &[Condition]) -> Option<String> {
             .map(|c| c.message.clone())
             .filter(|m| !m.is_empty()),
     }
+}
+
+/// When the Ready condition turned to what it is, if that is not True.
+fn not_ready_since(conditions: &[Condition]) -> Option<i64> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == ct::READY && c.status != ConditionStatus::True)
+        .map(|c| c.last_transition_time.0.as_second())
 }
 
 /// A slice's one-word state from its conditions; Ready counts only once the agent has

@@ -423,6 +423,10 @@ fn eligibility<'a>(
             exclude("not among the policy's cluster names".into());
             continue;
         }
+        if let Some(why) = policy.avoid.get(&view.name) {
+            exclude(format!("avoided: {why}"));
+            continue;
+        }
         if !policy.zones.is_empty() {
             match &view.zone {
                 None => {

@@ -3,7 +3,7 @@
 //! tolerations, and what is counted (replicas, shards, a gang, or the whole workload).
 //! Pure: the pod shape comes from the expansion engine.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::DynamicObject;
@@ -118,6 +118,8 @@ pub fn policy_for(w: WorkloadRef<'_>) -> PlacementPolicy {
                 .and_then(|s| bound(s.min_zones))
                 .unwrap_or(0),
         },
+        // Filled by the hub from the workload's status (application failover).
+        avoid: BTreeMap::new(),
     }
 }
 

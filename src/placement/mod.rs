@@ -13,6 +13,7 @@
 //!                                                              └──Ledger::reserve──▶
 //! ```
 
+pub mod app_failover;
 pub mod capacity;
 mod decision;
 mod divide;

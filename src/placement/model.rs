@@ -635,6 +635,9 @@ pub struct PlacementPolicy {
     /// Per-cluster bounds, overriding `per_cluster` field by field.
     pub cluster_limits: BTreeMap<String, Bounds>,
     pub spread: Spread,
+    /// Clusters this workload avoids, with why (application failover moved its share
+    /// off them).
+    pub avoid: BTreeMap<String, String>,
 }
 
 impl PlacementPolicy {

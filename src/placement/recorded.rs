@@ -16,6 +16,7 @@ pub fn to_status(d: &Decision) -> PlacementDecision {
         queue: None,
         preemptions: Vec::new(),
         rebalanced: None,
+        application_failovers: Vec::new(),
         strategy: Some(match d.strategy {
             Strategy::Divided => PlacementStrategy::Divided,
             Strategy::Duplicated => PlacementStrategy::Duplicated,
@@ -136,6 +137,7 @@ mod tests {
             queue: None,
             preemptions: Vec::new(),
             rebalanced: None,
+            application_failovers: Vec::new(),
             strategy: Some(PlacementStrategy::Duplicated),
             placements: vec![
                 ClusterPlacement {

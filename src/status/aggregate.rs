@@ -493,6 +493,7 @@ mod tests {
             queue: None,
             preemptions: Vec::new(),
             rebalanced: None,
+            application_failovers: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()
@@ -516,6 +517,7 @@ mod tests {
             queue: None,
             preemptions: Vec::new(),
             rebalanced: None,
+            application_failovers: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()

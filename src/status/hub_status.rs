@@ -387,6 +387,7 @@ mod golden {
             queue: None,
             preemptions: Vec::new(),
             rebalanced: None,
+            application_failovers: Vec::new(),
             strategy: Some(crate::api::common::PlacementStrategy::Divided),
             placements: parts
                 .iter()

@@ -116,6 +116,8 @@ pub struct Placed {
     pub owed_annotations: Vec<String>,
     /// The last rebalance request acted on (this reconcile's, or recorded before).
     pub rebalanced: Option<String>,
+    /// Members application failover moved the workload off, still avoided.
+    pub application_failovers: Vec<crate::api::common::ApplicationFailoverRecord>,
 }
 
 /// An Event a decision owes: written with the status that follows the decision (an Event
@@ -133,6 +135,14 @@ pub enum Outcome {
     Decided(Box<Placed>),
 }
 
+/// What the status and the slices say, for a decision.
+pub struct Seen<'a> {
+    /// The decision its status records (the preemptions and the rebalance it answered).
+    pub stored: Option<&'a crate::api::common::PlacementDecision>,
+    /// A placed share application failover says must move (`app_failover::look_at`).
+    pub app_due: Option<&'a crate::placement::app_failover::Verdict>,
+}
+
 pub async fn decide<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
@@ -140,9 +150,9 @@ pub async fn decide<K: PinterestKind>(
     remembered: &Remembered,
     now: Timestamp,
     finalizer_written: bool,
-    // The decision its status records (the preemptions and the rebalance it answered).
-    stored: Option<&crate::api::common::PlacementDecision>,
+    seen: Seen<'_>,
 ) -> Result<Outcome, HubError> {
+    let Seen { stored, app_due } = seen;
     let recorded = stored.map_or(&[][..], |p| p.preemptions.as_slice());
     let rebalanced = stored.and_then(|p| p.rebalanced.as_deref());
     let ns = obj.namespace().unwrap_or_default();
@@ -190,6 +200,20 @@ pub async fn decide<K: PinterestKind>(
         .get(crate::api::federation::ANNOTATION_REBALANCE)
         .filter(|id| Some(id.as_str()) != rebalanced)
         .cloned();
+    // Members application failover moved it off: avoided for this generation, until a
+    // rebalance is asked for.
+    let avoided_before: Vec<crate::api::common::ApplicationFailoverRecord> = if rebalance.is_some()
+    {
+        Vec::new()
+    } else {
+        remembered
+            .previous
+            .iter()
+            .flat_map(|p| p.application_failovers.iter())
+            .filter(|r| r.generation == generation)
+            .cloned()
+            .collect()
+    };
     let (applied_before, owed): (Vec<Eviction>, Vec<Eviction>) = read
         .apply
         .into_iter()
@@ -231,7 +255,7 @@ pub async fn decide<K: PinterestKind>(
     });
     // Members the workload must leave although nothing else changed: a NoExecute taint it
     // does not tolerate, a selector the member no longer matches.
-    let leaving: BTreeMap<String, String> = match unchanged {
+    let mut leaving: BTreeMap<String, String> = match unchanged {
         Some(p) => {
             let placed: BTreeSet<&str> = p.placements.iter().map(|c| c.cluster.as_str()).collect();
             views()
@@ -242,6 +266,11 @@ pub async fn decide<K: PinterestKind>(
         }
         None => BTreeMap::new(),
     };
+    // A share that stayed unavailable leaves its member like one that must (grown
+    // elsewhere first; kept where it is while there is no room elsewhere).
+    if let Some(v) = app_due {
+        leaving.insert(v.cluster.clone(), v.reason.clone());
+    }
     let keep = unchanged.filter(|_| leaving.is_empty());
     // (Added by this process in a write the watch has not delivered yet counts.)
     let needs_finalizer = !finalizer_written && !obj.finalizers().iter().any(|f| f == FINALIZER);
@@ -282,6 +311,11 @@ pub async fn decide<K: PinterestKind>(
             // rules checked against the members there are (held Invalid otherwise; the
             // slices out there stay as they are).
             let mut planned = policy.clone();
+            planned.avoid = avoided_before
+                .iter()
+                .map(|r| (r.cluster.clone(), r.reason.clone()))
+                .chain(app_due.map(|v| (v.cluster.clone(), v.reason.clone())))
+                .collect();
             if !w.overrides().is_empty()
                 && let Err(e) = placement::from_workload::apply_overrides(
                     &w.to_owned(),
@@ -310,6 +344,7 @@ pub async fn decide<K: PinterestKind>(
                 lost_placed: &lost_placed,
                 failback: &failback,
                 leaving: &leaving,
+                app_failover: app_due.is_some(),
                 priority: &priority,
                 owed: &owed,
                 applied_before: &applied_before,
@@ -330,6 +365,30 @@ pub async fn decide<K: PinterestKind>(
             .await?
         }
     };
+    // Avoided from now on: a member the share did leave (not one it is kept in for want
+    // of room elsewhere: it is looked at again).
+    let mut application_failovers = avoided_before;
+    if let Some(v) = app_due {
+        let left = !decision
+            .placements
+            .iter()
+            .any(|p| p.cluster == v.cluster && p.replicas.unwrap_or(0) > 0);
+        if left && !application_failovers.iter().any(|r| r.cluster == v.cluster) {
+            ctx.hub_metrics.application_failovers.inc();
+            application_failovers.push(crate::api::common::ApplicationFailoverRecord {
+                cluster: v.cluster.clone(),
+                generation,
+                time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                reason: v.reason.clone(),
+            });
+        }
+    }
+    // (This process's memory of the decision carries them, as the status does.)
+    if let Ok(mut d) = ctx.decisions.lock()
+        && let Some(e) = d.get_mut(&key)
+    {
+        e.decision.application_failovers = application_failovers.clone();
+    }
     // The queue: in it while part waits, with its place; a victim's standing as the
     // preemption left it.
     let now_s = now.as_second();
@@ -395,6 +454,7 @@ pub async fn decide<K: PinterestKind>(
         evicted: applied_before.into_iter().chain(owed).collect(),
         owed_annotations: read.annotations,
         rebalanced: rebalance.or_else(|| rebalanced.map(str::to_string)),
+        application_failovers,
     })))
 }
 
@@ -431,8 +491,11 @@ struct Replan<'a> {
     rebalance: Option<&'a str>,
     lost_placed: &'a BTreeSet<String>,
     failback: &'a BTreeSet<String>,
-    /// Placed members the workload must leave, with why ([`placement::must_leave`]).
+    /// Placed members the workload must leave, with why ([`placement::must_leave`], or
+    /// application failover).
     leaving: &'a BTreeMap<String, String>,
+    /// One of them is left by application failover.
+    app_failover: bool,
     priority: &'a crate::placement::priority::Priority,
     /// What it gives up to preemptors in this plan.
     owed: &'a [Eviction],
@@ -808,6 +871,7 @@ async fn plan_again<K: PinterestKind>(
     let change = Change {
         moved,
         leaving,
+        app_failover: r.app_failover,
         rebalance: r.rebalance.map(|id| {
             let before = before.as_ref().map_or("nowhere".into(), placed_text);
             (id.to_string(), before)
@@ -831,6 +895,8 @@ struct Change<'a> {
     moved: Option<String>,
     /// Why it leaves members (must_leave), and whether it could not (nowhere to go).
     leaving: Option<(bool, String)>,
+    /// Application failover is why.
+    app_failover: bool,
     /// A rebalance request answered: its id, and where the workload was before.
     rebalance: Option<(String, String)>,
     failback: &'a BTreeSet<String>,
@@ -861,10 +927,15 @@ fn events_for(key: &str, c: &Change<'_>, d: &Decision) -> Vec<DecisionEvent> {
             format!("back to {to}: {}", placed_text(d)),
         );
     } else if let Some((blocked, why)) = &c.leaving {
-        if *blocked {
-            say(EventType::Warning, "LeaveBlocked", why.clone());
-        } else {
-            say(EventType::Normal, "LeftMember", why.clone());
+        match (*blocked, c.app_failover) {
+            (true, false) => say(EventType::Warning, "LeaveBlocked", why.clone()),
+            (false, false) => say(EventType::Normal, "LeftMember", why.clone()),
+            (true, true) => say(
+                EventType::Warning,
+                "ApplicationFailoverBlocked",
+                why.clone(),
+            ),
+            (false, true) => say(EventType::Warning, "ApplicationFailover", why.clone()),
         }
     } else if let Some((id, before)) = &c.rebalance {
         let note = if c.changed {
@@ -1204,6 +1275,7 @@ mod tests {
         Change {
             moved: None,
             leaving: None,
+            app_failover: false,
             rebalance: None,
             failback: &NONE,
             changed,

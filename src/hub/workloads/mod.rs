@@ -16,6 +16,7 @@
 //! workload backs off on its own ([`crate::controller::retry`]). Events on the hub
 //! resource record placement, failover, failback, quota holds and fencing.
 
+mod app_failover;
 mod decide;
 mod deletion;
 mod health;
@@ -116,6 +117,8 @@ pub struct HubMetrics {
     pub preemption_seconds: prometheus_client::metrics::histogram::Histogram,
     /// Workloads waiting in the hub's queue.
     pub queue_waiting: prometheus_client::metrics::gauge::Gauge,
+    /// Shares moved off a member by application failover.
+    pub application_failovers: prometheus_client::metrics::counter::Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -180,6 +183,7 @@ impl HubMetrics {
             preemptions: Default::default(),
             preemption_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             queue_waiting: Default::default(),
+            application_failovers: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -225,6 +229,11 @@ impl HubMetrics {
             "rollout_member_seconds",
             "Seconds from a member being told to run a new revision to passing its gate",
             m.rollout_member_seconds.clone(),
+        );
+        registry.register(
+            "application_failovers",
+            "Shares moved off a member where they stayed unavailable (application failover)",
+            m.application_failovers.clone(),
         );
         registry.register(
             "preemptions",
@@ -518,6 +527,16 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         }
     }
 
+    // A share that does not become available in a healthy member (opt-in).
+    let app_look = app_failover::look_at(
+        obj,
+        remembered.previous.as_ref(),
+        &standings,
+        &slices,
+        stored_part.rollout.as_ref(),
+        now.as_second(),
+    );
+
     // Decide: keep or plan again, recorded before any slice moves.
     let has_finalizer = unseen.finalizer;
     let decided = match decide::decide(
@@ -527,7 +546,10 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         &remembered,
         now,
         has_finalizer,
-        stored_part.placement.as_ref(),
+        decide::Seen {
+            stored: stored_part.placement.as_ref(),
+            app_due: app_look.due.as_ref(),
+        },
     )
     .await?
     {
@@ -573,6 +595,10 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
     if let Some(due) = staged.outcome.recheck {
         requeue = requeue.min(due);
     }
+    // Looked at again when an unavailable share's toleration ends.
+    if let Some(secs) = app_look.next_in {
+        requeue = requeue.min(std::time::Duration::from_secs(secs.unsigned_abs() + 1));
+    }
     let key = workload_key(obj);
 
     // Aggregate and write.
@@ -605,6 +631,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             &now_time,
         ),
         rebalanced: decided.rebalanced.clone(),
+        application_failovers: decided.application_failovers.clone(),
         ..crate::placement::recorded::to_status(&decided.decision)
     };
     // Completed shards as recorded, never beyond the job set's shard count.

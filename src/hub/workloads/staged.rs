@@ -343,6 +343,7 @@ mod tests {
                 observed_generation: Some(if processed { 2 } else { 1 }),
                 state,
                 message: Some("why".into()),
+                not_ready_since: None,
                 counts,
             },
         }
