@@ -509,18 +509,37 @@ async fn a_job_set_shard_map_fills_as_shards_complete() {
 }
 
 #[tokio::test]
-async fn delete_works_for_the_owner_team_and_is_refused_for_another() {
+async fn delete_and_rebalance_work_for_the_owner_team_and_are_refused_for_another() {
     let (fed, st) = start().await;
     let ns = TestNamespace::create(&fed.hub(), "ui-ads").await;
     st.submit("alice-token", &ns.name, &service("doomed", "ads", 1))
         .await;
     let api: Api<PinterestService> = Api::namespaced(fed.hub(), &ns.name);
     let page = format!("/ui/workloads/{}/service/doomed", ns.name);
+    // Placed first: the rebalance buttons come with a decision.
+    eventually(WAIT, "doomed placed", || {
+        let api = api.clone();
+        async move {
+            api.get_opt("doomed")
+                .await
+                .unwrap()
+                .and_then(|s| s.status)
+                .and_then(|s| s.placement)
+                .is_some_and(|p| !p.placements.is_empty())
+        }
+    })
+    .await;
 
     // carol's team reads the namespace but does not own the workload.
     let b = Browser::open(st).await;
     b.login("carol-token").await;
     b.goto(&page).await;
+    assert_eq!(
+        b.js("return !!document.getElementById('rebalance') || !!document.getElementById('rebalance-preview')")
+            .await,
+        json!(false),
+        "carol is offered a rebalance"
+    );
     assert!(
         b.text("#delete-refused").await.contains("may not delete"),
         "{}",
@@ -546,6 +565,25 @@ async fn delete_works_for_the_owner_team_and_is_refused_for_another() {
         api.get_opt("doomed").await.unwrap().is_some(),
         "still there"
     );
+    let (code, body) = b
+        .post_from_page(
+            &format!("{page}/rebalance"),
+            &[("csrf", csrf.as_str().unwrap()), ("dry_run", "false")],
+        )
+        .await;
+    assert_eq!(code, 403, "{body}");
+    let asked = |s: Option<PinterestService>| {
+        s.is_some_and(|s| {
+            s.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(pinfed::api::federation::ANNOTATION_REBALANCE)
+        })
+    };
+    assert!(
+        !asked(api.get_opt("doomed").await.unwrap()),
+        "carol's refused rebalance was handed to the hub"
+    );
     b.assert_console_errors_only("carol's refused delete", &["status of 403"])
         .await;
     b.close().await;
@@ -553,6 +591,44 @@ async fn delete_works_for_the_owner_team_and_is_refused_for_another() {
     let b = Browser::open(st).await;
     b.login("alice-token").await;
     b.goto(&page).await;
+    // A preview says what would move and writes nothing; the request goes to the hub,
+    // which records that it acted.
+    b.click_id("rebalance-preview").await;
+    b.wait_js(
+        "the preview's flash",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('dry run') >= 0",
+        WAIT,
+    )
+    .await;
+    let flash = b.text("#flash").await;
+    assert!(
+        flash.contains("rebalance of") && flash.contains("would move"),
+        "{flash}"
+    );
+    assert!(
+        !asked(api.get_opt("doomed").await.unwrap()),
+        "a preview wrote the request"
+    );
+    b.click_id("rebalance").await;
+    b.wait_js(
+        "the rebalance's flash",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('asked (request') >= 0",
+        WAIT,
+    )
+    .await;
+    assert!(asked(api.get_opt("doomed").await.unwrap()));
+    eventually(WAIT, "the hub acted on the rebalance", || {
+        let api = api.clone();
+        async move {
+            api.get_opt("doomed")
+                .await
+                .unwrap()
+                .and_then(|s| s.status)
+                .and_then(|s| s.placement)
+                .is_some_and(|p| p.rebalanced.is_some())
+        }
+    })
+    .await;
     b.click_id("delete-open").await;
     b.click_id("delete").await;
     b.wait_js(

@@ -173,7 +173,7 @@ fn remember<V>(
 
 /// The audit record of one decision; logged once, on target `audit`.
 #[derive(Default)]
-struct Audit {
+pub(crate) struct Audit {
     user: String,
     team: String,
     action: &'static str,
@@ -181,7 +181,7 @@ struct Audit {
 }
 
 impl Audit {
-    fn new(action: &'static str) -> Audit {
+    pub(crate) fn new(action: &'static str) -> Audit {
         Audit {
             user: "-".into(),
             team: "-".into(),
@@ -1026,18 +1026,35 @@ impl Jss {
         let who = self.authenticate(headers).await?;
         audit.user = who.user.clone();
         let kind = parse_kind_or_404(kind)?;
+        let reply = self
+            .rebalance_as(&who, kind, ns, name, dry_run, audit)
+            .await?;
+        Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// A rebalance asked by `who` (the API's and the UI's): the rights of a delete, the
+    /// plan from scratch, and unless `dry_run` the request handed to the hub.
+    pub(crate) async fn rebalance_as(
+        &self,
+        who: &Principal,
+        kind: WorkloadKind,
+        ns: &str,
+        name: &str,
+        dry_run: bool,
+        audit: &mut Audit,
+    ) -> Result<wire::RebalanceReply, Rejection> {
         audit.object = format!("{}/{ns}/{name}", kind.as_str());
-        authorize_namespace(&self.auth, &who, ns)?;
+        authorize_namespace(&self.auth, who, ns)?;
         let o = self.workload_or_404(kind, ns, name).await?;
         let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
         audit.team = team.to_string();
-        authorize_change_of_existing(&self.auth, &who, team, ns)?;
+        authorize_change_of_existing(&self.auth, who, team, ns)?;
         let w = wire::ObjectName {
             kind,
             namespace: ns.to_string(),
             name: name.to_string(),
         };
-        let plan = self.rebalance_plan(&who, kind, ns, name, &o).await?;
+        let plan = self.rebalance_plan(who, kind, ns, name, &o).await?;
         let request = (!dry_run).then(|| k8s_openapi::jiff::Timestamp::now().to_string());
         if let Some(id) = &request {
             self.hub
@@ -1064,14 +1081,13 @@ impl Jss {
                 rollout::object_text(&w)
             ),
         };
-        let reply = wire::RebalanceReply {
+        Ok(wire::RebalanceReply {
             workload: w,
             requested: request.is_some(),
             request,
             plan,
             message,
-        };
-        Ok((StatusCode::OK, to_body(&reply)?))
+        })
     }
 
     /// The plan a rebalance makes: the stored workload sized as the hub sizes it, planned

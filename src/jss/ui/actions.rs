@@ -1,4 +1,6 @@
-//! The rollout buttons of the workload page: approve, pause, resume and undo, with the
+//! The rollout buttons of the workload page — approve, pause, resume and undo — and its
+//! rebalance buttons (preview, ask; the API's `POST .../rebalance[?dryRun=true]`). The
+//! rollout ones with the
 //! rights and rules of `POST /v1/workloads/{ns}/{kind}/{name}/rollout/{action}` (the
 //! namespace, and the team owning the workload or an admin team; the stage that waits,
 //! the revision an undo returns to, from [`crate::jss::rollout`]). Each POST carries the
@@ -464,4 +466,76 @@ mod tests {
             "{e}"
         );
     }
+}
+
+/// The fields of the rebalance forms.
+#[derive(Debug, Default, Deserialize)]
+pub struct RebalanceForm {
+    pub csrf: Option<String>,
+    /// "true": a preview, nothing written.
+    pub dry_run: Option<String>,
+}
+
+/// `POST /ui/workloads/{ns}/{kind}/{name}/rebalance`: a preview (`dry_run=true`) or the
+/// request, with the API's rights (those of a delete) and answer, as a flash message.
+pub async fn rebalance(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+    form: Result<Form<RebalanceForm>, FormRejection>,
+) -> Response {
+    let Some((sid, s)) = ui.session(&headers) else {
+        return to_login(&uri, false);
+    };
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let dry_run = form.dry_run.as_deref() == Some("true");
+    let verb = if dry_run {
+        "rebalance-dry-run"
+    } else {
+        "rebalance"
+    };
+    let user = s.principal.user.clone();
+    let object = format!("{kind}/{ns}/{name}");
+    let refuse = |code: StatusCode, reason: &str, msg: String| {
+        audit(&user, verb, &object, reason, &msg);
+        problem(code, Some(&s), false, &msg)
+    };
+    if let Err(why) = check_action(&headers, &s, form.csrf.as_deref()) {
+        return refuse(StatusCode::FORBIDDEN, "Forbidden", why.into());
+    }
+    let Some(kind) = parse_kind(&kind) else {
+        return unknown_kind(&kind, &s, false);
+    };
+    let object = format!("{}/{ns}/{name}", kind.as_str());
+    let mut api_audit = crate::jss::server::Audit::new(verb);
+    let (ok, text) = match ui
+        .jss
+        .rebalance_as(&s.principal, kind, &ns, &name, dry_run, &mut api_audit)
+        .await
+    {
+        Ok(reply) => {
+            audit(&user, verb, &object, "Done", "");
+            (true, reply.message)
+        }
+        Err(r) if r.status() == 403 || r.status() == 404 => {
+            audit(&user, verb, &object, r.reason(), &r.to_string());
+            return problem(
+                StatusCode::from_u16(r.status()).unwrap_or(StatusCode::FORBIDDEN),
+                Some(&s),
+                false,
+                &r.to_string(),
+            );
+        }
+        Err(r) => {
+            audit(&user, verb, &object, r.reason(), &r.to_string());
+            (false, r.reply().describe(r.status()))
+        }
+    };
+    let page = pages::workload_href(kind, &ns, &name);
+    match ui.sessions.add_flash(&sid, ok, text) {
+        Some(key) => Redirect::to(&format!("{page}?flash={}", html::url_part(&key))),
+        None => Redirect::to(&page),
+    }
+    .into_response()
 }

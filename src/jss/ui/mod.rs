@@ -1139,6 +1139,10 @@ pub fn router(ui: Arc<Ui>) -> Router {
             "/workloads/{namespace}/{kind}/{name}/rollout/{action}",
             post(actions::rollout_action),
         )
+        .route(
+            "/workloads/{namespace}/{kind}/{name}/rebalance",
+            post(actions::rebalance),
+        )
         .route("/members/{name}/drain", post(drain_member))
         .route("/quotas", get(quotas))
         .route("/queue", get(queue))

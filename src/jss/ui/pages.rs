@@ -633,6 +633,7 @@ pub fn workload(d: &Detail<'_>) -> String {
     }
     placement_section(&mut h, d);
     queue_section(&mut h, d);
+    app_failover_section(&mut h, d);
     shards_section(&mut h, d);
     if !rolling {
         rollout_section(&mut h, d);
@@ -1044,7 +1045,32 @@ fn placement_section(h: &mut String, d: &Detail<'_>) {
         &body,
         "No member clusters.",
     ));
+    rebalance_actions(h, d);
     h.push_str("</section>");
+}
+
+/// Preview and ask for a rebalance (placed again from scratch, `pinfed rebalance`): for
+/// whoever may delete the workload (the API's rule), each a CSRF-carrying POST whose
+/// answer (the moves) comes back as the flash message.
+fn rebalance_actions(h: &mut String, d: &Detail<'_>) {
+    if d.may_delete.is_err() || d.decision.is_none() {
+        return;
+    }
+    let r = d.row;
+    let action = format!("{}/rebalance", workload_href(r.kind, &r.namespace, &r.name));
+    let csrf = format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        esc(d.csrf)
+    );
+    let _ = write!(
+        h,
+        "<div class=\"rebalance-actions\" id=\"rebalance-actions\">\
+         <form method=\"post\" action=\"{action}\">{csrf}<input type=\"hidden\" name=\"dry_run\" value=\"true\">\
+         <button type=\"submit\" id=\"rebalance-preview\">Preview rebalance</button></form>\
+         <form method=\"post\" action=\"{action}\">{csrf}<input type=\"hidden\" name=\"dry_run\" value=\"false\">\
+         <button type=\"submit\" id=\"rebalance\" title=\"Place it again from scratch: grown first, shrunk last\">Rebalance</button></form>\
+         </div>"
+    );
 }
 
 /// Where the workload stands in the hub's queue while part of it waits, and what
@@ -1108,6 +1134,40 @@ fn queue_section(h: &mut String, d: &Detail<'_>) {
             "",
         ));
     }
+    h.push_str("</section>");
+}
+
+/// Members application failover moved the workload off, avoided for the generation
+/// recorded; nothing when none.
+fn app_failover_section(h: &mut String, d: &Detail<'_>) {
+    let Some(p) = d.decision.filter(|p| !p.application_failovers.is_empty()) else {
+        return;
+    };
+    let mut body = String::new();
+    for r in &p.application_failovers {
+        let _ = write!(
+            body,
+            "<tr class=\"app-failover\" data-cluster=\"{}\"><td>{}</td><td><span class=\"part {}\">{}</span></td>\
+             <td>{}</td><td>{}</td></tr>",
+            esc(&r.cluster),
+            age(d.now, r.time.0),
+            d.palette.class(&r.cluster),
+            esc(&r.cluster),
+            r.generation,
+            esc(&r.reason)
+        );
+    }
+    h.push_str(
+        "<section class=\"card\" id=\"app-failovers\"><h2>Application failover</h2>\
+         <p class=\"muted\">Members its share stayed unavailable in while it ran elsewhere: \
+         moved off and avoided until the spec changes or a rebalance is asked for.</p>",
+    );
+    h.push_str(&table(
+        "application-failovers",
+        &["Ago", "Cluster", "Avoided for generation", "Reason"],
+        &body,
+        "",
+    ));
     h.push_str("</section>");
 }
 
@@ -1865,6 +1925,24 @@ mod tests {
         placed.preemptions.clear();
         assert!(!page(Some(&placed), None).contains("id=\"queue\""));
         assert!(!page(None, None).contains("id=\"queue\""));
+        assert!(!page(Some(&placed), None).contains("id=\"app-failovers\""));
+        // A member application failover moved it off: shown, escaped.
+        placed.application_failovers = vec![crate::api::common::ApplicationFailoverRecord {
+            cluster: "use1b".into(),
+            generation: 4,
+            time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-23T11:59:00Z".parse().unwrap(),
+            ),
+            reason: "0 of 2 replicas available in use1b <b>".into(),
+        }];
+        let h = page(Some(&placed), None);
+        assert!(
+            h.contains(
+                "<tr class=\"app-failover\" data-cluster=\"use1b\"><td>1m</td><td><span class=\"part cl1\">use1b</span></td>\
+                 <td>4</td><td>0 of 2 replicas available in use1b &lt;b&gt;</td></tr>"
+            ),
+            "{h}"
+        );
     }
 
     #[test]
