@@ -124,17 +124,16 @@ pub async fn rollout_action(
         );
     };
     let verb = audit_name(action);
-    let object = format!("{kind}/{ns}/{name}");
     let user = s.principal.user.clone();
-    let refuse = |code: StatusCode, reason: &str, msg: String| {
-        audit(&user, verb, &object, reason, &msg);
-        problem(code, Some(&s), false, &msg)
-    };
-    if let Err(why) = check_action(&headers, &s, form.csrf.as_deref()) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", why.into());
-    }
-    let Some(kind) = parse_kind(&kind) else {
-        return unknown_kind(&kind, &s, false);
+    let kind = match checked(
+        &headers,
+        &s,
+        form.csrf.as_deref(),
+        verb,
+        (&ns, &kind, &name),
+    ) {
+        Ok(kind) => kind,
+        Err(r) => return *r,
     };
     let object = format!("{}/{ns}/{name}", kind.as_str());
     let refuse = |code: StatusCode, reason: &str, msg: String| {
@@ -192,12 +191,7 @@ pub async fn rollout_action(
             (false, r.reply().describe(r.status()))
         }
     };
-    let page = pages::workload_href(kind, &ns, &name);
-    match ui.sessions.add_flash(&sid, ok, text) {
-        Some(key) => Redirect::to(&format!("{page}?flash={}", html::url_part(&key))),
-        None => Redirect::to(&page),
-    }
-    .into_response()
+    back_with_flash(&ui, &sid, kind, &ns, &name, ok, text)
 }
 
 /// One action, as the API's handler does it once the caller may act on the workload `o`
@@ -468,6 +462,51 @@ mod tests {
     }
 }
 
+/// An action's CSRF token and origin checked, and its kind parsed: the kind, or the
+/// refusal (audited as `verb` on `kind/ns/name`).
+fn checked(
+    headers: &HeaderMap,
+    s: &super::Session,
+    csrf: Option<&str>,
+    verb: &str,
+    (ns, kind, name): (&str, &str, &str),
+) -> Result<crate::api::workload::WorkloadKind, Box<Response>> {
+    if let Err(why) = check_action(headers, s, csrf) {
+        audit(
+            &s.principal.user,
+            verb,
+            &format!("{kind}/{ns}/{name}"),
+            "Forbidden",
+            why,
+        );
+        return Err(Box::new(problem(
+            StatusCode::FORBIDDEN,
+            Some(s),
+            false,
+            why,
+        )));
+    }
+    parse_kind(kind).ok_or_else(|| Box::new(unknown_kind(kind, s, false)))
+}
+
+/// Back to the workload's page with what the action said as its flash message.
+fn back_with_flash(
+    ui: &Ui,
+    sid: &str,
+    kind: crate::api::workload::WorkloadKind,
+    ns: &str,
+    name: &str,
+    ok: bool,
+    text: String,
+) -> Response {
+    let page = pages::workload_href(kind, ns, name);
+    match ui.sessions.add_flash(sid, ok, text) {
+        Some(key) => Redirect::to(&format!("{page}?flash={}", html::url_part(&key))),
+        None => Redirect::to(&page),
+    }
+    .into_response()
+}
+
 /// The fields of the rebalance forms.
 #[derive(Debug, Default, Deserialize)]
 pub struct RebalanceForm {
@@ -496,16 +535,15 @@ pub async fn rebalance(
         "rebalance"
     };
     let user = s.principal.user.clone();
-    let object = format!("{kind}/{ns}/{name}");
-    let refuse = |code: StatusCode, reason: &str, msg: String| {
-        audit(&user, verb, &object, reason, &msg);
-        problem(code, Some(&s), false, &msg)
-    };
-    if let Err(why) = check_action(&headers, &s, form.csrf.as_deref()) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", why.into());
-    }
-    let Some(kind) = parse_kind(&kind) else {
-        return unknown_kind(&kind, &s, false);
+    let kind = match checked(
+        &headers,
+        &s,
+        form.csrf.as_deref(),
+        verb,
+        (&ns, &kind, &name),
+    ) {
+        Ok(kind) => kind,
+        Err(r) => return *r,
     };
     let object = format!("{}/{ns}/{name}", kind.as_str());
     let mut api_audit = crate::jss::server::Audit::new(verb);
@@ -532,10 +570,5 @@ pub async fn rebalance(
             (false, r.reply().describe(r.status()))
         }
     };
-    let page = pages::workload_href(kind, &ns, &name);
-    match ui.sessions.add_flash(&sid, ok, text) {
-        Some(key) => Redirect::to(&format!("{page}?flash={}", html::url_part(&key))),
-        None => Redirect::to(&page),
-    }
-    .into_response()
+    back_with_flash(&ui, &sid, kind, &ns, &name, ok, text)
 }
