@@ -1327,5 +1327,21 @@ mod tests {
             notes(&asked(false)),
             ["rebalanced (request r1): nothing to move, use1b 3"]
         );
+        // Leaving a member: a must-leave one is Normal, application failover a Warning;
+        // either kept there for want of room says so.
+        let leaving = |blocked, app_failover| Change {
+            leaving: Some((blocked, "why".into())),
+            app_failover,
+            ..change(true, false)
+        };
+        assert_eq!(reasons(&leaving(false, false)), ["LeftMember"]);
+        assert_eq!(reasons(&leaving(true, false)), ["LeaveBlocked"]);
+        assert_eq!(reasons(&leaving(false, true)), ["ApplicationFailover"]);
+        assert_eq!(
+            reasons(&leaving(true, true)),
+            ["ApplicationFailoverBlocked"]
+        );
+        let warning = events_for("ns/w", &leaving(false, true), &d);
+        assert!(matches!(warning[0].type_, EventType::Warning));
     }
 }
