@@ -628,15 +628,19 @@ impl Jss {
         what: &str,
         plan: impl FnOnce() -> wire::DryRun + Send + 'static,
     ) -> Result<wire::DryRun, Rejection> {
-        let _permit = self
-            .admission
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        let _permit = self.admission_permit().await?;
         tokio::task::spawn_blocking(plan)
             .await
             .map_err(|e| Rejection::Internal(format!("{what}: {e}")))
+    }
+
+    /// One of the `--admission-concurrency` slots for blocking work (parsing, planning).
+    async fn admission_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Rejection> {
+        self.admission
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Rejection::Internal(e.to_string()))
     }
 
     /// Parses and admits `text` on a blocking thread, at most `--admission-concurrency`
@@ -649,12 +653,7 @@ impl Jss {
         origin: Owned,
     ) -> Result<Admitted, Rejection> {
         let profiles = self.hub.profiles();
-        let _permit = self
-            .admission
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| Rejection::Internal(e.to_string()))?;
+        let _permit = self.admission_permit().await?;
         let (auth, who) = (self.auth.clone(), who.clone());
         tokio::task::spawn_blocking(move || {
             let origin = match &origin {
