@@ -43,8 +43,8 @@ tokens:
   - {user: gina, token: gina-token, teams: [governance]}
 teams:
   governance: {namespaces: [], admin: true}
-  infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon], priorityClasses: [jss-e2e-urgent]}
-  ads: {namespaces: ["jss-*"], inline: true}
+  infra: {namespaces: ["jss-*"], inline: true, privileges: [hostPath, daemon], priorityClasses: [jss-e2e-urgent], hosts: ["*.shared.example"]}
+  ads: {namespaces: ["jss-*"], inline: true, hosts: ["*.ads.example", "*.shared.example"]}
   search: {namespaces: ["search-*"], inline: false}
   reviewed: {namespaces: ["jss-*"], inline: false}
   service-accounts: {namespaces: ["jss-sa-*"], groups: ["system:serviceaccounts"]}
@@ -391,6 +391,171 @@ async fn jss_admits_privileges_only_for_teams_granted_them() {
     assert!(api.get_opt("root").await.unwrap().is_none());
     let _ = api.delete("logs", &Default::default()).await;
     ns.delete().await;
+}
+
+/// Ingress hosts are owned: a team claims only names its team file allows (403), a name
+/// another workload holds is refused (409 naming the holder), and one written onto the
+/// hub past the JSS waits Invalid (`IngressHostHeld`) with nothing of it in any member,
+/// until the holder is deleted: then it is placed and its Ingress answers for the name.
+#[tokio::test]
+async fn an_ingress_host_stays_with_the_workload_that_claimed_it_first() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::Ingress;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns_a = TestNamespace::create(&hub, "jss-host-a").await;
+    let ns_b = TestNamespace::create(&hub, "jss-host-b").await;
+    let with_host = |name: &str, team: &str, host: &str| {
+        let mut v = service(name, team, 1, "10m");
+        v["spec"]["template"]["spec"]["containers"][0]["ports"] =
+            json!([{"name": "http", "containerPort": 8080}]);
+        v["spec"]["ingress"] = json!({"host": host, "path": "/"});
+        v
+    };
+    let submit = |token: &'static str, v: Value, ns: String| {
+        let c = st.client(Some(token));
+        async move {
+            c.post_json("/v1/submissions", &json!({"resource": v, "namespace": ns}))
+                .await
+                .unwrap()
+        }
+    };
+    let id = unique_name("h");
+    let ads_host = format!("{id}.ads.example");
+    let shared = format!("{id}.shared.example");
+    // A name outside the team's hosts.
+    let r = submit(
+        "erin-token",
+        with_host("web", "infra", &ads_host),
+        ns_b.name.clone(),
+    )
+    .await;
+    assert_error(&r, 403, "Forbidden");
+    assert!(
+        r.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("spec.ingress.host")
+            && r.text.contains("*.shared.example"),
+        "{}",
+        r.text
+    );
+    // A name both teams may claim: the first submission holds it.
+    let r = submit(
+        "alice-token",
+        with_host("first", "ads", &shared),
+        ns_a.name.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = submit(
+        "erin-token",
+        with_host("second", "infra", &shared),
+        ns_b.name.clone(),
+    )
+    .await;
+    assert_error(&r, 409, "HostHeld");
+    assert!(
+        r.text
+            .contains(&format!("PinterestService {}/first", ns_a.name)),
+        "{}",
+        r.text
+    );
+    // The holder runs and its Ingress answers for the name.
+    let ingress_hosts = |ns: String| {
+        let fed = &fed;
+        async move {
+            let mut hosts = Vec::new();
+            for m in fed.member_names() {
+                let api: Api<Ingress> = Api::namespaced(fed.client(&m), &ns);
+                for i in api
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    for rule in i.spec.and_then(|s| s.rules).unwrap_or_default() {
+                        hosts.extend(rule.host);
+                    }
+                }
+            }
+            hosts
+        }
+    };
+    eventually(WAIT, "the holder's Ingress in a member", || {
+        let (ns, shared) = (ns_a.name.clone(), shared.clone());
+        let hosts = ingress_hosts;
+        async move { hosts(ns).await.contains(&shared) }
+    })
+    .await;
+    // Past the JSS, straight onto the hub: held, and nothing of it goes out.
+    let api_b: Api<PinterestService> = Api::namespaced(hub.clone(), &ns_b.name);
+    let late: PinterestService =
+        serde_json::from_value(with_host("late", "infra", &shared)).unwrap();
+    api_b.create(&PostParams::default(), &late).await.unwrap();
+    let held = |api: Api<PinterestService>| async move {
+        let st = support::status_of(&api, "late").await;
+        st["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "Invalid" && c["status"] == "True" && c["reason"] == "IngressHostHeld"
+        })
+    };
+    eventually(
+        WAIT,
+        "the late claimant held Invalid (IngressHostHeld)",
+        || held(api_b.clone()),
+    )
+    .await;
+    let status = support::status_of(&api_b, "late").await;
+    assert!(
+        status.to_string().contains(&format!("{}/first", ns_a.name)),
+        "the condition names the holder: {status}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns_b.name);
+    eventually(WAIT, "an IngressHostHeld Event", || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some("IngressHostHeld"))
+                })
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    // A few heartbeats: still nothing of it in any member.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(held(api_b.clone()).await, "still held");
+    for m in fed.member_names() {
+        let deps: Api<Deployment> = Api::namespaced(fed.client(&m), &ns_b.name);
+        let n = deps
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        assert_eq!(n, 0, "a held workload's Deployment reached {m}");
+    }
+    assert!(!ingress_hosts(ns_b.name.clone()).await.contains(&shared));
+    // The holder goes: the late claimant is placed at once and takes the name.
+    let api_a: Api<PinterestService> = Api::namespaced(hub.clone(), &ns_a.name);
+    api_a.delete("first", &Default::default()).await.unwrap();
+    eventually(
+        WAIT,
+        "the late claimant's Ingress answers for the name",
+        || {
+            let (ns, shared) = (ns_b.name.clone(), shared.clone());
+            let hosts = ingress_hosts;
+            async move { hosts(ns).await.contains(&shared) }
+        },
+    )
+    .await;
+    assert!(!held(api_b.clone()).await, "the hold is lifted");
+    ns_a.delete().await;
+    ns_b.delete().await;
 }
 
 /// A priority class must exist on the hub (422 naming the field) and be granted to the

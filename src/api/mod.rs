@@ -8,6 +8,7 @@ pub mod common;
 pub mod cronjob;
 pub mod daemon;
 pub mod federation;
+pub mod ingress_host;
 pub mod jobset;
 pub mod kind;
 pub mod member_policy;

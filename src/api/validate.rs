@@ -636,6 +636,16 @@ pub fn service(s: &PinterestService) -> Result<(), Invalid> {
                 "spec.ingress.host",
                 format!("{h:?} is not a host name (one fully qualified name, no wildcard)"),
             );
+            // The default hosts are unique by construction; naming one would take it.
+            check!(
+                e,
+                !super::ingress_host::in_default_domain(h),
+                "spec.ingress.host",
+                format!(
+                    "{h:?} is in the platform's default domain ({}); leave the host unset for the default name",
+                    super::ingress_host::DEFAULT_DOMAIN
+                ),
+            );
         }
         if let Some(p) = ing.path.as_deref() {
             check!(
@@ -1214,6 +1224,7 @@ mod tests {
             "localhost",
             "web..example",
             "Web.example",
+            "web.ads.use1a.pinterest.internal",
         ] {
             let err = workload(WorkloadRef::Service(&with_host(bad))).unwrap_err();
             assert_eq!(err.first_field(), "spec.ingress.host", "{bad}");

@@ -283,6 +283,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             },
             !args.no_preemption,
         ),
+        hosts: Default::default(),
     });
     let member_loop = member_loop::run(MemberLoop {
         hub: client.clone(),

@@ -62,6 +62,11 @@ pub struct TeamPolicy {
     /// or `*`. None by default: the hub's global default class (or 0) applies.
     #[serde(default)]
     pub priority_classes: Vec<String>,
+    /// Ingress host names the team's services may claim (`spec.ingress.host`): exact
+    /// names, or `*.suffix` for any name under it. None by default: the default host
+    /// (`<name>.<namespace>.<cluster>.pinterest.internal`) only.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// The token and team file(s): `tokens:` and `teams:`, in YAML or JSON. Either part may
@@ -108,6 +113,13 @@ pub enum ConfigError {
         team: String,
         privilege: String,
         known: String,
+    },
+    #[error("{file}: teams.{team}.hosts[{index}]: {message}")]
+    HostPattern {
+        file: String,
+        team: String,
+        index: usize,
+        message: String,
     },
 }
 
@@ -157,6 +169,16 @@ impl AuthConfig {
                             .map(|p| p.as_str())
                             .join(", "),
                     });
+                }
+                for (index, h) in policy.hosts.iter().enumerate() {
+                    crate::api::ingress_host::check_pattern(h).map_err(|message| {
+                        ConfigError::HostPattern {
+                            file: file.clone(),
+                            team: team.clone(),
+                            index,
+                            message,
+                        }
+                    })?;
                 }
                 if cfg.teams.insert(team.clone(), policy.clone()).is_some() {
                     return Err(ConfigError::DuplicateTeam { team: team.clone() });
@@ -294,6 +316,14 @@ pub enum Forbidden {
         class: String,
         granted: String,
     },
+    #[error(
+        "spec.ingress.host: team {team:?} may not claim host {host:?} (the team file's hosts: {granted})"
+    )]
+    Host {
+        team: String,
+        host: String,
+        granted: String,
+    },
 }
 
 /// May `p` see a workload of `team` in `namespace` in reports (owners)? Its own teams',
@@ -356,6 +386,30 @@ pub fn authorize_priority_class(
     Err(Forbidden::PriorityClass {
         team: team.to_string(),
         class: class.to_string(),
+        granted: if granted.is_empty() {
+            "none".into()
+        } else {
+            granted.join(", ")
+        },
+    })
+}
+
+/// May `team` claim ingress host `host`? Only one its policy's `hosts` cover.
+pub fn authorize_host(cfg: &AuthConfig, team: &str, host: &str) -> Result<(), Forbidden> {
+    let granted = cfg
+        .teams
+        .get(team)
+        .map(|p| p.hosts.clone())
+        .unwrap_or_default();
+    if granted
+        .iter()
+        .any(|g| crate::api::ingress_host::pattern_covers(g, host))
+    {
+        return Ok(());
+    }
+    Err(Forbidden::Host {
+        team: team.to_string(),
+        host: host.to_string(),
         granted: if granted.is_empty() {
             "none".into()
         } else {
@@ -634,5 +688,35 @@ teams:
             vec!["ads-ml".to_string()]
         );
         assert!(c.teams_of_reviewed("nobody", &[]).is_empty());
+    }
+
+    #[test]
+    fn a_team_claims_only_the_hosts_its_file_names_and_a_bad_pattern_names_its_line() {
+        let f = AuthFile::parse(
+            "teams.yaml",
+            "teams:\n  ads: {namespaces: [ads], hosts: [\"*.ads.example\", shared.example]}\n  search: {namespaces: [search]}\n",
+        )
+        .unwrap();
+        let c = AuthConfig::merge(&[("teams.yaml".into(), f)]).unwrap();
+        assert_eq!(authorize_host(&c, "ads", "web.ads.example"), Ok(()));
+        assert_eq!(authorize_host(&c, "ads", "shared.example"), Ok(()));
+        let e = authorize_host(&c, "ads", "web.search.example").unwrap_err();
+        assert!(
+            e.to_string().starts_with("spec.ingress.host:")
+                && e.to_string().contains("*.ads.example"),
+            "{e}"
+        );
+        let e = authorize_host(&c, "search", "web.search.example").unwrap_err();
+        assert!(e.to_string().contains("hosts: none"), "{e}");
+        let bad = AuthFile::parse(
+            "teams.yaml",
+            "teams:\n  ads: {namespaces: [ads], hosts: [ok.example, \"*.com\"]}\n",
+        )
+        .unwrap();
+        let e = AuthConfig::merge(&[("teams.yaml".into(), bad)]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("teams.yaml: teams.ads.hosts[1]:"),
+            "{e}"
+        );
     }
 }

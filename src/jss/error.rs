@@ -29,6 +29,9 @@ pub enum Rejection {
     },
     #[error("{0}")]
     QuotaExceeded(QuotaExceeded),
+    /// Another workload holds the ingress host the submission names.
+    #[error("spec.ingress.host: {host:?} is held by {holder}")]
+    HostHeld { host: String, holder: String },
     #[error("{0}")]
     ArtifactNotFound(String),
     #[error("{0}")]
@@ -65,6 +68,8 @@ impl Rejection {
             Rejection::Invalid { .. } => 422,
             // The request is fine; the namespace's current usage leaves no room for it.
             Rejection::QuotaExceeded(_) => 409,
+            // Held by another workload: free once that one goes or names another host.
+            Rejection::HostHeld { .. } => 409,
             Rejection::ArtifactNotFound(_) | Rejection::NotFound(_) | Rejection::NoRoute(_) => 404,
             Rejection::ArtifactMismatch(_) => 422,
             Rejection::MethodNotAllowed(_) => 405,
@@ -85,6 +90,7 @@ impl Rejection {
             Rejection::BadRequest(_) => "BadRequest",
             Rejection::Invalid { .. } => "Invalid",
             Rejection::QuotaExceeded(_) => "QuotaExceeded",
+            Rejection::HostHeld { .. } => "HostHeld",
             Rejection::ArtifactNotFound(_) => "ArtifactNotFound",
             Rejection::ArtifactMismatch(_) => "ArtifactChecksumMismatch",
             Rejection::NotFound(_) => "NotFound",
@@ -101,6 +107,10 @@ impl Rejection {
     pub fn details(&self) -> Vec<Detail> {
         match self {
             Rejection::Invalid { details, .. } => details.clone(),
+            Rejection::HostHeld { host, holder } => vec![Detail::field(
+                "spec.ingress.host",
+                format!("{host:?} is held by {holder}"),
+            )],
             Rejection::QuotaExceeded(q) => q
                 .rows
                 .iter()

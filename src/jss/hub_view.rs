@@ -212,6 +212,32 @@ impl Hub {
         Ok(out)
     }
 
+    /// Which other workload holds `host` (`Kind namespace/name`), read live: the hub
+    /// holds back any later claimant, so a submission another one holds is refused now.
+    pub async fn host_holder(
+        &self,
+        host: &str,
+        admitted: &Admitted,
+    ) -> Result<Option<String>, Rejection> {
+        use crate::api::ingress_host::{Claim, holder};
+        let services = self
+            .list_workloads(None, Some(WorkloadKind::Service))
+            .await?;
+        let claims: Vec<Claim> = services
+            .iter()
+            .filter_map(|(kind, o)| {
+                let mut v = o.data.clone();
+                v["metadata"] = serde_json::to_value(&o.metadata).ok()?;
+                Claim::from_json(*kind, &v)
+            })
+            .filter(|(h, c)| {
+                h == host && !(c.namespace == admitted.namespace && c.name == admitted.name)
+            })
+            .map(|(_, c)| c)
+            .collect();
+        Ok(holder(&claims).map(|c| format!("{} {}/{}", c.kind, c.namespace, c.name)))
+    }
+
     pub async fn get_workload(
         &self,
         kind: WorkloadKind,

@@ -727,6 +727,16 @@ impl Jss {
                 })?;
             super::auth::authorize_priority_class(&self.auth, &admitted.team, class)?;
         }
+        // An ingress host the team may claim (403) and no other workload holds (409).
+        if let Some(host) = crate::api::ingress_host::explicit_host(admitted.workload.as_ref()) {
+            super::auth::authorize_host(&self.auth, &admitted.team, host)?;
+            if let Some(holder) = self.hub.host_holder(host, admitted).await? {
+                return Err(Rejection::HostHeld {
+                    host: host.to_string(),
+                    holder,
+                });
+            }
+        }
         let held = self.ns_lock(&admitted.namespace).lock_owned().await;
         // With a quota, one read of the namespace gives both the usage and the workload
         // this submission replaces; without, only the latter is needed.

@@ -171,6 +171,10 @@ pub fn check_static(rules: &[Override], kind: WorkloadKind) -> Result<(), Invali
                 Ok(tokens) => {
                     if let Some(why) = reserved_path(&tokens) {
                         err(format!("{pf}.path"), why);
+                    } else if p.kind == "Ingress"
+                        && let Some(why) = ingress_hosts_path(&tokens)
+                    {
+                        err(format!("{pf}.path"), why);
                     }
                 }
             }
@@ -233,6 +237,18 @@ fn reserved_path(tokens: &[String]) -> Option<String> {
             }
             None
         }
+    }
+}
+
+/// An Ingress's hosts and routes are `spec.ingress`'s, owned across the fleet
+/// (`api::ingress_host`): a member's override may not answer for another name.
+fn ingress_hosts_path(tokens: &[String]) -> Option<String> {
+    let t: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    match t.as_slice() {
+        ["spec"] | ["spec", "rules" | "tls" | "defaultBackend", ..] => Some(
+            "an Ingress's hosts and routes are spec.ingress's (hosts are owned across the fleet); an override may not change them".into(),
+        ),
+        _ => None,
     }
 }
 

@@ -237,7 +237,9 @@ fn reserved_fields_unknown_variables_and_empty_rules_are_refused_with_their_fiel
         {"name": "e"},
         {"name": "e", "replicas": {"min": 3, "max": 1}},
         {"name": "f", "patches": [{"kind": "Secret", "op": "add", "path": "/data/x", "value": "y"}]},
-        {"name": "g", "patches": [{"kind": "Deployment", "op": "add", "path": "/metadata/labels", "value": {}}]}
+        {"name": "g", "patches": [{"kind": "Deployment", "op": "add", "path": "/metadata/labels", "value": {}}]},
+        {"name": "h", "patches": [{"kind": "Ingress", "op": "replace", "path": "/spec/rules/0/host", "value": "other.example"}]},
+        {"name": "i", "patches": [{"kind": "Ingress", "op": "add", "path": "/spec/ingressClassName", "value": "internal"}]}
     ]));
     let err = crate::api::validate::workload((&svc).into()).unwrap_err();
     let fields: Vec<&str> = err.errors.iter().map(|e| e.field.as_str()).collect();
@@ -251,9 +253,15 @@ fn reserved_fields_unknown_variables_and_empty_rules_are_refused_with_their_fiel
         "spec.overrides[5].replicas",
         "spec.overrides[6].patches[0].kind",
         "spec.overrides[7].patches[0].path",
+        // An Ingress's hosts are owned across the fleet; its class is the member's.
+        "spec.overrides[8].patches[0].path",
     ] {
         assert!(fields.contains(&want), "{want} not in {fields:?}");
     }
+    assert!(
+        !fields.iter().any(|f| f.starts_with("spec.overrides[9]")),
+        "{fields:?}"
+    );
     // A job set has no replicas to bound.
     assert!(
         check_static(

@@ -20,6 +20,7 @@ mod app_failover;
 mod decide;
 mod deletion;
 mod health;
+pub mod hosts;
 pub mod priority;
 mod profiles;
 mod revisions;
@@ -119,6 +120,8 @@ pub struct HubMetrics {
     pub queue_waiting: prometheus_client::metrics::gauge::Gauge,
     /// Shares moved off a member by application failover.
     pub application_failovers: prometheus_client::metrics::counter::Counter,
+    /// Workloads held because another one holds their ingress host.
+    pub host_holds: prometheus_client::metrics::counter::Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -184,6 +187,7 @@ impl HubMetrics {
             preemption_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             queue_waiting: Default::default(),
             application_failovers: Default::default(),
+            host_holds: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -234,6 +238,11 @@ impl HubMetrics {
             "application_failovers",
             "Shares moved off a member where they stayed unavailable (application failover)",
             m.application_failovers.clone(),
+        );
+        registry.register(
+            "ingress_host_holds",
+            "Workloads held back because another workload holds the ingress host they name",
+            m.host_holds.clone(),
         );
         registry.register(
             "preemptions",
@@ -312,6 +321,8 @@ pub struct HubContext {
     pub default_rollout: crate::api::rollout::RolloutPolicy,
     /// PriorityClasses, the queue of waiting workloads and who may be a victim.
     pub priority: priority::PriorityState,
+    /// Which workload holds which ingress host.
+    pub hosts: hosts::HostIndex,
 }
 
 /// A failed reconcile, by the stage that failed.
@@ -488,6 +499,11 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         None => obj.status().cloned().unwrap_or_default(),
     };
     let stored_part = K::hub_part(&stored_status);
+
+    // An ingress host another workload holds: held before anything moves.
+    if let Some(action) = hosts::hold_if_taken(ctx, obj, &stored_status).await? {
+        return Ok(action);
+    }
 
     // Read: standings of the members as this workload sees them, and what was decided.
     let standings = health::Standings::read(ctx, obj, now);
@@ -885,6 +901,10 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
         move |event| {
             // Own writes the watch has now delivered need no record any more.
             ctx.own_writes.seen_in(&event, workload_key);
+            // A host let go: its other claimants look again.
+            for key in ctx.hosts.observe(&event) {
+                ctx.priority.wake(&key);
+            }
             cache.ingest(event)
         }
     })
