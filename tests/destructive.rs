@@ -1703,34 +1703,47 @@ mod failover {
         )
         .await;
         // It stays so through the next schedule (the failback window is longer), while the
-        // new member keeps firing.
-        tokio::time::sleep(Duration::from_secs(65)).await;
-        assert!(
-            old_crons
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-                && old_jobs
-                    .list(&Default::default())
-                    .await
-                    .unwrap()
-                    .items
-                    .is_empty(),
-            "{old} runs the cron job again"
-        );
+        // new member fires again: looked at every second, so even a CronJob or Job that
+        // comes back for a moment (a stale cache applied, then collected) is seen.
         let new_jobs: Api<Job> = Api::namespaced(fed.client(&new), &ns.name);
-        assert!(
-            new_jobs
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let crons = old_crons.list(&Default::default()).await.unwrap().items;
+            let jobs = old_jobs.list(&Default::default()).await.unwrap().items;
+            assert!(
+                crons.is_empty() && jobs.is_empty(),
+                "{old} runs the cron job again: CronJobs {:?}, Jobs {:?}\n{}",
+                crons
+                    .iter()
+                    .map(|c| (
+                        c.metadata.name.clone(),
+                        c.metadata.creation_timestamp.clone(),
+                        c.metadata.owner_references.clone()
+                    ))
+                    .collect::<Vec<_>>(),
+                jobs.iter()
+                    .map(|j| (
+                        j.metadata.name.clone(),
+                        j.metadata.creation_timestamp.clone()
+                    ))
+                    .collect::<Vec<_>>(),
+                daemons[0].log_tail()
+            );
+            let fired_new = new_jobs
                 .list(&Default::default())
                 .await
                 .unwrap()
                 .items
-                .len()
-                >= 2,
-            "{new} fired on every schedule since the failover"
-        );
+                .len();
+            if fired_new >= 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{new} did not fire again within 90 s of the failover ({fired_new} Job)"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         let s = status(&api, "tick").await;
         assert_eq!(
             s["clusters"].as_array().map(|c| c.len()),

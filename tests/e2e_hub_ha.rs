@@ -14,7 +14,8 @@ use kube::core::ApiResource;
 use pinfed::api::service::PinterestService;
 use support::{Federation, TestNamespace, eventually, join_all, spawn_daemon, unique_name};
 
-const WORKLOADS: usize = 100;
+// Enough that the leader is killed with a good part unplaced (it is killed once 3 are).
+const WORKLOADS: usize = 40;
 
 /// The tests of this binary take turns: each runs two hubs under a Lease of its own, and
 /// two leaders at once (one per test) would both reconcile every workload of the hub.
@@ -159,7 +160,7 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     eventually(
         Duration::from_secs(60),
         &format!("some workloads placed\n{}", leader.log_tail()),
-        || async { placed_count().await >= 10 },
+        || async { placed_count().await >= 3 },
     )
     .await;
     leader.kill();

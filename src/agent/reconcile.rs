@@ -403,12 +403,13 @@ async fn publish<K: AgentKind>(
 async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Action, AgentError> {
     let ns = cached.namespace().ok_or(AgentError::NoNamespace)?;
     let name = cached.name_any();
-    // A job set starts Jobs, which cannot be taken back once they run: act on the object
-    // as the API server has it now, not as the watch cache last saw it. After a member's
-    // API server returns, the cache can still hold a slice the hub has since shrunk or
-    // deleted (and whose Jobs it fenced), or miss a completion this agent recorded.
+    // Job sets, cron jobs and training jobs start runs, which cannot be taken back: act
+    // on the object as the API server has it now, not as the watch cache last saw it.
+    // After a member's API server returns, the cache can still hold a slice the hub has
+    // since shrunk or deleted (and whose Jobs it fenced) — a CronJob applied from it
+    // fires in a member the work has left — or miss a completion this agent recorded.
     let fresh;
-    let obj = if K::KIND == WorkloadKind::JobSet {
+    let obj = if K::KIND.runs_to_completion() {
         match Api::<K>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&name)
             .await
