@@ -684,9 +684,10 @@ async fn a_kubectl_user_of_the_hub_cannot_submit_host_access_privileges_or_daemo
 }
 
 /// A pull member's agent reports its capacity with its hub token, which may write its
-/// MemberCluster's status: forged with that token, an impossible report is refused and a
-/// sudden growth is held (`ReportAccepted` says which), so placement keeps the last
-/// report it accepted. A hub runs for this test alone.
+/// one MemberReport and not its MemberCluster (a forged Ready condition is 403): forged
+/// with that token, an impossible report is refused and a sudden growth is held
+/// (`ReportAccepted` says which), so placement keeps the last report it accepted. A hub
+/// runs for this test alone.
 #[tokio::test]
 async fn a_pull_members_forged_capacity_is_refused_or_held() {
     use pinfed::api::federation::MemberCluster;
@@ -702,32 +703,52 @@ async fn a_pull_members_forged_capacity_is_refused_or_held() {
         let names: Vec<serde_json::Value> = (0..nodes)
             .map(|i| serde_json::json!({"name": format!("forged-{i}"), "schedulable": true, "allocated": {}}))
             .collect();
-        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
-            "status": {"agentReport": {"healthy": true, "time": "2026-01-01T00:00:00Z",
+        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberReport",
+            "status": {"report": {"healthy": true, "time": "2026-01-01T00:00:00Z",
                 "nodePools": [{"capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
                     "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"}, "nodes": names}]}}})
     };
-    let api = Api::<MemberCluster>::all(token);
+    // The token may not touch its MemberCluster: the report is its own object.
+    let refused = Api::<MemberCluster>::all(token.clone())
+        .patch_status(
+            &m,
+            &kube::api::PatchParams::apply("e2e-forger").force(),
+            &kube::api::Patch::Apply(&serde_json::json!({
+                "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Forged",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+        "the pull agent's token wrote its MemberCluster's status: {refused:?}"
+    );
+    let reports = Api::<pinfed::api::member_slice::MemberReport>::namespaced(
+        token,
+        &format!("pinfed-member-{m}"),
+    );
+    let report_name = format!("pinfed-agent-{m}");
     let report = |body: serde_json::Value| {
-        let api = api.clone();
-        let m = m.clone();
+        let reports = reports.clone();
+        let name = report_name.clone();
         async move {
-            api.patch_status(
-                &m,
-                &kube::api::PatchParams::apply("e2e-forger").force(),
-                &kube::api::Patch::Apply(&body),
-            )
-            .await
-            .expect("the pull agent's token writes its report");
+            reports
+                .patch_status(
+                    &name,
+                    &kube::api::PatchParams::apply("e2e-forger").force(),
+                    &kube::api::Patch::Apply(&body),
+                )
+                .await
+                .expect("the pull agent's token writes its report");
         }
     };
     let hub_api = Api::<MemberCluster>::all(fed.hub());
-    let original = hub_api
-        .get(&m)
+    let original = reports
+        .get(&report_name)
         .await
         .unwrap()
         .status
-        .and_then(|s| s.agent_report);
+        .and_then(|s| s.report);
     let condition = |reason: &'static str| {
         let hub_api = hub_api.clone();
         let m = m.clone();
@@ -796,9 +817,9 @@ async fn a_pull_members_forged_capacity_is_refused_or_held() {
     // The agent's own report back, for the tests that follow.
     let restore = match original {
         Some(r) => serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1",
-            "kind": "MemberCluster", "status": {"agentReport": r}}),
+            "kind": "MemberReport", "status": {"report": r}}),
         None => serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1",
-            "kind": "MemberCluster", "status": {}}),
+            "kind": "MemberReport", "status": {}}),
     };
     report(restore).await;
 }

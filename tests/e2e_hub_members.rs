@@ -82,11 +82,19 @@ async fn joined_members_report_ready_version_and_capacity() {
         )
         .await;
         let mc = api.get(&name).await.unwrap();
-        let status = mc.status.clone().unwrap();
         if fed.is_pull(&name) {
             // The hub holds no credential for a pull member; its capacity is the agent's report.
             assert!(mc.spec.secret_ref.is_none(), "{name}: {:?}", mc.spec);
-            let report = status.agent_report.expect("the agent's report");
+            let report = Api::<pinfed::api::member_slice::MemberReport>::namespaced(
+                fed.hub(),
+                &format!("pinfed-member-{name}"),
+            )
+            .get(&format!("pinfed-agent-{name}"))
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.report)
+            .expect("the agent's report");
             assert!(
                 report.healthy && !report.node_pools.is_empty(),
                 "{report:?}"

@@ -564,9 +564,10 @@ async fn the_hub_credential_in_each_member_cannot_become_member_admin() {
 
 /// A pull member's agent holds a credential for the hub (the kubeconfig `pinfed join
 /// --mode pull` left in the member's Secret): the hub's API server grants it its own
-/// namespace there — its MemberSlices and their status, the bundles, its Lease, its own
-/// token — its own MemberCluster's status and the RuntimeProfiles, and nothing of any
-/// other member, no Secret elsewhere, no workload on the hub.
+/// namespace there — its MemberSlices and their status, the bundles, its Lease, its
+/// report (one MemberReport it may write but not create), its own token — reads of its
+/// own MemberCluster and the RuntimeProfiles, and nothing of any other member, no write
+/// to its MemberCluster, no Secret elsewhere, no workload on the hub.
 #[tokio::test]
 async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
     let fed = Federation::connect().await;
@@ -606,6 +607,7 @@ async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
         );
         let lease = format!("leases.coordination.k8s.io/pinfed-agent-{member}");
         let mc = format!("memberclusters.federation.pinterest.com/{member}");
+        let report = format!("memberreports.federation.pinterest.com/pinfed-agent-{member}");
         let other_mc = format!("memberclusters.federation.pinterest.com/{other}");
         let other_ns = format!("pinfed-member-{other}");
         for allowed in [
@@ -619,7 +621,7 @@ async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
             ],
             &["watch", "secrets", "-n", &own],
             &["patch", &lease, "-n", &own],
-            &["patch", &mc, "--subresource=status"],
+            &["patch", &report, "--subresource=status", "-n", &own],
             &["list", "runtimeprofiles.compute.pinterest.com"],
             &[
                 "create",
@@ -652,6 +654,22 @@ async fn a_pull_agent_may_read_only_its_own_namespace_on_the_hub() {
             &["get", "secrets", "-n", "pinfed-system"],
             &["list", "secrets", "-A"],
             &["patch", &other_mc, "--subresource=status"],
+            // Its report is its own object; the MemberCluster is the hub's.
+            &["patch", &mc, "--subresource=status"],
+            &[
+                "create",
+                "memberreports.federation.pinterest.com",
+                "-n",
+                &own,
+            ],
+            // Its spec (the member it describes) is join's.
+            &["patch", &report, "-n", &own],
+            &[
+                "patch",
+                &format!("memberreports.federation.pinterest.com/pinfed-agent-{other}"),
+                "-n",
+                &other_ns,
+            ],
             &["list", "memberclusters.federation.pinterest.com"],
             &["patch", &mc],
             &["list", "pinterestservices.compute.pinterest.com", "-A"],

@@ -31,7 +31,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::api::federation::{AgentReport, MemberCluster};
-use crate::api::member_slice::{MemberSlice, MemberSliceStatus, agent_lease_name, pull_namespace};
+use crate::api::member_slice::{
+    MemberReport, MemberSlice, MemberSliceStatus, agent_lease_name, pull_namespace,
+};
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::WorkloadKind;
 use crate::controller::tokens;
@@ -281,7 +283,8 @@ async fn vouch(hub: &Client, member: &Client, cluster: &str, renewed: Timestamp)
     }
 }
 
-/// The member's capacity, version and health, into the MemberCluster status on the hub.
+/// The member's capacity, version and health, into its MemberReport on the hub (the one
+/// object of its kind this agent may write; `pinfed join` created it).
 async fn report(hub: &Client, member: &Client, cluster: &str) -> anyhow::Error {
     let (nodes, node_writer) = reflector::store::<Node>();
     let (pods, pod_writer) = reflector::store::<Pod>();
@@ -311,16 +314,17 @@ async fn report(hub: &Client, member: &Client, cluster: &str) -> anyhow::Error {
         let _ = pods.wait_until_ready().await;
     })
     .await;
-    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let api: Api<MemberReport> = Api::namespaced(hub.clone(), &pull_namespace(cluster));
+    let name = agent_lease_name(cluster);
     loop {
         let report = member_report(member, &nodes, &pods).await;
         let patch = serde_json::json!({
-            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
-            "status": {"agentReport": report},
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberReport",
+            "status": {"report": report},
         });
         match api
             .patch_status(
-                cluster,
+                &name,
                 &PatchParams::apply(REPORT_FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )

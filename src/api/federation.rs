@@ -239,17 +239,13 @@ pub struct MemberClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind", "namespace", "name"]))]
     pub pending_cleanups: Vec<PendingCleanup>,
-    /// What the member's agent reports itself (Pull members: the hub never reads the
-    /// member). Written by the agent; the hub derives capacity and version from it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_report: Option<AgentReport>,
     /// When the member's agent last renewed its Lease, as the hub last read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_date_time_schema")]
     pub agent_renew_time: Option<Time>,
 }
 
-/// A member's own report, written by its agent into the MemberCluster status on the hub.
+/// A pull member's own report, written by its agent into its `MemberReport` on the hub.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentReport {

@@ -46,6 +46,50 @@ pub fn agent_lease_name(member: &str) -> String {
     format!("pinfed-agent-{member}")
 }
 
+/// A pull member's own report, in the member's namespace on the hub, named like its
+/// agent's Lease ([`agent_lease_name`]). `pinfed join --mode pull` creates it; the agent's
+/// hub identity may write this object and no other report, so a member can describe only
+/// itself, and the hub bounds what it says (`placement::report_guard`) before placement
+/// uses it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "federation.pinterest.com",
+    version = "v1alpha1",
+    kind = "MemberReport",
+    namespaced,
+    status = "MemberReportStatus",
+    shortname = "mreport",
+    category = "pinterest",
+    derive = "PartialEq",
+    doc = "A pull member's report of itself (capacity, version, health), written by its agent alone, in the member's namespace on the hub.",
+    printcolumn(name = "Member", type_ = "string", json_path = ".spec.member"),
+    printcolumn(
+        name = "Healthy",
+        type_ = "boolean",
+        json_path = ".status.report.healthy"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.report.kubernetesVersion"
+    ),
+    printcolumn(name = "Reported", type_ = "date", json_path = ".status.report.time")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberReportSpec {
+    /// The member this report describes (set by `pinfed join`).
+    pub member: String,
+}
+
+/// What the member's agent reports (its status subresource is all it may write).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberReportStatus {
+    /// The agent's last report; absent until its first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<super::federation::AgentReport>,
+}
+
 /// A slice addressed to a pull member, held on the hub.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(

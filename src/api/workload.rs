@@ -346,6 +346,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         MemberCluster::crd(),
         FederatedQuota::crd(),
         super::member_slice::MemberSlice::crd(),
+        super::member_slice::MemberReport::crd(),
     ];
     for crd in &mut all {
         for v in &mut crd.spec.versions {

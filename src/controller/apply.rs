@@ -106,6 +106,12 @@ const NATIVE_KINDS: &[(&str, &str, &str, &str)] = &[
         "MemberCluster",
         "memberclusters",
     ),
+    (
+        "federation.pinterest.com",
+        "v1alpha1",
+        "MemberReport",
+        "memberreports",
+    ),
     ("coordination.k8s.io", "v1", "Lease", "leases"),
     ("apps", "v1", "Deployment", "deployments"),
     ("apps", "v1", "StatefulSet", "statefulsets"),

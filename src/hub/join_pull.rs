@@ -89,6 +89,12 @@ pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                  "resourceNames": [agent_lease_name(&req.name)], "verbs": ["get", "update", "patch"]},
+                // Its report: the status of this one object, which join creates (no create
+                // right, no write of the spec).
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberreports"],
+                 "resourceNames": [agent_lease_name(&req.name)], "verbs": ["get"]},
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberreports/status"],
+                 "resourceNames": [agent_lease_name(&req.name)], "verbs": ["get", "update", "patch"]},
                 // A fresh token for itself before the current one expires.
                 {"apiGroups": [""], "resources": ["serviceaccounts/token"],
                  "resourceNames": [PULL_AGENT], "verbs": ["create"]},
@@ -103,7 +109,7 @@ pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
                 {"apiGroups": ["federation.pinterest.com"], "resources": ["memberclusters"],
                  "resourceNames": [req.name], "verbs": ["get"]},
                 {"apiGroups": ["federation.pinterest.com"], "resources": ["memberclusters/status"],
-                 "resourceNames": [req.name], "verbs": ["get", "patch", "update"]},
+                 "resourceNames": [req.name], "verbs": ["get"]},
                 {"apiGroups": ["compute.pinterest.com"], "resources": ["runtimeprofiles"], "verbs": read},
             ]),
         ),
@@ -118,6 +124,7 @@ pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
                 {"apiGroups": ["federation.pinterest.com"], "resources": ["memberslices/status"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": rw},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": read},
+                {"apiGroups": ["federation.pinterest.com"], "resources": ["memberreports"], "verbs": read},
             ]),
         ),
         binding(
@@ -126,6 +133,10 @@ pub fn hub_objects(req: &JoinRequest) -> Vec<serde_json::Value> {
             Some(&ns),
             (MEMBER_NAMESPACE, HUB_ACCOUNT),
         ),
+        // The agent's report, empty until its first (it may not create one).
+        serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberReport",
+            "metadata": {"name": agent_lease_name(&req.name), "namespace": ns},
+            "spec": {"member": req.name}}),
         serde_json::json!({"apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
             "metadata": {"name": req.name}, "spec": spec}),
     ]
@@ -351,7 +362,34 @@ mod tests {
                 "cluster-wide rule beyond its own MemberCluster: {rule}"
             );
             assert_ne!(res, "secrets");
+            // Its report is its own object: nothing of the MemberCluster is writable.
+            let verbs = rule["verbs"].as_array().unwrap();
+            assert!(
+                verbs.iter().all(|v| v == "get" || res == "runtimeprofiles"),
+                "the agent writes its MemberCluster: {rule}"
+            );
         }
+        let reports: Vec<&serde_json::Value> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"][0] == "memberreports/status")
+            .collect();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            reports[0]["resourceNames"],
+            serde_json::json!(["pinfed-agent-use1c"]),
+            "one report, its own"
+        );
+        assert!(
+            !reports[0]["verbs"]
+                .as_array()
+                .unwrap()
+                .contains(&"create".into())
+        );
+        let report = objs.iter().find(|o| o["kind"] == "MemberReport").unwrap();
+        assert_eq!(report["metadata"]["name"], "pinfed-agent-use1c");
+        assert_eq!(report["metadata"]["namespace"], "pinfed-member-use1c");
         let mc = objs.iter().find(|o| o["kind"] == "MemberCluster").unwrap();
         assert_eq!(mc["spec"]["mode"], "Pull");
         assert!(

@@ -76,7 +76,6 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     let unchanged = mc.status.as_ref().is_some_and(|old| {
         let mut old = old.clone();
         old.pending_cleanups.clear();
-        old.agent_report = None;
         old == status
     });
     if !unchanged {

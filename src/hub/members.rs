@@ -610,32 +610,13 @@ fn carried(ms: &MemberSlice) -> Option<(WorkloadKind, (String, String))> {
 
 /// A pull member: its slices are the MemberSlices in its namespace on the hub, watched
 /// there; what it has room for is what its agent reports.
+/// Its report is read from its MemberReport at each heartbeat ([`heartbeat`]).
 fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluster) -> Arc<Member> {
     let name = mc.name_any();
-    let report = mc.status.as_ref().and_then(|s| s.agent_report.as_ref());
-    let offer = |guard: &mut ReportGuard| {
-        let verdict = guard.offer(
-            report,
-            Timestamp::now().as_second(),
-            &ReportLimits::default(),
-        );
-        match verdict {
-            Verdict::Accepted => {}
-            Verdict::Held(why) | Verdict::Refused(why) => {
-                tracing::warn!(member = %name, %why, "pull member's capacity report not used");
-            }
-        }
-    };
     if let Some(m) = registry.get(&name).filter(|m| m.is_pull()) {
-        if let Link::Pull { report: r } = &m.link
-            && let Ok(mut guard) = r.lock()
-        {
-            offer(&mut guard);
-        }
         return m;
     }
-    let mut guard = ReportGuard::default();
-    offer(&mut guard);
+    let guard = ReportGuard::default();
     let namespace = pull_namespace(&name);
     let caches: BTreeMap<WorkloadKind, Arc<Mutex<SliceCache>>> = WorkloadKind::ALL
         .into_iter()
@@ -701,6 +682,25 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
     registry.insert(member)
 }
 
+/// A pull member's report as its agent last wrote it (`None`: none yet).
+async fn read_report(
+    hub: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<crate::api::federation::AgentReport>, String> {
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        Api::<crate::api::member_slice::MemberReport>::namespaced(hub.clone(), namespace)
+            .get_opt(name),
+    )
+    .await;
+    match got {
+        Ok(Ok(r)) => Ok(r.and_then(|r| r.status?.report)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 5s".into()),
+    }
+}
+
 /// When a Lease was last renewed; `Ok(None)` when there is none.
 async fn lease_renewed(
     client: &Client,
@@ -747,7 +747,29 @@ pub async fn heartbeat(hub: &Client, member: &Member) {
             record_agent(&mut s, agent);
         }
         Link::Pull { report } => {
-            let agent = lease_renewed(hub, &pull_namespace(&member.name), &lease).await;
+            let ns = pull_namespace(&member.name);
+            let agent = lease_renewed(hub, &ns, &lease).await;
+            // Its report, from the one object its agent may write; bounded before use.
+            match read_report(hub, &ns, &lease).await {
+                Ok(r) => {
+                    if let Ok(mut guard) = report.lock() {
+                        let before = guard.verdict.clone();
+                        let verdict = guard.offer(
+                            r.as_ref(),
+                            Timestamp::now().as_second(),
+                            &ReportLimits::default(),
+                        );
+                        if let (Verdict::Held(why) | Verdict::Refused(why), true) =
+                            (&verdict, before.as_ref() != Some(&verdict))
+                        {
+                            tracing::warn!(member = %member.name, %why, "pull member's capacity report not used");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(member = %member.name, error = %e, "reading the pull member's report")
+                }
+            }
             let version = report
                 .lock()
                 .ok()
@@ -906,10 +928,8 @@ pub fn member_status(
     } else if was_ready || s.lost_time.is_some() {
         s.lost_time.get_or_insert_with(|| t.clone());
     }
-    // Pending clean-ups and the agent's report have their own writers (field managers);
-    // this loop never applies them.
+    // Pending clean-ups have their own writer (field manager); this loop never applies them.
     s.pending_cleanups.clear();
-    s.agent_report = None;
     set_condition(&mut s.conditions, ready_cond);
     if let Some(m) = member.filter(|m| m.is_ready(now, grace)) {
         let usage = m.node_usage();
