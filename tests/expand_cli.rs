@@ -240,8 +240,7 @@ fn crds_prints_every_crd() {
     let o = pinfed(&["crds"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert_eq!(out.matches("kind: CustomResourceDefinition").count(), 10);
-    for kind in [
+    let kinds = [
         "PinterestService",
         "PinterestJobSet",
         "PinterestCronJob",
@@ -252,7 +251,13 @@ fn crds_prints_every_crd() {
         "MemberCluster",
         "FederatedQuota",
         "MemberSlice",
-    ] {
+        "MemberReport",
+    ];
+    assert_eq!(
+        out.matches("kind: CustomResourceDefinition").count(),
+        kinds.len()
+    );
+    for kind in kinds {
         assert!(out.contains(&format!("kind: {kind}\n")), "{kind}");
     }
 }
