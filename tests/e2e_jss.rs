@@ -250,6 +250,17 @@ async fn jss_answers_401_without_a_valid_token() {
         m.contains("pinfed_jss_submission_duration_seconds_bucket"),
         "{m}"
     );
+    // The UI's pages are served under the same request timeout and counted like the API
+    // (the live stream alone is not: it stays open with its page).
+    let r = st.client(None).get("/ui/login").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text);
+    let m = support::http_get(&st.metrics).await;
+    assert!(
+        m.lines().any(|l| l.starts_with("pinfed_jss_requests_total")
+            && l.contains(r#"route="/ui/login""#)
+            && l.contains(r#"code="200""#)),
+        "{m}"
+    );
     // And audited.
     let log = std::fs::read_to_string(&st.daemons.last().unwrap().log).unwrap();
     assert!(
@@ -1521,6 +1532,127 @@ async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups(
     ns.delete().await;
 }
 
+/// A UI session of a token TokenReview vouched for ends once the hub stops vouching for
+/// it (its ServiceAccount deleted), within `--ui-session-review-secs`; a session of the
+/// token file's lives on.
+#[tokio::test]
+async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use std::io::{Read, Write};
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-sa-ui").await;
+    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "viewer"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tr = sas
+        .create_token_request(
+            "viewer",
+            &PostParams::default(),
+            &serde_json::from_value::<TokenRequest>(
+                json!({"spec": {"audiences": [], "expirationSeconds": 600}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let token = serde_json::to_value(tr.status).unwrap()["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    let api = format!("127.0.0.1:{}", free_port());
+    let jss = spawn_daemon(
+        &fed,
+        "jss-review",
+        &[
+            s(&[
+                "jss",
+                "--context",
+                "hub",
+                "--token-review",
+                "--ui-session-review-secs",
+                "1",
+            ]),
+            vec![
+                "--listen".into(),
+                api.clone(),
+                "--metrics-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--tokens".into(),
+                st.dir.join("tokens.yaml").display().to_string(),
+                "--artifacts".into(),
+                st.artifacts.display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
+    wait_listening(&api, &jss);
+    let login = |token: &str| {
+        let body = format!("token={token}&next=%2Fui%2Ffleet");
+        let mut c = std::net::TcpStream::connect(&api).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            c,
+            "POST /ui/login HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out.lines()
+            .find_map(|l| {
+                // (The header's name in any case; the value as it is.)
+                let v = l
+                    .get(..12)
+                    .filter(|h| h.eq_ignore_ascii_case("set-cookie: "))
+                    .and_then(|_| l.get(12..))?;
+                Some(v.split(';').next()?.to_string())
+            })
+            .unwrap_or_else(|| panic!("no session cookie: {out}"))
+    };
+    let fleet = |cookie: &str| raw_get_with(&api, "/ui/fleet", &[("Cookie", cookie)]).0;
+    let reviewed = login(&token);
+    let from_file = login("alice-token");
+    assert_eq!(
+        fleet(&reviewed),
+        200,
+        "the reviewed token's session serves pages"
+    );
+    // A few reviews while the token is good: the session stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fleet(&reviewed),
+        200,
+        "a token still vouched for keeps its session"
+    );
+    sas.delete("viewer", &Default::default()).await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the session ends once TokenReview no longer vouches for its token",
+        || async { fleet(&reviewed) == 303 },
+    )
+    .await;
+    assert_eq!(
+        fleet(&from_file),
+        200,
+        "the token file's session is not reviewed"
+    );
+    let log = std::fs::read_to_string(&jss.log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("audit") && l.contains("Ended") && l.contains("session")),
+        "{log}"
+    );
+    jss.kill();
+    ns.delete().await;
+}
+
 /// With `--token-audience`, TokenReview asks for that audience: a hub token issued for it
 /// is accepted, one issued for the API server's default audience is refused (401), and a
 /// refused token is refused again from the JSS's memory.
@@ -1665,6 +1797,29 @@ fn raw_get(stream: &mut std::net::TcpStream, path: &str) -> Option<u16> {
     head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
 
+/// One GET with extra headers on its own connection: the status and the body.
+fn raw_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: jss\r\nConnection: close\r\n{extra}\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = stream.read_to_string(&mut out);
+    let status = out
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
 #[tokio::test]
 async fn failed_authentications_are_rate_limited_per_address_and_connections_are_capped() {
     let fed = Federation::connect().await;
@@ -1720,6 +1875,17 @@ async fn failed_authentications_are_rate_limited_per_address_and_connections_are
     // A token known good still passes from the same address.
     let r = get("alice-token").await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // A peer that is no trusted proxy cannot pick another bucket with X-Forwarded-For.
+    let (code, body) = raw_get_with(
+        &api,
+        "/v1/clusters",
+        &[
+            ("Authorization", "Bearer guess-xff"),
+            ("X-Forwarded-For", "198.51.100.1"),
+        ],
+    );
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("127.0.0.1"), "{body}");
     // At 0.5/s, one more guess is allowed two seconds later.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_error(&get("guess-4").await, 401, "Unauthenticated");
@@ -1763,6 +1929,74 @@ async fn failed_authentications_are_rate_limited_per_address_and_connections_are
             .any(|l| l.starts_with("pinfed_jss_connections_refused_total ") && !l.ends_with(" 0")),
         "{m}"
     );
+    jss.kill();
+
+    // Behind a trusted proxy (here: loopback), each forwarded client has its own bucket,
+    // and the proxy's connections are capped only by the total.
+    let proxied = format!("127.0.0.1:{}", free_port());
+    let jss = spawn_daemon(
+        &fed,
+        "jss-proxied",
+        &[
+            s(&["jss", "--context", "hub", "--token-review"]),
+            s(&[
+                "--failed-auth-burst",
+                "2",
+                "--failed-auth-per-sec",
+                "0.01",
+                "--max-connections-per-ip",
+                "2",
+                "--trusted-proxies",
+                "127.0.0.1,fd00::/8",
+            ]),
+            vec![
+                "--listen".into(),
+                proxied.clone(),
+                "--metrics-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--tokens".into(),
+                st.dir.join("tokens.yaml").display().to_string(),
+                "--artifacts".into(),
+                st.artifacts.display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
+    wait_listening(&proxied, &jss);
+    let guess = |client: &str, i: usize| {
+        raw_get_with(
+            &proxied,
+            "/v1/clusters",
+            &[
+                ("Authorization", &format!("Bearer proxied-guess-{i}")),
+                // What a client claims stands left of what the proxy saw.
+                ("X-Forwarded-For", &format!("203.0.113.66, {client}")),
+            ],
+        )
+    };
+    assert_eq!(guess("198.51.100.1", 0).0, 401);
+    assert_eq!(guess("198.51.100.1", 1).0, 401);
+    let (code, body) = guess("198.51.100.1", 2);
+    assert_eq!(code, 429, "{body}");
+    assert!(
+        body.contains("198.51.100.1"),
+        "the forwarded client is named: {body}"
+    );
+    assert_eq!(
+        guess("198.51.100.2", 3).0,
+        401,
+        "another client behind the same proxy keeps its own bucket"
+    );
+    let held: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| std::net::TcpStream::connect(&proxied).unwrap())
+        .collect();
+    let mut fifth = std::net::TcpStream::connect(&proxied).unwrap();
+    assert_eq!(
+        raw_get(&mut fifth, "/healthz"),
+        Some(200),
+        "a trusted proxy's connections are not capped per address"
+    );
+    drop(held);
     jss.kill();
 }
 

@@ -27,6 +27,90 @@ const MAX_TRACKED: usize = 10_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientAddr(pub SocketAddr);
 
+/// A range of addresses: `10.0.0.0/8`, `fd00::/8`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let bad = || format!("{s:?} is not an address or address/prefix (e.g. 10.0.0.0/8)");
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let net: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let net = net.to_canonical();
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Cidr { net, prefix })
+    }
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        // The top `prefix` bits of addresses `width` bits wide (a shift by the whole width
+        // is /0: everything matches).
+        let same = |a: u128, b: u128, width: u32| {
+            let shift = width - u32::from(self.prefix);
+            a.checked_shr(shift).unwrap_or(0) == b.checked_shr(shift).unwrap_or(0)
+        };
+        match (self.net, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                same(u128::from(u32::from(n)), u128::from(u32::from(a)), 32)
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => same(u128::from(n), u128::from(a), 128),
+            _ => false,
+        }
+    }
+}
+
+/// Whether `ip` is in any of `ranges`.
+pub fn is_trusted(ranges: &[Cidr], ip: IpAddr) -> bool {
+    ranges.iter().any(|r| r.contains(ip))
+}
+
+/// The client a request comes from, for the limits: the connection's peer — unless the
+/// peer is a trusted proxy; then the right-most address of `X-Forwarded-For` that is not
+/// a trusted proxy (the one the outermost trusted proxy saw: what a client writes into
+/// the header itself stands left of it and is never taken). Without a readable header,
+/// the peer.
+pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[Cidr]) -> IpAddr {
+    let peer = peer.to_canonical();
+    if !is_trusted(trusted, peer) {
+        return peer;
+    }
+    let Some(header) = forwarded_for else {
+        return peer;
+    };
+    let mut hops = Vec::new();
+    for part in header.split(',') {
+        match part.trim().parse::<IpAddr>() {
+            Ok(ip) => hops.push(ip.to_canonical()),
+            // An unreadable hop: nothing left of it can be trusted either.
+            Err(_) => hops.clear(),
+        }
+    }
+    hops.iter()
+        .rev()
+        .find(|ip| !is_trusted(trusted, **ip))
+        .or(hops.first())
+        .copied()
+        .unwrap_or(peer)
+}
+
 /// Failed authentications per client address, as token buckets: each failure takes a
 /// token; an address without one is refused until it refills.
 #[derive(Debug)]
@@ -150,6 +234,8 @@ pub struct ConnectionLimits {
     pub total: Arc<tokio::sync::Semaphore>,
     pub per_ip: usize,
     pub counts: Arc<Mutex<ConnectionCounts>>,
+    /// Trusted proxies: their connections carry many clients, so only the total caps them.
+    pub proxies: Vec<Cidr>,
 }
 
 impl ConnectionLimits {
@@ -158,7 +244,14 @@ impl ConnectionLimits {
             total: Arc::new(tokio::sync::Semaphore::new(total.max(1))),
             per_ip: per_ip.max(1),
             counts: Arc::default(),
+            proxies: Vec::new(),
         }
+    }
+
+    /// Connections from these addresses are not capped per address.
+    pub fn with_proxies(mut self, proxies: Vec<Cidr>) -> ConnectionLimits {
+        self.proxies = proxies;
+        self
     }
 }
 
@@ -176,11 +269,12 @@ pub struct IpSlot {
 
 impl IpSlot {
     pub fn take(limits: &ConnectionLimits, ip: IpAddr) -> Option<IpSlot> {
-        let ok = limits
-            .counts
-            .lock()
-            .expect("lock")
-            .try_open(ip, limits.per_ip);
+        let per_ip = if is_trusted(&limits.proxies, ip) {
+            usize::MAX
+        } else {
+            limits.per_ip
+        };
+        let ok = limits.counts.lock().expect("lock").try_open(ip, per_ip);
         ok.then(|| IpSlot {
             ip,
             counts: limits.counts.clone(),
@@ -198,6 +292,88 @@ impl Drop for IpSlot {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn address_ranges_parse_and_contain_what_they_say() {
+        let r: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert!(r.contains("10.1.2.3".parse().unwrap()));
+        assert!(!r.contains("11.0.0.1".parse().unwrap()));
+        assert!(
+            r.contains("::ffff:10.9.9.9".parse().unwrap()),
+            "an IPv4-mapped address"
+        );
+        let one: Cidr = "127.0.0.1".parse().unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        let v6: Cidr = "fd00::/8".parse().unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("10.0.0.1".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("203.0.113.1".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "x", "10.0.0/8", "::/129", ""] {
+            let e = bad.parse::<Cidr>().unwrap_err();
+            assert!(e.contains("not an address"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_client_is_the_peer_unless_a_trusted_proxy_says_who_it_forwards() {
+        let trusted: Vec<Cidr> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // An untrusted peer's header is ignored: it cannot pick its own bucket.
+        assert_eq!(
+            client_ip(ip("203.0.113.5"), Some("198.51.100.1"), &trusted),
+            ip("203.0.113.5")
+        );
+        // Through a trusted proxy: the address it saw.
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), Some("198.51.100.1"), &trusted),
+            ip("198.51.100.1")
+        );
+        // A client that writes its own header gets the proxy's view of it, not its claim.
+        assert_eq!(
+            client_ip(
+                ip("10.0.0.2"),
+                Some("1.2.3.4, 198.51.100.1, 10.0.0.9"),
+                &trusted
+            ),
+            ip("198.51.100.1")
+        );
+        // Without a header, or one past reading, the peer (or what stands right of it).
+        assert_eq!(client_ip(ip("10.0.0.2"), None, &trusted), ip("10.0.0.2"));
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), Some("nonsense"), &trusted),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            client_ip(
+                ip("10.0.0.2"),
+                Some("1.2.3.4, junk, 198.51.100.7"),
+                &trusted
+            ),
+            ip("198.51.100.7")
+        );
+        // Every hop trusted: the first.
+        assert_eq!(
+            client_ip(ip("10.0.0.2"), Some("10.0.0.7, 10.0.0.8"), &trusted),
+            ip("10.0.0.7")
+        );
+    }
+
+    #[test]
+    fn a_trusted_proxy_is_capped_only_by_the_total() {
+        let limits =
+            ConnectionLimits::new(100, 1).with_proxies(vec!["10.0.0.0/8".parse().unwrap()]);
+        let proxy: IpAddr = "10.0.0.2".parse().unwrap();
+        let other: IpAddr = "203.0.113.5".parse().unwrap();
+        let held: Vec<IpSlot> = (0..5)
+            .map(|_| IpSlot::take(&limits, proxy).unwrap())
+            .collect();
+        assert_eq!(held.len(), 5);
+        let one = IpSlot::take(&limits, other).unwrap();
+        assert!(IpSlot::take(&limits, other).is_none());
+        drop(one);
+    }
     use super::*;
 
     fn ip(s: &str) -> IpAddr {

@@ -87,6 +87,10 @@ pub struct JssArgs {
     /// How long a web UI session lasts after its login (seconds).
     #[arg(long, env = "PINFED_JSS_UI_SESSION_SECS", default_value_t = ui::DEFAULT_SESSION_SECS)]
     pub ui_session_secs: u64,
+    /// How often a UI session of a token TokenReview vouched for asks it again (seconds):
+    /// once the hub no longer vouches for the token, the session ends.
+    #[arg(long, env = "PINFED_JSS_UI_SESSION_REVIEW_SECS", default_value = "300", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ui_session_review_secs: u64,
     /// The hub's leader-election Lease the UI's fleet page shows (`namespace/name`).
     #[arg(long, env = "PINFED_JSS_HUB_LEASE", default_value = ui::DEFAULT_HUB_LEASE)]
     pub hub_lease: String,
@@ -123,6 +127,12 @@ pub struct JssArgs {
         default_value_t = limits::DEFAULT_FAILED_AUTH_PER_SEC
     )]
     pub failed_auth_per_sec: f64,
+    /// Proxies (addresses or ranges, comma-separated: `10.0.0.0/8,fd00::/8`) in front of
+    /// the JSS: their `X-Forwarded-For` names the client the per-client limits count, and
+    /// their connections are capped only by `--max-connections`. Any other peer is the
+    /// client itself, whatever it writes in that header. None by default.
+    #[arg(long, env = "PINFED_JSS_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_cidr)]
+    pub trusted_proxies: Vec<limits::Cidr>,
 }
 
 fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
@@ -224,7 +234,8 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
         )
         .with_admission_concurrency(args.admission_concurrency)
         .with_token_audience(args.token_audience.clone())
-        .with_failed_auth_limit(args.failed_auth_burst, args.failed_auth_per_sec));
+        .with_failed_auth_limit(args.failed_auth_burst, args.failed_auth_per_sec)
+        .with_trusted_proxies(args.trusted_proxies.clone()));
         ready.set(true);
         tracing::info!(
             listen = %args.listen,
@@ -238,6 +249,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             ui::UiConfig {
                 secure_cookies: tls.is_some(),
                 session_ttl: Duration::from_secs(args.ui_session_secs),
+                session_review: Duration::from_secs(args.ui_session_review_secs),
                 hub_lease: args.hub_lease.clone(),
             },
         );
@@ -246,13 +258,19 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             axum::middleware::from_fn_with_state(jss, server::failed_auth_guard),
         );
         let limits =
-            limits::ConnectionLimits::new(args.max_connections, args.max_connections_per_ip);
+            limits::ConnectionLimits::new(args.max_connections, args.max_connections_per_ip)
+                .with_proxies(args.trusted_proxies.clone());
         tokio::select! {
             r = server::serve(listener, app, tls, limits, refused) => r,
             r = metrics_server => r?,
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
+}
+
+/// One `--trusted-proxies` entry.
+fn parse_cidr(s: &str) -> Result<limits::Cidr, String> {
+    s.trim().parse()
 }
 
 #[cfg(test)]

@@ -145,6 +145,8 @@ pub struct Jss {
     admission: Arc<tokio::sync::Semaphore>,
     /// Failed authentications per client address (`--failed-auth-burst`, `-per-sec`).
     failed_auths: Mutex<FailedAuths>,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`).
+    trusted_proxies: Vec<limits::Cidr>,
 }
 
 /// Submissions parsed and admitted at once, by default.
@@ -247,7 +249,15 @@ impl Jss {
                 limits::DEFAULT_FAILED_AUTH_BURST,
                 limits::DEFAULT_FAILED_AUTH_PER_SEC,
             )),
+            trusted_proxies: Vec::new(),
         }
+    }
+
+    /// Proxies whose `X-Forwarded-For` says which client a request is from (for the
+    /// per-client limits); any other peer is the client itself, whatever it writes.
+    pub fn with_trusted_proxies(mut self, proxies: Vec<limits::Cidr>) -> Jss {
+        self.trusted_proxies = proxies;
+        self
     }
 
     /// How many failed authentications a client address may make in a burst, and per
@@ -296,16 +306,33 @@ impl Jss {
         }
     }
 
+    /// Whether the token is one of the token file's (not one TokenReview vouches for).
+    pub(super) fn in_token_file(&self, token: &str) -> bool {
+        auth::authenticate(&self.auth, token).is_ok()
+    }
+
+    /// Asks TokenReview again, past the remembered answers: the UI's sessions of reviewed
+    /// tokens end when the hub stops vouching for their token.
+    pub(super) async fn review_again(&self, token: &str) -> Result<Principal, Rejection> {
+        self.review_with(token, true).await
+    }
+
     /// Asks the hub's TokenReview API who the token belongs to.
     async fn review(&self, token: &str) -> Result<Principal, Rejection> {
+        self.review_with(token, false).await
+    }
+
+    async fn review_with(&self, token: &str, again: bool) -> Result<Principal, Rejection> {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
         let digest = auth::digest(token);
-        if let Some((p, at)) = self.reviewed.lock().expect("lock").get(&digest)
+        if !again
+            && let Some((p, at)) = self.reviewed.lock().expect("lock").get(&digest)
             && at.elapsed() < REVIEW_TTL
         {
             return Ok(p.clone());
         }
-        if let Some(at) = self.refused.lock().expect("lock").get(&digest)
+        if !again
+            && let Some(at) = self.refused.lock().expect("lock").get(&digest)
             && at.elapsed() < REFUSED_TTL
         {
             return Err(AuthError::Unknown.into());
@@ -1601,6 +1628,11 @@ async fn delete_handler(
 
 /// Applies the request timeout and records request metrics.
 async fn observe(State(s): Shared, req: Request, next: Next) -> Response {
+    observed(&s, req, next).await
+}
+
+/// [`observe`] for a router whose state is not the JSS's (the UI's).
+pub(crate) async fn observed(s: &Jss, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
         .extensions()
@@ -1632,9 +1664,14 @@ async fn observe(State(s): Shared, req: Request, next: Next) -> Response {
 /// so users behind the same address are not locked out by a guesser); every 401 answered
 /// spends one failure. Wraps the API and the UI (the UI's failed login is a 401 too).
 pub async fn failed_auth_guard(State(s): Shared, req: Request, next: Next) -> Response {
-    let Some(ip) = req.extensions().get::<ClientAddr>().map(|c| c.0.ip()) else {
+    let Some(peer) = req.extensions().get::<ClientAddr>().map(|c| c.0.ip()) else {
         return next.run(req).await;
     };
+    let forwarded = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    let ip = limits::client_ip(peer, forwarded, &s.trusted_proxies);
     let blocked = s
         .failed_auths
         .lock()

@@ -68,6 +68,8 @@ pub struct UiConfig {
     /// Mark the session cookie `Secure` (the JSS serves TLS).
     pub secure_cookies: bool,
     pub session_ttl: Duration,
+    /// How often a session of a reviewed token asks TokenReview again.
+    pub session_review: Duration,
     /// The hub's leader Lease, `namespace/name`.
     pub hub_lease: String,
 }
@@ -85,13 +87,15 @@ impl Ui {
     /// Starts the UI's hub watches.
     pub fn start(jss: Arc<Jss>, cfg: UiConfig) -> Arc<Ui> {
         let feed = Feed::start(jss.hub.client.clone());
-        Arc::new(Ui {
+        let ui = Arc::new(Ui {
             jss,
             feed,
             rows: Default::default(),
             sessions: Sessions::new(cfg.session_ttl),
             cfg,
-        })
+        });
+        tokio::spawn(review_sessions(Arc::downgrade(&ui)));
+        ui
     }
 
     fn session(&self, headers: &HeaderMap) -> Option<(String, Session)> {
@@ -106,6 +110,39 @@ impl Ui {
             .hub_lease
             .split_once('/')
             .unwrap_or(("pinfed-system", self.cfg.hub_lease.as_str()))
+    }
+}
+
+/// Asks TokenReview again for each session of a reviewed token when it is due
+/// (`--ui-session-review-secs`): a token the hub no longer vouches for (its ServiceAccount
+/// deleted, the token revoked) ends its sessions, and their live pages with them. A hub
+/// that does not answer ends nothing; the session is asked again at the next look.
+async fn review_sessions(ui: std::sync::Weak<Ui>) {
+    loop {
+        let Some(u) = ui.upgrade() else { return };
+        let every = u.cfg.session_review;
+        let look = (every / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        for (key, token) in u.sessions.due_reviews(Instant::now(), every) {
+            let answer = match u.jss.review_again(&token).await {
+                Ok(p) => Some(p),
+                Err(r) if r.reason() == "Unauthenticated" => None,
+                Err(r) => {
+                    tracing::warn!(error = %r, "a session's token could not be reviewed again");
+                    continue;
+                }
+            };
+            if let Some(user) = u.sessions.reviewed_again(&key, answer, Instant::now()) {
+                audit(
+                    &user,
+                    "session",
+                    "-",
+                    "Ended",
+                    "TokenReview no longer vouches for the token",
+                );
+            }
+        }
+        drop(u);
+        tokio::time::sleep(look).await;
     }
 }
 
@@ -333,7 +370,9 @@ async fn login(
         }
     };
     let user = principal.user.clone();
-    let (id, _) = match ui.sessions.create(principal, Instant::now()) {
+    // A token TokenReview vouched for is asked again while the session lives.
+    let reviewed = (!ui.jss.in_token_file(token)).then(|| token.to_string());
+    let (id, _) = match ui.sessions.create(principal, reviewed, Instant::now()) {
         Ok(x) => x,
         Err(e) => {
             tracing::error!(error = %e, "no randomness for a session id");
@@ -1152,8 +1191,18 @@ pub fn router(ui: Arc<Ui>) -> Router {
         .route("/assets/ui.css", get(asset_css))
         .route("/assets/ui.js", get(asset_js))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(ui.clone(), under_timeout))
         .layer(middleware::from_fn(secure_headers))
         .with_state(ui)
+}
+
+/// The JSS's request timeout and request metrics, for every UI route but the live
+/// stream (open for as long as its page is; it ends with the session).
+async fn under_timeout(State(ui): Shared, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/live" || req.uri().path().ends_with("/ui/live") {
+        return next.run(req).await;
+    }
+    crate::jss::server::observed(&ui.jss, req, next).await
 }
 
 /// Mounts the UI under `/ui` of the JSS's router.
@@ -1223,6 +1272,7 @@ mod tests {
             csrf: "right".into(),
             expires: Instant::now(),
             flashes: Vec::new(),
+            reviewed: None,
         };
         let h = headers(&[("host", "a")]);
         assert!(check_action(&h, &s, Some("right")).is_ok());

@@ -23,7 +23,7 @@ const MAX_SESSIONS: usize = 10_000;
 /// Flash messages a session keeps at most (the newest).
 const MAX_FLASHES: usize = 8;
 
-/// One logged-in browser. Its Debug output leaves the CSRF token out.
+/// One logged-in browser. Its Debug output leaves the CSRF token and the token out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Session {
     pub principal: Principal,
@@ -32,6 +32,17 @@ pub struct Session {
     pub expires: Instant,
     /// What the last actions said, newest last: a page shows the one its `?flash=` names.
     pub flashes: Vec<Flash>,
+    /// A session of a token TokenReview vouched for: asked again every so often, and
+    /// ended once the hub no longer vouches for it (the token file's tokens are not).
+    pub reviewed: Option<Reviewed>,
+}
+
+/// The token a session was made with, kept in memory to ask TokenReview again.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Reviewed {
+    token: String,
+    /// When TokenReview last vouched for it.
+    pub checked: Instant,
 }
 
 /// What an action said, shown on the page it returns to. Kept in the session (not in the
@@ -60,6 +71,7 @@ impl std::fmt::Debug for Session {
             .field("csrf", &"<redacted>")
             .field("expires", &self.expires)
             .field("flashes", &self.flashes.len())
+            .field("reviewed", &self.reviewed.as_ref().map(|r| r.checked))
             .finish()
     }
 }
@@ -98,9 +110,11 @@ impl Sessions {
     }
 
     /// A new session for `principal`: its id (the cookie value) and the session.
+    /// `reviewed`: the token, when TokenReview vouched for it (asked again later).
     pub fn create(
         &self,
         principal: Principal,
+        reviewed: Option<String>,
         now: Instant,
     ) -> Result<(String, Session), getrandom::Error> {
         let id = random_token()?;
@@ -109,6 +123,10 @@ impl Sessions {
             csrf: random_token()?,
             expires: now + self.ttl,
             flashes: Vec::new(),
+            reviewed: reviewed.map(|token| Reviewed {
+                token,
+                checked: now,
+            }),
         };
         let mut map = self.by_digest.lock().expect("lock");
         if map.len() >= MAX_SESSIONS {
@@ -152,6 +170,43 @@ impl Sessions {
             text,
         });
         Some(key)
+    }
+
+    /// Live sessions of reviewed tokens last vouched for `every` ago or longer: their
+    /// keys and tokens, to ask TokenReview again. Expired sessions go meanwhile.
+    pub fn due_reviews(&self, now: Instant, every: Duration) -> Vec<([u8; 32], String)> {
+        let mut map = self.by_digest.lock().expect("lock");
+        map.retain(|_, s| s.expires > now);
+        map.iter()
+            .filter_map(|(k, s)| {
+                let r = s.reviewed.as_ref()?;
+                (now.saturating_duration_since(r.checked) >= every).then(|| (*k, r.token.clone()))
+            })
+            .collect()
+    }
+
+    /// What TokenReview said again for the session `key`: still vouched for (as whom; the
+    /// teams follow the token's groups now), or not (the session ends). Returns the user
+    /// of a session that ended.
+    pub fn reviewed_again(
+        &self,
+        key: &[u8; 32],
+        answer: Option<Principal>,
+        now: Instant,
+    ) -> Option<String> {
+        let mut map = self.by_digest.lock().expect("lock");
+        match answer {
+            Some(p) => {
+                if let Some(s) = map.get_mut(key) {
+                    s.principal = p;
+                    if let Some(r) = s.reviewed.as_mut() {
+                        r.checked = now;
+                    }
+                }
+                None
+            }
+            None => map.remove(key).map(|s| s.principal.user),
+        }
     }
 
     pub fn remove(&self, id: &str) {
@@ -208,6 +263,7 @@ mod tests {
             csrf: "csrf-secret-value".into(),
             expires: Instant::now(),
             flashes: Vec::new(),
+            reviewed: None,
         };
         let shown = format!("{s:?}");
         assert!(
@@ -227,7 +283,7 @@ mod tests {
     fn a_session_lives_until_its_ttl_then_is_gone() {
         let s = Sessions::new(Duration::from_secs(60));
         let t0 = Instant::now();
-        let (id, made) = s.create(alice(), t0).unwrap();
+        let (id, made) = s.create(alice(), None, t0).unwrap();
         assert_eq!(s.get(&id, t0 + Duration::from_secs(59)), Some(made.clone()));
         assert_eq!(s.get(&id, t0 + Duration::from_secs(60)), None, "expired");
         assert!(s.is_empty(), "an expired session is dropped when seen");
@@ -238,8 +294,8 @@ mod tests {
     fn ids_and_csrf_tokens_are_random_and_distinct() {
         let s = Sessions::new(Duration::from_secs(60));
         let now = Instant::now();
-        let (a, sa) = s.create(alice(), now).unwrap();
-        let (b, sb) = s.create(alice(), now).unwrap();
+        let (a, sa) = s.create(alice(), None, now).unwrap();
+        let (b, sb) = s.create(alice(), None, now).unwrap();
         assert_ne!(a, b);
         assert_ne!(sa.csrf, sb.csrf);
         assert_ne!(a, sa.csrf);
@@ -253,8 +309,8 @@ mod tests {
     fn flash_messages_are_kept_per_session_and_bounded() {
         let s = Sessions::new(Duration::from_secs(60));
         let now = Instant::now();
-        let (a, _) = s.create(alice(), now).unwrap();
-        let (b, _) = s.create(alice(), now).unwrap();
+        let (a, _) = s.create(alice(), None, now).unwrap();
+        let (b, _) = s.create(alice(), None, now).unwrap();
         let key = s.add_flash(&a, false, "refused".into()).unwrap();
         let got = s.get(&a, now).unwrap();
         assert_eq!(
@@ -278,11 +334,51 @@ mod tests {
     }
 
     #[test]
+    fn a_reviewed_session_is_asked_again_when_due_and_ends_when_refused() {
+        let s = Sessions::new(Duration::from_secs(600));
+        let t0 = Instant::now();
+        let every = Duration::from_secs(60);
+        let (file, _) = s.create(alice(), None, t0).unwrap();
+        let (sa, made) = s.create(alice(), Some("sa-token".into()), t0).unwrap();
+        assert!(
+            !format!("{made:?}").contains("sa-token"),
+            "the token is never printed"
+        );
+        assert!(
+            s.due_reviews(t0 + Duration::from_secs(59), every)
+                .is_empty()
+        );
+        let due = s.due_reviews(t0 + every, every);
+        assert_eq!(due.len(), 1, "only the reviewed session");
+        assert_eq!(due[0].1, "sa-token");
+        // Still vouched for, now in another team: due again a period later.
+        let mut moved = alice();
+        moved.teams = ["search".to_string()].into();
+        assert_eq!(
+            s.reviewed_again(&due[0].0, Some(moved.clone()), t0 + every),
+            None
+        );
+        assert_eq!(s.get(&sa, t0 + every).unwrap().principal, moved);
+        assert!(
+            s.due_reviews(t0 + every + Duration::from_secs(30), every)
+                .is_empty()
+        );
+        // Refused: the session ends; the token file's session stays.
+        let due = s.due_reviews(t0 + 2 * every, every);
+        assert_eq!(
+            s.reviewed_again(&due[0].0, None, t0 + 2 * every),
+            Some("alice".to_string())
+        );
+        assert_eq!(s.get(&sa, t0 + 2 * every), None);
+        assert!(s.get(&file, t0 + 2 * every).is_some());
+    }
+
+    #[test]
     fn the_table_stays_bounded() {
         let s = Sessions::new(Duration::from_secs(60));
         let now = Instant::now();
         for _ in 0..MAX_SESSIONS + 5 {
-            s.create(alice(), now).unwrap();
+            s.create(alice(), None, now).unwrap();
         }
         assert_eq!(s.len(), MAX_SESSIONS);
     }
