@@ -831,6 +831,168 @@ mod failover {
         Some(sum)
     }
 
+    /// Removes a member's cluster taints when dropped (also while a failing test unwinds).
+    struct UntaintOnDrop(kube::Client, String);
+
+    impl Drop for UntaintOnDrop {
+        fn drop(&mut self) {
+            let (client, member) = (self.0.clone(), self.1.clone());
+            let undo = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(async move {
+                        Api::<MemberCluster>::all(client)
+                            .patch(
+                                &member,
+                                &kube::api::PatchParams::default(),
+                                &kube::api::Patch::Merge(
+                                    &serde_json::json!({"spec": {"taints": null}}),
+                                ),
+                            )
+                            .await
+                    })
+            });
+            let done = undo.join();
+            if !std::thread::panicking() {
+                assert!(
+                    matches!(done, Ok(Ok(_))),
+                    "removing the taint from {}: {done:?}",
+                    self.1
+                );
+            }
+        }
+    }
+
+    /// A member tainted `NoExecute` sends its work elsewhere, each workload grown on the
+    /// other member before it shrinks on the tainted one (no dip), and at the fleet's pace:
+    /// with a budget of one move at once and one every 5 s, three workloads leave over
+    /// about ten seconds, not in the same one, and the ones that wait are told
+    /// (`LeaveQueued`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn destructive_a_no_execute_taint_moves_work_off_its_member_at_the_fleets_pace() {
+        let fed = Federation::connect().await;
+        support::join_all(&fed);
+        let mut daemons = vec![support::spawn_hub(
+            &fed,
+            "hub-taint",
+            &[
+                "--taint-moves-per-second",
+                "0.2",
+                "--taint-moves-burst",
+                "1",
+            ],
+        )];
+        daemons.extend(support::spawn_agents(&fed));
+        let logged: Vec<&Daemon> = vec![&daemons[0]];
+        let hub = fed.hub();
+        let push: Vec<String> = fed
+            .member_names()
+            .into_iter()
+            .filter(|m| !fed.is_pull(m) && *m != fed.gpu_member())
+            .collect();
+        assert!(push.len() >= 2, "two push members without GPUs: {push:?}");
+        let (tainted, other) = (push[0].clone(), push[1].clone());
+        let both = [tainted.clone(), other.clone()];
+        let ns = TestNamespace::create(&hub, "taint").await;
+        let svcs: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+        let names: Vec<String> = (0..3).map(|i| format!("web-{i}")).collect();
+        for n in &names {
+            let svc: PinterestService = serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": n},
+                "spec": {
+                    "owner": {"team": "ads", "contact": "ads@pinterest.com"},
+                    "replicas": 2,
+                    "placement": {"clusterAffinity": {"clusterNames": both},
+                        "spread": {"minClusters": 2}},
+                    "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}},
+                }
+            }))
+            .unwrap();
+            svcs.create(&PostParams::default(), &svc).await.unwrap();
+        }
+        // (A member an earlier test stopped may still be coming back: the spread waits
+        // for it.)
+        eventually_logged(
+            Duration::from_secs(120),
+            "each service placed on both members and available",
+            &logged,
+            || async {
+                for n in &names {
+                    let p = placed(&status(&svcs, n).await);
+                    if !(p.contains_key(&tainted) && p.contains_key(&other)) {
+                        return false;
+                    }
+                    if available_in(&fed, &ns.name, n, &both).await != Some(2) {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
+        let mcs: Api<MemberCluster> = Api::all(hub.clone());
+        let _untaint = UntaintOnDrop(hub.clone(), tainted.clone());
+        mcs.patch(
+            &tainted,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&serde_json::json!({"spec": {"taints": [
+                {"key": "e2e.pinterest.com/maintenance", "effect": "NoExecute"}]}})),
+        )
+        .await
+        .unwrap();
+        let started = Instant::now();
+        let mut moved: BTreeMap<String, f64> = BTreeMap::new();
+        while moved.len() < names.len() {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "not every service left {tainted} within 90 s: {moved:?}\n{}",
+                daemons[0].log_tail()
+            );
+            for n in &names {
+                // Never below its two replicas while it moves.
+                if let Some(avail) = available_in(&fed, &ns.name, n, &both).await {
+                    assert!(avail >= 2, "{n} dipped to {avail} available while it moved");
+                }
+                if !moved.contains_key(n) && !placed(&status(&svcs, n).await).contains_key(&tainted)
+                {
+                    moved.insert(n.clone(), started.elapsed().as_secs_f64());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let mut at: Vec<f64> = moved.values().copied().collect();
+        at.sort_by(f64::total_cmp);
+        eprintln!("taint: services left {tainted} after {at:?} s");
+        assert!(
+            at[2] - at[0] >= 6.0,
+            "three moves at one every 5 s took {:.1} s: {moved:?}",
+            at[2] - at[0]
+        );
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+        let queued = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("LeaveQueued"))
+            .count();
+        assert!(
+            queued >= 1,
+            "no LeaveQueued Event for the services that waited"
+        );
+        // Every replica runs on the other member, none is left behind.
+        for n in &names {
+            let p = placed(&status(&svcs, n).await);
+            assert_eq!(p.keys().collect::<Vec<_>>(), vec![&other], "{n}: {p:?}");
+        }
+        ns.delete().await;
+    }
+
     // Multi-threaded: `harness(stop|start)` blocks its thread for seconds, and the sampler
     // must keep sampling the healthy members meanwhile (on one thread CI got 4 samples).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

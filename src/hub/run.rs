@@ -130,6 +130,14 @@ pub struct HubArgs {
     /// Never preempt: waiting workloads only queue, whatever their class says.
     #[arg(long, env = "PINFED_NO_PREEMPTION")]
     pub no_preemption: bool,
+    /// Workloads moved off members tainted `NoExecute`, per second across the fleet once
+    /// the burst is spent: a member tainted under many workloads does not surge them all
+    /// onto the other members at once (the others wait their turn where they run).
+    #[arg(long, env = "PINFED_TAINT_MOVES_PER_SECOND", default_value = "2", value_parser = positive_rate)]
+    pub taint_moves_per_second: f64,
+    /// Moves off tainted members admitted at once after a quiet time.
+    #[arg(long, env = "PINFED_TAINT_MOVES_BURST", default_value = "20", value_parser = clap::value_parser!(u32).range(1..))]
+    pub taint_moves_burst: u32,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "PINFED_LEASE_NAMESPACE", default_value = "pinfed-system")]
     pub lease_namespace: String,
@@ -284,6 +292,10 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             !args.no_preemption,
         ),
         hosts: Default::default(),
+        taint_moves: workloads::TaintMoves::new(crate::placement::move_budget::MoveRate {
+            per_second: args.taint_moves_per_second,
+            burst: args.taint_moves_burst,
+        }),
     });
     let member_loop = member_loop::run(MemberLoop {
         hub: client.clone(),
@@ -418,5 +430,13 @@ async fn warm_members(client: kube::Client, registry: MemberRegistry) {
             }
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+/// A rate above zero (moves per second).
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("{s:?} is not a rate above zero (moves per second)")),
     }
 }

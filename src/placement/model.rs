@@ -286,6 +286,14 @@ pub fn must_leave(policy: &PlacementPolicy, view: &ClusterView) -> Option<String
         })
 }
 
+/// Whether [`must_leave`] says so for a `NoExecute` taint (a move the fleet's budget
+/// paces, `move_budget`), not for a selector.
+pub fn leaves_for_taint(policy: &PlacementPolicy, view: &ClusterView) -> bool {
+    view.taints.iter().any(|t| {
+        t.effect == TaintEffect::NoExecute && !policy.tolerations.iter().any(|x| x.tolerates(t))
+    })
+}
+
 /// For a workload that runs in every member that admits it (a daemon, a duplicated
 /// service): a Ready member it does not run in although its policy admits it there by
 /// name, selector and taints — its decision was made while that member could not take

@@ -1281,6 +1281,15 @@ fn a_placed_member_must_be_left_on_a_no_execute_taint_or_a_selector_it_lost() {
         why.contains("maintenance") && why.contains("not tolerated"),
         "{why}"
     );
+    // A taint's move is paced by the fleet's budget; a selector's is not.
+    assert!(crate::placement::model::leaves_for_taint(
+        &policy,
+        &view(&gold, vec![taint(TaintEffect::NoExecute)])
+    ));
+    assert!(!crate::placement::model::leaves_for_taint(
+        &policy,
+        &view(&[("tier", "silver")], vec![])
+    ));
     policy.tolerations = vec![Toleration {
         key: "maintenance".into(),
         operator: TolerationOperator::Exists,

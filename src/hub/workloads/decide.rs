@@ -266,6 +266,47 @@ pub async fn decide<K: PinterestKind>(
         }
         None => BTreeMap::new(),
     };
+    // A taint's moves are paced across the fleet: past the budget the workload stays where
+    // it runs and looks again when a move is free (said once, as an Event).
+    let mut taint_wait = None;
+    let tainted: Vec<String> = leaving
+        .keys()
+        .filter(|c| {
+            views()
+                .iter()
+                .any(|v| &v.name == *c && placement::model::leaves_for_taint(&policy, v))
+        })
+        .cloned()
+        .collect();
+    if tainted.is_empty() {
+        ctx.taint_moves.forget(&key);
+    } else {
+        let (taken, first) = ctx
+            .taint_moves
+            .take(&key, now.as_millisecond() as f64 / 1000.0);
+        if let Err(wait) = taken {
+            let why = tainted
+                .iter()
+                .filter_map(|c| leaving.remove(c))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let wait = Duration::from_secs_f64(wait.clamp(0.05, 3600.0));
+            taint_wait = Some(wait);
+            if first {
+                ctx.event(
+                    obj,
+                    EventType::Normal,
+                    "LeaveQueued",
+                    format!("{why}; the fleet's moves off tainted members are paced (--taint-moves-per-second): it stays where it runs until its turn"),
+                )
+                .await;
+            }
+            tracing::debug!(workload = %key, ?wait, "move off a tainted member waits for the fleet's budget");
+        }
+        ctx.hub_metrics
+            .taint_moves_waiting
+            .set(ctx.taint_moves.waiting() as i64);
+    }
     // A share that stayed unavailable leaves its member like one that must (grown
     // elsewhere first; kept where it is while there is no room elsewhere).
     if let Some(v) = app_due {
@@ -434,12 +475,15 @@ pub async fn decide<K: PinterestKind>(
             },
         );
     }
-    let requeue = requeue_after(
+    let mut requeue = requeue_after(
         ctx,
         standings.requeue,
         &decision,
         policy.spread.min_clusters,
     );
+    if let Some(wait) = taint_wait {
+        requeue = requeue.min(wait);
+    }
     Ok(Outcome::Decided(Box::new(Placed {
         decision,
         quota_exceeded,

@@ -122,6 +122,8 @@ pub struct HubMetrics {
     pub application_failovers: prometheus_client::metrics::counter::Counter,
     /// Workloads held because another one holds their ingress host.
     pub host_holds: prometheus_client::metrics::counter::Counter,
+    /// Workloads waiting for the fleet's budget of moves off tainted members.
+    pub taint_moves_waiting: prometheus_client::metrics::gauge::Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -188,6 +190,7 @@ impl HubMetrics {
             queue_waiting: Default::default(),
             application_failovers: Default::default(),
             host_holds: Default::default(),
+            taint_moves_waiting: Default::default(),
         };
         registry.register(
             "placement_decisions",
@@ -238,6 +241,11 @@ impl HubMetrics {
             "application_failovers",
             "Shares moved off a member where they stayed unavailable (application failover)",
             m.application_failovers.clone(),
+        );
+        registry.register(
+            "taint_moves_waiting",
+            "Workloads that must leave a member tainted NoExecute, waiting for the fleet's move budget",
+            m.taint_moves_waiting.clone(),
         );
         registry.register(
             "ingress_host_holds",
@@ -323,6 +331,59 @@ pub struct HubContext {
     pub priority: priority::PriorityState,
     /// Which workload holds which ingress host.
     pub hosts: hosts::HostIndex,
+    /// The fleet's budget for moves off members tainted `NoExecute`.
+    pub taint_moves: TaintMoves,
+}
+
+/// Moves off tainted members, paced across the fleet (`placement::move_budget`), and the
+/// workloads waiting their turn (each told once).
+pub struct TaintMoves {
+    budget: Mutex<crate::placement::move_budget::MoveBudget>,
+    waiting: Mutex<BTreeSet<String>>,
+}
+
+impl TaintMoves {
+    pub fn new(rate: crate::placement::move_budget::MoveRate) -> TaintMoves {
+        TaintMoves {
+            budget: Mutex::new(crate::placement::move_budget::MoveBudget::new(
+                rate,
+                Timestamp::now().as_millisecond() as f64 / 1000.0,
+            )),
+            waiting: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Takes a move for `key` at `now` (seconds), or says how long until one is free;
+    /// the second value is true the first time `key` is made to wait.
+    fn take(&self, key: &str, now: f64) -> (Result<(), f64>, bool) {
+        let taken = match self.budget.lock() {
+            Ok(mut b) => b.take(now),
+            Err(_) => Ok(()),
+        };
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return (taken, false);
+        };
+        let first = match taken {
+            Ok(()) => {
+                waiting.remove(key);
+                false
+            }
+            Err(_) => waiting.insert(key.to_string()),
+        };
+        (taken, first)
+    }
+
+    /// `key` has no move off a tainted member to wait for (any more).
+    fn forget(&self, key: &str) {
+        if let Ok(mut w) = self.waiting.lock() {
+            w.remove(key);
+        }
+    }
+
+    /// How many workloads wait for the budget now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.lock().map_or(0, |w| w.len())
+    }
 }
 
 /// A failed reconcile, by the stage that failed.
