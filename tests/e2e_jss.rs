@@ -140,7 +140,49 @@ fn setup(fed: &Federation) -> &'static Setup {
     })
 }
 
+/// A JSS of one test's own (other flags than the shared one), on loopback.
+struct OwnJss {
+    /// `host:port` of its API.
+    api: String,
+    /// `host:port` of its metrics.
+    metrics: String,
+    daemon: Daemon,
+}
+
 impl Setup {
+    /// Starts a JSS with `flags` beside the shared one (same hub, tokens and artifacts).
+    fn own_jss(&self, fed: &Federation, name: &str, flags: &[&str]) -> OwnJss {
+        let (api, metrics) = (
+            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", free_port()),
+        );
+        let daemon = spawn_daemon(
+            fed,
+            name,
+            &[
+                s(&["jss", "--context", "hub"]),
+                s(flags),
+                vec![
+                    "--listen".into(),
+                    api.clone(),
+                    "--metrics-addr".into(),
+                    metrics.clone(),
+                    "--tokens".into(),
+                    self.dir.join("tokens.yaml").display().to_string(),
+                    "--artifacts".into(),
+                    self.artifacts.display().to_string(),
+                ],
+            ]
+            .concat(),
+        );
+        wait_listening(&api, &daemon);
+        OwnJss {
+            api,
+            metrics,
+            daemon,
+        }
+    }
+
     fn client(&self, token: Option<&str>) -> JssClient {
         JssClient::new(&self.server, token.map(String::from), None).unwrap()
     }
@@ -1402,30 +1444,15 @@ async fn tls_with_a_generated_certificate_and_no_plain_http_off_loopback() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tls.crt"), cert.cert.pem()).unwrap();
     std::fs::write(dir.join("tls.key"), cert.key_pair.serialize_pem()).unwrap();
-    let api = format!("127.0.0.1:{}", free_port());
-    let jss = spawn_daemon(
+    let tls_cert = dir.join("tls.crt").display().to_string();
+    let tls_key = dir.join("tls.key").display().to_string();
+    let OwnJss {
+        api, daemon: jss, ..
+    } = st.own_jss(
         &fed,
         "jss-tls",
-        &[
-            s(&["jss", "--context", "hub"]),
-            vec![
-                "--listen".into(),
-                api.clone(),
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
-                "--tokens".into(),
-                st.dir.join("tokens.yaml").display().to_string(),
-                "--artifacts".into(),
-                st.artifacts.display().to_string(),
-                "--tls-cert".into(),
-                dir.join("tls.crt").display().to_string(),
-                "--tls-key".into(),
-                dir.join("tls.key").display().to_string(),
-            ],
-        ]
-        .concat(),
+        &["--tls-cert", &tls_cert, "--tls-key", &tls_key],
     );
-    wait_listening(&api, &jss);
     let https = JssClient::new(
         &format!("https://{api}"),
         Some("bob-token".into()),
@@ -1487,36 +1514,47 @@ async fn tls_with_a_generated_certificate_and_no_plain_http_off_loopback() {
     );
 }
 
-#[tokio::test]
-async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups() {
+/// A ServiceAccount `name` in the namespace of `sas` (made if missing) and a token for it
+/// with `audiences` (`[]`: the API server's), valid ten minutes.
+async fn service_account_token(
+    sas: &Api<k8s_openapi::api::core::v1::ServiceAccount>,
+    name: &str,
+    audiences: Value,
+) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let fed = Federation::connect().await;
-    let st = setup(&fed);
-    let hub = fed.hub();
-    let ns = TestNamespace::create(&hub, "jss-sa").await;
-    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "ci"}})).unwrap(),
-    )
-    .await
-    .unwrap();
+    if sas.get_opt(name).await.unwrap().is_none() {
+        sas.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
     let tr = sas
         .create_token_request(
-            "ci",
+            name,
             &PostParams::default(),
             &serde_json::from_value::<TokenRequest>(
-                json!({"spec": {"audiences": [], "expirationSeconds": 600}}),
+                json!({"spec": {"audiences": audiences, "expirationSeconds": 600}}),
             )
             .unwrap(),
         )
         .await
         .unwrap();
-    let token: String = serde_json::to_value(tr.status).unwrap()["token"]
+    serde_json::to_value(tr.status).unwrap()["token"]
         .as_str()
         .expect("a token")
-        .to_string();
+        .to_string()
+}
+
+#[tokio::test]
+async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-sa").await;
+    let sas = Api::namespaced(hub.clone(), &ns.name);
+    let token = service_account_token(&sas, "ci", json!([])).await;
     let sa = st.client(Some(&token));
     // Authenticated by the hub, in team service-accounts by its group.
     let r = sa.get(&format!("/v1/workloads/{}", ns.name)).await.unwrap();
@@ -1537,7 +1575,6 @@ async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups(
 /// token file's lives on.
 #[tokio::test]
 async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
     use k8s_openapi::api::core::v1::ServiceAccount;
     use std::io::{Read, Write};
     let fed = Federation::connect().await;
@@ -1545,54 +1582,14 @@ async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "jss-sa-ui").await;
     let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "viewer"}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    let tr = sas
-        .create_token_request(
-            "viewer",
-            &PostParams::default(),
-            &serde_json::from_value::<TokenRequest>(
-                json!({"spec": {"audiences": [], "expirationSeconds": 600}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let token = serde_json::to_value(tr.status).unwrap()["token"]
-        .as_str()
-        .expect("a token")
-        .to_string();
-    let api = format!("127.0.0.1:{}", free_port());
-    let jss = spawn_daemon(
+    let token = service_account_token(&sas, "viewer", json!([])).await;
+    let OwnJss {
+        api, daemon: jss, ..
+    } = st.own_jss(
         &fed,
         "jss-review",
-        &[
-            s(&[
-                "jss",
-                "--context",
-                "hub",
-                "--token-review",
-                "--ui-session-review-secs",
-                "1",
-            ]),
-            vec![
-                "--listen".into(),
-                api.clone(),
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
-                "--tokens".into(),
-                st.dir.join("tokens.yaml").display().to_string(),
-                "--artifacts".into(),
-                st.artifacts.display().to_string(),
-            ],
-        ]
-        .concat(),
+        &["--token-review", "--ui-session-review-secs", "1"],
     );
-    wait_listening(&api, &jss);
     let login = |token: &str| {
         let body = format!("token={token}&next=%2Fui%2Ffleet");
         let mut c = std::net::TcpStream::connect(&api).unwrap();
@@ -1658,63 +1655,20 @@ async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
 /// refused token is refused again from the JSS's memory.
 #[tokio::test]
 async fn a_token_review_audience_accepts_only_tokens_issued_for_it() {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
     let fed = Federation::connect().await;
     let st = setup(&fed);
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "jss-sa-aud").await;
-    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &ns.name);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "ci"}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    let token_for = |audiences: Value| {
-        let sas = sas.clone();
-        async move {
-            let tr = sas
-                .create_token_request(
-                    "ci",
-                    &PostParams::default(),
-                    &serde_json::from_value::<TokenRequest>(
-                        json!({"spec": {"audiences": audiences, "expirationSeconds": 600}}),
-                    )
-                    .unwrap(),
-                )
-                .await
-                .unwrap();
-            serde_json::to_value(tr.status).unwrap()["token"]
-                .as_str()
-                .expect("a token")
-                .to_string()
-        }
-    };
-    let for_jss = token_for(json!(["pinfed-jss-e2e"])).await;
-    let for_api_server = token_for(json!([])).await;
-    let api = format!("127.0.0.1:{}", free_port());
-    let jss = spawn_daemon(
+    let sas = Api::namespaced(hub.clone(), &ns.name);
+    let for_jss = service_account_token(&sas, "ci", json!(["pinfed-jss-e2e"])).await;
+    let for_api_server = service_account_token(&sas, "ci", json!([])).await;
+    let OwnJss {
+        api, daemon: jss, ..
+    } = st.own_jss(
         &fed,
         "jss-audience",
-        &[
-            s(&["jss", "--context", "hub", "--token-review"]),
-            vec![
-                "--token-audience".into(),
-                "pinfed-jss-e2e".into(),
-                "--listen".into(),
-                api.clone(),
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
-                "--tokens".into(),
-                st.dir.join("tokens.yaml").display().to_string(),
-                "--artifacts".into(),
-                st.artifacts.display().to_string(),
-            ],
-        ]
-        .concat(),
+        &["--token-review", "--token-audience", "pinfed-jss-e2e"],
     );
-    wait_listening(&api, &jss);
     let client =
         |t: &str| JssClient::new(&format!("http://{api}"), Some(t.to_string()), None).unwrap();
     let r = client(&for_jss)
@@ -1824,37 +1778,23 @@ fn raw_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Strin
 async fn failed_authentications_are_rate_limited_per_address_and_connections_are_capped() {
     let fed = Federation::connect().await;
     let st = setup(&fed);
-    let (api, metrics) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let jss = spawn_daemon(
+    let OwnJss {
+        api,
+        metrics,
+        daemon: jss,
+    } = st.own_jss(
         &fed,
         "jss-limits",
         &[
-            s(&["jss", "--context", "hub", "--token-review"]),
-            s(&[
-                "--failed-auth-burst",
-                "3",
-                "--failed-auth-per-sec",
-                "0.5",
-                "--max-connections-per-ip",
-                "4",
-            ]),
-            vec![
-                "--listen".into(),
-                api.clone(),
-                "--metrics-addr".into(),
-                metrics.clone(),
-                "--tokens".into(),
-                st.dir.join("tokens.yaml").display().to_string(),
-                "--artifacts".into(),
-                st.artifacts.display().to_string(),
-            ],
-        ]
-        .concat(),
+            "--token-review",
+            "--failed-auth-burst",
+            "3",
+            "--failed-auth-per-sec",
+            "0.5",
+            "--max-connections-per-ip",
+            "4",
+        ],
     );
-    wait_listening(&api, &jss);
     let get = |token: &str| {
         let client =
             JssClient::new(&format!("http://{api}"), Some(token.to_string()), None).unwrap();
@@ -1933,36 +1873,25 @@ async fn failed_authentications_are_rate_limited_per_address_and_connections_are
 
     // Behind a trusted proxy (here: loopback), each forwarded client has its own bucket,
     // and the proxy's connections are capped only by the total.
-    let proxied = format!("127.0.0.1:{}", free_port());
-    let jss = spawn_daemon(
+    let OwnJss {
+        api: proxied,
+        daemon: jss,
+        ..
+    } = st.own_jss(
         &fed,
         "jss-proxied",
         &[
-            s(&["jss", "--context", "hub", "--token-review"]),
-            s(&[
-                "--failed-auth-burst",
-                "2",
-                "--failed-auth-per-sec",
-                "0.01",
-                "--max-connections-per-ip",
-                "2",
-                "--trusted-proxies",
-                "127.0.0.1,fd00::/8",
-            ]),
-            vec![
-                "--listen".into(),
-                proxied.clone(),
-                "--metrics-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
-                "--tokens".into(),
-                st.dir.join("tokens.yaml").display().to_string(),
-                "--artifacts".into(),
-                st.artifacts.display().to_string(),
-            ],
-        ]
-        .concat(),
+            "--token-review",
+            "--failed-auth-burst",
+            "2",
+            "--failed-auth-per-sec",
+            "0.01",
+            "--max-connections-per-ip",
+            "2",
+            "--trusted-proxies",
+            "127.0.0.1,fd00::/8",
+        ],
     );
-    wait_listening(&proxied, &jss);
     let guess = |client: &str, i: usize| {
         raw_get_with(
             &proxied,

@@ -375,32 +375,20 @@ pub fn authorize_priority_class(
     team: &str,
     class: &str,
 ) -> Result<(), Forbidden> {
-    let granted = cfg
-        .teams
-        .get(team)
-        .map(|p| p.priority_classes.clone())
-        .unwrap_or_default();
+    let granted = grants(cfg, team, |p| &p.priority_classes);
     if granted.iter().any(|g| g == class || g == "*") {
         return Ok(());
     }
     Err(Forbidden::PriorityClass {
         team: team.to_string(),
         class: class.to_string(),
-        granted: if granted.is_empty() {
-            "none".into()
-        } else {
-            granted.join(", ")
-        },
+        granted: grant_list(granted),
     })
 }
 
 /// May `team` claim ingress host `host`? Only one its policy's `hosts` cover.
 pub fn authorize_host(cfg: &AuthConfig, team: &str, host: &str) -> Result<(), Forbidden> {
-    let granted = cfg
-        .teams
-        .get(team)
-        .map(|p| p.hosts.clone())
-        .unwrap_or_default();
+    let granted = grants(cfg, team, |p| &p.hosts);
     if granted
         .iter()
         .any(|g| crate::api::ingress_host::pattern_covers(g, host))
@@ -410,12 +398,26 @@ pub fn authorize_host(cfg: &AuthConfig, team: &str, host: &str) -> Result<(), Fo
     Err(Forbidden::Host {
         team: team.to_string(),
         host: host.to_string(),
-        granted: if granted.is_empty() {
-            "none".into()
-        } else {
-            granted.join(", ")
-        },
+        granted: grant_list(granted),
     })
+}
+
+/// One list of a team's policy (none for a team without one).
+fn grants<'a>(
+    cfg: &'a AuthConfig,
+    team: &str,
+    of: fn(&TeamPolicy) -> &Vec<String>,
+) -> &'a [String] {
+    cfg.teams.get(team).map_or(&[][..], |p| of(p).as_slice())
+}
+
+/// A grant list as an error message shows it.
+fn grant_list(granted: &[String]) -> String {
+    if granted.is_empty() {
+        "none".into()
+    } else {
+        granted.join(", ")
+    }
 }
 
 fn list(teams: &BTreeSet<String>) -> String {
