@@ -293,14 +293,16 @@ mod members {
     }
 
     /// The agent as shipped (two replicas, leader election on the Lease the hub also reads
-    /// as its heartbeat): one leads and reconciles; SIGKILLed, the standby takes the Lease
-    /// once it expires (10 s) and reconciles what arrives next. Destructive: no other agent
+    /// as its heartbeat): one leads and reconciles; SIGKILLed as a new image arrives (mid
+    /// rollout), the standby takes the Lease once it expires (10 s), finishes the rollout,
+    /// reports it, and reconciles what arrives next. Destructive: no other agent
     /// of the member may renew that Lease meanwhile, so it runs with the destructive tests,
     /// one at a time.
     #[tokio::test]
     async fn destructive_a_standby_agent_takes_over_when_the_leading_one_is_killed() {
         use k8s_openapi::api::apps::v1::Deployment;
         use k8s_openapi::api::coordination::v1::Lease;
+        use kube::api::{Patch, PatchParams};
         use pinfed::api::service::PinterestService;
         use std::time::Instant;
         let fed = Federation::connect().await;
@@ -369,8 +371,57 @@ mod members {
             "the standby never took the Lease while the leader ran\n{}",
             b.log_tail()
         );
+        let at_image = |image: &'static str| {
+            let (services, deployments) = (services.clone(), deployments.clone());
+            move || {
+                let (services, deployments) = (services.clone(), deployments.clone());
+                async move {
+                    let Some(d) = deployments.get_opt("first").await.ok().flatten() else {
+                        return false;
+                    };
+                    let runs = d
+                        .spec
+                        .and_then(|s| s.template.spec)
+                        .is_some_and(|p| p.containers[0].image.as_deref() == Some(image));
+                    let ds = d.status.unwrap_or_default();
+                    let svc = services.get("first").await.unwrap();
+                    let st = svc.status.unwrap_or_default();
+                    runs && ds.updated_replicas == Some(1)
+                        && ds.available_replicas == Some(1)
+                        && ds.replicas == Some(1)
+                        && st.observed_generation == svc.metadata.generation
+                        && st.available_replicas == 1
+                        && st.updated_replicas == 1
+                }
+            }
+        };
+        support::eventually(
+            Duration::from_secs(60),
+            &format!("first available at :1\n{}", a.log_tail()),
+            at_image("registry.example/app:1"),
+        )
+        .await;
+        // Mid-rollout: a new image arrives and the leader dies with it (before or just
+        // after it applied the change, never after the member finished rolling it out and
+        // the status said so).
+        services
+            .patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    serde_json::json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "app", "image": "registry.example/app:2",
+                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}),
+                ),
+            )
+            .await
+            .unwrap();
         a.kill();
         let killed = Instant::now();
+        assert!(
+            !at_image("registry.example/app:2")().await,
+            "the change was rolled out and reported before the leader was killed: not mid-rollout"
+        );
         support::eventually(
             Duration::from_secs(30),
             &format!("agent-b takes the Lease\n{}", b.log_tail()),
@@ -378,6 +429,17 @@ mod members {
         )
         .await;
         let took = killed.elapsed();
+        // The standby finishes the rollout and reports it: nothing of the change is lost.
+        support::eventually(
+            Duration::from_secs(60),
+            &format!(
+                "first rolled out to :2 and reported by agent-b\n{}",
+                b.log_tail()
+            ),
+            at_image("registry.example/app:2"),
+        )
+        .await;
+        let rolled = killed.elapsed();
         create("second").await;
         support::eventually(
             Duration::from_secs(30),
@@ -385,7 +447,9 @@ mod members {
             deployment_of("second"),
         )
         .await;
-        eprintln!("agent leader election: agent-b led {took:?} after agent-a was killed");
+        eprintln!(
+            "agent leader election: agent-b led {took:?} after agent-a was killed mid-rollout, and finished it at {rolled:?}"
+        );
         ns.delete().await;
         b.stop(Duration::from_secs(10));
     }

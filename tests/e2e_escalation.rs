@@ -571,19 +571,7 @@ async fn a_kubectl_user_of_the_hub_cannot_submit_host_access_privileges_or_daemo
         n = ns.name
     );
     support::kubectl_apply(&fed, &fed.topology.hub.name, &role);
-    let kc = Kubeconfig::read_from(&fed.kubeconfig).unwrap();
-    let mut cfg = kube::Config::from_custom_kubeconfig(
-        kc,
-        &KubeConfigOptions {
-            context: Some(fed.topology.hub.name.clone()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    cfg.auth_info.impersonate = Some("mallory".into());
-    cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
-    let mallory = Client::try_from(cfg).unwrap();
+    let mallory = fed.client_as_user(&fed.topology.hub.name, "mallory").await;
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
@@ -822,4 +810,79 @@ async fn a_pull_members_forged_capacity_is_refused_or_held() {
             "kind": "MemberReport", "status": {}}),
     };
     report(restore).await;
+}
+
+/// A token pinfed's identities mint for themselves lives at most 3 days
+/// (`deploy/hub/token-policy.yaml`, which `pinfed join` installs on the hub and in every
+/// member): with the hub's stolen credential for a push member, and with a pull agent's
+/// token on the hub, a ten-year token is refused, while the 3-day renewal pinfed makes
+/// still works.
+#[tokio::test]
+async fn a_stolen_credential_cannot_mint_itself_a_long_lived_token() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    let push = fed
+        .member_names()
+        .into_iter()
+        .find(|m| !fed.is_pull(m))
+        .expect("a push member");
+    let pull = fed
+        .member_names()
+        .into_iter()
+        .find(|m| fed.is_pull(m))
+        .expect("a pull member");
+    let request = |seconds: i64| TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(seconds),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
+    const THREE_DAYS: i64 = 3 * 24 * 3600;
+    let cases = [
+        (
+            format!("the hub's credential in {push}"),
+            Api::<ServiceAccount>::namespaced(
+                stolen_hub_credential(&fed, &push).await,
+                "pinfed-system",
+            ),
+            "pinfed-hub-member".to_string(),
+        ),
+        (
+            format!("{pull}'s agent token on the hub"),
+            Api::<ServiceAccount>::namespaced(
+                support::pull_agent_hub_client(&fed, &pull).await,
+                &pinfed::api::member_slice::pull_namespace(&pull),
+            ),
+            "pinfed-agent".to_string(),
+        ),
+    ];
+    for (who, accounts, account) in cases {
+        match accounts
+            .create_token_request(&account, &PostParams::default(), &request(TEN_YEARS))
+            .await
+        {
+            Err(kube::Error::Api(e)) => assert!(
+                e.code == 403 && e.message.contains("pinfed-token-lifetime"),
+                "{who}: a ten-year token refused for another reason: {e:?}"
+            ),
+            Ok(t) => panic!(
+                "{who} minted itself a token until {:?}",
+                t.status.map(|s| s.expiration_timestamp)
+            ),
+            Err(e) => panic!("{who}: {e}"),
+        }
+        let renewed = accounts
+            .create_token_request(&account, &PostParams::default(), &request(THREE_DAYS))
+            .await
+            .unwrap_or_else(|e| panic!("{who}: the 3-day renewal pinfed makes was refused: {e}"));
+        assert!(
+            renewed
+                .status
+                .is_some_and(|s| s.token.is_some_and(|t| !t.is_empty())),
+            "{who}: no token"
+        );
+    }
 }

@@ -367,6 +367,7 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
             managers.iter().all(|m| m.starts_with("pinfed-agent")),
             "the hub writes no Secret in a workload namespace: {managers:?}"
         );
+        copies_refuse_an_editor(&fed, cluster, &ns.name).await;
     }
 
     // Scale up: observedGeneration follows once every slice caught up.
@@ -409,6 +410,76 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         .await;
     }
     ns.delete().await;
+}
+
+/// The agent may not watch Secrets outside pinfed-drop, so it cannot see an edit of a
+/// Secret copy: the member's admission policy (`deploy/agent/copy-policy.yaml`, installed
+/// by `pinfed join`) refuses anyone but pinfed, the member's controllers and its admins
+/// the change. Here an editor of the namespace tries to change and delete both copies,
+/// and may still change a Secret of their own.
+async fn copies_refuse_an_editor(fed: &Federation, cluster: &str, ns: &str) {
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: editor\n  namespace: {ns}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: edit\nsubjects:\n- kind: User\n  name: editor\n  apiGroup: rbac.authorization.k8s.io\n"
+    );
+    support::kubectl_apply(fed, cluster, &binding);
+    let editor = fed.client_as_user(cluster, "editor").await;
+    let edit = serde_json::json!({"data": {"password": "ZWRpdGVk"}, "metadata": {"labels": {"edited": "yes"}}});
+    let secrets = Api::<Secret>::namespaced(editor.clone(), ns);
+    let config_maps = Api::<ConfigMap>::namespaced(editor.clone(), ns);
+    let refused = |what: &str, r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(e)) => assert!(
+            e.code == 403
+                && e.message.contains("is a copy pinfed keeps from the hub")
+                && e.message.contains(&format!("{ns}/")),
+            "{cluster}: {what} refused for another reason: {e:?}"
+        ),
+        other => panic!("{cluster}: {what} was let through: {other:?}"),
+    };
+    refused(
+        "an editor's patch of the Secret copy",
+        secrets
+            .patch("app-db", &PatchParams::default(), &Patch::Merge(&edit))
+            .await
+            .map(drop),
+    );
+    refused(
+        "an editor's delete of the Secret copy",
+        secrets
+            .delete("app-db", &DeleteParams::default())
+            .await
+            .map(drop),
+    );
+    let cm_edit = serde_json::json!({"data": {"MODE": "edited"}});
+    refused(
+        "an editor's patch of the ConfigMap copy",
+        config_maps
+            .patch(
+                "app-settings",
+                &PatchParams::default(),
+                &Patch::Merge(&cm_edit),
+            )
+            .await
+            .map(drop),
+    );
+    // The copy is as the agent wrote it.
+    let admin = Api::<Secret>::namespaced(fed.client(cluster), ns);
+    let copy = admin.get("app-db").await.unwrap();
+    assert_eq!(copy.data.clone().unwrap()["password"].0, b"hunter2");
+    assert!(!copy.labels().contains_key("edited"));
+    // The policy is about copies only: the editor's own Secret is theirs to change.
+    let own: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "editors-own"}, "stringData": {"k": "v"}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &own).await.unwrap();
+    secrets
+        .patch("editors-own", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap_or_else(|e| panic!("{cluster}: the editor's own Secret: {e}"));
+    secrets
+        .delete("editors-own", &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

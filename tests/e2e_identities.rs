@@ -257,6 +257,19 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         // `pinfed rollout history|undo` read the revisions the hub records.
         &["get", "controllerrevisions.apps", "-n", "default"],
         &["list", "controllerrevisions.apps", "-n", "default"],
+        // A namespace's admission lock across replicas: Leases in pinfed-jss-locks only.
+        &[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "pinfed-jss-locks",
+        ],
+        &[
+            "delete",
+            "leases.coordination.k8s.io",
+            "-n",
+            "pinfed-jss-locks",
+        ],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the JSS may not {allowed:?}");
     }
@@ -281,6 +294,7 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
             "-n",
             "pinfed-system",
         ],
+        &["create", "leases.coordination.k8s.io", "-n", "default"],
         &["create", "pods", "-n", "default"],
         // Only the hub records revisions.
         &["create", "controllerrevisions.apps", "-n", "default"],

@@ -1774,6 +1774,262 @@ fn raw_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Strin
     (status, out)
 }
 
+/// Two JSS replicas admit into one namespace with a quota one at a time: submissions that
+/// each fit alone but not together, sent at once to different replicas, are one accepted
+/// and one refused (409 QuotaExceeded), in every round. (Each replica alone serialized
+/// only its own: both found the room free.)
+#[tokio::test]
+async fn two_jss_replicas_never_both_admit_the_last_room_of_a_quota() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let b = st.own_jss(&fed, "jss-replica-b", &[]);
+    let replicas = [
+        st.client(Some("alice-token")),
+        JssClient::new(
+            &format!("http://{}", b.api),
+            Some("alice-token".into()),
+            None,
+        )
+        .unwrap(),
+    ];
+    for round in 0..3 {
+        let ns = TestNamespace::create(&hub, "jss-race").await;
+        let q: FederatedQuota = serde_json::from_value(json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+            "metadata": {"name": "team"},
+            "spec": {"hard": {"pods": "3"}},
+        }))
+        .unwrap();
+        Api::<FederatedQuota>::namespaced(hub.clone(), &ns.name)
+            .create(&PostParams::default(), &q)
+            .await
+            .unwrap();
+        // Both replicas' caches have the quota.
+        for (i, r) in replicas.iter().enumerate() {
+            eventually(
+                Duration::from_secs(20),
+                &format!("replica {i} sees the quota of {}", ns.name),
+                || async { r.get("/v1/quotas").await.unwrap().text.contains(&ns.name) },
+            )
+            .await;
+        }
+        let submit = |i: usize| {
+            let body = json!({"resource": service(&format!("race-{i}"), "ads", 2, "10m"), "namespace": ns.name});
+            let r = &replicas[i];
+            async move { r.post_json("/v1/submissions", &body).await.unwrap() }
+        };
+        let (a, b) = tokio::join!(submit(0), submit(1));
+        let mut codes = [a.status, b.status];
+        codes.sort();
+        assert_eq!(
+            codes,
+            [201, 409],
+            "round {round}: two pods of each fit one at a time into 3\n{}\n{}",
+            a.text,
+            b.text
+        );
+        let refused = if a.status == 409 { &a } else { &b };
+        assert_eq!(refused.body["reason"], "QuotaExceeded", "{}", refused.text);
+        ns.delete().await;
+    }
+    // The locks were given back: none is left on the hub.
+    eventually(
+        Duration::from_secs(10),
+        "no admission lock left",
+        || async {
+            let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+                hub.clone(),
+                "pinfed-jss-locks",
+            )
+            .list(&Default::default())
+            .await
+            .unwrap();
+            !leases.items.iter().any(|l| {
+                l.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("admission-jss-race"))
+            })
+        },
+    )
+    .await;
+    drop(b);
+}
+
+/// The workload lists come in pages with `limit` and `continue`: every workload once, in
+/// the order of the unpaged list, across the kinds' boundary; a token the JSS did not
+/// issue and a limit out of bounds are 400; the CLI reads every page.
+#[tokio::test]
+async fn workload_lists_page_with_limit_and_continue() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-pages").await;
+    let ar = kube::core::ApiResource::erase::<pinfed::api::service::PinterestService>(&());
+    let api = Api::<kube::api::DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar);
+    for i in 0..5 {
+        let o: kube::api::DynamicObject =
+            serde_json::from_value(service(&format!("page-{i}"), "ads", 1, "10m")).unwrap();
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    let alice = st.client(Some("alice-token"));
+    let names = |r: &pinfed::jss::client::Reply| -> Vec<String> {
+        r.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = alice
+        .get(&format!("/v1/workloads/{}", ns.name))
+        .await
+        .unwrap();
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert!(all.body.get("continue").is_none(), "{}", all.text);
+    let whole = names(&all);
+    assert_eq!(whole.len(), 5, "{}", all.text);
+    for limit in [2, 5] {
+        let (mut seen, mut pages, mut next) = (Vec::new(), 0, None::<String>);
+        loop {
+            let path = match &next {
+                None => format!("/v1/workloads/{}?limit={limit}", ns.name),
+                Some(t) => format!("/v1/workloads/{}?limit={limit}&continue={t}", ns.name),
+            };
+            let r = alice.get(&path).await.unwrap();
+            assert_eq!(r.status, 200, "{path}: {}", r.text);
+            let got = names(&r);
+            assert!(got.len() <= limit, "{path}: {} items", got.len());
+            seen.extend(got);
+            pages += 1;
+            assert!(pages <= 10, "pages never end: {seen:?}");
+            match r.body["continue"].as_str() {
+                Some(t) => next = Some(t.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, whole, "limit {limit}: every workload once, in order");
+        // Five services at two a page: 2, 2, then the last with the other (empty) kinds;
+        // at five a page, the services fill the first and the other kinds the second.
+        assert_eq!(pages, if limit == 2 { 3 } else { 2 }, "limit {limit}");
+    }
+    for bad in ["limit=0", "limit=5001", "limit=2&continue=not-ours"] {
+        let r = alice
+            .get(&format!("/v1/workloads/{}?{bad}", ns.name))
+            .await
+            .unwrap();
+        assert_error(&r, 400, "BadRequest");
+    }
+    // The CLI follows the pages (500 at a time): all five.
+    let out = std::process::Command::new(pinfed_bin())
+        .args(["get", "-n", &ns.name, "-o", "json"])
+        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_TOKEN", "alice-token")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(5),
+        "{listed}"
+    );
+    ns.delete().await;
+}
+
+/// Each authenticated principal has a request budget of its own: past it, 429 with
+/// Retry-After for that user only (another user on the same address is served), counted
+/// in the metrics, and the budget comes back at its rate.
+#[tokio::test]
+async fn an_authenticated_principal_past_its_request_budget_gets_429_and_others_do_not() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let OwnJss {
+        api,
+        metrics,
+        daemon: jss,
+    } = st.own_jss(
+        &fed,
+        "jss-principal",
+        &["--principal-burst", "3", "--principal-per-sec", "0.5"],
+    );
+    let get = |token: &str| {
+        let client =
+            JssClient::new(&format!("http://{api}"), Some(token.to_string()), None).unwrap();
+        async move { client.get("/v1/clusters").await.unwrap() }
+    };
+    for i in 0..3 {
+        let r = get("alice-token").await;
+        assert_eq!(r.status, 200, "alice's request {i}: {}", r.text);
+    }
+    let r = get("alice-token").await;
+    assert_error(&r, 429, "TooManyRequests");
+    assert!(
+        r.body["error"].as_str().unwrap().contains("alice"),
+        "{}",
+        r.text
+    );
+    // The same address, another user: served.
+    let r = get("bob-token").await;
+    assert_eq!(
+        r.status, 200,
+        "bob is limited by alice's budget: {}",
+        r.text
+    );
+    // The answer says when to come back.
+    let (code, raw) = raw_get_with(
+        &api,
+        "/v1/clusters",
+        &[("Authorization", "Bearer alice-token")],
+    );
+    assert_eq!(code, 429, "{raw}");
+    let retry: u64 = raw
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After: {raw}"));
+    assert!(
+        (1..=3).contains(&retry),
+        "Retry-After {retry} at 0.5/s: {raw}"
+    );
+    // The CLI says it too, naming the user.
+    let out = std::process::Command::new(support::pinfed_bin())
+        .args(["get", "-n", "default"])
+        .env("PINFED_SERVER", format!("http://{api}"))
+        .env("PINFED_TOKEN", "alice-token")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("429") && err.contains("alice"),
+        "{err}"
+    );
+    // At 0.5/s one request is allowed again within about two seconds.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let r = get("alice-token").await;
+    assert_eq!(
+        r.status, 200,
+        "alice's budget did not come back: {}",
+        r.text
+    );
+    let m = support::http_get(&format!("http://{metrics}/metrics")).await;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pinfed_jss_principal_limited_total ") && !l.ends_with(" 0")),
+        "{m}"
+    );
+    drop(jss);
+}
+
 #[tokio::test]
 async fn failed_authentications_are_rate_limited_per_address_and_connections_are_capped() {
     let fed = Federation::connect().await;

@@ -730,8 +730,33 @@ pub fn get(args: GetArgs) -> anyhow::Result<()> {
         (None, _, Some(ns)) => format!("/v1/workloads/{ns}"),
         (None, _, None) => "/v1/workloads".to_string(),
     };
-    let v: List<WorkloadView> = runtime()?.block_on(client.get(&path))?.decode()?;
+    let v = runtime()?.block_on(list_workloads(&client, &path))?;
     print(args.server.output, &v, |v| workloads_table(&v.items))
+}
+
+/// Every workload a list path names, read a page at a time (`limit`, then each reply's
+/// `continue`), so a fleet of thousands is never one reply.
+pub(super) async fn list_workloads(
+    client: &JssClient,
+    path: &str,
+) -> anyhow::Result<List<WorkloadView>> {
+    const PAGE: u32 = 500;
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut items = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let page_path = match &next {
+            None => format!("{path}{sep}limit={PAGE}"),
+            Some(t) => format!("{path}{sep}limit={PAGE}&continue={t}"),
+        };
+        let page: crate::jss::wire::Page<WorkloadView> = client.get(&page_path).await?.decode()?;
+        items.extend(page.items);
+        match page.next {
+            Some(t) if Some(&t) != next.as_ref() => next = Some(t),
+            _ => break,
+        }
+    }
+    Ok(List { items })
 }
 
 pub fn describe(args: ObjectArgs) -> anyhow::Result<()> {

@@ -5,9 +5,9 @@
 
 use clap::Args;
 
-use super::client::{ServerArgs, kind_segment, print, runtime};
+use super::client::{ServerArgs, kind_segment, list_workloads, print, runtime};
 use crate::jss::request::kind_path;
-use crate::jss::wire::{List, RebalanceReply, WorkloadView};
+use crate::jss::wire::RebalanceReply;
 
 #[derive(Debug, Args)]
 pub struct RebalanceArgs {
@@ -33,7 +33,7 @@ pub fn run(args: RebalanceArgs) -> anyhow::Result<()> {
         (Some(k), Some(n), false) => vec![(kind_segment(k)?, n.clone())],
         (_, _, true) => {
             let path = format!("/v1/workloads/{}", args.namespace);
-            let listed: List<WorkloadView> = rt.block_on(client.get(&path))?.decode()?;
+            let listed = rt.block_on(list_workloads(&client, &path))?;
             listed
                 .items
                 .into_iter()

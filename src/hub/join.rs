@@ -207,7 +207,7 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
 /// The hub's admission policies: its pod policy for writers other than the JSS
 /// (`deploy/hub/pod-policy.yaml`) and the finalizer every workload gets as it is created
 /// (`deploy/hub/finalizer-policy.yaml`).
-pub const HUB_POLICIES: [(&str, &str); 2] = [
+pub const HUB_POLICIES: [(&str, &str); 3] = [
     (
         "deploy/hub/pod-policy.yaml",
         include_str!("../../deploy/hub/pod-policy.yaml"),
@@ -216,13 +216,44 @@ pub const HUB_POLICIES: [(&str, &str); 2] = [
         "deploy/hub/finalizer-policy.yaml",
         include_str!("../../deploy/hub/finalizer-policy.yaml"),
     ),
+    TOKEN_POLICY,
+];
+
+/// How long a token pinfed's identities mint for themselves may live
+/// (`deploy/hub/token-policy.yaml`): pull agents on the hub, the hub in each member.
+const TOKEN_POLICY: (&str, &str) = (
+    "deploy/hub/token-policy.yaml",
+    include_str!("../../deploy/hub/token-policy.yaml"),
+);
+
+/// The member's admission policies: the agent's copies of bundles changed by the agent
+/// alone (`deploy/agent/copy-policy.yaml`), and the hub's tokens there bounded.
+pub const MEMBER_POLICIES: [(&str, &str); 2] = [
+    (
+        "deploy/agent/copy-policy.yaml",
+        include_str!("../../deploy/agent/copy-policy.yaml"),
+    ),
+    TOKEN_POLICY,
 ];
 
 /// Installs the hub's admission policies (each a policy and its binding).
 pub async fn install_hub_policies(hub: &Client) -> anyhow::Result<()> {
+    install_policies(hub, &HUB_POLICIES, "the hub").await
+}
+
+/// Installs the member's admission policies.
+pub async fn install_member_policies(member: &Client) -> anyhow::Result<()> {
+    install_policies(member, &MEMBER_POLICIES, "the member").await
+}
+
+async fn install_policies(
+    client: &Client,
+    files: &[(&str, &str)],
+    place: &str,
+) -> anyhow::Result<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind};
-    for (file, text) in HUB_POLICIES {
+    for (file, text) in files {
         let docs: Vec<serde_json::Value> =
             crate::api::yaml::documents(text).with_context(|| format!("reading {file}"))?;
         for doc in docs {
@@ -242,14 +273,14 @@ pub async fn install_hub_policies(hub: &Client) -> anyhow::Result<()> {
                 &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind),
                 plural,
             );
-            Api::<DynamicObject>::all_with(hub.clone(), &ar)
+            Api::<DynamicObject>::all_with(client.clone(), &ar)
                 .patch(
                     &name,
                     &PatchParams::apply(JOIN_FIELD_MANAGER).force(),
                     &Patch::Apply(&doc),
                 )
                 .await
-                .with_context(|| format!("installing {kind} {name} on the hub"))?;
+                .with_context(|| format!("installing {kind} {name} in {place}"))?;
         }
     }
     Ok(())
@@ -494,6 +525,7 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
     apply_all(member, &member_rbac(&req.name))
         .await
         .context("creating the hub's ServiceAccount in the member")?;
+    install_member_policies(member).await?;
     // An expiring token (TokenRequest) the hub renews itself; the Secret-held token of
     // an older join never expired and goes.
     match Api::<Secret>::namespaced(member.clone(), MEMBER_NAMESPACE)

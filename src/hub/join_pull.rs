@@ -238,6 +238,7 @@ pub async fn join_pull(
     install_crds(member)
         .await
         .context("installing CRDs in the member")?;
+    crate::hub::join::install_member_policies(member).await?;
     apply_all(hub, &hub_objects(req))
         .await
         .context("registering the pull member on the hub")?;

@@ -54,6 +54,12 @@ pub enum Rejection {
         client: String,
         retry_after_secs: u64,
     },
+    /// An authenticated principal past its request budget.
+    #[error("too many requests from {principal}: retry in {retry_after_secs} s")]
+    TooManyRequests {
+        principal: String,
+        retry_after_secs: u64,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -76,7 +82,7 @@ impl Rejection {
             Rejection::Timeout(_) => 503,
             Rejection::Hub(_) => 502,
             Rejection::NotReady => 503,
-            Rejection::TooManyFailedAuths { .. } => 429,
+            Rejection::TooManyFailedAuths { .. } | Rejection::TooManyRequests { .. } => 429,
             Rejection::Internal(_) => 500,
         }
     }
@@ -100,7 +106,21 @@ impl Rejection {
             Rejection::Hub(_) => "HubError",
             Rejection::NotReady => "NotReady",
             Rejection::TooManyFailedAuths { .. } => "TooManyFailedAuthentications",
+            Rejection::TooManyRequests { .. } => "TooManyRequests",
             Rejection::Internal(_) => "Internal",
+        }
+    }
+
+    /// Seconds the caller should wait before asking again (the `Retry-After` header).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Rejection::TooManyFailedAuths {
+                retry_after_secs, ..
+            }
+            | Rejection::TooManyRequests {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 

@@ -34,6 +34,42 @@ use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resou
 use crate::placement::recorded;
 use crate::status::hub_status::stored_decision;
 
+/// The namespace of the JSS's admission locks on the hub (`deploy/jss/rbac.yaml`: the
+/// JSS may write Leases there and nowhere else).
+pub const LOCK_NAMESPACE: &str = "pinfed-jss-locks";
+/// How long a lock holds without its holder (a replica that died holding one).
+const LOCK_SECS: i32 = 10;
+
+/// A namespace's admission lock across JSS replicas: a Lease on the hub, which the API
+/// server arbitrates (one create wins; an expired one is taken over with its
+/// resourceVersion). Given back (deleted) when dropped.
+pub struct AdmissionLock {
+    api: Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: String,
+    uid: Option<String>,
+}
+
+impl Drop for AdmissionLock {
+    fn drop(&mut self) {
+        let (api, name, uid) = (self.api.clone(), self.name.clone(), self.uid.take());
+        // (Held only by this lease's uid: a lock taken over after it expired is not ours.)
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let dp = DeleteParams {
+                    preconditions: uid.map(|uid| kube::api::Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                if let Err(e) = api.delete(&name, &dp).await {
+                    tracing::debug!(lease = %name, error = %e, "admission lock not released (it expires)");
+                }
+            });
+        }
+    }
+}
+
 /// The API resource of a workload kind on the hub.
 pub fn resource(kind: WorkloadKind) -> ApiResource {
     match kind {
@@ -210,6 +246,159 @@ impl Hub {
         }
         out.sort_by_key(|(k, o)| (*k, o.namespace(), o.name_any()));
         Ok(out)
+    }
+
+    /// One page of at most `limit` workloads from `cursor` on (the hub lists each kind in
+    /// pages of its own; its continue token goes into the cursor of the next page), and
+    /// the cursor of the next page, if there is one.
+    pub async fn list_workloads_page(
+        &self,
+        namespace: Option<&str>,
+        kind: Option<WorkloadKind>,
+        limit: u32,
+        cursor: Option<&super::paging::Cursor>,
+    ) -> Result<
+        (
+            Vec<(WorkloadKind, DynamicObject)>,
+            Option<super::paging::Cursor>,
+        ),
+        Rejection,
+    > {
+        use super::paging::{Cursor, kinds_from};
+        let asked: Vec<WorkloadKind> = match kind {
+            Some(k) => vec![k],
+            None => WorkloadKind::ALL.to_vec(),
+        };
+        let kinds = kinds_from(&asked, cursor);
+        let mut out = Vec::new();
+        let mut hub_token = cursor.and_then(|c| c.hub.clone());
+        for (i, k) in kinds.iter().enumerate() {
+            let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
+            if left == 0 {
+                return Ok((
+                    out,
+                    Some(Cursor {
+                        kind: *k,
+                        hub: None,
+                    }),
+                ));
+            }
+            let ar = resource(*k);
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            let mut lp = ListParams::default().limit(left);
+            if let Some(t) = hub_token.take() {
+                lp = lp.continue_token(&t);
+            }
+            let list = repeatable(|| api.list(&lp)).await.map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 410 => Rejection::BadRequest(format!(
+                    "the continue token expired ({}): list again from the start",
+                    s.message
+                )),
+                e => rejection(e),
+            })?;
+            let next = list.metadata.continue_.clone().filter(|t| !t.is_empty());
+            out.extend(list.items.into_iter().map(|o| (*k, o)));
+            if let Some(t) = next {
+                return Ok((
+                    out,
+                    Some(Cursor {
+                        kind: *k,
+                        hub: Some(t),
+                    }),
+                ));
+            }
+            // The last kind listed to its end: no next page.
+            if i + 1 == kinds.len() {
+                break;
+            }
+        }
+        Ok((out, None))
+    }
+
+    /// Takes `namespace`'s admission lock as `holder`, waiting for another replica's
+    /// for at most `wait`.
+    pub async fn lock_namespace(
+        &self,
+        namespace: &str,
+        holder: &str,
+        wait: std::time::Duration,
+    ) -> Result<AdmissionLock, Rejection> {
+        use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), LOCK_NAMESPACE);
+        let name = format!("admission-{namespace}");
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let spec = LeaseSpec {
+                holder_identity: Some(holder.to_string()),
+                lease_duration_seconds: Some(LOCK_SECS),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                ..Default::default()
+            };
+            let mut lease = Lease {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(spec.clone()),
+            };
+            let taken = match api.create(&Default::default(), &lease).await {
+                Ok(l) => Some(l),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    // Held: taken over only once it expired (its holder died holding it).
+                    match api.get_opt(&name).await.map_err(rejection)? {
+                        None => None,
+                        Some(held) => {
+                            let expired = held.spec.as_ref().is_some_and(|s| {
+                                let renewed = s.renew_time.as_ref().map_or(0, |t| t.0.as_second());
+                                let secs = i64::from(s.lease_duration_seconds.unwrap_or(LOCK_SECS));
+                                renewed + secs < now.as_second()
+                            });
+                            if expired {
+                                lease.metadata.resource_version = held.metadata.resource_version;
+                                match api.replace(&name, &Default::default(), &lease).await {
+                                    Ok(l) => Some(l),
+                                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                                        None
+                                    }
+                                    Err(e) => return Err(rejection(e)),
+                                }
+                            } else {
+                                None
+                            }
+                        }
+                    }
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
+                    return Err(Rejection::Hub(format!(
+                        "the admission lock of {namespace} cannot be taken ({}): is namespace {LOCK_NAMESPACE} there, with the JSS's Role (deploy/jss/rbac.yaml)?",
+                        e.message
+                    )));
+                }
+                Err(e) => return Err(rejection(e)),
+            };
+            if let Some(l) = taken {
+                return Ok(AdmissionLock {
+                    api,
+                    name,
+                    uid: l.metadata.uid,
+                });
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(Rejection::Hub(format!(
+                    "another JSS replica held the admission lock of {namespace} for over {} s",
+                    wait.as_secs()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(250));
+        }
     }
 
     /// Which other workload holds `host` (`Kind namespace/name`), read live: the hub

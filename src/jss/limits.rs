@@ -1,8 +1,9 @@
 //! What keeps one client from taking the JSS down: a cap on connections (in all and per
-//! client address) and a rate limit on failed authentications per client address, so
-//! guessing tokens or flooding TokenReview costs the guesser, not the hub.
+//! client address), a rate limit on failed authentications per client address, so
+//! guessing tokens or flooding TokenReview costs the guesser, not the hub, and a rate
+//! limit on each authenticated principal's requests.
 //!
-//! Pure: [`FailedAuths`] (token buckets) and [`ConnectionCounts`]. The shell (accepting,
+//! Pure: [`Buckets`] (token buckets) and [`ConnectionCounts`]. The shell (accepting,
 //! the middleware) is in [`super::server`].
 
 use std::collections::HashMap;
@@ -19,8 +20,12 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 64;
 pub const DEFAULT_FAILED_AUTH_BURST: u32 = 20;
 /// …and per second after it.
 pub const DEFAULT_FAILED_AUTH_PER_SEC: f64 = 1.0;
-/// Client addresses remembered at most; beyond it the ones back at a full bucket go
-/// (a flood from many addresses must not grow memory).
+/// Authenticated requests one principal may make in a burst by default…
+pub const DEFAULT_PRINCIPAL_BURST: u32 = 100;
+/// …and per second after it.
+pub const DEFAULT_PRINCIPAL_PER_SEC: f64 = 20.0;
+/// Keys (client addresses, principals) remembered at most; beyond it the ones back at a
+/// full bucket go (a flood from many addresses must not grow memory).
 const MAX_TRACKED: usize = 10_000;
 
 /// The peer of a request's connection (a request extension the server sets).
@@ -111,14 +116,23 @@ pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[Cidr]) ->
         .unwrap_or(peer)
 }
 
-/// Failed authentications per client address, as token buckets: each failure takes a
-/// token; an address without one is refused until it refills.
+/// Token buckets per key (a client address, a principal): each charge takes a token; a
+/// key without one is refused until it refills. Bounded: past [`MAX_TRACKED`] keys, those
+/// back at a full bucket go, then the oldest half.
 #[derive(Debug)]
-pub struct FailedAuths {
+pub struct Buckets<K> {
     burst: f64,
     per_sec: f64,
-    buckets: HashMap<IpAddr, Bucket>,
+    buckets: HashMap<K, Bucket>,
 }
+
+/// Failed authentications per client address.
+pub type FailedAuths = Buckets<IpAddr>;
+
+/// Authenticated requests per principal (user name): one user's script cannot take the
+/// JSS's admissions, TokenReviews or hub reads from everyone else, whatever address it
+/// comes from.
+pub type PrincipalRequests = Buckets<String>;
 
 #[derive(Clone, Copy, Debug)]
 struct Bucket {
@@ -126,9 +140,11 @@ struct Bucket {
     at: Instant,
 }
 
-impl FailedAuths {
-    pub fn new(burst: u32, per_sec: f64) -> FailedAuths {
-        FailedAuths {
+impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
+    /// `burst` charges at once, then `per_sec` (a rate that is not a positive number
+    /// means the failed-authentication default).
+    pub fn new(burst: u32, per_sec: f64) -> Buckets<K> {
+        Buckets {
             burst: f64::from(burst.max(1)),
             per_sec: if per_sec.is_finite() && per_sec > 0.0 {
                 per_sec
@@ -144,9 +160,9 @@ impl FailedAuths {
         (b.tokens + refill).min(self.burst)
     }
 
-    /// `Err(retry_after)` when `ip` has used up its failures.
-    pub fn check(&self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
-        let Some(b) = self.buckets.get(&ip) else {
+    /// `Err(retry_after)` when `key` has used up its tokens.
+    pub fn check(&self, key: &K, now: Instant) -> Result<(), Duration> {
+        let Some(b) = self.buckets.get(key) else {
             return Ok(());
         };
         let level = self.level(b, now);
@@ -157,39 +173,49 @@ impl FailedAuths {
         }
     }
 
-    /// Records one failed authentication from `ip`.
-    pub fn charge(&mut self, ip: IpAddr, now: Instant) {
-        if self.buckets.len() >= MAX_TRACKED && !self.buckets.contains_key(&ip) {
-            let full: Vec<IpAddr> = self
+    /// Charges one to `key`.
+    pub fn charge(&mut self, key: &K, now: Instant) {
+        if self.buckets.len() >= MAX_TRACKED && !self.buckets.contains_key(key) {
+            let full: Vec<K> = self
                 .buckets
                 .iter()
                 .filter(|(_, b)| self.level(b, now) >= self.burst)
-                .map(|(ip, _)| *ip)
+                .map(|(k, _)| k.clone())
                 .collect();
-            for ip in full {
-                self.buckets.remove(&ip);
+            for k in full {
+                self.buckets.remove(&k);
             }
             if self.buckets.len() >= MAX_TRACKED {
-                // Every tracked address is still limited: forget the oldest half.
-                let mut by_age: Vec<(Instant, IpAddr)> =
-                    self.buckets.iter().map(|(ip, b)| (b.at, *ip)).collect();
-                by_age.sort();
-                for (_, ip) in by_age.into_iter().take(MAX_TRACKED / 2) {
-                    self.buckets.remove(&ip);
+                // Every tracked key is still limited: forget the oldest half.
+                let mut by_age: Vec<(Instant, K)> = self
+                    .buckets
+                    .iter()
+                    .map(|(k, b)| (b.at, k.clone()))
+                    .collect();
+                by_age.sort_by_key(|(at, _)| *at);
+                for (_, k) in by_age.into_iter().take(MAX_TRACKED / 2) {
+                    self.buckets.remove(&k);
                 }
             }
         }
         let level = self
             .buckets
-            .get(&ip)
+            .get(key)
             .map_or(self.burst, |b| self.level(b, now));
         self.buckets.insert(
-            ip,
+            key.clone(),
             Bucket {
                 tokens: (level - 1.0).max(0.0),
                 at: now,
             },
         );
+    }
+
+    /// Charges one to `key` if it has a token, else says when it will.
+    pub fn take(&mut self, key: &K, now: Instant) -> Result<(), Duration> {
+        self.check(key, now)?;
+        self.charge(key, now);
+        Ok(())
     }
 
     pub fn tracked(&self) -> usize {
@@ -386,26 +412,41 @@ mod tests {
         let t0 = Instant::now();
         let a = ip("10.0.0.1");
         for _ in 0..3 {
-            assert!(f.check(a, t0).is_ok());
-            f.charge(a, t0);
+            assert!(f.check(&a, t0).is_ok());
+            f.charge(&a, t0);
         }
-        let wait = f.check(a, t0).unwrap_err();
+        let wait = f.check(&a, t0).unwrap_err();
         assert_eq!(wait, Duration::from_secs(2), "one token at 0.5/s");
         assert!(
-            f.check(ip("10.0.0.2"), t0).is_ok(),
+            f.check(&ip("10.0.0.2"), t0).is_ok(),
             "other addresses unaffected"
         );
-        assert!(f.check(a, t0 + Duration::from_millis(1900)).is_err());
-        assert!(f.check(a, t0 + Duration::from_secs(2)).is_ok());
+        assert!(f.check(&a, t0 + Duration::from_millis(1900)).is_err());
+        assert!(f.check(&a, t0 + Duration::from_secs(2)).is_ok());
         // One failure spends the refilled token again.
-        f.charge(a, t0 + Duration::from_secs(2));
-        assert!(f.check(a, t0 + Duration::from_secs(2)).is_err());
+        f.charge(&a, t0 + Duration::from_secs(2));
+        assert!(f.check(&a, t0 + Duration::from_secs(2)).is_err());
         // Never more than the burst saved up.
         let later = t0 + Duration::from_secs(3600);
         for _ in 0..3 {
-            f.charge(a, later);
+            f.charge(&a, later);
         }
-        assert!(f.check(a, later).is_err());
+        assert!(f.check(&a, later).is_err());
+    }
+
+    #[test]
+    fn a_principal_takes_its_burst_then_its_rate_and_others_are_unaffected() {
+        let mut p = PrincipalRequests::new(2, 4.0);
+        let t0 = Instant::now();
+        let (alice, bob) = ("alice".to_string(), "bob".to_string());
+        assert!(p.take(&alice, t0).is_ok());
+        assert!(p.take(&alice, t0).is_ok());
+        let wait = p.take(&alice, t0).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(250), "one token at 4/s");
+        // A refused request spends nothing: alice is let in as soon as the token is back.
+        assert!(p.take(&alice, t0 + Duration::from_millis(250)).is_ok());
+        assert!(p.take(&alice, t0 + Duration::from_millis(250)).is_err());
+        assert!(p.take(&bob, t0).is_ok(), "bob has his own budget");
     }
 
     #[test]
@@ -413,7 +454,7 @@ mod tests {
         let mut f = FailedAuths::new(2, 1.0);
         let t0 = Instant::now();
         for i in 0..(MAX_TRACKED as u32 + 500) {
-            f.charge(IpAddr::from(i.to_be_bytes()), t0);
+            f.charge(&IpAddr::from(i.to_be_bytes()), t0);
         }
         assert!(f.tracked() <= MAX_TRACKED, "{}", f.tracked());
     }

@@ -20,6 +20,7 @@ pub mod dry_run;
 pub mod error;
 pub mod hub_view;
 pub mod limits;
+pub mod paging;
 pub mod quota;
 pub mod request;
 pub mod rollout;
@@ -127,6 +128,18 @@ pub struct JssArgs {
         default_value_t = limits::DEFAULT_FAILED_AUTH_PER_SEC
     )]
     pub failed_auth_per_sec: f64,
+    /// Requests one authenticated principal (user) may make in a burst before it gets 429
+    /// with Retry-After, whatever address it comes from (the API, the UI's login and
+    /// actions).
+    #[arg(long, env = "PINFED_JSS_PRINCIPAL_BURST", default_value_t = limits::DEFAULT_PRINCIPAL_BURST)]
+    pub principal_burst: u32,
+    /// Requests per second a principal regains after its burst.
+    #[arg(
+        long,
+        env = "PINFED_JSS_PRINCIPAL_PER_SEC",
+        default_value_t = limits::DEFAULT_PRINCIPAL_PER_SEC
+    )]
+    pub principal_per_sec: f64,
     /// Proxies (addresses or ranges, comma-separated: `10.0.0.0/8,fd00::/8`) in front of
     /// the JSS: their `X-Forwarded-For` names the client the per-client limits count, and
     /// their connections are capped only by `--max-connections`. Any other peer is the
@@ -235,6 +248,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
         .with_admission_concurrency(args.admission_concurrency)
         .with_token_audience(args.token_audience.clone())
         .with_failed_auth_limit(args.failed_auth_burst, args.failed_auth_per_sec)
+        .with_principal_limit(args.principal_burst, args.principal_per_sec)
         .with_trusted_proxies(args.trusted_proxies.clone()));
         ready.set(true);
         tracing::info!(

@@ -35,7 +35,7 @@ use super::auth::{
 use super::error::Rejection;
 use super::hub_view::Hub;
 use super::limits;
-use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot};
+use super::limits::{ClientAddr, ConnectionLimits, FailedAuths, IpSlot, PrincipalRequests};
 use super::quota::{check_all, check_placeable, requested, whole_pods};
 use super::request::{Source, parse_kind, parse_submission};
 use super::wire::RolloutAction;
@@ -68,6 +68,8 @@ struct RouteLabel {
 pub struct JssMetrics {
     /// Requests refused because their address failed authentication too often.
     pub failed_auth_limited: Counter,
+    /// Requests refused because their principal used up its request budget.
+    pub principal_limited: Counter,
     /// Connections closed at once: their address held its maximum.
     pub connections_refused: Counter,
     submissions: Family<OutcomeLabel, Counter>,
@@ -80,6 +82,7 @@ impl JssMetrics {
     pub fn register(registry: &mut Registry) -> JssMetrics {
         let m = JssMetrics {
             failed_auth_limited: Counter::default(),
+            principal_limited: Counter::default(),
             connections_refused: Counter::default(),
             submissions: Family::default(),
             submission_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -114,6 +117,11 @@ impl JssMetrics {
             m.failed_auth_limited.clone(),
         );
         registry.register(
+            "principal_limited",
+            "Requests refused (429) because their authenticated principal used up its request budget (--principal-burst, --principal-per-sec)",
+            m.principal_limited.clone(),
+        );
+        registry.register(
             "connections_refused",
             "Connections closed at once because their client address held its maximum",
             m.connections_refused.clone(),
@@ -145,6 +153,10 @@ pub struct Jss {
     admission: Arc<tokio::sync::Semaphore>,
     /// Failed authentications per client address (`--failed-auth-burst`, `-per-sec`).
     failed_auths: Mutex<FailedAuths>,
+    /// This replica's name in the admission locks it holds on the hub.
+    identity: String,
+    /// Authenticated requests per principal (`--principal-burst`, `-per-sec`).
+    principal_requests: Mutex<PrincipalRequests>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`).
     trusted_proxies: Vec<limits::Cidr>,
 }
@@ -219,6 +231,11 @@ fn error_response(r: &Rejection) -> Response {
         resp.headers_mut()
             .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static"));
     }
+    if let Some(secs) = r.retry_after_secs()
+        && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
     resp
 }
 
@@ -249,6 +266,11 @@ impl Jss {
                 limits::DEFAULT_FAILED_AUTH_BURST,
                 limits::DEFAULT_FAILED_AUTH_PER_SEC,
             )),
+            identity: crate::controller::leader::default_identity(),
+            principal_requests: Mutex::new(PrincipalRequests::new(
+                limits::DEFAULT_PRINCIPAL_BURST,
+                limits::DEFAULT_PRINCIPAL_PER_SEC,
+            )),
             trusted_proxies: Vec::new(),
         }
     }
@@ -265,6 +287,30 @@ impl Jss {
     pub fn with_failed_auth_limit(mut self, burst: u32, per_sec: f64) -> Jss {
         self.failed_auths = Mutex::new(FailedAuths::new(burst, per_sec));
         self
+    }
+
+    /// How many requests one authenticated principal may make in a burst, and per
+    /// second after it.
+    pub fn with_principal_limit(mut self, burst: u32, per_sec: f64) -> Jss {
+        self.principal_requests = Mutex::new(PrincipalRequests::new(burst, per_sec));
+        self
+    }
+
+    /// Charges one request to `who`: `TooManyRequests` once the principal used up its
+    /// budget, whatever address it comes from (counted in the metrics).
+    pub(super) fn charge_principal(&self, who: &Principal) -> Result<(), Rejection> {
+        let taken = self
+            .principal_requests
+            .lock()
+            .expect("lock")
+            .take(&who.user, Instant::now());
+        taken.map_err(|wait| {
+            self.metrics.principal_limited.inc();
+            Rejection::TooManyRequests {
+                principal: who.user.clone(),
+                retry_after_secs: wait.as_secs() + 1,
+            }
+        })
     }
 
     /// Whether `headers` carry a token already known good (the token file, or a
@@ -299,11 +345,13 @@ impl Jss {
     /// The caller of a request (also the UI's login, with the token it was given).
     pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
         let token = auth::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))?;
-        match auth::authenticate(&self.auth, token) {
-            Ok(p) => Ok(p),
-            Err(AuthError::Unknown) if self.token_review => self.review(token).await,
-            Err(e) => Err(e.into()),
-        }
+        let who = match auth::authenticate(&self.auth, token) {
+            Ok(p) => p,
+            Err(AuthError::Unknown) if self.token_review => self.review(token).await?,
+            Err(e) => return Err(e.into()),
+        };
+        self.charge_principal(&who)?;
+        Ok(who)
     }
 
     /// Whether the token is one of the token file's (not one TokenReview vouches for).
@@ -609,7 +657,7 @@ impl Jss {
             policy,
             quotas,
             used,
-        } = self.check_admitted(who, admitted).await?;
+        } = self.check_admitted(who, admitted, false).await?;
         // Nothing is written: the namespace's lock can go now.
         drop(_held);
         let members: Vec<crate::api::federation::MemberCluster> =
@@ -703,7 +751,7 @@ impl Jss {
         who: &Principal,
         admitted: &Admitted,
     ) -> Result<Written, Rejection> {
-        let checked = self.check_admitted(who, admitted).await?;
+        let checked = self.check_admitted(who, admitted, true).await?;
         let applied = self.hub.apply(admitted).await?;
         Ok(Written {
             applied,
@@ -720,6 +768,7 @@ impl Jss {
         &self,
         who: &Principal,
         admitted: &Admitted,
+        write: bool,
     ) -> Result<Checked, Rejection> {
         // Rollout stages naming members the federation does not have.
         if let Some(policy) = admitted.workload.as_ref().rollout() {
@@ -764,7 +813,7 @@ impl Jss {
                 });
             }
         }
-        let held = self.ns_lock(&admitted.namespace).lock_owned().await;
+        let local = self.ns_lock(&admitted.namespace).lock_owned().await;
         // With a quota, one read of the namespace gives both the usage and the workload
         // this submission replaces; without, only the latter is needed.
         // What it costs, as the hub's engine would place it on the members as they are.
@@ -793,6 +842,19 @@ impl Jss {
         }
         let want = requested(&demand, whole_pods(&clusters, &policy, &demand));
         let quotas = self.hub.quotas_in(&admitted.namespace);
+        // With a quota, the namespace's admissions go one at a time across every replica
+        // too (a Lease the hub's API server arbitrates): two replicas must not both find
+        // the last room free. (A dry run writes nothing and takes only this process's.)
+        let across = if write && !quotas.is_empty() {
+            Some(
+                self.hub
+                    .lock_namespace(&admitted.namespace, &self.identity, self.timeout / 2)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let held = (local, across);
         let (used, existing) = if quotas.is_empty() {
             let existing = self
                 .hub
@@ -832,23 +894,47 @@ impl Jss {
         headers: &HeaderMap,
         namespace: Option<&str>,
         kind: Option<&str>,
+        page: &ListQuery,
     ) -> Result<(StatusCode, Value), Rejection> {
         let who = self.authenticate(headers).await?;
         let kind = kind.map(parse_kind_or_404).transpose()?;
         if let Some(ns) = namespace {
             authorize_namespace(&self.auth, &who, ns)?;
         }
-        let items: Vec<wire::WorkloadView> = self
-            .hub
-            .list_workloads(namespace, kind)
-            .await?
+        let cursor = page
+            .next
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(super::paging::Cursor::parse)
+            .transpose()
+            .map_err(Rejection::BadRequest)?;
+        let (listed, next) = match (page.limit, cursor) {
+            (None, None) => (self.hub.list_workloads(namespace, kind).await?, None),
+            (limit, cursor) => {
+                // (A continue token alone keeps the default page size.)
+                let limit = super::paging::check_limit(limit.unwrap_or(500))
+                    .map_err(Rejection::BadRequest)?;
+                self.hub
+                    .list_workloads_page(namespace, kind, limit, cursor.as_ref())
+                    .await?
+            }
+        };
+        // (A page may hold fewer items than its limit: the namespaces the caller may not
+        // see are left out after the hub's page is cut.)
+        let items: Vec<wire::WorkloadView> = listed
             .iter()
             .filter(|(_, o)| {
                 may_use_namespace(&self.auth, &who, &o.namespace().unwrap_or_default())
             })
             .map(|(k, o)| views::workload(*k, o, &self.hub.requested_by(*k, o)))
             .collect();
-        Ok((StatusCode::OK, to_body(&wire::List { items })?))
+        Ok((
+            StatusCode::OK,
+            to_body(&wire::Page {
+                items,
+                next: next.map(|c| c.token()),
+            })?,
+        ))
     }
 
     async fn get_one(
@@ -1389,7 +1475,10 @@ enum Owned {
 
 /// What [`Jss::check_admitted`] computed, the namespace's lock still held.
 struct Checked {
-    _held: tokio::sync::OwnedMutexGuard<()>,
+    _held: (
+        tokio::sync::OwnedMutexGuard<()>,
+        Option<super::hub_view::AdmissionLock>,
+    ),
     /// The workload it replaces, as it is on the hub.
     existing: Option<DynamicObject>,
     /// What it requests.
@@ -1478,6 +1567,10 @@ pub(crate) fn expires_at(
 pub struct ListQuery {
     pub namespace: Option<String>,
     pub kind: Option<String>,
+    /// At most this many items; the reply's `continue` asks for the next page.
+    pub limit: Option<u32>,
+    #[serde(rename = "continue")]
+    pub next: Option<String>,
 }
 
 type Shared = State<Arc<Jss>>;
@@ -1530,7 +1623,7 @@ async fn list_handler(
     Query(q): Query<ListQuery>,
 ) -> Response {
     reply(
-        s.list(&headers, q.namespace.as_deref(), q.kind.as_deref())
+        s.list(&headers, q.namespace.as_deref(), q.kind.as_deref(), &q)
             .await,
     )
 }
@@ -1541,15 +1634,16 @@ async fn list_ns_handler(
     Path(ns): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    reply(s.list(&headers, Some(&ns), q.kind.as_deref()).await)
+    reply(s.list(&headers, Some(&ns), q.kind.as_deref(), &q).await)
 }
 
 async fn list_kind_handler(
     State(s): Shared,
     headers: HeaderMap,
     Path((ns, kind)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
 ) -> Response {
-    reply(s.list(&headers, Some(&ns), Some(&kind)).await)
+    reply(s.list(&headers, Some(&ns), Some(&kind), &q).await)
 }
 
 async fn get_handler(
@@ -1676,7 +1770,7 @@ pub async fn failed_auth_guard(State(s): Shared, req: Request, next: Next) -> Re
         .failed_auths
         .lock()
         .expect("lock")
-        .check(ip, Instant::now());
+        .check(&ip, Instant::now());
     // Only what brings a credential to check is held back: health checks, assets and
     // requests without a token cost nothing to answer.
     let authenticates = (req.headers().contains_key(header::AUTHORIZATION)
@@ -1687,21 +1781,17 @@ pub async fn failed_auth_guard(State(s): Shared, req: Request, next: Next) -> Re
     {
         s.metrics.failed_auth_limited.inc();
         let secs = wait.as_secs() + 1;
-        let mut resp = error_response(&Rejection::TooManyFailedAuths {
+        return error_response(&Rejection::TooManyFailedAuths {
             client: ip.to_string(),
             retry_after_secs: secs,
         });
-        if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return resp;
     }
     let resp = next.run(req).await;
     if resp.status() == StatusCode::UNAUTHORIZED {
         s.failed_auths
             .lock()
             .expect("lock")
-            .charge(ip, Instant::now());
+            .charge(&ip, Instant::now());
     }
     resp
 }

@@ -34,6 +34,16 @@ pub struct List<T> {
     pub items: Vec<T>,
 }
 
+/// One page of a list asked for with `?limit=N`: `{"items": [...], "continue": "..."}`;
+/// ask again with `&continue=` for the next page; none means the last page. Without a
+/// limit it is the whole list (no `continue`), as a [`List`] reads it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
 /// Amounts as quantities people read (`1500m`, `1536Mi`), as every pinfed surface prints
 /// them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -687,6 +697,21 @@ mod tests {
         .decode()
         .unwrap();
         assert_eq!(list.items, items);
+        // A page is a list with the token of the next one.
+        let page: Page<WorkloadView> = sent(
+            200,
+            &Page {
+                items: items[..2].to_vec(),
+                next: Some("tok".into()),
+            },
+        )
+        .decode()
+        .unwrap();
+        assert_eq!((page.items.len(), page.next.as_deref()), (2, Some("tok")));
+        let last: Page<WorkloadView> = sent(200, &List::<WorkloadView> { items: vec![] })
+            .decode()
+            .unwrap();
+        assert_eq!(last.next, None);
         for w in &list.items {
             let s = w.hub_status();
             let placed = s.part.placement.as_ref().map(|p| p.placements.len());
@@ -967,6 +992,10 @@ mod tests {
             Rejection::TooManyFailedAuths {
                 client: "127.0.0.1".into(),
                 retry_after_secs: 5,
+            },
+            Rejection::TooManyRequests {
+                principal: "alice".into(),
+                retry_after_secs: 2,
             },
             Rejection::Internal("i".into()),
         ];

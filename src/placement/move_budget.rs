@@ -45,11 +45,40 @@ impl MoveBudget {
             Err((1.0 - self.tokens) / self.rate.per_second.max(f64::MIN_POSITIVE))
         }
     }
+
+    /// Returns a move taken for one that did not happen (nowhere to go): a workload kept
+    /// where it is must not spend the fleet's budget at every look.
+    pub fn give_back(&mut self) {
+        let burst = f64::from(self.rate.burst.max(1));
+        self.tokens = (self.tokens + 1.0).min(burst);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_given_back_is_free_again_and_never_past_the_burst() {
+        let rate = MoveRate {
+            per_second: 0.1,
+            burst: 2,
+        };
+        let mut b = MoveBudget::new(rate, 0.0);
+        assert_eq!(b.take(0.0), Ok(()));
+        assert_eq!(b.take(0.0), Ok(()));
+        assert!(b.take(0.0).is_err());
+        // A blocked move returns its token: the next workload moves at once.
+        b.give_back();
+        assert_eq!(b.take(0.0), Ok(()));
+        assert!(b.take(0.0).is_err());
+        // Giving back to a full bucket adds nothing.
+        let mut full = MoveBudget::new(rate, 0.0);
+        full.give_back();
+        assert_eq!(full.take(0.0), Ok(()));
+        assert_eq!(full.take(0.0), Ok(()));
+        assert!(full.take(0.0).is_err());
+    }
 
     #[test]
     fn a_burst_passes_at_once_then_moves_come_at_the_rate() {

@@ -76,6 +76,25 @@ impl Federation {
     }
 
     /// Whether the topology has member `m` join in pull mode.
+    /// A client of `cluster` acting as the user `user` (admin impersonation, in no group
+    /// but `system:authenticated`): what a kubectl user with only the rights bound to
+    /// that name may do.
+    pub async fn client_as_user(&self, cluster: &str, user: &str) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("the topology's kubeconfig");
+        let mut cfg = kube::Config::from_custom_kubeconfig(
+            kc,
+            &KubeConfigOptions {
+                context: Some(cluster.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("no context {cluster}: {e}"));
+        cfg.auth_info.impersonate = Some(user.into());
+        cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
+        Client::try_from(cfg).expect("a client")
+    }
+
     pub fn is_pull(&self, m: &str) -> bool {
         self.topology
             .members

@@ -269,6 +269,7 @@ pub async fn decide<K: PinterestKind>(
     // A taint's moves are paced across the fleet: past the budget the workload stays where
     // it runs and looks again when a move is free (said once, as an Event).
     let mut taint_wait = None;
+    let mut taint_move_taken = false;
     let tainted: Vec<String> = leaving
         .keys()
         .filter(|c| {
@@ -284,6 +285,7 @@ pub async fn decide<K: PinterestKind>(
         let (taken, first) = ctx
             .taint_moves
             .take(&key, now.as_millisecond() as f64 / 1000.0);
+        taint_move_taken = taken.is_ok();
         if let Err(wait) = taken {
             let why = tainted
                 .iter()
@@ -406,6 +408,17 @@ pub async fn decide<K: PinterestKind>(
             .await?
         }
     };
+    // A move off a tainted member that did not happen (kept where it is: nowhere else
+    // has room) gives its turn back.
+    if taint_move_taken
+        && remembered
+            .previous
+            .as_ref()
+            .map(recorded::from_status)
+            .is_some_and(|before| before == decision)
+    {
+        ctx.taint_moves.give_back();
+    }
     // Avoided from now on: a member the share did leave (not one it is kept in for want
     // of room elsewhere: it is looked at again).
     let mut application_failovers = avoided_before;

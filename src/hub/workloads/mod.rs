@@ -373,6 +373,13 @@ impl TaintMoves {
         (taken, first)
     }
 
+    /// A move taken for a workload that stayed where it was (no room elsewhere).
+    pub fn give_back(&self) {
+        if let Ok(mut b) = self.budget.lock() {
+            b.give_back();
+        }
+    }
+
     /// `key` has no move off a tainted member to wait for (any more).
     fn forget(&self, key: &str) {
         if let Ok(mut w) = self.waiting.lock() {

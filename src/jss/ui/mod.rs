@@ -1191,9 +1191,47 @@ pub fn router(ui: Arc<Ui>) -> Router {
         .route("/assets/ui.css", get(asset_css))
         .route("/assets/ui.js", get(asset_js))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(ui.clone(), principal_budget))
         .layer(middleware::from_fn_with_state(ui.clone(), under_timeout))
         .layer(middleware::from_fn(secure_headers))
         .with_state(ui)
+}
+
+/// A logged-in user's actions (deletes, rollout actions, rebalances, drains, dry runs)
+/// count against the same per-principal budget as their API requests (the login counts
+/// through `authenticate`); a user past it gets 429 with Retry-After and nothing is done.
+/// Pages and the live stream are read from caches and cost no budget.
+async fn principal_budget(State(ui): Shared, req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let Some((_, s)) = ui.session(req.headers()) else {
+        return next.run(req).await;
+    };
+    match ui.jss.charge_principal(&s.principal) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            let mut resp = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(&s),
+                false,
+                &r.to_string(),
+            );
+            if let Some(secs) = r.retry_after_secs()
+                && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+            {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            audit(
+                &s.principal.user,
+                "ui-action",
+                req.uri().path(),
+                r.reason(),
+                &r.to_string(),
+            );
+            resp
+        }
+    }
 }
 
 /// The JSS's request timeout and request metrics, for every UI route but the live
