@@ -1922,18 +1922,9 @@ async fn workload_lists_page_with_limit_and_continue() {
         assert_error(&r, 400, "BadRequest");
     }
     // The CLI follows the pages (500 at a time): all five.
-    let out = std::process::Command::new(pinfed_bin())
-        .args(["get", "-n", &ns.name, "-o", "json"])
-        .env("PINFED_SERVER", &st.server)
-        .env("PINFED_TOKEN", "alice-token")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (ok, out, err) = cli_as(st, "alice-token", &["get", "-n", &ns.name, "-o", "json"]);
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         listed["items"].as_array().map(Vec::len),
         Some(5),
@@ -2002,17 +1993,12 @@ async fn an_authenticated_principal_past_its_request_budget_gets_429_and_others_
         "Retry-After {retry} at 0.5/s: {raw}"
     );
     // The CLI says it too, naming the user.
-    let out = std::process::Command::new(support::pinfed_bin())
-        .args(["get", "-n", "default"])
-        .env("PINFED_SERVER", format!("http://{api}"))
-        .env("PINFED_TOKEN", "alice-token")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("429") && err.contains("alice"),
-        "{err}"
+    let (ok, _, err) = cli_at(
+        &format!("http://{api}"),
+        "alice-token",
+        &["get", "-n", "default"],
     );
+    assert!(!ok && err.contains("429") && err.contains("alice"), "{err}");
     // At 0.5/s one request is allowed again within about two seconds.
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     let r = get("alice-token").await;
@@ -2188,9 +2174,14 @@ async fn failed_authentications_are_rate_limited_per_address_and_connections_are
 /// `pinfed ARGS` against the test's JSS as the holder of `token`: whether it succeeded,
 /// its stdout and its stderr.
 fn cli_as(st: &Setup, token: &str, args: &[&str]) -> (bool, String, String) {
+    cli_at(&st.server, token, args)
+}
+
+/// `pinfed ARGS` against the JSS at `server` (a test's own) as `token`'s user.
+fn cli_at(server: &str, token: &str, args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(pinfed_bin())
         .args(args)
-        .env("PINFED_SERVER", &st.server)
+        .env("PINFED_SERVER", server)
         .env("PINFED_TOKEN", token)
         .env_remove("PINFED_NAMESPACE")
         .output()
