@@ -11,7 +11,11 @@
 //! - `inline-create-quota`: the same into a namespace with a FederatedQuota (the JSS then
 //!   lists the namespace's workloads for every submission, under a per-namespace lock);
 //! - `artifact-resubmit`: the same reviewed artifact again and again (checksum
-//!   verification and an unchanged server-side apply).
+//!   verification and an unchanged server-side apply);
+//! - `large-bodies`: two JSS replicas behind the client, PINFED_BENCH_LARGE (default 64)
+//!   dry runs of ~1 MiB each (a service with thousands of env entries), 32 at once per
+//!   replica; it prints each replica's peak resident memory (sampled every 20 ms) against
+//!   the shipped 512Mi container limit, and how many waited for the memory budget.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -140,6 +144,49 @@ async fn run_phase(
     }
 }
 
+/// A service whose JSON is about `bytes` long: env entries of 200-character values.
+fn large_service(name: &str, bytes: usize) -> Value {
+    let mut svc = service(name);
+    let entry = |i: usize| json!({"name": format!("VAR_{i:05}"), "value": "x".repeat(200)});
+    let per = entry(0).to_string().len() + 1;
+    let env: Vec<Value> = (0..bytes / per).map(entry).collect();
+    svc["spec"]["template"]["spec"]["containers"][0]["env"] = Value::Array(env);
+    svc
+}
+
+/// Resident memory of `pid` now (KiB), from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// One counter's value from a Prometheus text page.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The metrics page at `127.0.0.1:port` (one plain HTTP/1.1 GET).
+async fn metrics_page(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let _ = s
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: jss\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
 struct KillOnDrop(Child);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -252,15 +299,16 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         },
         &pinfed::api::yaml::to_string(&service("bench-artifact"))?,
     )?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let log = std::fs::File::create(dir.join("jss.log"))?;
-    let _jss = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_pinfed"))
+    // A JSS replica with default flags: (process, API port, metrics port).
+    let start_jss = |log_name: &str| -> anyhow::Result<(KillOnDrop, u16, u16)> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(dir.join(log_name))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_pinfed"))
             .args(["jss", "--context", &context])
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
@@ -274,17 +322,26 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
             .env("RUST_LOG", "warn")
             .stdout(log.try_clone()?)
             .stderr(log)
-            .spawn()?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the JSS did not start; see {}",
-            dir.join("jss.log").display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .spawn()?;
+        Ok((KillOnDrop(child), port, metrics_port))
+    };
+    let wait_listening = |port: u16, log_name: &str| {
+        let log = dir.join(log_name);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "the JSS did not start; see {}",
+                    log.display()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let (jss, port, metrics_port) = start_jss("jss.log")?;
+    wait_listening(port, "jss.log").await?;
     let client = JssClient::new(
         &format!("http://127.0.0.1:{port}"),
         Some("bench-token".into()),
@@ -328,6 +385,98 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         .await,
     );
 
+    // Two replicas, ~1 MiB dry runs, 32 at once on each: peak memory of each.
+    let large = env_or("PINFED_BENCH_LARGE", 64);
+    let mut memory_lines = Vec::new();
+    if large > 0 {
+        let (jss_b, port_b, metrics_b) = start_jss("jss-b.log")?;
+        wait_listening(port_b, "jss-b.log").await?;
+        let client_b = JssClient::new(
+            &format!("http://127.0.0.1:{port_b}"),
+            Some("bench-token".into()),
+            None,
+        )?;
+        let pids = [jss.0.id(), jss_b.0.id()];
+        let body =
+            Arc::new(json!({"resource": large_service("large", 1_000_000), "namespace": plain_ns}));
+        let body_len = body.to_string().len();
+        let idle = pids.map(rss_kib);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut peak = [0u64; 2];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for (p, pid) in peak.iter_mut().zip(pids) {
+                        *p = (*p).max(rss_kib(pid));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                peak
+            })
+        };
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..large {
+            let c = if i % 2 == 0 {
+                client.clone()
+            } else {
+                client_b.clone()
+            };
+            let body = body.clone();
+            tasks.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let r = c.post_json("/v1/submissions?dryRun=true", &body).await;
+                (t.elapsed(), r.map(|r| (r.status, r.error_text())))
+            }));
+        }
+        let mut lat = Vec::new();
+        let mut failed = 0;
+        for t in tasks {
+            let (d, r) = t.await.expect("bench task");
+            match r {
+                Ok((200, _)) => lat.push(d),
+                Ok((code, text)) => {
+                    failed += 1;
+                    if failed <= 3 {
+                        eprintln!("large-bodies: {code}: {text}");
+                    }
+                }
+                Err(e) => {
+                    failed += 1;
+                    eprintln!("large-bodies: {e:#}");
+                }
+            }
+        }
+        let elapsed = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let peak = sampler.join().expect("sampler");
+        lat.sort();
+        let waits = |port: u16| async move {
+            let text = metrics_page(port).await;
+            metric(&text, "pinfed_jss_memory_waits_total")
+        };
+        let (wa, wb) = (waits(metrics_port).await, waits(metrics_b).await);
+        results.push(Figures {
+            phase: "large-bodies",
+            n: large,
+            concurrency: 64.min(large),
+            elapsed,
+            latencies: lat,
+            failures: failed,
+        });
+        memory_lines.push(format!(
+            "large-bodies: {large} dry runs of {body_len} bytes over 2 replicas, 32 at once each; \
+             replica A idle {} MiB -> peak {} MiB, replica B idle {} MiB -> peak {} MiB \
+             (shipped limit 512 MiB); waited for the memory budget: {wa} + {wb}",
+            idle[0] / 1024,
+            peak[0] / 1024,
+            idle[1] / 1024,
+            peak[1] / 1024,
+        ));
+        drop(jss_b);
+    }
+
     println!(
         "JSS submissions to the hub ({context} in {})",
         kubeconfig.display()
@@ -338,6 +487,9 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
     );
     for r in &results {
         r.print();
+    }
+    for l in &memory_lines {
+        println!("{l}");
     }
 
     for ns in [&plain_ns, &quota_ns] {

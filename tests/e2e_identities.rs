@@ -257,18 +257,19 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         // `pinfed rollout history|undo` read the revisions the hub records.
         &["get", "controllerrevisions.apps", "-n", "default"],
         &["list", "controllerrevisions.apps", "-n", "default"],
-        // A namespace's admission lock across replicas: Leases in pinfed-jss-locks only.
+        // A namespace's admission lock across replicas: Leases in its own namespace (the
+        // admission policy below holds them to their prefix).
         &[
             "create",
             "leases.coordination.k8s.io",
             "-n",
-            "pinfed-jss-locks",
+            "pinfed-system",
         ],
         &[
             "delete",
             "leases.coordination.k8s.io",
             "-n",
-            "pinfed-jss-locks",
+            "pinfed-system",
         ],
     ] {
         assert!(can_i(&kc, &hub, allowed), "the JSS may not {allowed:?}");
@@ -288,12 +289,6 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
             "--subresource=status",
         ],
         &["delete", "memberclusters.federation.pinterest.com"],
-        &[
-            "create",
-            "leases.coordination.k8s.io",
-            "-n",
-            "pinfed-system",
-        ],
         &["create", "leases.coordination.k8s.io", "-n", "default"],
         &["create", "pods", "-n", "default"],
         // Only the hub records revisions.
@@ -303,6 +298,58 @@ async fn the_jss_runs_as_its_shipped_service_account_and_may_only_submit_and_rea
         assert!(!can_i(&kc, &hub, denied), "the JSS may {denied:?}");
     }
     jss_patches_of_a_member_stop_at_the_draining_mark(&fed, &kc, &hub).await;
+    jss_leases_stop_at_its_admission_locks(&kc, &hub);
+}
+
+/// `pinfed-jss-admission-locks-only` lets the JSS write its admission locks in its
+/// namespace and no other Lease there (the hub's leader Lease above all), asked of the
+/// hub API server with server-side dry runs.
+fn jss_leases_stop_at_its_admission_locks(kubeconfig: &std::path::Path, context: &str) {
+    let create = |name: &str| {
+        let lease = format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {name}\n  namespace: pinfed-system\nspec:\n  holderIdentity: x\n"
+        );
+        let mut child = Command::new(kubectl_bin())
+            .args([
+                "--context",
+                context,
+                "create",
+                "--dry-run=server",
+                "-f",
+                "-",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run kubectl create");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lease.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, text) = create("pinfed-jss-admission-team-a");
+    assert!(ok, "the JSS may not take an admission lock: {text}");
+    for other in ["pinfed-hub", "pinfed-agent-use1a", "anything-else"] {
+        let (ok, text) = create(other);
+        assert!(
+            !ok && text.contains("pinfed-jss-admission-locks-only"),
+            "the JSS may write the Lease {other}: {text}"
+        );
+    }
 }
 
 /// `kubectl patch --dry-run=server` of a MemberCluster as `kubeconfig`'s identity:

@@ -1840,7 +1840,7 @@ async fn two_jss_replicas_never_both_admit_the_last_room_of_a_quota() {
         || async {
             let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
                 hub.clone(),
-                "pinfed-jss-locks",
+                "pinfed-system",
             )
             .list(&Default::default())
             .await
@@ -1849,7 +1849,7 @@ async fn two_jss_replicas_never_both_admit_the_last_room_of_a_quota() {
                 l.metadata
                     .name
                     .as_deref()
-                    .is_some_and(|n| n.starts_with("admission-jss-race"))
+                    .is_some_and(|n| n.starts_with("pinfed-jss-admission-jss-race"))
             })
         },
     )
@@ -1931,6 +1931,70 @@ async fn workload_lists_page_with_limit_and_continue() {
         "{listed}"
     );
     ns.delete().await;
+}
+
+/// Submissions reserve their share of the memory budget before their body is read: a
+/// slow 1 MiB upload that holds all of it makes the next submission wait, then 503 Busy
+/// with Retry-After (counted); once the upload is gone, a submission passes again.
+#[tokio::test]
+async fn a_submission_past_the_memory_budget_waits_then_is_told_busy() {
+    use std::io::Write;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let OwnJss {
+        api,
+        metrics,
+        daemon: jss,
+    } = st.own_jss(
+        &fed,
+        "jss-memory",
+        &["--memory-budget-mib", "1", "--request-timeout-secs", "6"],
+    );
+    // Declares 1 MiB (8 MiB to parse: the whole 1 MiB budget) and sends a little of it.
+    let mut slow = std::net::TcpStream::connect(&api).unwrap();
+    write!(
+        slow,
+        "POST /v1/submissions?dryRun=true HTTP/1.1\r\nHost: jss\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{{\"resource\": "
+    )
+    .unwrap();
+    slow.flush().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client =
+        JssClient::new(&format!("http://{api}"), Some("alice-token".into()), None).unwrap();
+    let small = json!({"resource": service("budget", "ads", 1, "10m"), "namespace": "jss-budget"});
+    let started = std::time::Instant::now();
+    let r = client
+        .post_json("/v1/submissions?dryRun=true", &small)
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_error(&r, 503, "Busy");
+    assert!(r.text.contains("memory budget"), "{}", r.text);
+    assert!(
+        waited >= Duration::from_millis(2_500),
+        "answered Busy after {waited:?}, without waiting half the request timeout"
+    );
+    let m = support::http_get(&format!("http://{metrics}/metrics")).await;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pinfed_jss_memory_waits_total ") && !l.ends_with(" 0")),
+        "{m}"
+    );
+    // The upload goes: its share comes back and the next submission is read.
+    drop(slow);
+    eventually(
+        Duration::from_secs(10),
+        "a submission passes the budget again",
+        || async {
+            let r = client
+                .post_json("/v1/submissions?dryRun=true", &small)
+                .await
+                .unwrap();
+            r.status != 503
+        },
+    )
+    .await;
+    drop(jss);
 }
 
 /// Each authenticated principal has a request budget of its own: past it, 429 with

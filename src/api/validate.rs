@@ -131,12 +131,10 @@ pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
 
 /// Namespaces no workload may run in: pinfed's own (member credentials live in
 /// `pinfed-system`, config copies in `pinfed-drop`, a pull member's slices and bundles in
-/// `pinfed-member-*` on the hub, the JSS's admission locks in `pinfed-jss-locks`) and
-/// Kubernetes' (`kube-*`).
+/// `pinfed-member-*` on the hub) and Kubernetes' (`kube-*`).
 pub fn is_reserved_namespace(ns: &str) -> bool {
     ns == "pinfed-system"
         || ns == "pinfed-drop"
-        || ns == "pinfed-jss-locks"
         || ns.starts_with("pinfed-member-")
         || ns.starts_with("kube-")
 }
@@ -149,7 +147,7 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
             !is_reserved_namespace(ns),
             "metadata.namespace",
             format!(
-                "{ns:?} is reserved (pinfed-system, pinfed-drop, pinfed-jss-locks, pinfed-member-* and kube-* run no workloads)"
+                "{ns:?} is reserved (pinfed-system, pinfed-drop, pinfed-member-* and kube-* run no workloads)"
             ),
         );
     }

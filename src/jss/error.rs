@@ -54,6 +54,9 @@ pub enum Rejection {
         client: String,
         retry_after_secs: u64,
     },
+    /// The JSS is busy: its memory budget for submissions stayed spent.
+    #[error("busy: {0}; retry shortly")]
+    Busy(String),
     /// An authenticated principal past its request budget.
     #[error("too many requests from {principal}: retry in {retry_after_secs} s")]
     TooManyRequests {
@@ -83,6 +86,7 @@ impl Rejection {
             Rejection::Hub(_) => 502,
             Rejection::NotReady => 503,
             Rejection::TooManyFailedAuths { .. } | Rejection::TooManyRequests { .. } => 429,
+            Rejection::Busy(_) => 503,
             Rejection::Internal(_) => 500,
         }
     }
@@ -107,6 +111,7 @@ impl Rejection {
             Rejection::NotReady => "NotReady",
             Rejection::TooManyFailedAuths { .. } => "TooManyFailedAuthentications",
             Rejection::TooManyRequests { .. } => "TooManyRequests",
+            Rejection::Busy(_) => "Busy",
             Rejection::Internal(_) => "Internal",
         }
     }
@@ -120,6 +125,7 @@ impl Rejection {
             | Rejection::TooManyRequests {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
+            Rejection::Busy(_) => Some(1),
             _ => None,
         }
     }

@@ -34,9 +34,9 @@ use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resou
 use crate::placement::recorded;
 use crate::status::hub_status::stored_decision;
 
-/// The namespace of the JSS's admission locks on the hub (`deploy/jss/rbac.yaml`: the
-/// JSS may write Leases there and nowhere else).
-pub const LOCK_NAMESPACE: &str = "pinfed-jss-locks";
+/// The prefix of the JSS's admission locks, Leases in its own namespace
+/// (`deploy/jss/rbac.yaml`: an admission policy holds its Lease writes to it).
+pub const LOCK_PREFIX: &str = "pinfed-jss-admission-";
 /// How long a lock holds without its holder (a replica that died holding one).
 const LOCK_SECS: i32 = 10;
 
@@ -323,13 +323,13 @@ impl Hub {
     pub async fn lock_namespace(
         &self,
         namespace: &str,
-        holder: &str,
+        (locks, holder): (&str, &str),
         wait: std::time::Duration,
     ) -> Result<AdmissionLock, Rejection> {
         use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), LOCK_NAMESPACE);
-        let name = format!("admission-{namespace}");
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), locks);
+        let name = format!("{LOCK_PREFIX}{namespace}");
         let deadline = tokio::time::Instant::now() + wait;
         let mut pause = std::time::Duration::from_millis(20);
         loop {
@@ -377,7 +377,7 @@ impl Hub {
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
                     return Err(Rejection::Hub(format!(
-                        "the admission lock of {namespace} cannot be taken ({}): is namespace {LOCK_NAMESPACE} there, with the JSS's Role (deploy/jss/rbac.yaml)?",
+                        "the admission lock of {namespace} cannot be taken in {locks} ({}): does the JSS have its Role there (deploy/jss/rbac.yaml, --lock-namespace)?",
                         e.message
                     )));
                 }

@@ -24,6 +24,26 @@ pub const DEFAULT_FAILED_AUTH_PER_SEC: f64 = 1.0;
 pub const DEFAULT_PRINCIPAL_BURST: u32 = 100;
 /// …and per second after it.
 pub const DEFAULT_PRINCIPAL_PER_SEC: f64 = 20.0;
+/// Memory the JSS may hold at once for submissions' bodies and their parsing, by default
+/// (MiB): half the shipped container limit (512Mi), the rest for its caches.
+pub const DEFAULT_MEMORY_BUDGET_MIB: u32 = 256;
+/// What a submission holds while it is read, parsed and admitted, as a multiple of its
+/// body: the bytes, the YAML parser's events, the JSON value, the typed workload and its
+/// expansion (`benches/jss.rs` `large-bodies` measures it).
+pub const PARSE_FACTOR: u64 = 8;
+
+/// The share of the memory budget a submission reserves before its body is read (KiB):
+/// its declared length (the body limit when it declares none) times [`PARSE_FACTOR`],
+/// at least 64 KiB, at most the whole budget (one submission can always go alone).
+pub fn reservation_kib(content_length: Option<u64>, body_limit: usize, budget_kib: u32) -> u32 {
+    let limit = body_limit as u64;
+    let body = content_length.unwrap_or(limit).min(limit);
+    let kib = (body * PARSE_FACTOR).div_ceil(1024).max(64);
+    u32::try_from(kib)
+        .unwrap_or(u32::MAX)
+        .min(budget_kib.max(1))
+}
+
 /// Keys (client addresses, principals) remembered at most; beyond it the ones back at a
 /// full bucket go (a flood from many addresses must not grow memory).
 const MAX_TRACKED: usize = 10_000;
@@ -447,6 +467,21 @@ mod tests {
         assert!(p.take(&alice, t0 + Duration::from_millis(250)).is_ok());
         assert!(p.take(&alice, t0 + Duration::from_millis(250)).is_err());
         assert!(p.take(&bob, t0).is_ok(), "bob has his own budget");
+    }
+
+    #[test]
+    fn a_submission_reserves_its_body_times_the_parse_factor_within_the_budget() {
+        let budget = 256 * 1024;
+        // A 1 MiB body: 8 MiB; 32 of them fill a 256 MiB budget.
+        assert_eq!(reservation_kib(Some(1 << 20), 1 << 20, budget), 8 * 1024);
+        // No length declared: as much as the body limit allows.
+        assert_eq!(reservation_kib(None, 1 << 20, budget), 8 * 1024);
+        // A declared length past the limit is refused elsewhere; never more than the limit.
+        assert_eq!(reservation_kib(Some(50 << 20), 1 << 20, budget), 8 * 1024);
+        // A small one: the floor.
+        assert_eq!(reservation_kib(Some(2_000), 1 << 20, budget), 64);
+        // A budget smaller than one submission: that one still goes, alone.
+        assert_eq!(reservation_kib(Some(1 << 20), 1 << 20, 1024), 1024);
     }
 
     #[test]

@@ -140,6 +140,24 @@ pub struct JssArgs {
         default_value_t = limits::DEFAULT_PRINCIPAL_PER_SEC
     )]
     pub principal_per_sec: f64,
+    /// Memory (MiB) submissions may hold at once while their bodies are read, parsed and
+    /// admitted: each reserves 8× its declared length (the body limit when undeclared)
+    /// before reading it; one that finds no room waits up to half the request timeout,
+    /// then gets 503 Busy with Retry-After.
+    #[arg(
+        long,
+        env = "PINFED_JSS_MEMORY_BUDGET_MIB",
+        default_value_t = limits::DEFAULT_MEMORY_BUDGET_MIB
+    )]
+    pub memory_budget_mib: u32,
+    /// The namespace of the admission locks replicas share on the hub (Leases
+    /// `pinfed-jss-admission-NAMESPACE`): the JSS's own, where its Role allows them.
+    #[arg(
+        long,
+        env = "PINFED_JSS_LOCK_NAMESPACE",
+        default_value = "pinfed-system"
+    )]
+    pub lock_namespace: String,
     /// Proxies (addresses or ranges, comma-separated: `10.0.0.0/8,fd00::/8`) in front of
     /// the JSS: their `X-Forwarded-For` names the client the per-client limits count, and
     /// their connections are capped only by `--max-connections`. Any other peer is the
@@ -249,6 +267,8 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
         .with_token_audience(args.token_audience.clone())
         .with_failed_auth_limit(args.failed_auth_burst, args.failed_auth_per_sec)
         .with_principal_limit(args.principal_burst, args.principal_per_sec)
+        .with_memory_budget(args.memory_budget_mib)
+        .with_lock_namespace(args.lock_namespace.clone())
         .with_trusted_proxies(args.trusted_proxies.clone()));
         ready.set(true);
         tracing::info!(

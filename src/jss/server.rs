@@ -70,6 +70,8 @@ pub struct JssMetrics {
     pub failed_auth_limited: Counter,
     /// Requests refused because their principal used up its request budget.
     pub principal_limited: Counter,
+    /// Submissions that waited for the memory budget.
+    pub memory_waits: Counter,
     /// Connections closed at once: their address held its maximum.
     pub connections_refused: Counter,
     submissions: Family<OutcomeLabel, Counter>,
@@ -83,6 +85,7 @@ impl JssMetrics {
         let m = JssMetrics {
             failed_auth_limited: Counter::default(),
             principal_limited: Counter::default(),
+            memory_waits: Counter::default(),
             connections_refused: Counter::default(),
             submissions: Family::default(),
             submission_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -122,6 +125,11 @@ impl JssMetrics {
             m.principal_limited.clone(),
         );
         registry.register(
+            "memory_waits",
+            "Submissions that waited for the memory budget (--memory-budget-mib) before their body was read",
+            m.memory_waits.clone(),
+        );
+        registry.register(
             "connections_refused",
             "Connections closed at once because their client address held its maximum",
             m.connections_refused.clone(),
@@ -153,8 +161,14 @@ pub struct Jss {
     admission: Arc<tokio::sync::Semaphore>,
     /// Failed authentications per client address (`--failed-auth-burst`, `-per-sec`).
     failed_auths: Mutex<FailedAuths>,
-    /// This replica's name in the admission locks it holds on the hub.
+    /// The memory submissions may hold at once (KiB permits, `--memory-budget-mib`): each
+    /// reserves its share before its body is read ([`limits::reservation_kib`]).
+    memory: Arc<tokio::sync::Semaphore>,
+    memory_kib: u32,
+    /// This replica's name in the admission locks it holds on the hub, and where they
+    /// are (its own namespace, `--lock-namespace`).
     identity: String,
+    lock_namespace: String,
     /// Authenticated requests per principal (`--principal-burst`, `-per-sec`).
     principal_requests: Mutex<PrincipalRequests>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`).
@@ -266,7 +280,12 @@ impl Jss {
                 limits::DEFAULT_FAILED_AUTH_BURST,
                 limits::DEFAULT_FAILED_AUTH_PER_SEC,
             )),
+            memory: Arc::new(tokio::sync::Semaphore::new(
+                limits::DEFAULT_MEMORY_BUDGET_MIB as usize * 1024,
+            )),
+            memory_kib: limits::DEFAULT_MEMORY_BUDGET_MIB * 1024,
             identity: crate::controller::leader::default_identity(),
+            lock_namespace: "pinfed-system".into(),
             principal_requests: Mutex::new(PrincipalRequests::new(
                 limits::DEFAULT_PRINCIPAL_BURST,
                 limits::DEFAULT_PRINCIPAL_PER_SEC,
@@ -287,6 +306,48 @@ impl Jss {
     pub fn with_failed_auth_limit(mut self, burst: u32, per_sec: f64) -> Jss {
         self.failed_auths = Mutex::new(FailedAuths::new(burst, per_sec));
         self
+    }
+
+    /// Where the admission locks across replicas live (the JSS's own namespace).
+    pub fn with_lock_namespace(mut self, ns: String) -> Jss {
+        self.lock_namespace = ns;
+        self
+    }
+
+    /// How much memory (MiB) submissions may hold at once while read, parsed and
+    /// admitted.
+    pub fn with_memory_budget(mut self, mib: u32) -> Jss {
+        let kib = mib.max(1).saturating_mul(1024);
+        self.memory = Arc::new(tokio::sync::Semaphore::new(kib as usize));
+        self.memory_kib = kib;
+        self
+    }
+
+    /// Reserves a submission's share of the memory budget before its body is read,
+    /// waiting at most half the request timeout; then 503 Busy (with Retry-After).
+    async fn reserve_memory(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Rejection> {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let kib = limits::reservation_kib(declared, self.body_limit, self.memory_kib);
+        let sem = self.memory.clone();
+        if let Ok(p) = sem.clone().try_acquire_many_owned(kib) {
+            return Ok(p);
+        }
+        self.metrics.memory_waits.inc();
+        match tokio::time::timeout(self.timeout / 2, sem.acquire_many_owned(kib)).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(e)) => Err(Rejection::Internal(e.to_string())),
+            Err(_) => Err(Rejection::Busy(format!(
+                "the JSS's memory budget for submissions ({} MiB, --memory-budget-mib) stayed spent for {} s",
+                self.memory_kib / 1024,
+                (self.timeout / 2).as_secs()
+            ))),
+        }
     }
 
     /// How many requests one authenticated principal may make in a burst, and per
@@ -479,6 +540,8 @@ impl Jss {
     ) -> Result<(StatusCode, Value), Rejection> {
         let who = self.authenticate(headers).await?;
         audit.user = who.user.clone();
+        // Held until the submission is answered: its bytes, parse and admission.
+        let _memory = self.reserve_memory(headers).await?;
         let bytes = self.read_body(headers, body).await?;
         let content_type = headers
             .get(header::CONTENT_TYPE)
@@ -848,7 +911,11 @@ impl Jss {
         let across = if write && !quotas.is_empty() {
             Some(
                 self.hub
-                    .lock_namespace(&admitted.namespace, &self.identity, self.timeout / 2)
+                    .lock_namespace(
+                        &admitted.namespace,
+                        (&self.lock_namespace, &self.identity),
+                        self.timeout / 2,
+                    )
                     .await?,
             )
         } else {

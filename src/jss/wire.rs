@@ -997,6 +997,7 @@ mod tests {
                 principal: "alice".into(),
                 retry_after_secs: 2,
             },
+            Rejection::Busy("b".into()),
             Rejection::Internal("i".into()),
         ];
         for r in all {
