@@ -318,6 +318,13 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
             .arg(dir.join("tokens.yaml"))
             .arg("--artifacts")
             .arg(&store)
+            // One user drives every phase: its per-principal budget would be the bound.
+            .args([
+                "--principal-burst",
+                "1000000",
+                "--principal-per-sec",
+                "1000000",
+            ])
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(log.try_clone()?)

@@ -49,23 +49,44 @@ pub struct AdmissionLock {
     uid: Option<String>,
 }
 
+impl AdmissionLock {
+    /// Gives the lock back now (deletes its Lease, if it is still this one).
+    pub async fn release(mut self) {
+        if let Some(uid) = self.uid.take() {
+            delete_lock(&self.api, &self.name, uid).await;
+        }
+    }
+}
+
+/// Deletes the lock's Lease if it is still the one taken (its uid: a lock taken over
+/// after it expired is not ours); one that is not deleted expires.
+async fn delete_lock(
+    api: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    uid: String,
+) {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = api.delete(name, &dp).await {
+        tracing::debug!(lease = %name, error = %e, "admission lock not released (it expires)");
+    }
+}
+
 impl Drop for AdmissionLock {
+    /// A lock not given back with [`AdmissionLock::release`] (an admission that failed
+    /// half-way) is deleted in the background.
     fn drop(&mut self) {
-        let (api, name, uid) = (self.api.clone(), self.name.clone(), self.uid.take());
-        // (Held only by this lease's uid: a lock taken over after it expired is not ours.)
+        let Some(uid) = self.uid.take() else {
+            return;
+        };
+        let (api, name) = (self.api.clone(), self.name.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let dp = DeleteParams {
-                    preconditions: uid.map(|uid| kube::api::Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                if let Err(e) = api.delete(&name, &dp).await {
-                    tracing::debug!(lease = %name, error = %e, "admission lock not released (it expires)");
-                }
-            });
+            rt.spawn(async move { delete_lock(&api, &name, uid).await });
         }
     }
 }

@@ -141,7 +141,7 @@ pub struct JssArgs {
     )]
     pub principal_per_sec: f64,
     /// Memory (MiB) submissions may hold at once while their bodies are read, parsed and
-    /// admitted: each reserves 8× its declared length (the body limit when undeclared)
+    /// admitted: each reserves 12× its declared length (the body limit when undeclared)
     /// before reading it; one that finds no room waits up to half the request timeout,
     /// then gets 503 Busy with Retry-After.
     #[arg(

@@ -713,7 +713,7 @@ impl Jss {
         artifact: Option<String>,
     ) -> Result<wire::DryRun, Rejection> {
         let Checked {
-            _held,
+            locks,
             existing,
             want,
             demand,
@@ -722,7 +722,7 @@ impl Jss {
             used,
         } = self.check_admitted(who, admitted, false).await?;
         // Nothing is written: the namespace's lock can go now.
-        drop(_held);
+        drop(locks);
         let members: Vec<crate::api::federation::MemberCluster> =
             self.hub.members().iter().map(|m| (**m).clone()).collect();
         let profiles = self.hub.profiles();
@@ -814,8 +814,14 @@ impl Jss {
         who: &Principal,
         admitted: &Admitted,
     ) -> Result<Written, Rejection> {
-        let checked = self.check_admitted(who, admitted, true).await?;
-        let applied = self.hub.apply(admitted).await?;
+        let mut checked = self.check_admitted(who, admitted, true).await?;
+        let applied = self.hub.apply(admitted).await;
+        // The lock across replicas goes before this replica's own: the next admission
+        // here must not find it still held and back off.
+        if let Some(lock) = checked.locks.1.take() {
+            lock.release().await;
+        }
+        let applied = applied?;
         Ok(Written {
             applied,
             existed: checked.existing.is_some(),
@@ -946,7 +952,7 @@ impl Jss {
                 .map_err(Rejection::QuotaExceeded)?;
         }
         Ok(Checked {
-            _held: held,
+            locks: held,
             existing,
             want,
             demand,
@@ -1542,7 +1548,8 @@ enum Owned {
 
 /// What [`Jss::check_admitted`] computed, the namespace's lock still held.
 struct Checked {
-    _held: (
+    /// The namespace's admission locks: this process's, and the one across replicas.
+    locks: (
         tokio::sync::OwnedMutexGuard<()>,
         Option<super::hub_view::AdmissionLock>,
     ),
