@@ -2146,3 +2146,130 @@ async fn a_share_that_stays_unavailable_in_one_member_moves_to_a_healthy_one() {
     .await;
     ns.delete().await;
 }
+
+#[tokio::test]
+async fn a_job_sets_shards_that_never_start_in_one_member_move_and_each_runs_once() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "app-failover-js").await;
+    let names = fed.member_names();
+    let push: Vec<String> = names.iter().filter(|m| !fed.is_pull(m)).cloned().collect();
+    assert!(push.len() >= 2, "two push members are needed: {names:?}");
+    let (healthy, stuck) = (push[0].clone(), push[1].clone());
+    // In `stuck` its pods run but never turn Ready (the topology's `:broken` kwok stages):
+    // its shards there never start. In `healthy` they complete at once.
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "batch"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 8, "parallelism": 8,
+                 "placement": {
+                    "clusterAffinity": {"clusterNames": [healthy, stuck]},
+                    "spread": {"minClusters": 2},
+                    "failover": {"application": {"tolerationSeconds": 10}}},
+                 "overrides": [{"name": "never-ready", "clusters": [stuck], "image": {"tag": "broken"}}],
+                 "template": {"spec": {"containers": [{"name": "w", "image": "w:1",
+                    "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    let api: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &js).await.unwrap();
+    let placed_in = |st: &serde_json::Value, m: &str| -> RangeSet {
+        st["placement"]["placements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["cluster"] == m)
+            .and_then(|p| p["shards"].as_str())
+            .map(|s| RangeSet::parse(s).unwrap())
+            .unwrap_or_default()
+    };
+    // The member reports its shards with no pod Ready; the hub shows them.
+    let first_stuck = std::sync::Mutex::new(RangeSet::new());
+    eventually(
+        WAIT,
+        &format!("{stuck}'s unready shards on the hub\n{}", logs(daemons)),
+        || async {
+            let st = hub_status(&api, "batch").await;
+            let unready = st["clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["cluster"] == stuck.as_str())
+                .and_then(|c| c["unreadyShards"].as_str())
+                .map(|s| RangeSet::parse(s).unwrap())
+                .unwrap_or_default();
+            let placed = placed_in(&st, &stuck);
+            let seen = !unready.is_empty() && unready == placed;
+            *first_stuck.lock().unwrap() = placed;
+            seen
+        },
+    )
+    .await;
+    let first_stuck = first_stuck.into_inner().unwrap();
+    eventually(
+        JOB_SET_WAIT,
+        &format!("every shard completed\n{}", logs(daemons)),
+        || async {
+            let s = hub_status(&api, "batch").await;
+            s["completedShards"] == "0-7" && condition(&s, "Complete").as_deref() == Some("True")
+        },
+    )
+    .await;
+    let st = hub_status(&api, "batch").await;
+    // The stuck shards moved to the healthy member, which ran every shard once.
+    assert!(placed_in(&st, &stuck).is_empty(), "{}", st["placement"]);
+    let slice = |m: &str| {
+        let api: Api<PinterestJobSet> = Api::namespaced(fed.client(m), &ns.name);
+        async move { api.get_opt("batch").await.unwrap() }
+    };
+    let healthy_slice = slice(&healthy)
+        .await
+        .expect("a slice in the healthy member");
+    assert_eq!(
+        healthy_slice
+            .status
+            .and_then(|s| s.completed_shards)
+            .as_deref(),
+        Some("0-7"),
+        "the healthy member completed every shard"
+    );
+    // Nothing ran to completion where the pods never started, and no Job is left there.
+    if let Some(s) = slice(&stuck).await {
+        let done = s
+            .status
+            .and_then(|s| s.completed_shards)
+            .unwrap_or_default();
+        assert!(done.is_empty(), "{stuck} completed {done}");
+    }
+    let stuck_jobs: Api<Job> = Api::namespaced(fed.client(&stuck), &ns.name);
+    eventually(WAIT, &format!("no Job left in {stuck}"), || async {
+        stuck_jobs
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| {
+                l.items
+                    .iter()
+                    .all(|j| j.metadata.deletion_timestamp.is_some())
+            })
+    })
+    .await;
+    let records = st["placement"]["applicationFailovers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(records.len(), 1, "{}", st["placement"]);
+    assert_eq!(records[0]["cluster"], stuck.as_str());
+    let reason = records[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("shards {first_stuck} had no pod Ready in {stuck}")),
+        "{reason}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    let note = event_message(&events, "ApplicationFailover").await;
+    assert!(
+        note.as_deref().is_some_and(|n| n.contains(&stuck)),
+        "{note:?}"
+    );
+    ns.delete().await;
+}

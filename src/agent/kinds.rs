@@ -95,6 +95,15 @@ impl AgentKind for PinterestJobSet {
         s.completed_shards = Some(account.completed.to_string());
         s.failed_shards = (!account.failed.is_empty()).then(|| account.failed.to_string());
         s.shards_running = account.running.len() as i32;
+        // Only application failover reads it: without, a shard's start is no status write.
+        let watched = self
+            .spec
+            .placement
+            .failover
+            .as_ref()
+            .is_some_and(|f| f.application.is_some());
+        let unready = account.unready.intersection(&assigned);
+        s.unready_shards = (watched && !unready.is_empty()).then(|| unready.to_string());
         s.shards_succeeded = account.completed.intersection(&assigned).len() as i32;
         s.shards_failed = account.failed.len() as i32;
         let done = assigned.difference(&account.completed).is_empty();

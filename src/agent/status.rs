@@ -230,6 +230,9 @@ pub struct ShardAccount {
     pub failed: RangeSet,
     /// Shards with a Job that is still running.
     pub running: RangeSet,
+    /// Running shards whose Job has no pod Ready and none succeeded yet: pending,
+    /// pulling an image, crashing (application failover's evidence).
+    pub unready: RangeSet,
 }
 
 /// Folds the observed shard Jobs into the record. A completed shard stays completed even
@@ -242,6 +245,7 @@ pub fn account_shards(
     let mut succeeded = Vec::new();
     let mut failed = Vec::new();
     let mut running = Vec::new();
+    let mut unready = Vec::new();
     for j in jobs {
         let Some(index) = j
             .metadata
@@ -258,7 +262,15 @@ pub fn account_shards(
         match job_state(j) {
             JobState::Succeeded => succeeded.push(index),
             JobState::Failed => failed.push(index),
-            JobState::Running => running.push(index),
+            JobState::Running => {
+                running.push(index);
+                let s = j.status.as_ref();
+                if s.and_then(|s| s.ready).unwrap_or(0) == 0
+                    && s.and_then(|s| s.succeeded).unwrap_or(0) == 0
+                {
+                    unready.push(index);
+                }
+            }
         }
     }
     let completed = previous_completed.union(&RangeSet::from_indices(succeeded));
@@ -268,10 +280,12 @@ pub fn account_shards(
     let running = RangeSet::from_indices(running)
         .difference(&completed)
         .difference(&failed);
+    let unready = RangeSet::from_indices(unready).intersection(&running);
     ShardAccount {
         completed,
         failed,
         running,
+        unready,
     }
 }
 
@@ -327,6 +341,30 @@ mod tests {
         assert_eq!(a.completed.to_string(), "0-2");
         assert_eq!(a.failed.to_string(), "3");
         assert_eq!(a.running.to_string(), "4");
+    }
+
+    #[test]
+    fn a_running_shard_is_unready_until_a_pod_of_its_job_is_ready_or_succeeded() {
+        let with = |shard: u32, status: serde_json::Value| -> Job {
+            let mut j = job(shard, None);
+            j.status = Some(serde_json::from_value(status).unwrap());
+            j
+        };
+        let jobs = [
+            job(0, None),
+            with(1, serde_json::json!({"active": 1, "ready": 0})),
+            with(2, serde_json::json!({"active": 1, "ready": 1})),
+            // Its pod finished; the Job's Complete condition is not written yet.
+            with(
+                3,
+                serde_json::json!({"active": 0, "ready": 0, "succeeded": 1}),
+            ),
+            job(4, Some("Complete")),
+            job(5, Some("Failed")),
+        ];
+        let a = account_shards(&jobs, &RangeSet::new(), &RangeSet::new());
+        assert_eq!(a.running.to_string(), "0-3");
+        assert_eq!(a.unready.to_string(), "0-1");
     }
 
     #[test]

@@ -312,11 +312,12 @@ pub struct Failover {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub grace_period_seconds: Option<i32>,
-    /// Application failover (opt-in; PinterestService and PinterestStatefulSet): a
-    /// member's share that stays unavailable while the workload is available in another
-    /// member is moved off it, grown elsewhere first. The member is then avoided by this
-    /// workload until its spec changes or a rebalance is asked for
-    /// (`status.placement.applicationFailovers`).
+    /// Application failover (opt-in; PinterestService, PinterestStatefulSet and
+    /// PinterestJobSet): a member's share that stays unavailable while the workload is
+    /// available in another member is moved off it, grown elsewhere first; a job set's
+    /// shards whose Job has no pod Ready there for the toleration move (the shards that
+    /// run or finished there stay). The member is then avoided by this workload until its
+    /// spec changes or a rebalance is asked for (`status.placement.applicationFailovers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<ApplicationFailover>,
 }
@@ -326,7 +327,8 @@ pub struct Failover {
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationFailover {
     /// How long a member's share may stay unavailable (its slice not Ready, fewer
-    /// replicas available there than placed) before it moves. Default 300, at least 10.
+    /// replicas available there than placed; a job set's shard: its Job with no pod
+    /// Ready) before it moves. Default 300, at least 10.
     /// Not counted while a rollout of the workload is in progress (its health gates
     /// judge a new revision; a rollback is theirs to make).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -632,6 +634,11 @@ pub struct MemberWorkloadStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(RANGE_LIST_PATTERN))]
     pub failed_shards: Option<String>,
+    /// Job sets: unfinished shard indices whose Job has no pod Ready in this cluster
+    /// (range list; reported with application failover on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub unready_shards: Option<String>,
     /// Cron jobs: runs in progress in this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<i32>,
@@ -671,6 +678,7 @@ impl MemberWorkloadStatus {
             shards_failed: None,
             completed_shards: None,
             failed_shards: None,
+            unready_shards: None,
             active: None,
             last_schedule_time: None,
             last_successful_time: None,

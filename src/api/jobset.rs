@@ -152,6 +152,13 @@ pub struct PinterestJobSetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(RANGE_LIST_PATTERN))]
     pub failed_shards: Option<String>,
+    /// Unfinished shards whose Job has no pod Ready (pending, pulling its image, crashing),
+    /// as a range list; reported only with application failover on
+    /// (`spec.placement.failover.application`), which moves them off a member where they
+    /// stay so while the job set runs elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(RANGE_LIST_PATTERN))]
+    pub unready_shards: Option<String>,
     /// When the first shard started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_date_time_schema")]

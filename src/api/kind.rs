@@ -49,6 +49,9 @@ pub struct SliceCounts {
     pub completed_shards: Option<String>,
     /// Job sets: shard indices whose Job failed for good (a range list).
     pub failed_shards: Option<String>,
+    /// Job sets: unfinished shard indices whose Job has no pod Ready (a range list;
+    /// reported with application failover on).
+    pub unready_shards: Option<String>,
     /// Cron jobs: runs in progress.
     pub active: Option<i32>,
     /// Cron jobs: when a run was last scheduled.
@@ -357,6 +360,11 @@ impl PinterestKind for PinterestJobSet {
                     .unwrap_or_default()
             }),
             failed_shards: s.failed_shards.as_deref().map(|r| {
+                RangeSet::parse_within(r, total)
+                    .map(|r| r.to_string())
+                    .unwrap_or_default()
+            }),
+            unready_shards: s.unready_shards.as_deref().map(|r| {
                 RangeSet::parse_within(r, total)
                     .map(|r| r.to_string())
                     .unwrap_or_default()

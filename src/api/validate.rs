@@ -326,14 +326,18 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
         );
     }
     if let Some(a) = p.failover.as_ref().and_then(|f| f.application.as_ref()) {
-        // A share of replicas can move; a job set's shards, a cron job's runs, a daemon
-        // (every member) and a training gang (all or nothing) cannot be partly moved.
+        // A share of replicas, or a job set's unfinished shards, can move; a cron job's
+        // runs, a daemon (every member) and a training gang (all or nothing) cannot be
+        // partly moved.
         check!(
             e,
-            matches!(kind, WorkloadKind::Service | WorkloadKind::StatefulSet),
+            matches!(
+                kind,
+                WorkloadKind::Service | WorkloadKind::StatefulSet | WorkloadKind::JobSet
+            ),
             "spec.placement.failover.application",
             format!(
-                "application failover moves a share of replicas: PinterestService and PinterestStatefulSet only, not {kind}"
+                "application failover moves a share of replicas or a job set's unfinished shards: PinterestService, PinterestStatefulSet and PinterestJobSet only, not {kind}"
             ),
         );
         if let Some(t) = a.toleration_seconds {
@@ -1278,7 +1282,7 @@ mod tests {
     }
 
     #[test]
-    fn application_failover_is_for_replicas_and_its_toleration_has_a_floor() {
+    fn application_failover_is_for_replicas_and_shards_and_its_toleration_has_a_floor() {
         let failover = serde_json::json!({"application": {"tolerationSeconds": 5}});
         let service: crate::api::service::PinterestService =
             serde_json::from_value(serde_json::json!({
@@ -1303,9 +1307,20 @@ mod tests {
                          "containers": [{"name": "w", "image": "w:1"}]}}}
         }))
         .unwrap();
-        let err = workload(WorkloadRef::JobSet(&jobs)).unwrap_err();
+        assert!(workload(WorkloadRef::JobSet(&jobs)).is_ok());
+        let cron: crate::api::cronjob::PinterestCronJob =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestCronJob",
+                "metadata": {"name": "nightly", "namespace": "ads"},
+                "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "schedule": "0 1 * * *",
+                         "placement": {"failover": {"application": {}}},
+                         "template": {"spec": {"restartPolicy": "Never",
+                             "containers": [{"name": "w", "image": "w:1"}]}}}
+            }))
+            .unwrap();
+        let err = workload(WorkloadRef::CronJob(&cron)).unwrap_err();
         assert_eq!(err.first_field(), "spec.placement.failover.application");
-        assert!(err.to_string().contains("PinterestJobSet"), "{err}");
+        assert!(err.to_string().contains("PinterestCronJob"), "{err}");
         let mut ok = service.clone();
         ok.spec.placement.failover = Some(crate::api::common::Failover {
             application: Some(crate::api::common::ApplicationFailover {

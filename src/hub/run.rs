@@ -296,6 +296,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
             per_second: args.taint_moves_per_second,
             burst: args.taint_moves_burst,
         }),
+        unready_clocks: Default::default(),
     });
     let member_loop = member_loop::run(MemberLoop {
         hub: client.clone(),

@@ -290,6 +290,7 @@ pub fn member_workload_status(
         shards_failed: c.shards_failed,
         completed_shards: c.completed_shards,
         failed_shards: c.failed_shards,
+        unready_shards: c.unready_shards,
         active: c.active,
         last_schedule_time: c.last_schedule_time,
         last_successful_time: c.last_successful_time,

@@ -388,6 +388,7 @@ pub async fn decide<K: PinterestKind>(
                 failback: &failback,
                 leaving: &leaving,
                 app_failover: app_due.is_some(),
+                app_shards: app_due.and_then(|v| Some((v.cluster.as_str(), v.shards.as_ref()?))),
                 priority: &priority,
                 owed: &owed,
                 applied_before: &applied_before,
@@ -423,12 +424,22 @@ pub async fn decide<K: PinterestKind>(
     // of room elsewhere: it is looked at again).
     let mut application_failovers = avoided_before;
     if let Some(v) = app_due {
-        let left = !decision
+        let there = decision
             .placements
             .iter()
-            .any(|p| p.cluster == v.cluster && p.replicas.unwrap_or(0) > 0);
-        if left && !application_failovers.iter().any(|r| r.cluster == v.cluster) {
+            .filter(|p| p.cluster == v.cluster);
+        let left = match &v.shards {
+            // A job set: the shards that had no pod Ready there are elsewhere now.
+            Some(moved) => !there
+                .filter_map(|p| p.shards.as_deref())
+                .filter_map(|s| RangeSet::parse(s).ok())
+                .any(|s| !s.intersection(moved).is_empty()),
+            None => !there.into_iter().any(|p| p.replicas.unwrap_or(0) > 0),
+        };
+        if left {
             ctx.hub_metrics.application_failovers.inc();
+        }
+        if left && !application_failovers.iter().any(|r| r.cluster == v.cluster) {
             application_failovers.push(crate::api::common::ApplicationFailoverRecord {
                 cluster: v.cluster.clone(),
                 generation,
@@ -553,6 +564,9 @@ struct Replan<'a> {
     leaving: &'a BTreeMap<String, String>,
     /// One of them is left by application failover.
     app_failover: bool,
+    /// A job set's application failover: the member and the shards it gives up (its
+    /// others stay there).
+    app_shards: Option<(&'a str, &'a RangeSet)>,
     priority: &'a crate::placement::priority::Priority,
     /// What it gives up to preemptors in this plan.
     owed: &'a [Eviction],
@@ -709,7 +723,7 @@ async fn plan_again<K: PinterestKind>(
             .map(|p| &p.cluster)
             .filter(|c| {
                 standings.settling.contains(*c)
-                    || (standings.ready.contains(*c)
+                    || (standings.keeps_held(c)
                         && !r.lost_placed.contains(*c)
                         && !r.leaving.contains_key(*c)
                         && (policy.cluster_names.is_empty() || policy.cluster_names.contains(*c))
@@ -722,6 +736,15 @@ async fn plan_again<K: PinterestKind>(
             .collect();
         let unfinished = RangeSet::full(*total).difference(&completed);
         failover::keep_held_shards(&mut outcome.decision, b, &unfinished, &staying);
+        // Application failover moves only the shards that had no pod Ready there.
+        if let Some((c, released)) = r.app_shards {
+            failover::keep_held_shards(
+                &mut outcome.decision,
+                b,
+                &unfinished.difference(released),
+                &BTreeSet::from([c.to_string()]),
+            );
+        }
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
         // Charged as kept (a shard kept where it runs counts, whatever the plan said).
         ctx.quota_book

@@ -92,6 +92,17 @@ impl Standings {
             .unwrap_or(Standing::Lost)
     }
 
+    /// Whether a placed member keeps the job-set shards it holds on a re-plan: back from a
+    /// loss, or not lost by its heartbeats. `ready` is not asked: a hub that has just taken
+    /// over has not connected to every member yet, and a failback it planned then moved a
+    /// live member's running shards (one whose Job had just completed ran twice).
+    pub fn keeps_held(&self, cluster: &str) -> bool {
+        matches!(
+            self.of(cluster),
+            Standing::Ready | Standing::Settling | Standing::Waiting
+        )
+    }
+
     /// Whether a member the workload left counts for failback (it is still a member and
     /// is not being unjoined).
     pub fn counts_for_failback(&self, cluster: &str) -> bool {
@@ -286,5 +297,37 @@ pub async fn watch_member_health(ctx: Arc<HubContext>) {
             ctx.member_health.send_modify(|g| *g += 1);
             last = current;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_keeps_its_shards_until_it_is_lost_or_drained_connected_or_not() {
+        let standings = Standings {
+            standings: [
+                ("ready", Standing::Ready),
+                ("settling", Standing::Settling),
+                ("waiting", Standing::Waiting),
+                ("lost", Standing::Lost),
+                ("draining", Standing::Draining),
+            ]
+            .into_iter()
+            .map(|(n, s)| (n.to_string(), s))
+            .collect(),
+            reachable: BTreeSet::new(),
+            // No member connected yet: a hub that has just taken over.
+            ready: BTreeSet::new(),
+            settling: BTreeSet::new(),
+            requeue: Duration::from_secs(600),
+            fails_over: true,
+        };
+        let keep: Vec<&str> = ["ready", "settling", "waiting", "lost", "draining", "gone"]
+            .into_iter()
+            .filter(|c| standings.keeps_held(c))
+            .collect();
+        assert_eq!(keep, ["ready", "settling", "waiting"]);
     }
 }

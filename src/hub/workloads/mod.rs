@@ -333,6 +333,8 @@ pub struct HubContext {
     pub hosts: hosts::HostIndex,
     /// The fleet's budget for moves off members tainted `NoExecute`.
     pub taint_moves: TaintMoves,
+    /// Job sets with application failover: since when each member's shards are unready.
+    pub unready_clocks: app_failover::UnreadyClocks,
 }
 
 /// Moves off tainted members, paced across the fleet (`placement::move_budget`), and the
@@ -553,6 +555,7 @@ pub async fn reconcile<K: PinterestKind>(
 
 async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result<Action, HubError> {
     if obj.meta().deletion_timestamp.is_some() {
+        ctx.unready_clocks.forget(&workload_key(obj));
         return deletion::remove_slices(obj, ctx).await;
     }
     let now = Timestamp::now();
@@ -613,6 +616,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // A share that does not become available in a healthy member (opt-in).
     let app_look = app_failover::look_at(
+        ctx,
         obj,
         remembered.previous.as_ref(),
         &standings,
