@@ -484,10 +484,14 @@ fn member_line(c: &MemberWorkloadStatus) -> String {
             String::new()
         }
         None => format!(
-            "shards running {} succeeded {} failed {}",
+            "shards running {} succeeded {} failed {}{}",
             n(c.shards_running),
             n(c.shards_succeeded),
-            n(c.shards_failed)
+            n(c.shards_failed),
+            c.unready_shards
+                .as_deref()
+                .map(|u| format!(" unready {u}"))
+                .unwrap_or_default()
         ),
     };
     format!(
@@ -1071,6 +1075,25 @@ mod tests {
 
     fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_members_line_names_its_unready_shards() {
+        let mut c = MemberWorkloadStatus::observed(
+            "use1b",
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        c.state = Some("Progressing".into());
+        c.shards_running = Some(4);
+        c.shards_succeeded = Some(0);
+        c.shards_failed = Some(0);
+        assert!(!member_line(&c).contains("unready"), "{}", member_line(&c));
+        c.unready_shards = Some("4-7".into());
+        assert!(
+            member_line(&c).ends_with("shards running 4 succeeded 0 failed 0 unready 4-7"),
+            "{}",
+            member_line(&c)
+        );
     }
 
     #[test]

@@ -869,6 +869,9 @@ pub enum ShardState {
     Failed,
     /// Given to a cluster, not finished.
     Assigned,
+    /// Given to a cluster whose agent says its Job has no pod Ready (application
+    /// failover's evidence).
+    Unready,
     Unplaced,
 }
 
@@ -878,6 +881,7 @@ impl ShardState {
             ShardState::Succeeded => "succeeded",
             ShardState::Failed => "failed",
             ShardState::Assigned => "assigned",
+            ShardState::Unready => "unready",
             ShardState::Unplaced => "unplaced",
         }
     }
@@ -916,6 +920,20 @@ pub fn shard_map(total: u32, s: &HubStatus, limit: u32) -> Vec<ShardCell> {
             }
         }
     }
+    // Unready where its own cluster says so (a report from a cluster it left says nothing).
+    let unready: BTreeSet<u32> = s
+        .clusters
+        .iter()
+        .filter_map(|c| {
+            let r = RangeSet::parse(c.unready_shards.as_deref()?).ok()?;
+            Some((c.cluster.as_str(), r))
+        })
+        .flat_map(|(c, r)| {
+            r.iter()
+                .filter(|i| owner.get(i).map(String::as_str) == Some(c))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     (0..total.min(limit))
         .map(|i| {
             let cluster = owner.get(&i).cloned();
@@ -923,6 +941,8 @@ pub fn shard_map(total: u32, s: &HubStatus, limit: u32) -> Vec<ShardCell> {
                 ShardState::Succeeded
             } else if s.failed_shards.contains(i) {
                 ShardState::Failed
+            } else if unready.contains(&i) {
+                ShardState::Unready
             } else if cluster.is_some() {
                 ShardState::Assigned
             } else {
@@ -1577,7 +1597,9 @@ mod tests {
             "spec": {},
             "status": {
                 "placement": {"placements": [{"cluster": "a", "shards": "0-3"}, {"cluster": "b", "shards": "4-5"}], "unplaced": 2},
-                "clusters": [{"cluster": "a", "observedTime": "2026-11-23T11:00:00Z", "completedShards": "0-1"}],
+                // a says 3 has no pod Ready (5 is b's: a's word on it does not count).
+                "clusters": [{"cluster": "a", "observedTime": "2026-11-23T11:00:00Z", "completedShards": "0-1",
+                              "unreadyShards": "3,5"}],
                 "completedShards": "0-1", "failedShards": "4"
             }
         }));
@@ -1590,7 +1612,7 @@ mod tests {
                 "succeeded",
                 "succeeded",
                 "assigned",
-                "assigned",
+                "unready",
                 "failed",
                 "assigned",
                 "unplaced",

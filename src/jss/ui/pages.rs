@@ -1176,7 +1176,7 @@ fn shards_section(h: &mut String, d: &Detail<'_>) {
     if let Some((total, cells)) = &d.shards {
         let _ = write!(
             h,
-            "<section class=\"card\" id=\"shards\"><h2>Shards</h2><p>{} shards · {} succeeded · {} failed · {} unplaced{}</p><div class=\"shardmap\">",
+            "<section class=\"card\" id=\"shards\"><h2>Shards</h2><p>{} shards · {} succeeded · {} failed · {} unready · {} unplaced{}</p><div class=\"shardmap\">",
             total,
             cells
                 .iter()
@@ -1185,6 +1185,10 @@ fn shards_section(h: &mut String, d: &Detail<'_>) {
             cells
                 .iter()
                 .filter(|c| c.state == super::model::ShardState::Failed)
+                .count(),
+            cells
+                .iter()
+                .filter(|c| c.state == super::model::ShardState::Unready)
                 .count(),
             cells
                 .iter()
@@ -1217,7 +1221,7 @@ fn shards_section(h: &mut String, d: &Detail<'_>) {
             );
         }
         h.push_str("</div><p class=\"legend\"><span class=\"shard succeeded\">ok</span> succeeded <span class=\"shard assigned\">·</span> assigned \
-                    <span class=\"shard failed\">!</span> failed <span class=\"shard unplaced\">?</span> unplaced; the border is the cluster's colour</p></section>");
+                    <span class=\"shard failed\">!</span> failed <span class=\"shard unready\">·</span> unready (no pod Ready) <span class=\"shard unplaced\">?</span> unplaced; the border is the cluster's colour</p></section>");
     }
 }
 
