@@ -1774,6 +1774,138 @@ fn raw_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Strin
     (status, out)
 }
 
+/// A raw `POST` of a form with `headers`: the status and the whole response.
+fn raw_post_form(addr: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: jss\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    let status = out
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+/// A response header's value (its name in any case).
+fn header_of<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let prefix = format!("{}: ", name.to_ascii_lowercase());
+    response
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find(|l| l.to_ascii_lowercase().starts_with(&prefix))
+        .map(|l| l[prefix.len()..].trim())
+}
+
+/// A UI session made by one JSS replica is served by another with the same session key
+/// (the session is sealed in its cookie), with the same CSRF token, and an action's
+/// message made on one shows on the other; a replica with another key sends it to log in.
+#[tokio::test]
+async fn a_ui_session_and_its_messages_are_served_by_every_replica_with_the_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-sessions").await;
+    let key = st.dir.join("ui-session.key");
+    std::fs::write(&key, pinfed::jss::ui::session::random_token().unwrap()).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = key.display().to_string();
+    let flags = ["--ui-session-key-file", key.as_str()];
+    let a = st.own_jss(&fed, "jss-sessions-a", &flags);
+    let b = st.own_jss(&fed, "jss-sessions-b", &flags);
+    let other = st.own_jss(&fed, "jss-sessions-other", &[]);
+    let submitted = JssClient::new(
+        &format!("http://{}", a.api),
+        Some("alice-token".into()),
+        None,
+    )
+    .unwrap()
+    .post_json(
+        "/v1/submissions",
+        &json!({"resource": service("web", "ads", 1, "10m"), "namespace": ns.name}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(submitted.status, 201, "{}", submitted.text);
+    // Logged in at a.
+    let (status, out) = raw_post_form(
+        &a.api,
+        "/ui/login",
+        "token=alice-token&next=%2Fui%2Ffleet",
+        &[],
+    );
+    assert_eq!(status, 303, "{out}");
+    let cookie = header_of(&out, "set-cookie")
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {out}"))
+        .to_string();
+    assert!(!cookie.contains("alice"), "the cookie is sealed: {cookie}");
+    // b serves the page, with the session's CSRF token in its forms.
+    let page = format!("/ui/workloads/{}/service/web", ns.name);
+    let (status, html) = raw_get_with(&b.api, &page, &[("Cookie", &cookie)]);
+    assert_eq!(
+        status,
+        200,
+        "b serves a's session\n{html}\n{}",
+        b.daemon.log_tail()
+    );
+    let csrf = html
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no CSRF token in the page: {html}"))
+        .to_string();
+    // An action at b (a rebalance preview): its message shows on a's page.
+    let (status, out) = raw_post_form(
+        &b.api,
+        &format!("{page}/rebalance"),
+        &format!("csrf={csrf}&dry_run=true"),
+        &[("Cookie", &cookie)],
+    );
+    assert_eq!(status, 303, "{out}");
+    let back = header_of(&out, "location").unwrap_or_default().to_string();
+    assert!(back.starts_with(&format!("{page}?flash=")), "{out}");
+    let (status, html) = raw_get_with(&a.api, &back, &[("Cookie", &cookie)]);
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("id=\"flash\""), "a shows b's message: {html}");
+    // The message is the session's own: the same address shows nothing to another.
+    let (_, out) = raw_post_form(
+        &a.api,
+        "/ui/login",
+        "token=bob-token&next=%2Fui%2Ffleet",
+        &[],
+    );
+    let bobs = header_of(&out, "set-cookie")
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie for bob: {out}"))
+        .to_string();
+    let (_, html) = raw_get_with(&a.api, &back, &[("Cookie", &bobs)]);
+    assert!(
+        !html.contains("id=\"flash\""),
+        "bob sees alice's message: {html}"
+    );
+    // A replica with another key: not a session it can open.
+    let (status, _) = raw_get_with(&other.api, &page, &[("Cookie", &cookie)]);
+    assert_eq!(
+        status, 303,
+        "a replica without the key sends the browser to log in"
+    );
+    ns.delete().await;
+}
+
 /// Two JSS replicas admit into one namespace with a quota one at a time: submissions that
 /// each fit alone but not together, sent at once to different replicas, are one accepted
 /// and one refused (409 QuotaExceeded), in every round. (Each replica alone serialized

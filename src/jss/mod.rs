@@ -92,6 +92,12 @@ pub struct JssArgs {
     /// once the hub no longer vouches for the token, the session ends.
     #[arg(long, env = "PINFED_JSS_UI_SESSION_REVIEW_SECS", default_value = "300", value_parser = clap::value_parser!(u64).range(1..))]
     pub ui_session_review_secs: u64,
+    /// A file of at least 32 secret bytes the UI's session key is derived from. Every
+    /// replica given the same file serves every session (each session is sealed in its
+    /// cookie). Without it the key is derived from the TLS key (replicas sharing a
+    /// certificate share sessions), and without TLS it is this process's own.
+    #[arg(long, env = "PINFED_JSS_UI_SESSION_KEY_FILE")]
+    pub ui_session_key_file: Option<PathBuf>,
     /// The hub's leader-election Lease the UI's fleet page shows (`namespace/name`).
     #[arg(long, env = "PINFED_JSS_HUB_LEASE", default_value = ui::DEFAULT_HUB_LEASE)]
     pub hub_lease: String,
@@ -180,6 +186,32 @@ fn read_auth(args: &JssArgs) -> anyhow::Result<auth::AuthConfig> {
     Ok(auth::AuthConfig::merge(&files)?)
 }
 
+/// The UI's session key: from `--ui-session-key-file`, else derived from the TLS key
+/// (every replica serving the same certificate shares sessions), else this process's own.
+fn ui_session_key(args: &JssArgs) -> anyhow::Result<ui::session::SessionKey> {
+    use ui::session::SessionKey;
+    let from = |path: &Path| -> anyhow::Result<SessionKey> {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        check_private(path, &meta, effective_gid())?;
+        let secret = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        SessionKey::derive(&secret).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    };
+    if let Some(path) = &args.ui_session_key_file {
+        return from(path).context("--ui-session-key-file");
+    }
+    if let Some(path) = &args.tls_key {
+        let secret = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        return SessionKey::derive(&secret)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+            .context("the UI's session key, derived from --tls-key");
+    }
+    tracing::info!(
+        "UI sessions are sealed with this process's own key (no --ui-session-key-file, no TLS): another replica will not serve them"
+    );
+    SessionKey::random().map_err(|e| anyhow::anyhow!("no randomness for the UI's session key: {e}"))
+}
+
 /// The process's effective group (from /proc: the standard library does not say).
 fn effective_gid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -201,7 +233,7 @@ fn check_private(path: &Path, meta: &std::fs::Metadata, egid: Option<u32>) -> an
     let foreign_group = mode & 0o070 != 0 && Some(meta.gid()) != egid;
     anyhow::ensure!(
         !others && !foreign_group,
-        "{} holds tokens but is readable by others (mode {mode:03o}{}): chmod 600 it (or 640 \
+        "{} holds secrets but is readable by others (mode {mode:03o}{}): chmod 600 it (or 640 \
          with the JSS's group; a Secret volume: defaultMode 0440 with fsGroup)",
         path.display(),
         if foreign_group && !others {
@@ -278,6 +310,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
             ui = %format!("{}://{}/ui/", if tls.is_some() { "https" } else { "http" }, args.listen),
             "job submission service ready"
         );
+        let session_key = ui_session_key(&args)?;
         let ui = ui::Ui::start(
             jss.clone(),
             ui::UiConfig {
@@ -286,6 +319,7 @@ pub fn run(args: JssArgs) -> anyhow::Result<()> {
                 session_review: Duration::from_secs(args.ui_session_review_secs),
                 hub_lease: args.hub_lease.clone(),
             },
+            session_key,
         );
         let refused = jss.metrics.connections_refused.clone();
         let app = ui::mount(server::router(jss.clone(), ready), ui).layer(

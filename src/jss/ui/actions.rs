@@ -111,7 +111,7 @@ pub async fn rollout_action(
     Path((ns, kind, name, action)): Path<(String, String, String, String)>,
     form: Result<Form<RolloutForm>, FormRejection>,
 ) -> Response {
-    let Some((sid, s)) = ui.session(&headers) else {
+    let Some((_, s)) = ui.session(&headers) else {
         return to_login(&uri, false);
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
@@ -191,7 +191,7 @@ pub async fn rollout_action(
             (false, r.reply().describe(r.status()))
         }
     };
-    back_with_flash(&ui, &sid, kind, &ns, &name, ok, text)
+    back_with_flash(&ui, &s, kind, &ns, &name, ok, text)
 }
 
 /// One action, as the API's handler does it once the caller may act on the workload `o`
@@ -492,7 +492,7 @@ fn checked(
 /// Back to the workload's page with what the action said as its flash message.
 fn back_with_flash(
     ui: &Ui,
-    sid: &str,
+    s: &super::session::Session,
     kind: crate::api::workload::WorkloadKind,
     ns: &str,
     name: &str,
@@ -500,7 +500,7 @@ fn back_with_flash(
     text: String,
 ) -> Response {
     let page = pages::workload_href(kind, ns, name);
-    match ui.sessions.add_flash(sid, ok, text) {
+    match ui.sessions.seal_flash(s, ok, text) {
         Some(key) => Redirect::to(&format!("{page}?flash={}", html::url_part(&key))),
         None => Redirect::to(&page),
     }
@@ -524,7 +524,7 @@ pub async fn rebalance(
     Path((ns, kind, name)): Path<(String, String, String)>,
     form: Result<Form<RebalanceForm>, FormRejection>,
 ) -> Response {
-    let Some((sid, s)) = ui.session(&headers) else {
+    let Some((_, s)) = ui.session(&headers) else {
         return to_login(&uri, false);
     };
     let form = form.map(|Form(f)| f).unwrap_or_default();
@@ -570,5 +570,5 @@ pub async fn rebalance(
             (false, r.reply().describe(r.status()))
         }
     };
-    back_with_flash(&ui, &sid, kind, &ns, &name, ok, text)
+    back_with_flash(&ui, &s, kind, &ns, &name, ok, text)
 }

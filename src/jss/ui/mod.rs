@@ -22,7 +22,7 @@ pub mod session;
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -85,13 +85,13 @@ pub struct Ui {
 
 impl Ui {
     /// Starts the UI's hub watches.
-    pub fn start(jss: Arc<Jss>, cfg: UiConfig) -> Arc<Ui> {
+    pub fn start(jss: Arc<Jss>, cfg: UiConfig, key: session::SessionKey) -> Arc<Ui> {
         let feed = Feed::start(jss.hub.client.clone());
         let ui = Arc::new(Ui {
             jss,
             feed,
             rows: Default::default(),
-            sessions: Sessions::new(cfg.session_ttl),
+            sessions: Sessions::new(cfg.session_ttl, key),
             cfg,
         });
         tokio::spawn(review_sessions(Arc::downgrade(&ui)));
@@ -101,7 +101,7 @@ impl Ui {
     fn session(&self, headers: &HeaderMap) -> Option<(String, Session)> {
         let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
         let id = session::cookie_value(cookie)?;
-        let s = self.sessions.get(id, Instant::now())?;
+        let s = self.sessions.get(id, Instant::now(), SystemTime::now())?;
         Some((id.to_string(), s))
     }
 
@@ -372,15 +372,19 @@ async fn login(
     let user = principal.user.clone();
     // A token TokenReview vouched for is asked again while the session lives.
     let reviewed = (!ui.jss.in_token_file(token)).then(|| token.to_string());
-    let (id, _) = match ui.sessions.create(principal, reviewed, Instant::now()) {
+    let (id, _) = match ui
+        .sessions
+        .create(principal, reviewed, Instant::now(), SystemTime::now())
+    {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!(error = %e, "no randomness for a session id");
+            tracing::error!(error = %e, user = %user, "no session could be made");
+            audit(&user, "login", "-", "Refused", &e.to_string());
             return problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 None,
                 false,
-                "no session could be made",
+                &format!("no session could be made: {e}"),
             );
         }
     };
@@ -794,6 +798,7 @@ async fn workload(
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
     let rollout_view = crate::jss::rollout::view(kind, &o, &revisions);
+    let flash = ui.sessions.flash(&s, q.flash.as_deref());
     let detail = pages::Detail {
         row: &row,
         contact: o.data["spec"]["owner"]["contact"]
@@ -824,7 +829,7 @@ async fn workload(
             history_error,
             rolled_out: find_condition(&st.conditions, crate::status::hub_status::ROLLED_OUT),
         },
-        flash: s.flash(q.flash.as_deref()),
+        flash: flash.as_ref(),
     };
     let topic = format!("workload:{ns}/{}/{name}", kind.as_str());
     render(
@@ -1085,7 +1090,7 @@ async fn live(
                 }
                 tokio::time::sleep(LIVE_DEBOUNCE).await;
                 let now = *rx.borrow_and_update();
-                ui.sessions.get(&id, Instant::now())?;
+                ui.sessions.get(&id, Instant::now(), SystemTime::now())?;
                 if follows(&topic, last, now) {
                     let n = now.members + now.workloads;
                     let ev = SseEvent::default().event("change").data(n.to_string());
@@ -1307,9 +1312,9 @@ mod tests {
                 user: "a".into(),
                 teams: BTreeSet::new(),
             },
+            id: "i".into(),
             csrf: "right".into(),
             expires: Instant::now(),
-            flashes: Vec::new(),
             reviewed: None,
         };
         let h = headers(&[("host", "a")]);
