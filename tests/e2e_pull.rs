@@ -526,3 +526,150 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
     )
     .await;
 }
+
+/// The reason of a MemberCluster's `CredentialValid` condition.
+async fn credential_reason(members: &Api<MemberCluster>, name: &str) -> Option<String> {
+    let mc = members.get(name).await.ok()?;
+    mc.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == pinfed::hub::pull_credential::CONDITION)
+        .map(|c| c.reason)
+}
+
+/// A pull agent's chain of token renewals has an end of its own: every token it mints
+/// must be bound to its credential Secret (an unbound one is refused), the hub says when
+/// the credential ends, deletes it at its end (every token of the chain is refused from
+/// then on: the member goes AgentLost), and a new join makes the member Ready again.
+#[tokio::test]
+async fn destructive_a_pull_agents_credential_ends_on_its_own_and_a_new_join_renews_it() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use pinfed::hub::join_pull::{AGENT_CREDENTIAL, PULL_AGENT};
+    let fed = Federation::connect().await;
+    let pull = pull_member(&fed);
+    // A credential of 40 s, made anew.
+    support::join_member(
+        &fed,
+        &pull,
+        &["--credential-secs", "40", "--renew-credential"],
+    );
+    let hub_d = hub(&fed, "credential");
+    let agent_d = agent(&fed, &pull, "credential");
+    let hub = fed.hub();
+    let members: Api<MemberCluster> = Api::all(hub.clone());
+    let logs = || format!("{}\n{}", hub_d.log_tail(), agent_d.log_tail());
+    eventually(
+        Duration::from_secs(60),
+        &format!("{pull} Ready, its credential ending soon\n{}", logs()),
+        || async {
+            member_is(&members, &pull, ConditionStatus::True, None).await
+                && credential_reason(&members, &pull).await.as_deref() == Some("EndsSoon")
+        },
+    )
+    .await;
+    // The agent's own token may mint only tokens bound to the credential.
+    let kubeconfig = Api::<Secret>::namespaced(fed.client(&pull), "pinfed-system")
+        .get("pinfed-hub-kubeconfig")
+        .await
+        .unwrap();
+    let kubeconfig = String::from_utf8(kubeconfig.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let as_agent = pinfed::controller::tokens::client_from_kubeconfig(&kubeconfig)
+        .await
+        .unwrap();
+    let ns = pinfed::api::member_slice::pull_namespace(&pull);
+    let sas: Api<ServiceAccount> = Api::namespaced(as_agent.clone(), &ns);
+    let unbound = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match sas
+        .create_token_request(PULL_AGENT, &PostParams::default(), &unbound)
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains(AGENT_CREDENTIAL), "{}", s.message);
+        }
+        other => panic!("an unbound token was minted: {other:?}"),
+    }
+    let credential = Api::<Secret>::namespaced(hub.clone(), &ns)
+        .get(AGENT_CREDENTIAL)
+        .await
+        .unwrap();
+    let bound = pinfed::controller::tokens::request_bound_token(
+        &as_agent,
+        &ns,
+        PULL_AGENT,
+        3600,
+        Some(&pinfed::controller::tokens::BoundSecret {
+            name: AGENT_CREDENTIAL.into(),
+            uid: credential.metadata.uid.clone().unwrap(),
+        }),
+    )
+    .await
+    .expect("a token bound to the credential");
+    let renewed = pinfed::controller::tokens::client_from_kubeconfig(
+        &pinfed::controller::tokens::with_token(&kubeconfig, &bound).unwrap(),
+    )
+    .await
+    .unwrap();
+    // At its end the hub deletes it: the agent's tokens, renewed ones too, are refused.
+    eventually(
+        Duration::from_secs(90),
+        &format!("the credential ended and deleted\n{}", logs()),
+        || async {
+            credential_reason(&members, &pull).await.as_deref() == Some("Ended")
+                && Api::<Secret>::namespaced(hub.clone(), &ns)
+                    .get_opt(AGENT_CREDENTIAL)
+                    .await
+                    .is_ok_and(|s| s.is_none())
+        },
+    )
+    .await;
+    for (which, client) in [("current", &as_agent), ("renewed", &renewed)] {
+        eventually(
+            Duration::from_secs(30),
+            &format!("the agent's {which} token refused (401)"),
+            || async {
+                matches!(
+                    pinfed::controller::tokens::who_am_i(client).await,
+                    Err(kube::Error::Api(s)) if s.code == 401
+                )
+            },
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(60),
+        &format!("{pull} AgentLost\n{}", logs()),
+        || async { member_is(&members, &pull, ConditionStatus::False, Some("AgentLost")).await },
+    )
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(hub.clone());
+    let said = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("CredentialEnded")
+                && e.involved_object.name.as_deref() == Some(pull.as_str())
+        });
+    assert!(said, "a CredentialEnded Event on {pull}");
+    // Joined again (the default 90 days): Ready again, its credential valid.
+    support::join_member(&fed, &pull, &[]);
+    eventually(
+        Duration::from_secs(90),
+        &format!("{pull} Ready after joining again\n{}", logs()),
+        || async {
+            member_is(&members, &pull, ConditionStatus::True, None).await
+                && credential_reason(&members, &pull).await.as_deref() == Some("Valid")
+        },
+    )
+    .await;
+}

@@ -965,11 +965,36 @@ async fn renew_token(hub: &Client, member: &Client, ns: &str, kubeconfig: &str) 
         if !tokens::renewal_due(&token, Timestamp::now().as_second()) {
             continue;
         }
-        let fresh = match tokens::request_service_account_token(
+        // Bound to the member's credential on the hub, like every token of this agent:
+        // the chain of renewals ends with it.
+        let credential = match Api::<Secret>::namespaced(hub.clone(), ns)
+            .get_opt(crate::hub::join_pull::AGENT_CREDENTIAL)
+            .await
+        {
+            Ok(Some(s)) => match s.metadata.uid {
+                Some(uid) => tokens::BoundSecret {
+                    name: crate::hub::join_pull::AGENT_CREDENTIAL.into(),
+                    uid,
+                },
+                None => continue,
+            },
+            Ok(None) => {
+                tracing::error!(
+                    "the agent's credential on the hub is gone (expired or revoked): the member must be joined again (pinfed join --mode pull)"
+                );
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the agent's credential on the hub; trying again");
+                continue;
+            }
+        };
+        let fresh = match tokens::request_bound_token(
             hub,
             ns,
             PULL_SERVICE_ACCOUNT,
             HUB_TOKEN_SECS,
+            Some(&credential),
         )
         .await
         {

@@ -64,6 +64,18 @@ pub struct JoinArgs {
     /// the hub context).
     #[arg(long)]
     pub hub_server: Option<String>,
+    /// Pull mode: how long the agent's credential on the hub lasts from this join
+    /// (seconds; default 90 days). Every token the agent renews is bound to it; when it
+    /// ends the hub deletes it and the agent is refused until the member is joined again.
+    #[arg(long, env = "PINFED_PULL_CREDENTIAL_SECS",
+          default_value_t = crate::hub::join_pull::DEFAULT_CREDENTIAL_DAYS * 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(10..=10 * 365 * 24 * 3600))]
+    pub credential_secs: u64,
+    /// Pull mode: make a new credential although the current one lasts (every token of
+    /// the old one is refused from then on: the agent reads the new kubeconfig this join
+    /// leaves in the member).
+    #[arg(long)]
+    pub renew_credential: bool,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -153,7 +165,11 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
                 ca_pem: hub_ca,
             };
             eprintln!("joining {name} to the hub in pull mode: its agent connects to {}", endpoint.server);
-            crate::hub::join_pull::join_pull(&hub, &member, &req, &endpoint).await?;
+            let terms = crate::hub::join_pull::CredentialTerms {
+                lifetime: std::time::Duration::from_secs(args.credential_secs),
+                renew: args.renew_credential,
+            };
+            crate::hub::join_pull::join_pull(&hub, &member, &req, &endpoint, &terms).await?;
         } else {
             eprintln!("joining {name} ({}) to the hub", req.server);
             join(&hub, &member, &req).await?;

@@ -56,10 +56,38 @@ pub async fn request_service_account_token(
     name: &str,
     seconds: i64,
 ) -> Result<String, kube::Error> {
+    request_bound_token(client, namespace, name, seconds, None).await
+}
+
+/// A Secret a token is bound to: the token is refused once the Secret is gone (or was
+/// made again: the uid differs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundSecret {
+    pub name: String,
+    pub uid: String,
+}
+
+/// A token for ServiceAccount `namespace/name` lasting `seconds`, bound to `bound` (in
+/// the same namespace) when given.
+pub async fn request_bound_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    seconds: i64,
+    bound: Option<&BoundSecret>,
+) -> Result<String, kube::Error> {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let req = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(seconds),
+            bound_object_ref: bound.map(|b| {
+                k8s_openapi::api::authentication::v1::BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Secret".into()),
+                    name: Some(b.name.clone()),
+                    uid: Some(b.uid.clone()),
+                }
+            }),
             ..Default::default()
         }),
         ..Default::default()

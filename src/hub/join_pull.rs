@@ -31,6 +31,107 @@ pub const HUB_PULL_ROLE: &str = "pinfed-hub-pull";
 pub const HUB_ACCOUNT: &str = "pinfed-hub";
 /// How long the agent's token lives; it renews it at two thirds.
 pub const AGENT_TOKEN_SECS: i64 = 3 * 24 * 3600;
+/// The Secret in the pull namespace every token of the member's agent is bound to: the
+/// chain of renewals ends with it (`pinfed-token-lifetime` refuses the agent a token
+/// bound to anything else). The hub deletes it when the credential expires; joining
+/// again makes a new one.
+pub const AGENT_CREDENTIAL: &str = "pinfed-agent-credential";
+/// On that Secret: when the agent's credential ends (RFC 3339).
+pub const ANNOTATION_CREDENTIAL_EXPIRES: &str = "federation.pinterest.com/credential-expires";
+/// How long a pull agent's credential lasts unless `pinfed join --credential-days` says.
+pub const DEFAULT_CREDENTIAL_DAYS: u64 = 90;
+
+/// The agent's credential as `pinfed join` makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CredentialTerms {
+    /// How long from the join it lasts.
+    pub lifetime: std::time::Duration,
+    /// Make a new one even while the current one lasts (every token of the old one is
+    /// refused from then on).
+    pub renew: bool,
+}
+
+impl Default for CredentialTerms {
+    fn default() -> CredentialTerms {
+        CredentialTerms {
+            lifetime: std::time::Duration::from_secs(DEFAULT_CREDENTIAL_DAYS * 24 * 3600),
+            renew: false,
+        }
+    }
+}
+
+/// The credential Secret, ending at `expires` (no data: only its existence counts).
+pub fn credential_secret(member: &str, expires: k8s_openapi::jiff::Timestamp) -> Secret {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": AGENT_CREDENTIAL,
+            "namespace": pull_namespace(member),
+            "labels": {"app.kubernetes.io/part-of": "pinfed", "federation.pinterest.com/member": member},
+            "annotations": {ANNOTATION_CREDENTIAL_EXPIRES: expires.to_string()},
+        },
+        "type": "federation.pinterest.com/agent-credential",
+    }))
+    .expect("a Secret")
+}
+
+/// When a credential Secret says it ends; `None` when it does not say (or not readably).
+pub fn credential_expires(s: &Secret) -> Option<k8s_openapi::jiff::Timestamp> {
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_CREDENTIAL_EXPIRES)?
+        .parse()
+        .ok()
+}
+
+/// The member's agent credential on the hub: the current one while it lasts (and no
+/// renewal is asked for), else a new one.
+async fn agent_credential(
+    hub: &Client,
+    member: &str,
+    terms: &CredentialTerms,
+) -> anyhow::Result<tokens::BoundSecret> {
+    let api: Api<Secret> = Api::namespaced(hub.clone(), &pull_namespace(member));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if let Some(s) = api.get_opt(AGENT_CREDENTIAL).await? {
+        let lasts = credential_expires(&s).is_some_and(|e| e > now);
+        match (&s.metadata.uid, lasts && !terms.renew) {
+            (Some(uid), true) => {
+                return Ok(tokens::BoundSecret {
+                    name: AGENT_CREDENTIAL.into(),
+                    uid: uid.clone(),
+                });
+            }
+            _ => {
+                api.delete(AGENT_CREDENTIAL, &Default::default()).await?;
+                // (A create right after the delete could still meet the old object.)
+                for _ in 0..50 {
+                    if api.get_opt(AGENT_CREDENTIAL).await?.is_none() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    let lifetime =
+        k8s_openapi::jiff::SignedDuration::try_from(terms.lifetime).context("--credential-days")?;
+    let expires = now
+        .checked_add(lifetime)
+        .context("the credential's end is out of range")?;
+    let made = api
+        .create(&Default::default(), &credential_secret(member, expires))
+        .await
+        .context("making the agent's credential Secret")?;
+    Ok(tokens::BoundSecret {
+        name: AGENT_CREDENTIAL.into(),
+        uid: made
+            .metadata
+            .uid
+            .context("the credential Secret has no uid")?,
+    })
+}
 
 /// The hub side of the API server as the member's agent reaches it.
 #[derive(Debug, Clone)]
@@ -230,6 +331,7 @@ pub async fn join_pull(
     member: &Client,
     req: &JoinRequest,
     endpoint: &HubEndpoint,
+    terms: &CredentialTerms,
 ) -> anyhow::Result<()> {
     install_crds(hub)
         .await
@@ -242,11 +344,15 @@ pub async fn join_pull(
     apply_all(hub, &hub_objects(req))
         .await
         .context("registering the pull member on the hub")?;
-    let token = tokens::request_service_account_token(
+    let bound = agent_credential(hub, &req.name, terms)
+        .await
+        .context("the agent's credential on the hub")?;
+    let token = tokens::request_bound_token(
         hub,
         &pull_namespace(&req.name),
         PULL_AGENT,
         AGENT_TOKEN_SECS,
+        Some(&bound),
     )
     .await
     .context("requesting a token for the member's agent on the hub")?;

@@ -30,6 +30,10 @@ pub struct MemberLoop {
     pub health: Family<MemberLabels, Gauge>,
     /// Shared with the workload loops: serializes pending clean-up writes.
     pub cleanup_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Events on MemberClusters (a pull agent's credential ending).
+    pub recorder: crate::controller::events::EventSink,
+    /// What was last read of each pull member's agent credential.
+    pub credentials: crate::hub::pull_credential::Seen,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +63,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
         }
     };
     let now = Timestamp::now();
-    let status = members::member_status(
+    let mut status = members::member_status(
         mc.status.as_ref(),
         member.as_deref(),
         connect_error.as_deref(),
@@ -67,6 +71,12 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
         now,
         ctx.grace,
     );
+    // A pull member's agent credential: how long it lasts, deleted at its end.
+    if mc.spec.mode == Some(crate::api::federation::ClusterMode::Pull) {
+        let c = crate::hub::pull_credential::check(&ctx.hub, &ctx.credentials, &ctx.recorder, &mc)
+            .await;
+        crate::api::common::set_condition(&mut status.conditions, c);
+    }
     let ready = member.as_ref().is_some_and(|m| m.is_ready(now, ctx.grace));
     ctx.health
         .get_or_create(&MemberLabels {

@@ -9,6 +9,7 @@ pub mod join_pull;
 pub mod member_loop;
 pub mod member_token;
 pub mod members;
+pub mod pull_credential;
 pub mod quota_book;
 mod run;
 pub mod secret_grant;

@@ -305,6 +305,14 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         interval: Duration::from_secs(args.heartbeat_secs),
         health: p.health.clone(),
         cleanup_lock: p.cleanup_lock.clone(),
+        recorder: crate::controller::events::EventSink::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "pinfed-hub".into(),
+                instance: Some(p.identity.clone()),
+            },
+        ),
+        credentials: Default::default(),
     });
     // The workload loops start after the member loop's first pass (member health known).
     let workload_loops = async {

@@ -278,41 +278,53 @@ pub fn member_policy_file() -> String {
 /// Joins every member of the topology to the hub (idempotent).
 pub fn join_all(fed: &Federation) {
     for m in &fed.topology.members {
-        let mut args = vec![
-            "join",
-            &m.name,
-            "--member-context",
-            &m.name,
-            "--hub-context",
-            &fed.topology.hub.name,
-        ];
-        let region;
-        let zone;
-        if let Some(r) = &m.region {
-            region = r.clone();
-            args.extend(["--region", &region]);
-        }
-        if let Some(z) = &m.zone {
-            zone = z.clone();
-            args.extend(["--zone", &zone]);
-        }
-        let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        for l in &labels {
-            args.extend(["--label", l]);
-        }
-        if m.mode == pinfed::api::federation::ClusterMode::Pull {
-            args.extend(["--mode", "pull"]);
-        }
-        let policy = member_policy_file();
-        args.extend(["--member-policy", &policy]);
-        let out = pinfed(fed, &args);
-        assert!(
-            out.status.success(),
-            "pinfed join {} failed: {}",
-            m.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        join_member(fed, &m.name, &[]);
     }
+}
+
+/// `pinfed join NAME` as the topology describes the member, with `extra` arguments.
+pub fn join_member(fed: &Federation, name: &str, extra: &[&str]) {
+    let m = fed
+        .topology
+        .members
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("the topology has no member {name}"));
+    let mut args = vec![
+        "join",
+        &m.name,
+        "--member-context",
+        &m.name,
+        "--hub-context",
+        &fed.topology.hub.name,
+    ];
+    let region;
+    let zone;
+    if let Some(r) = &m.region {
+        region = r.clone();
+        args.extend(["--region", &region]);
+    }
+    if let Some(z) = &m.zone {
+        zone = z.clone();
+        args.extend(["--zone", &zone]);
+    }
+    let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for l in &labels {
+        args.extend(["--label", l]);
+    }
+    if m.mode == pinfed::api::federation::ClusterMode::Pull {
+        args.extend(["--mode", "pull"]);
+    }
+    let policy = member_policy_file();
+    args.extend(["--member-policy", &policy]);
+    args.extend(extra);
+    let out = pinfed(fed, &args);
+    assert!(
+        out.status.success(),
+        "pinfed join {} failed: {}",
+        m.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A pinfed long-running process (hub, agent) that dies with the test process
