@@ -832,9 +832,22 @@ async fn a_stolen_credential_cannot_mint_itself_a_long_lived_token() {
         .into_iter()
         .find(|m| fed.is_pull(m))
         .expect("a pull member");
-    let request = |seconds: i64| TokenRequest {
+    // The pull agent's tokens are bound to its credential (as pinfed renews them).
+    let pull_ns = pinfed::api::member_slice::pull_namespace(&pull);
+    let credential = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fed.hub(), &pull_ns)
+        .get(pinfed::hub::join_pull::AGENT_CREDENTIAL)
+        .await
+        .expect("the pull agent's credential on the hub (pinfed join --mode pull makes it)");
+    let bound = k8s_openapi::api::authentication::v1::BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Secret".into()),
+        name: credential.metadata.name.clone(),
+        uid: credential.metadata.uid.clone(),
+    };
+    let request = |seconds: i64, account: &str| TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(seconds),
+            bound_object_ref: (account == "pinfed-agent").then(|| bound.clone()),
             ..Default::default()
         }),
         ..Default::default()
@@ -861,7 +874,11 @@ async fn a_stolen_credential_cannot_mint_itself_a_long_lived_token() {
     ];
     for (who, accounts, account) in cases {
         match accounts
-            .create_token_request(&account, &PostParams::default(), &request(TEN_YEARS))
+            .create_token_request(
+                &account,
+                &PostParams::default(),
+                &request(TEN_YEARS, &account),
+            )
             .await
         {
             Err(kube::Error::Api(e)) => assert!(
@@ -875,7 +892,11 @@ async fn a_stolen_credential_cannot_mint_itself_a_long_lived_token() {
             Err(e) => panic!("{who}: {e}"),
         }
         let renewed = accounts
-            .create_token_request(&account, &PostParams::default(), &request(THREE_DAYS))
+            .create_token_request(
+                &account,
+                &PostParams::default(),
+                &request(THREE_DAYS, &account),
+            )
             .await
             .unwrap_or_else(|e| panic!("{who}: the 3-day renewal pinfed makes was refused: {e}"));
         assert!(
