@@ -16,6 +16,9 @@
 //!   dry runs of ~1 MiB each (a service with thousands of env entries), 32 at once per
 //!   replica; it prints each replica's peak resident memory (sampled every 20 ms) against
 //!   the shipped 512Mi container limit, and how many waited for the memory budget.
+//!   Meanwhile a browser logged in at replica A loads UI pages from both replicas in
+//!   turn (the replicas share a session key): `ui-sessions` counts the pages each served
+//!   with that one session.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -155,6 +158,52 @@ fn large_service(name: &str, bytes: usize) -> Value {
 }
 
 /// Resident memory of `pid` now (KiB), from /proc.
+/// Logs in at the UI of the JSS on `port`: the session cookie (`name=value`).
+fn ui_login(port: u16, token: &str) -> anyhow::Result<String> {
+    let body = format!("token={token}&next=%2Fui%2Ffleet");
+    let out = raw_http(
+        port,
+        &format!(
+            "POST /ui/login HTTP/1.1\r\nHost: jss\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )?;
+    out.lines()
+        .find_map(|l| {
+            let v = l
+                .get(..12)
+                .filter(|h| h.eq_ignore_ascii_case("set-cookie: "))
+                .and_then(|_| l.get(12..))?;
+            Some(v.split(';').next()?.to_string())
+        })
+        .ok_or_else(|| anyhow::anyhow!("no session cookie from the login: {out}"))
+}
+
+/// `GET path` with a cookie: the status.
+fn ui_get(port: u16, path: &str, cookie: &str) -> anyhow::Result<u16> {
+    let out = raw_http(
+        port,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: jss\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        ),
+    )?;
+    Ok(out
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0))
+}
+
+fn raw_http(port: u16, request: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    c.write_all(request.as_bytes())?;
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    Ok(out)
+}
+
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -292,6 +341,15 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         dir.join("tokens.yaml"),
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )?;
+    // One UI session key for every replica (sessions sealed in their cookies).
+    std::fs::write(
+        dir.join("ui-session.key"),
+        pinfed::jss::ui::session::random_token().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?;
+    std::fs::set_permissions(
+        dir.join("ui-session.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )?;
     pinfed::jss::artifacts::ArtifactStore::new(&store).publish(
         &pinfed::jss::artifacts::ArtifactRef {
             name: "bench-svc".into(),
@@ -318,6 +376,8 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
             .arg(dir.join("tokens.yaml"))
             .arg("--artifacts")
             .arg(&store)
+            .arg("--ui-session-key-file")
+            .arg(dir.join("ui-session.key"))
             // One user drives every phase: its per-principal budget would be the bound.
             .args([
                 "--principal-burst",
@@ -422,6 +482,33 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
                 peak
             })
         };
+        // A browser's session from A, its pages asked of A and B in turn meanwhile.
+        let cookie = ui_login(port, "bench-token")?;
+        let browsing = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut served = [(0u32, 0u32); 2];
+                let mut lat = Vec::new();
+                let mut i = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (k, p) = if i.is_multiple_of(2) {
+                        (0, port)
+                    } else {
+                        (1, port_b)
+                    };
+                    let t = Instant::now();
+                    let status = ui_get(p, "/ui/fleet", &cookie).unwrap_or(0);
+                    lat.push(t.elapsed());
+                    served[k].1 += 1;
+                    if status == 200 {
+                        served[k].0 += 1;
+                    }
+                    i += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                (served, lat)
+            })
+        };
         let started = Instant::now();
         let mut tasks = Vec::new();
         for i in 0..large {
@@ -458,6 +545,20 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         let elapsed = started.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let peak = sampler.join().expect("sampler");
+        let (served, mut page_lat) = browsing.join().expect("browsing");
+        page_lat.sort();
+        let page_p99 = page_lat
+            .get(page_lat.len().saturating_sub(1) * 99 / 100)
+            .copied()
+            .unwrap_or_default();
+        memory_lines.push(format!(
+            "ui-sessions: one session made at A; during the large bodies A served {}/{} and B {}/{} of its pages (200), page p99 {} ms",
+            served[0].0,
+            served[0].1,
+            served[1].0,
+            served[1].1,
+            page_p99.as_millis()
+        ));
         lat.sort();
         let waits = |port: u16| async move {
             let text = metrics_page(port).await;
