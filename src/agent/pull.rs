@@ -968,12 +968,12 @@ async fn renew_token(hub: &Client, member: &Client, ns: &str, kubeconfig: &str) 
         // Bound to the member's credential on the hub, like every token of this agent:
         // the chain of renewals ends with it.
         let credential = match Api::<Secret>::namespaced(hub.clone(), ns)
-            .get_opt(crate::hub::join_pull::AGENT_CREDENTIAL)
+            .get_opt(crate::api::member_slice::AGENT_CREDENTIAL)
             .await
         {
             Ok(Some(s)) => match s.metadata.uid {
                 Some(uid) => tokens::BoundSecret {
-                    name: crate::hub::join_pull::AGENT_CREDENTIAL.into(),
+                    name: crate::api::member_slice::AGENT_CREDENTIAL.into(),
                     uid,
                 },
                 None => continue,

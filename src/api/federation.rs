@@ -31,6 +31,9 @@ pub const ANNOTATION_OWED_EVICTION_PREFIX: &str = "owed.federation.pinterest.com
 /// On a workload: a request to place it again from scratch (`pinfed rebalance`), its value
 /// the request's id. The hub acts on each id once and records it in
 /// `status.placement.rebalanced`; moves follow the never-below-target rules of any move.
+/// The MemberCluster condition saying how long a pull agent's credential on the hub lasts
+/// (`hub::pull_credential`): Valid, EndsSoon, Ended, Missing.
+pub const CONDITION_CREDENTIAL_VALID: &str = "CredentialValid";
 pub const ANNOTATION_REBALANCE: &str = "federation.pinterest.com/rebalance";
 /// On a MemberCluster: `pinfed unjoin` is moving every workload off it.
 pub const ANNOTATION_DRAINING: &str = "federation.pinterest.com/draining";

@@ -35,6 +35,10 @@ pub fn member_slice_name(kind: WorkloadKind, namespace: &str, name: &str) -> Str
     format!("{}-{hash}", head.trim_end_matches(['.', '-']))
 }
 
+/// The Secret in a pull member's namespace on the hub every token of its agent is bound
+/// to: the chain of renewals ends with it (`hub::join_pull`, `hub::pull_credential`).
+pub const AGENT_CREDENTIAL: &str = "pinfed-agent-credential";
+
 /// The hub namespace of a pull member's slices, Lease and bundles.
 pub fn pull_namespace(member: &str) -> String {
     format!("pinfed-member-{member}")

@@ -35,7 +35,7 @@ pub const AGENT_TOKEN_SECS: i64 = 3 * 24 * 3600;
 /// chain of renewals ends with it (`pinfed-token-lifetime` refuses the agent a token
 /// bound to anything else). The hub deletes it when the credential expires; joining
 /// again makes a new one.
-pub const AGENT_CREDENTIAL: &str = "pinfed-agent-credential";
+pub use crate::api::member_slice::AGENT_CREDENTIAL;
 /// On that Secret: when the agent's credential ends (RFC 3339).
 pub const ANNOTATION_CREDENTIAL_EXPIRES: &str = "federation.pinterest.com/credential-expires";
 /// How long a pull agent's credential lasts unless `pinfed join --credential-days` says.

@@ -21,7 +21,7 @@ use crate::api::member_slice::pull_namespace;
 use crate::hub::join_pull::{AGENT_CREDENTIAL, credential_expires};
 
 /// The MemberCluster condition type.
-pub const CONDITION: &str = "CredentialValid";
+pub const CONDITION: &str = crate::api::federation::CONDITION_CREDENTIAL_VALID;
 /// Warned this long before the end.
 pub const WARN_BEFORE: SignedDuration = SignedDuration::from_hours(7 * 24);
 /// How often a credential that lasts is read again (its end is known in between; one that

@@ -222,6 +222,18 @@ pub fn member_health(mc: &MemberCluster, now: Timestamp) -> (Health, Option<Time
         }
         Some(ConditionStatus::Unknown) | None => (Health::Unknown, ready.map(condition_time)),
     };
+    // A pull agent's credential that ends soon, ended or is missing is said too.
+    let credential = find_condition(
+        &status.conditions,
+        crate::api::federation::CONDITION_CREDENTIAL_VALID,
+    )
+    .filter(|c| c.reason != "Valid")
+    .map(|c| format!("{}: {}", c.reason, c.message));
+    let message = match (message.is_empty(), credential) {
+        (_, None) => message,
+        (true, Some(c)) => c,
+        (false, Some(c)) => format!("{message}; credential {c}"),
+    };
     (health, since, message)
 }
 
@@ -1352,6 +1364,28 @@ mod tests {
         let mut m = ready_member("a", "z", "True", "x", "2026-11-23T11:00:00Z");
         m.status = None;
         assert_eq!(member_health(&m, now).0, Health::Unknown);
+    }
+
+    #[test]
+    fn a_pull_members_credential_is_said_unless_it_lasts() {
+        let now = ts("2026-11-23T12:00:00Z");
+        let with = |reason: &str| {
+            let mut m = ready_member("c", "z", "True", "AgentRenewing", "2026-11-23T11:00:00Z");
+            m.status.as_mut().unwrap().conditions.push(Condition {
+                type_: crate::api::federation::CONDITION_CREDENTIAL_VALID.into(),
+                status: ConditionStatus::True,
+                observed_generation: None,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                reason: reason.into(),
+                message: "renew it".into(),
+            });
+            member_health(&m, now).2
+        };
+        assert_eq!(with("Valid"), "AgentRenewing");
+        assert_eq!(
+            with("EndsSoon"),
+            "AgentRenewing; credential EndsSoon: renew it"
+        );
     }
 
     #[test]
