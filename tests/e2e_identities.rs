@@ -426,6 +426,37 @@ async fn jss_patches_of_a_member_stop_at_the_draining_mark(
     }
     let (ok, text) = patch_member(kc, hub, &member, drain);
     assert!(ok, "the JSS may not mark {member} draining: {text}");
+    // A JSS installed in another namespace (a kustomize namespace) is held the same way:
+    // the policy names the account, not the namespace. (Impersonated with the rights of
+    // system:masters, so that RBAC lets the patch reach admission.)
+    let out = Command::new(kubectl_bin())
+        .args([
+            "--context",
+            hub,
+            "patch",
+            "--dry-run=server",
+            "--type=merge",
+        ])
+        .args([
+            "--as",
+            "system:serviceaccount:pinfed-elsewhere:pinfed-jss",
+            "--as-group",
+            "system:masters",
+        ])
+        .args([
+            "memberclusters.federation.pinterest.com",
+            &member,
+            "-p",
+            hostile[0],
+        ])
+        .env("KUBECONFIG", &fed.kubeconfig)
+        .output()
+        .expect("run kubectl patch");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("pinfed-jss-drain-only"),
+        "a JSS in another namespace may point {member} at another credential: {text}"
+    );
 }
 
 /// The credential the hub stores for each member (its kubeconfig Secret on the hub, as
