@@ -18,7 +18,8 @@
 //!   the shipped 512Mi container limit, and how many waited for the memory budget.
 //!   Meanwhile a browser logged in at replica A loads UI pages from both replicas in
 //!   turn (the replicas share a session key): `ui-sessions` counts the pages each served
-//!   with that one session.
+//!   with that one session; and one-pod services are sent from both replicas at once into
+//!   a namespace whose quota holds half of them (`quota-race`: admitted, refused, stored).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
@@ -38,6 +39,9 @@ fn env_or(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The tight quota's pods, and twice as many one-pod services sent at it.
+const TIGHT_PODS: usize = 20;
 
 fn service(name: &str) -> Value {
     json!({
@@ -307,8 +311,10 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
     // Namespaces, one with a quota.
     let id = format!("{:x}", std::process::id());
     let (plain_ns, quota_ns) = (format!("jssb-{id}"), format!("jssb-q-{id}"));
+    // A tight quota both replicas admit into at once during the large bodies.
+    let tight_ns = format!("jssb-t-{id}");
     let nss: Api<Namespace> = Api::all(hub.clone());
-    for ns in [&plain_ns, &quota_ns] {
+    for ns in [&plain_ns, &quota_ns, &tight_ns] {
         nss.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
@@ -324,6 +330,16 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
                 "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
                 "metadata": {"name": "bench"},
                 "spec": {"hard": {"cpu": "100000", "memory": "100000Gi", "pods": "1000000"}}
+            }))?,
+        )
+        .await?;
+    Api::<pinfed::api::federation::FederatedQuota>::namespaced(hub.clone(), &tight_ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "FederatedQuota",
+                "metadata": {"name": "tight"},
+                "spec": {"hard": {"pods": TIGHT_PODS.to_string()}}
             }))?,
         )
         .await?;
@@ -509,6 +525,26 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
                 (served, lat)
             })
         };
+        // One-pod services into the tight quota, from both replicas at once, meanwhile.
+        let racing: Vec<_> = (0..2 * TIGHT_PODS)
+            .map(|i| {
+                let c = if i.is_multiple_of(2) {
+                    client.clone()
+                } else {
+                    client_b.clone()
+                };
+                let body =
+                    json!({"resource": service(&format!("tight-{i}")), "namespace": tight_ns});
+                tokio::spawn(async move {
+                    c.post_json("/v1/submissions", &body).await.map(|r| {
+                        (
+                            r.status,
+                            r.body["reason"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                })
+            })
+            .collect();
         let started = Instant::now();
         let mut tasks = Vec::new();
         for i in 0..large {
@@ -546,6 +582,31 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let peak = sampler.join().expect("sampler");
         let (served, mut page_lat) = browsing.join().expect("browsing");
+        let (mut admitted, mut refused, mut other) = (0, 0, Vec::new());
+        for t in racing {
+            match t.await.expect("race task") {
+                Ok((201, _)) => admitted += 1,
+                Ok((409, reason)) if reason == "QuotaExceeded" => refused += 1,
+                Ok((code, reason)) => other.push(format!("{code} {reason}")),
+                Err(e) => other.push(format!("{e:#}")),
+            }
+        }
+        // What the hub holds in that namespace: never past the quota.
+        let stored =
+            Api::<pinfed::api::service::PinterestService>::namespaced(hub.clone(), &tight_ns)
+                .list(&Default::default())
+                .await?
+                .items
+                .len();
+        memory_lines.push(format!(
+            "quota-race: {} one-pod services into a quota of {TIGHT_PODS} pods, half to each replica, during the large bodies: {admitted} admitted, {refused} refused (QuotaExceeded), {} other; the hub holds {stored}",
+            2 * TIGHT_PODS,
+            other.len()
+        ));
+        anyhow::ensure!(
+            stored <= TIGHT_PODS && admitted <= TIGHT_PODS,
+            "the quota was exceeded across replicas: {admitted} admitted, {stored} stored ({other:?})"
+        );
         page_lat.sort();
         let page_p99 = page_lat
             .get(page_lat.len().saturating_sub(1) * 99 / 100)
@@ -600,7 +661,7 @@ async fn bench(kubeconfig: PathBuf) -> anyhow::Result<()> {
         println!("{l}");
     }
 
-    for ns in [&plain_ns, &quota_ns] {
+    for ns in [&plain_ns, &quota_ns, &tight_ns] {
         let _ = nss.delete(ns, &DeleteParams::default()).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
