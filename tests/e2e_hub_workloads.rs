@@ -2085,24 +2085,15 @@ async fn a_share_that_stays_unavailable_in_one_member_moves_to_a_healthy_one() {
         "available replicas dipped to {low} while the share moved"
     );
     assert_eq!(share(&st, &healthy), 4, "{}", st["placement"]);
-    let records = st["placement"]["applicationFailovers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(records.len(), 1, "{}", st["placement"]);
-    assert_eq!(records[0]["cluster"], stuck.as_str());
-    let reason = records[0]["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains(&format!("0 of 2 replicas available in {stuck}")),
-        "{reason}"
-    );
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
-    let note = event_message(&events, "ApplicationFailover").await;
-    assert!(
-        note.as_deref()
-            .is_some_and(|n| n.contains(&stuck) && n.contains(&format!("now {healthy} 4"))),
-        "{note:?}"
-    );
+    let note = one_application_failover(
+        &hub,
+        &ns.name,
+        &st,
+        &stuck,
+        &format!("0 of 2 replicas available in {stuck}"),
+    )
+    .await;
+    assert!(note.contains(&format!("now {healthy} 4")), "{note}");
     // The member it left keeps no Deployment; the decision keeps avoiding it.
     let stuck_deployments: Api<Deployment> = Api::namespaced(fed.client(&stuck), &ns.name);
     eventually(WAIT, &format!("no Deployment left in {stuck}"), || async {
@@ -2254,22 +2245,39 @@ async fn a_job_sets_shards_that_never_start_in_one_member_move_and_each_runs_onc
             })
     })
     .await;
+    one_application_failover(
+        &hub,
+        &ns.name,
+        &st,
+        &stuck,
+        &format!("shards {first_stuck} had no pod Ready in {stuck}"),
+    )
+    .await;
+    ns.delete().await;
+}
+
+/// The one application failover a hub status records: off `stuck`, its reason saying
+/// `says`, with an `ApplicationFailover` Event naming `stuck`; the Event's note.
+async fn one_application_failover(
+    hub: &kube::Client,
+    ns: &str,
+    st: &serde_json::Value,
+    stuck: &str,
+    says: &str,
+) -> String {
     let records = st["placement"]["applicationFailovers"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     assert_eq!(records.len(), 1, "{}", st["placement"]);
-    assert_eq!(records[0]["cluster"], stuck.as_str());
+    assert_eq!(records[0]["cluster"], stuck);
     let reason = records[0]["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains(&format!("shards {first_stuck} had no pod Ready in {stuck}")),
-        "{reason}"
-    );
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
+    assert!(reason.contains(says), "{reason}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), ns);
     let note = event_message(&events, "ApplicationFailover").await;
     assert!(
-        note.as_deref().is_some_and(|n| n.contains(&stuck)),
+        note.as_deref().is_some_and(|n| n.contains(stuck)),
         "{note:?}"
     );
-    ns.delete().await;
+    note.unwrap_or_default()
 }

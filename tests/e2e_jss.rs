@@ -1576,7 +1576,6 @@ async fn tokens_the_hub_authenticates_are_accepted_with_teams_from_their_groups(
 #[tokio::test]
 async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
     use k8s_openapi::api::core::v1::ServiceAccount;
-    use std::io::{Read, Write};
     let fed = Federation::connect().await;
     let st = setup(&fed);
     let hub = fed.hub();
@@ -1590,29 +1589,7 @@ async fn a_ui_session_ends_when_the_hub_no_longer_vouches_for_its_token() {
         "jss-review",
         &["--token-review", "--ui-session-review-secs", "1"],
     );
-    let login = |token: &str| {
-        let body = format!("token={token}&next=%2Fui%2Ffleet");
-        let mut c = std::net::TcpStream::connect(&api).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            c,
-            "POST /ui/login HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        let _ = c.read_to_string(&mut out);
-        out.lines()
-            .find_map(|l| {
-                // (The header's name in any case; the value as it is.)
-                let v = l
-                    .get(..12)
-                    .filter(|h| h.eq_ignore_ascii_case("set-cookie: "))
-                    .and_then(|_| l.get(12..))?;
-                Some(v.split(';').next()?.to_string())
-            })
-            .unwrap_or_else(|| panic!("no session cookie: {out}"))
-    };
+    let login = |token: &str| ui_login(&api, token);
     let fleet = |cookie: &str| raw_get_with(&api, "/ui/fleet", &[("Cookie", cookie)]).0;
     let reviewed = login(&token);
     let from_file = login("alice-token");
@@ -1799,6 +1776,21 @@ fn raw_post_form(addr: &str, path: &str, body: &str, headers: &[(&str, &str)]) -
     (status, out)
 }
 
+/// Logs in at the UI of the JSS at `addr` with `token`: the session cookie (`name=value`).
+fn ui_login(addr: &str, token: &str) -> String {
+    let (status, out) = raw_post_form(
+        addr,
+        "/ui/login",
+        &format!("token={token}&next=%2Fui%2Ffleet"),
+        &[],
+    );
+    assert_eq!(status, 303, "a login is sent on: {out}");
+    header_of(&out, "set-cookie")
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {out}"))
+        .to_string()
+}
+
 /// A response header's value (its name in any case).
 fn header_of<'a>(response: &'a str, name: &str) -> Option<&'a str> {
     let prefix = format!("{}: ", name.to_ascii_lowercase());
@@ -1841,17 +1833,7 @@ async fn a_ui_session_and_its_messages_are_served_by_every_replica_with_the_key(
     .unwrap();
     assert_eq!(submitted.status, 201, "{}", submitted.text);
     // Logged in at a.
-    let (status, out) = raw_post_form(
-        &a.api,
-        "/ui/login",
-        "token=alice-token&next=%2Fui%2Ffleet",
-        &[],
-    );
-    assert_eq!(status, 303, "{out}");
-    let cookie = header_of(&out, "set-cookie")
-        .and_then(|v| v.split(';').next())
-        .unwrap_or_else(|| panic!("no session cookie: {out}"))
-        .to_string();
+    let cookie = ui_login(&a.api, "alice-token");
     assert!(!cookie.contains("alice"), "the cookie is sealed: {cookie}");
     // b serves the page, with the session's CSRF token in its forms.
     let page = format!("/ui/workloads/{}/service/web", ns.name);
@@ -1882,16 +1864,7 @@ async fn a_ui_session_and_its_messages_are_served_by_every_replica_with_the_key(
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("id=\"flash\""), "a shows b's message: {html}");
     // The message is the session's own: the same address shows nothing to another.
-    let (_, out) = raw_post_form(
-        &a.api,
-        "/ui/login",
-        "token=bob-token&next=%2Fui%2Ffleet",
-        &[],
-    );
-    let bobs = header_of(&out, "set-cookie")
-        .and_then(|v| v.split(';').next())
-        .unwrap_or_else(|| panic!("no session cookie for bob: {out}"))
-        .to_string();
+    let bobs = ui_login(&a.api, "bob-token");
     let (_, html) = raw_get_with(&a.api, &back, &[("Cookie", &bobs)]);
     assert!(
         !html.contains("id=\"flash\""),
