@@ -1730,42 +1730,40 @@ fn raw_get(stream: &mut std::net::TcpStream, path: &str) -> Option<u16> {
 
 /// One GET with extra headers on its own connection: the status and the body.
 fn raw_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let extra: String = headers
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: jss\r\nConnection: close\r\n{extra}\r\n");
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = stream.read_to_string(&mut out);
-    let status = out
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, out)
+    raw_request(
+        addr,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: jss\r\nConnection: close\r\n{}\r\n",
+            header_lines(headers)
+        ),
+    )
 }
 
 /// A raw `POST` of a form with `headers`: the status and the whole response.
 fn raw_post_form(addr: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    raw_request(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: jss\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n{body}",
+            body.len(),
+            header_lines(headers)
+        ),
+    )
+}
+
+fn header_lines(headers: &[(&str, &str)]) -> String {
+    headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect()
+}
+
+/// `request` on a connection of its own: the status and the whole response.
+fn raw_request(addr: &str, request: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let extra: String = headers
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nHost: jss\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    c.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     let _ = c.read_to_string(&mut out);
     let status = out
