@@ -96,11 +96,13 @@ pub fn condition(s: Standing, member: &str, generation: Option<i64>, now: Timest
 #[derive(Default)]
 pub struct Seen(Mutex<HashMap<String, Read>>);
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Read {
     at: Instant,
     expires: Option<Timestamp>,
     exists: bool,
+    /// The Secret's uid, so the delete at its end takes this one only.
+    uid: Option<String>,
     /// Warned of its end (once per process).
     warned: bool,
     /// Deleted by this hub at its end (until a new one is read).
@@ -127,20 +129,21 @@ pub async fn check(
     let name = kube::ResourceExt::name_any(mc);
     let now = Timestamp::now();
     let api: Api<Secret> = Api::namespaced(hub.clone(), &pull_namespace(&name));
-    let known = seen.0.lock().expect("lock").get(&name).copied();
-    let due = known.is_none_or(|r| {
+    let known = seen.0.lock().expect("lock").get(&name).cloned();
+    let due = known.as_ref().is_none_or(|r| {
         r.at.elapsed() >= READ_EVERY || !r.exists || r.expires.is_none_or(|e| e <= now)
     });
-    let mut read = match (due, known) {
-        (false, Some(r)) => r,
+    let mut read = match (due, &known) {
+        (false, Some(r)) => r.clone(),
         _ => match api.get_opt(AGENT_CREDENTIAL).await {
             Ok(s) => Read {
                 at: Instant::now(),
                 expires: s.as_ref().and_then(credential_expires),
                 exists: s.is_some(),
-                warned: known.is_some_and(|r| r.warned),
+                uid: s.as_ref().and_then(|s| s.metadata.uid.clone()),
+                warned: known.as_ref().is_some_and(|r| r.warned),
                 // (A new credential ends what this hub ended.)
-                ended: known.and_then(|r| r.ended).filter(|_| s.is_none()),
+                ended: known.as_ref().and_then(|r| r.ended).filter(|_| s.is_none()),
             },
             // Unread: what was known stands (or nothing is said yet).
             Err(e) => {
@@ -165,19 +168,20 @@ pub async fn check(
     let reference = kube::Resource::object_ref(mc, &());
     match st {
         Standing::Ended(e) => {
-            let gone = match api.get_opt(AGENT_CREDENTIAL).await {
-                Ok(Some(s)) => {
-                    let dp = DeleteParams {
-                        preconditions: s.metadata.uid.map(|uid| Preconditions {
-                            uid: Some(uid),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    api.delete(AGENT_CREDENTIAL, &dp).await.is_ok()
+            // (An ended credential is read at every look: `read` is this look's.)
+            let gone = !read.exists || {
+                let dp = DeleteParams {
+                    preconditions: read.uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match api.delete(AGENT_CREDENTIAL, &dp).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) => s.code == 404,
+                    Err(_) => false,
                 }
-                Ok(None) => true,
-                Err(_) => false,
             };
             if gone && read.ended.is_none() {
                 read.exists = false;
