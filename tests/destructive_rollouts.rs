@@ -98,6 +98,80 @@ fn canary_since(st: &serde_json::Value, member: &str) -> i64 {
         .as_second()
 }
 
+fn has_mesh(imgs: &[String], tag: &str) -> bool {
+    imgs.iter()
+        .any(|i| i == &format!("registry.example/mesh:{tag}"))
+}
+
+/// Waits for revision `revision` (the sidecar `mesh:TAG`) to roll through every member,
+/// asserting the canary (the first member) ran it before any other member did and passed
+/// before they got it.
+async fn rolls_canary_first(
+    fed: &Federation,
+    api: &Api<PinterestService>,
+    ns: &str,
+    tag: &str,
+    revision: i64,
+    logs: &dyn Fn() -> String,
+) {
+    let members = fed.member_names();
+    let first = &members[0];
+    // Images are read before the status: the hub writes a stage's slices before the
+    // status saying the stage before it passed, so a status read first can be older
+    // than the images read after it. Whether the order held is told by the canary's
+    // own record: the second it passed is no later than a later stage was seen running
+    // the new sidecar.
+    let deadline = Instant::now() + WAIT;
+    let mut canary_first = false;
+    let mut others_seen: Option<(String, i64)> = None;
+    loop {
+        canary_first |= has_mesh(&images(fed, first, ns, "web").await, tag);
+        if others_seen.is_none() {
+            for m in &members[1..] {
+                if has_mesh(&images(fed, m, ns, "web").await, tag) {
+                    assert!(canary_first, "{m} got mesh:{tag} before the canary did");
+                    let seen = k8s_openapi::jiff::Timestamp::now().as_second();
+                    others_seen = Some((m.clone(), seen));
+                    break;
+                }
+            }
+        }
+        let st = status(api, "web").await;
+        if let Some((m, seen)) = &others_seen
+            && gate(&st, first) == "Passed"
+            && st["rollout"]["revision"] == revision
+        {
+            let passed = canary_since(&st, first);
+            assert!(
+                passed <= *seen,
+                "{m} ran mesh:{tag} at {seen} s, before the canary passed at {passed} s: {}",
+                st["rollout"]
+            );
+        }
+        if st["rollout"]["phase"] == "Complete" && st["rollout"]["revision"] == revision {
+            assert!(
+                canary_first,
+                "the rollout completed without the canary seen running mesh:{tag}: {}",
+                st["rollout"]
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "revision {revision} (mesh:{tag}) never completed: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for m in &members {
+        support::eventually(WAIT, "every member runs the new sidecar", || async {
+            has_mesh(&images(fed, m, ns, "web").await, tag)
+        })
+        .await;
+    }
+}
+
 /// A default RuntimeProfile with one sidecar; removed when dropped (a test that fails
 /// must not leave a default profile to the tests after it).
 struct Profile(String);
@@ -133,6 +207,20 @@ impl Drop for Profile {
                 "--ignore-not-found",
             ])
             .output();
+        // And the hub's snapshots of its earlier contents.
+        let _ = std::process::Command::new(support::kubectl_bin())
+            .args([
+                "--kubeconfig",
+                &kc,
+                "--context",
+                "hub",
+                "delete",
+                "runtimeprofile",
+                "-l",
+                &format!("rollout.pinterest.com/snapshot-of={}", self.0),
+                "--ignore-not-found",
+            ])
+            .output();
     }
 }
 
@@ -162,106 +250,42 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
 
     // A new default profile: a new revision of the service, the canary first.
     let _good = Profile::create(&fed, "rt-1-good", "registry.example/mesh:2").await;
-    let has_mesh = |imgs: &[String], tag: &str| {
-        imgs.iter()
-            .any(|i| i == &format!("registry.example/mesh:{tag}"))
-    };
-    // Images are read before the status: the hub writes a stage's slices before the
-    // status saying the stage before it passed, so a status read first can be older
-    // than the images read after it. Whether the order held is told by the canary's
-    // own record: the second it passed is no later than a later stage was seen running
-    // the new sidecar.
-    let deadline = Instant::now() + WAIT;
-    let mut canary_first = false;
-    let mut others_seen: Option<(String, i64)> = None;
-    loop {
-        canary_first |= has_mesh(&images(&fed, &first, &ns.name, "web").await, "2");
-        if others_seen.is_none() {
-            for m in &members[1..] {
-                if has_mesh(&images(&fed, m, &ns.name, "web").await, "2") {
-                    assert!(
-                        canary_first,
-                        "{m} got the new profile before the canary did"
-                    );
-                    let seen = k8s_openapi::jiff::Timestamp::now().as_second();
-                    others_seen = Some((m.clone(), seen));
-                    break;
-                }
-            }
-        }
-        let st = status(&api, "web").await;
-        if let Some((m, seen)) = &others_seen
-            && gate(&st, &first) == "Passed"
-        {
-            let passed = canary_since(&st, &first);
-            assert!(
-                passed <= *seen,
-                "{m} ran the new profile at {seen} s, before the canary passed at {passed} s: {}",
-                st["rollout"]
-            );
-        }
-        if st["rollout"]["phase"] == "Complete" && st["rollout"]["revision"] == 2 {
-            assert!(
-                canary_first,
-                "the rollout completed without the canary seen running the new profile: {}",
-                st["rollout"]
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the profile upgrade never completed: {}\n{}",
-            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    for m in &members {
-        support::eventually(WAIT, "every member runs the new sidecar", || async {
-            has_mesh(&images(&fed, m, &ns.name, "web").await, "2")
-        })
-        .await;
-    }
+    rolls_canary_first(&fed, &api, &ns.name, "2", 2, &logs).await;
 
-    // A broken profile: it stops at the canary and is rolled back there.
-    let _broken = Profile::create(&fed, "rt-2-broken", "registry.example/mesh:broken").await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        for m in &members[1..] {
-            let imgs = images(&fed, m, &ns.name, "web").await;
-            assert!(
-                !has_mesh(&imgs, "broken"),
-                "{m} got the broken profile: {imgs:?}"
-            );
-        }
-        let st = status(&api, "web").await;
-        if st["rollout"]["phase"] == "RolledBack" {
-            assert_eq!(st["rollout"]["revision"], 3, "{}", st["rollout"]);
-            assert_eq!(gate(&st, &first), "RolledBack");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the broken profile was never rolled back: {}\n{}",
-            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    support::eventually(WAIT, "the canary runs the good profile again", || async {
-        has_mesh(&images(&fed, &first, &ns.name, "web").await, "2")
-            && status(&api, "web").await["availableReplicas"] == 3
-    })
-    .await;
-    // A profile edited in place (same version) is not rolled out: the hub says so.
+    // The same profile edited in place (same version, a new sidecar): a new revision too,
+    // rolled out the same way. The old content is kept on the hub as a snapshot, which
+    // the members not yet there run meanwhile.
     let profiles: Api<RuntimeProfile> = Api::all(hub.clone());
     let edit = serde_json::json!({"spec": {"sidecars": [{"container": {"name": "mesh", "image": "registry.example/mesh:3"}}]}});
     profiles
         .patch("rt-1-good", &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .unwrap();
+    rolls_canary_first(&fed, &api, &ns.name, "3", 3, &logs).await;
+    let snapshots = profiles
+        .list(
+            &kube::api::ListParams::default().labels("rollout.pinterest.com/snapshot-of=rt-1-good"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        snapshots
+            .items
+            .iter()
+            .any(|p| p
+                .spec
+                .sidecars
+                .iter()
+                .any(|s| s.container.image.as_deref() == Some("registry.example/mesh:2"))),
+        "no snapshot of the profile's content before the edit: {:?}",
+        snapshots
+            .items
+            .iter()
+            .map(|p| (&p.metadata.name, &p.spec.sidecars))
+            .collect::<Vec<_>>()
+    );
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(hub.clone());
-    support::eventually(WAIT, "an EditedInPlace Warning on the profile", || async {
+    support::eventually(WAIT, "an EditedInPlace Event on the profile", || async {
         events
             .list(&Default::default())
             .await
@@ -274,6 +298,61 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
             .unwrap_or(false)
     })
     .await;
+
+    // The profile edited in place again, into a sidecar that breaks pods: it stops at the
+    // canary and is rolled back there, to content only the hub's snapshot still has.
+    let broken = serde_json::json!({"spec": {"sidecars": [{"container": {"name": "mesh", "image": "registry.example/mesh:broken"}}]}});
+    profiles
+        .patch("rt-1-good", &PatchParams::default(), &Patch::Merge(&broken))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        for m in &members[1..] {
+            let imgs = images(&fed, m, &ns.name, "web").await;
+            assert!(
+                !has_mesh(&imgs, "broken"),
+                "{m} got the broken profile: {imgs:?}"
+            );
+        }
+        let st = status(&api, "web").await;
+        if st["rollout"]["phase"] == "RolledBack" {
+            assert_eq!(st["rollout"]["revision"], 4, "{}", st["rollout"]);
+            assert_eq!(gate(&st, &first), "RolledBack");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken profile was never rolled back: {}\n{}",
+            serde_json::to_string_pretty(&st["rollout"]).unwrap(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    support::eventually(WAIT, "the canary runs the good profile again", || async {
+        has_mesh(&images(&fed, &first, &ns.name, "web").await, "3")
+            && status(&api, "web").await["availableReplicas"] == 3
+    })
+    .await;
+    // Every member (push and pull) resolves the pin of the old content to the snapshot:
+    // no slice says its runtime version is unknown.
+    for m in &members {
+        let slices: Api<PinterestService> = Api::namespaced(fed.client(m), &ns.name);
+        support::eventually(
+            WAIT,
+            &format!("{m} runs the snapshot's content"),
+            || async {
+                let st = support::status_of(&slices, "web").await;
+                let unknown = st["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["reason"] == "UnknownRuntimeVersion");
+                !unknown && has_mesh(&images(&fed, m, &ns.name, "web").await, "3")
+            },
+        )
+        .await;
+    }
     ns.delete().await;
 }
 

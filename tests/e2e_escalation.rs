@@ -907,3 +907,113 @@ async fn a_stolen_credential_cannot_mint_itself_a_long_lived_token() {
         );
     }
 }
+
+/// The hub's identity may make and remove its snapshots of RuntimeProfiles (what a
+/// revision pins when a profile is edited in place), nothing else: not a profile of its
+/// own, not a default one, not an edit or a deletion of a profile someone else made
+/// (`deploy/hub/snapshot-policy.yaml`, which `pinfed join` installs on the hub).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hubs_identity_may_make_and_remove_only_profile_snapshots() {
+    use pinfed::api::runtime_profile::RuntimeProfile;
+    let fed = Federation::connect().await;
+    join_all(&fed);
+    support::apply_shipped_rbac(&fed);
+    let hub_name = fed.topology.hub.name.clone();
+    let hub_user = support::identity_daemon("hub").user();
+    let as_hub: Api<RuntimeProfile> = Api::all(fed.client_as_user(&hub_name, &hub_user).await);
+    let admin: Api<RuntimeProfile> = Api::all(fed.hub());
+    let name = unique_name("esc-rtp");
+    let profile = |name: &str, labels: serde_json::Value, default: bool| -> RuntimeProfile {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"version": name, "default": default,
+                "sidecars": [{"container": {"name": "evil", "image": "registry.example/evil:1"}}]}
+        }))
+        .unwrap()
+    };
+    // Edits are refused by RBAC already (no patch or update verb), the policy is the
+    // second lock.
+    let refused = |r: Result<RuntimeProfile, kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    };
+    let refused_by_policy = |r: Result<RuntimeProfile, kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(e))
+            if e.code == 403 && e.message.contains("pinfed-profile-snapshots") => {}
+        other => panic!("{what}: expected a refusal by pinfed-profile-snapshots, got {other:?}"),
+    };
+    // A profile of its own, plain or default: refused.
+    refused_by_policy(
+        as_hub
+            .create(
+                &PostParams::default(),
+                &profile(&name, serde_json::json!({}), false),
+            )
+            .await,
+        "a plain profile made by the hub",
+    );
+    let snapshot_labels = serde_json::json!({
+        "rollout.pinterest.com/snapshot-of": "x",
+        "rollout.pinterest.com/profile-digest": "0123456789abcdef"});
+    refused_by_policy(
+        as_hub
+            .create(
+                &PostParams::default(),
+                &profile(&name, snapshot_labels.clone(), true),
+            )
+            .await,
+        "a default snapshot",
+    );
+    // A snapshot: made, never edited, removed.
+    as_hub
+        .create(
+            &PostParams::default(),
+            &profile(&name, snapshot_labels, false),
+        )
+        .await
+        .expect("the hub makes a snapshot");
+    let edit = serde_json::json!({"spec": {"default": true}});
+    refused(
+        as_hub
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&edit),
+            )
+            .await,
+        "an edit of a snapshot",
+    );
+    as_hub
+        .delete(&name, &Default::default())
+        .await
+        .expect("the hub removes its snapshot");
+    // Someone else's profile: neither edited nor removed.
+    let theirs = unique_name("esc-rtp-theirs");
+    admin
+        .create(
+            &PostParams::default(),
+            &profile(&theirs, serde_json::json!({}), false),
+        )
+        .await
+        .unwrap();
+    refused(
+        as_hub
+            .patch(
+                &theirs,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&edit),
+            )
+            .await,
+        "an edit of a team's profile",
+    );
+    match as_hub.delete(&theirs, &Default::default()).await {
+        Err(kube::Error::Api(e))
+            if e.code == 403 && e.message.contains("pinfed-profile-snapshots") => {}
+        other => panic!(
+            "deleting a team's profile: expected a refusal, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    admin.delete(&theirs, &Default::default()).await.unwrap();
+}

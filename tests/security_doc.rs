@@ -115,6 +115,7 @@ fn render() -> String {
         ("hub cluster", "deploy/jss/rbac.yaml"),
         ("member cluster", "deploy/agent/rbac.yaml"),
         ("hub cluster", "deploy/hub/pod-policy.yaml"),
+        ("hub cluster", "deploy/hub/snapshot-policy.yaml"),
     ] {
         objects.extend(
             yaml_docs(&root.join(file))

@@ -14,6 +14,17 @@ use serde::{Deserialize, Serialize};
 use super::common::*;
 use super::workload::WorkloadKind;
 
+/// On the hub's snapshot of a profile's earlier content: the profile it was taken of.
+pub const LABEL_SNAPSHOT_OF: &str = "rollout.pinterest.com/snapshot-of";
+/// On a profile snapshot (and on the revisions that pin it): the content's digest.
+pub const LABEL_PROFILE_DIGEST: &str = "rollout.pinterest.com/profile-digest";
+
+/// Whether `s` has the shape of a profile content digest (16 lowercase hex characters),
+/// the part after `@` in a pin `version@digest`.
+pub fn is_profile_digest(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Runtime support the platform injects into every Pinterest workload's pods: init
 /// containers (config management), sidecars (certificates for mTLS, traffic registration,
 /// log shipping, metrics), environment variables, volumes and default resources.

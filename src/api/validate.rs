@@ -159,6 +159,15 @@ fn common(e: &mut Errors, w: WorkloadRef<'_>) {
             "spec.runtimeVersion",
             "must not be empty when set",
         );
+        if let Some((version, digest)) = v.split_once('@') {
+            check!(
+                e,
+                !version.trim().is_empty()
+                    && crate::api::runtime_profile::is_profile_digest(digest),
+                "spec.runtimeVersion",
+                "a pin of a profile's exact content is VERSION@DIGEST, the digest 16 lowercase hex characters (as `pinfed rollout history` shows it)",
+            );
+        }
     }
     placement(e, w.placement(), w.kind());
     if let Some(r) = w.rollout() {
@@ -1205,6 +1214,33 @@ mod tests {
         int_or_percent(&mut e, &IntOrString::String("120%".into()), "d");
         int_or_percent(&mut e, &IntOrString::Int(-1), "e");
         assert_eq!(e.0.len(), 3);
+    }
+
+    #[test]
+    fn a_runtime_pin_of_exact_content_names_a_version_and_a_digest() {
+        let pinned = |v: &str| -> crate::api::service::PinterestService {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": "web", "namespace": "ads"},
+                "spec": {"owner": {"team": "ads", "contact": "ads@x"}, "replicas": 1,
+                         "runtimeVersion": v,
+                         "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
+            }))
+            .unwrap()
+        };
+        for ok in ["2024.1", "2024.1@0123456789abcdef"] {
+            let r = workload(WorkloadRef::Service(&pinned(ok)));
+            assert!(r.is_ok(), "{ok}: {r:?}");
+        }
+        for bad in [
+            "2024.1@",
+            "@0123456789abcdef",
+            "2024.1@0123456789ABCDEF",
+            "v@x y",
+        ] {
+            let e = workload(WorkloadRef::Service(&pinned(bad))).unwrap_err();
+            assert!(e.to_string().contains("spec.runtimeVersion"), "{bad}: {e}");
+        }
     }
 
     #[test]

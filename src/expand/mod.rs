@@ -38,7 +38,10 @@ mod training;
 mod tests;
 
 pub use jobset::{admit_shards, pending_shards};
-pub use runtime::{ProfileError, builtin_profile, expires_at, select_profile};
+pub use runtime::{
+    ProfileError, builtin_profile, expires_at, is_snapshot, pin_of, profile_digest, select_profile,
+    snapshot_of,
+};
 
 /// What to expand.
 #[derive(Clone, Copy, Debug)]

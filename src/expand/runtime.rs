@@ -20,7 +20,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::{BuildError, Ctx};
 use crate::api::common::ANNOTATION_EXPIRES_AT;
 use crate::api::quantity::Milli;
-use crate::api::runtime_profile::{DefaultResources, RuntimeProfile};
+use crate::api::runtime_profile::{
+    DefaultResources, LABEL_PROFILE_DIGEST, LABEL_SNAPSHOT_OF, RuntimeProfile,
+};
 use crate::api::validate::Invalid;
 
 static BUILTIN: LazyLock<RuntimeProfile> = LazyLock::new(|| {
@@ -47,40 +49,96 @@ pub struct ProfileError {
 /// pinned version; without a pin, the profile marked default (the greatest name when
 /// several are, so every agent picks the same), else the built-in profile. The built-in
 /// profile can also be pinned by its version.
+///
+/// A pin `version@digest` (what the hub writes into slices, [`pin_of`]) names a profile's
+/// exact content: the live profile of that version while its content is unchanged, else
+/// the hub's snapshot of that content ([`snapshot_of`]). Snapshots are chosen only so.
 pub fn select_profile<'a>(
     profiles: &'a [RuntimeProfile],
     pinned: Option<&str>,
 ) -> Result<&'a RuntimeProfile, ProfileError> {
     let builtin = builtin_profile();
+    let live = || profiles.iter().filter(|p| !is_snapshot(p));
     match pinned {
-        Some(v) => profiles
-            .iter()
-            .find(|p| p.spec.version == v)
-            .or_else(|| {
-                profiles
-                    .iter()
-                    .find(|p| p.metadata.name.as_deref() == Some(v))
-            })
-            .or_else(|| (builtin.spec.version == v).then_some(builtin))
-            .ok_or_else(|| {
-                let mut available: Vec<&str> = profiles
-                    .iter()
-                    .map(|p| p.spec.version.as_str())
-                    .chain([builtin.spec.version.as_str()])
-                    .collect();
-                available.sort_unstable();
-                available.dedup();
-                ProfileError {
-                    version: v.to_string(),
-                    available: available.join(", "),
-                }
-            }),
-        None => Ok(profiles
-            .iter()
+        Some(pin) => {
+            let (v, digest) = match pin.split_once('@') {
+                Some((v, d)) => (v, Some(d)),
+                None => (pin, None),
+            };
+            let found = match digest {
+                Some(d) => live()
+                    .chain(profiles.iter().filter(|p| is_snapshot(p)))
+                    .find(|p| p.spec.version == v && profile_digest(p) == d),
+                None => live()
+                    .find(|p| p.spec.version == v)
+                    .or_else(|| live().find(|p| p.metadata.name.as_deref() == Some(v))),
+            };
+            found
+                .or_else(|| (builtin.spec.version == pin).then_some(builtin))
+                .ok_or_else(|| {
+                    let mut available: Vec<&str> = live()
+                        .map(|p| p.spec.version.as_str())
+                        .chain([builtin.spec.version.as_str()])
+                        .collect();
+                    available.sort_unstable();
+                    available.dedup();
+                    ProfileError {
+                        version: pin.to_string(),
+                        available: available.join(", "),
+                    }
+                })
+        }
+        None => Ok(live()
             .filter(|p| p.spec.default)
             .max_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
             .unwrap_or(builtin)),
     }
+}
+
+/// A digest of what a profile injects (16 hex characters): its spec with the default
+/// mark left out, since marking a profile default is how upgrades are published, not a
+/// change to what it injects. Computed from the typed spec, so the hub and every agent
+/// agree on it.
+pub fn profile_digest(p: &RuntimeProfile) -> String {
+    let mut spec = p.spec.clone();
+    spec.default = false;
+    super::hash::spec_hash(&spec, &mut Vec::new())
+}
+
+/// The pin of `p`'s exact content, `version@digest` (the built-in profile, which has no
+/// object to change in place, is pinned by its version alone).
+pub fn pin_of(p: &RuntimeProfile) -> String {
+    if std::ptr::eq(p, builtin_profile()) {
+        return p.spec.version.clone();
+    }
+    format!("{}@{}", p.spec.version, profile_digest(p))
+}
+
+/// Whether `p` is a snapshot the hub keeps of a profile's earlier content.
+pub fn is_snapshot(p: &RuntimeProfile) -> bool {
+    p.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_SNAPSHOT_OF))
+}
+
+/// The hub's snapshot of `p`'s present content: an immutable copy named after the
+/// profile and the digest, never default, labelled with the profile's name and the
+/// digest. Slices pinned to this content keep running it after `p` is edited in place.
+pub fn snapshot_of(p: &RuntimeProfile) -> RuntimeProfile {
+    let digest = profile_digest(p);
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let mut spec = p.spec.clone();
+    spec.default = false;
+    let mut snap = RuntimeProfile::new(&super::names::child_name(&name, &digest, 253, false), spec);
+    snap.metadata.labels = Some(
+        [
+            (LABEL_SNAPSHOT_OF.to_string(), name),
+            (LABEL_PROFILE_DIGEST.to_string(), digest),
+        ]
+        .into(),
+    );
+    snap
 }
 
 /// Values for `{{...}}` placeholders in injected containers and env (keys with braces).
@@ -510,6 +568,57 @@ mod tests {
         );
         let e = select_profile(&ps, Some("1999")).unwrap_err();
         assert!(e.to_string().contains("2024.2"), "{e}");
+    }
+
+    #[test]
+    fn a_content_pin_finds_the_live_profile_then_its_snapshot_and_nothing_else() {
+        let mut live = profile("mesh", "2024.1", true);
+        let pin = pin_of(&live);
+        let (version, digest) = pin.split_once('@').unwrap();
+        assert_eq!(version, "2024.1");
+        assert!(
+            crate::api::runtime_profile::is_profile_digest(digest),
+            "{pin}"
+        );
+        // Marking a profile default is no change of content.
+        let mut undefaulted = live.clone();
+        undefaulted.spec.default = false;
+        assert_eq!(pin_of(&undefaulted), pin);
+        assert_eq!(pin_of(builtin_profile()), builtin_profile().spec.version);
+
+        let snap = snapshot_of(&live);
+        assert!(is_snapshot(&snap) && !is_snapshot(&live));
+        assert!(!snap.spec.default);
+        assert_eq!(pin_of(&snap), pin, "a snapshot pins the same content");
+        assert_eq!(
+            snap.metadata.name.as_deref(),
+            Some(format!("mesh-{digest}").as_str())
+        );
+
+        // Edited in place: the pin of the old content finds the snapshot, a plain pin
+        // and the default find the live profile, never the snapshot.
+        let old_env = live.spec.env.clone();
+        live.spec.env.push(EnvVar {
+            name: "NEW".into(),
+            value: Some("1".into()),
+            value_from: None,
+        });
+        let ps = vec![snap.clone(), live.clone()];
+        let got = select_profile(&ps, Some(&pin)).unwrap();
+        assert!(is_snapshot(got) && got.spec.env == old_env);
+        let got = select_profile(&ps, Some(&pin_of(&live))).unwrap();
+        assert!(!is_snapshot(got) && got.spec.env == live.spec.env);
+        assert!(!is_snapshot(select_profile(&ps, Some("2024.1")).unwrap()));
+        assert!(!is_snapshot(select_profile(&ps, None).unwrap()));
+        // Without its snapshot the old content is not there: an error naming the pin.
+        let e = select_profile(&ps[1..], Some(&pin)).unwrap_err();
+        assert!(e.to_string().contains(&pin), "{e}");
+        // A snapshot whose content does not match its digest is never chosen.
+        let mut forged = snap.clone();
+        forged.spec.env = live.spec.env.clone();
+        assert!(select_profile(&[forged, live.clone()], Some(&pin)).is_err());
+        // Nor is a snapshot by a plain pin, even when no live profile has the version.
+        assert!(select_profile(&[snap], Some("2024.1")).is_err());
     }
 
     #[test]

@@ -205,9 +205,10 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
 }
 
 /// The hub's admission policies: its pod policy for writers other than the JSS
-/// (`deploy/hub/pod-policy.yaml`) and the finalizer every workload gets as it is created
-/// (`deploy/hub/finalizer-policy.yaml`).
-pub const HUB_POLICIES: [(&str, &str); 3] = [
+/// (`deploy/hub/pod-policy.yaml`), the finalizer every workload gets as it is created
+/// (`deploy/hub/finalizer-policy.yaml`), the tokens' lifetime, and the hub's writes to
+/// RuntimeProfiles limited to its snapshots (`deploy/hub/snapshot-policy.yaml`).
+pub const HUB_POLICIES: [(&str, &str); 4] = [
     (
         "deploy/hub/pod-policy.yaml",
         include_str!("../../deploy/hub/pod-policy.yaml"),
@@ -217,6 +218,10 @@ pub const HUB_POLICIES: [(&str, &str); 3] = [
         include_str!("../../deploy/hub/finalizer-policy.yaml"),
     ),
     TOKEN_POLICY,
+    (
+        "deploy/hub/snapshot-policy.yaml",
+        include_str!("../../deploy/hub/snapshot-policy.yaml"),
+    ),
 ];
 
 /// How long a token pinfed's identities mint for themselves may live

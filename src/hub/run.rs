@@ -354,35 +354,43 @@ async fn profiles_loop(ctx: &HubContext) {
     };
     let mut last = None;
     let mut since = std::time::Instant::now();
+    let mut pruned = std::time::Instant::now();
     // Each profile's version and content as first seen: an edit in place (same version,
-    // other content) reaches every member at once, outside any rollout — said with a
-    // Warning Event on the profile (docs/rollouts.md: publish a new version instead).
+    // other content) is a new revision of every workload that resolves to the profile,
+    // rolled out stage by stage (revisions pin the exact content, which the hub
+    // snapshots) — said with an Event on the profile, as a version changed in place.
     let mut contents: std::collections::BTreeMap<String, (String, String)> = Default::default();
     loop {
         for p in ctx.profiles.state() {
+            if crate::expand::is_snapshot(&p) {
+                continue;
+            }
             let name = kube::ResourceExt::name_any(p.as_ref());
             // Marking a profile default or not is how upgrades are published: not an edit.
-            let mut spec = p.spec.clone();
-            spec.default = false;
-            let digest =
-                crate::rollout::revision::hash(&serde_json::to_value(&spec).unwrap_or_default());
-            let now = (p.spec.version.clone(), digest);
+            let now = (p.spec.version.clone(), crate::expand::profile_digest(&p));
             match contents.insert(name.clone(), now.clone()) {
                 Some(before) if before.1 != now.1 => {
-                    let what = if before.0 == now.0 {
-                        format!("changed without a new version (still {})", now.0)
+                    let (type_, what) = if before.0 == now.0 {
+                        (
+                            kube::runtime::events::EventType::Normal,
+                            format!(
+                                "changed in place (still version {}): workloads that resolve to it roll the new content out as a new revision, stage by stage; members not yet there keep the old content (snapshot {})",
+                                now.0, before.1
+                            ),
+                        )
                     } else {
-                        format!(
-                            "changed its version in place ({} → {}): members running a revision pinned to {} lose that profile",
-                            before.0, now.0, before.0
+                        (
+                            kube::runtime::events::EventType::Warning,
+                            format!(
+                                "changed its version in place ({} → {}): workloads pinned to {} no longer resolve to it, and members running a revision pinned to it keep its old content (snapshot {})",
+                                before.0, now.0, before.0, before.1
+                            ),
                         )
                     };
                     let ev = kube::runtime::events::Event {
-                        type_: kube::runtime::events::EventType::Warning,
+                        type_,
                         reason: "EditedInPlace".into(),
-                        note: Some(format!(
-                            "RuntimeProfile {name} {what}: every member gets it at once, outside any rollout; publish a new profile with a new version to roll it out stage by stage"
-                        )),
+                        note: Some(format!("RuntimeProfile {name} {what}")),
                         action: "EditedInPlace".into(),
                         secondary: None,
                     };
@@ -390,10 +398,14 @@ async fn profiles_loop(ctx: &HubContext) {
                         .recorder
                         .publish(&ev, &kube::Resource::object_ref(p.as_ref(), &()))
                         .await;
-                    tracing::warn!(profile = %name, version = %now.0, "runtime profile edited in place: not rolled out");
+                    tracing::info!(profile = %name, version = %now.0, digest = %now.1, "runtime profile edited in place: a new revision of the workloads on it");
                 }
                 _ => {}
             }
+        }
+        if pruned.elapsed() >= Duration::from_secs(300) {
+            workloads::prune_snapshots(ctx).await;
+            pruned = std::time::Instant::now();
         }
         let now = seen(ctx);
         if last.as_ref() != Some(&now) || since.elapsed() >= Duration::from_secs(10) {

@@ -60,7 +60,7 @@ use crate::status::AggregateInput;
 use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
 
 pub use health::watch_member_health;
-pub use profiles::propagate_profiles;
+pub use profiles::{propagate_profiles, prune_snapshots};
 
 pub use crate::api::federation::{
     ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE,
@@ -440,6 +440,12 @@ pub enum HubError {
     ReadConfig(#[source] kube::Error),
     #[error("recording the revision: {0}")]
     RecordRevision(#[source] kube::Error),
+    #[error("snapshotting RuntimeProfile {profile} before a revision pins it: {source}")]
+    SnapshotProfile {
+        profile: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("reading a revision: {0}")]
     ReadRevision(#[source] kube::Error),
     #[error("writing the hub status: {0}")]
@@ -465,6 +471,7 @@ impl HubError {
             HubError::Propagate { .. } => "Propagate",
             HubError::ReadConfig(_) => "ReadConfig",
             HubError::RecordRevision(_) => "RecordRevision",
+            HubError::SnapshotProfile { .. } => "SnapshotProfile",
             HubError::ReadRevision(_) => "ReadRevision",
             HubError::WriteStatus(_) => "WriteStatus",
             HubError::Serialize(_) => "Serialize",

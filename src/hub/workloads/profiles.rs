@@ -10,8 +10,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 
-use super::HubContext;
-use crate::api::runtime_profile::RuntimeProfile;
+use super::{HubContext, HubError};
+use crate::api::runtime_profile::{LABEL_PROFILE_DIGEST, RuntimeProfile};
 use crate::controller::apply::{HUB_FIELD_MANAGER, applied_by_and_not_in};
 
 /// Applies every hub RuntimeProfile into every Ready member (they are cluster-scoped and
@@ -73,6 +73,105 @@ pub async fn propagate_profiles(ctx: &HubContext) {
             }
             Err(e) => {
                 tracing::debug!(member = %m.name, error = %e, "member runtime profiles not listed")
+            }
+        }
+    }
+}
+
+/// Makes the hub's snapshot of the profile content `pin` names (`version@digest`), unless
+/// one exists: called before a revision pinning it is recorded, so the content stays
+/// available to members on that revision after the profile is edited in place. A pin
+/// without a digest (the built-in profile) or to content no profile has any more (an
+/// `undo` to a revision whose snapshot is gone) needs nothing here: the member's agent
+/// reports the pin it cannot resolve.
+pub async fn ensure_snapshot(ctx: &HubContext, pin: &str) -> Result<(), HubError> {
+    let Some((version, digest)) = pin.split_once('@') else {
+        return Ok(());
+    };
+    if ctx.revisions.snapshot_known(digest) {
+        return Ok(());
+    }
+    let profiles = ctx.profiles.state();
+    let has_snapshot = profiles
+        .iter()
+        .any(|p| crate::expand::is_snapshot(p) && crate::expand::profile_digest(p) == digest);
+    if has_snapshot {
+        ctx.revisions.snapshot_made(digest, true);
+        return Ok(());
+    }
+    let Some(live) = profiles.iter().find(|p| {
+        !crate::expand::is_snapshot(p)
+            && p.spec.version == version
+            && crate::expand::profile_digest(p) == digest
+    }) else {
+        return Ok(());
+    };
+    let snap = crate::expand::snapshot_of(live);
+    let api: Api<RuntimeProfile> = Api::all(ctx.hub.clone());
+    match api.create(&Default::default(), &snap).await {
+        Ok(_) => {
+            tracing::info!(profile = %live.name_any(), snapshot = %snap.name_any(), "runtime profile content snapshotted for a revision");
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(source) => {
+            return Err(HubError::SnapshotProfile {
+                profile: live.name_any(),
+                source,
+            });
+        }
+    }
+    ctx.revisions.snapshot_made(digest, true);
+    Ok(())
+}
+
+/// How long a snapshot is kept at least: a revision pinning it may be recorded just
+/// after it was made.
+const SNAPSHOT_MIN_AGE_SECS: i64 = 600;
+
+/// Removes the hub's profile snapshots that no recorded revision pins any more (one
+/// metadata LIST with limit 1 per snapshot), nor the profile's present content. Members
+/// lose them at the next propagation, as for any profile deleted on the hub.
+pub async fn prune_snapshots(ctx: &HubContext) {
+    let now = Timestamp::now().as_second();
+    let profiles = ctx.profiles.state();
+    let live: BTreeSet<String> = profiles
+        .iter()
+        .filter(|p| !crate::expand::is_snapshot(p))
+        .map(|p| crate::expand::profile_digest(p))
+        .collect();
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> = Api::all(ctx.hub.clone());
+    let api: Api<RuntimeProfile> = Api::all(ctx.hub.clone());
+    for snap in profiles.iter().filter(|p| crate::expand::is_snapshot(p)) {
+        let Some(digest) = snap.labels().get(LABEL_PROFILE_DIGEST).cloned() else {
+            continue;
+        };
+        let made = snap
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0.as_second());
+        if live.contains(&digest) || now - made < SNAPSHOT_MIN_AGE_SECS {
+            continue;
+        }
+        let lp = ListParams::default()
+            .labels(&format!("{LABEL_PROFILE_DIGEST}={digest}"))
+            .limit(1);
+        match revisions.list_metadata(&lp).await {
+            Ok(l) if l.items.is_empty() => {}
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "revisions not listed for a profile snapshot's clean-up");
+                continue;
+            }
+        }
+        ctx.revisions.snapshot_made(&digest, false);
+        match api.delete(&snap.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(snapshot = %snap.name_any(), "runtime profile snapshot no revision pins removed");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(snapshot = %snap.name_any(), error = %e, "could not remove a runtime profile snapshot");
             }
         }
     }

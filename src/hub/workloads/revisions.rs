@@ -16,11 +16,15 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use super::{HubContext, HubError};
 use crate::api::kind::PinterestKind;
 use crate::api::rollout::LABEL_REVISION_OF;
+use crate::api::runtime_profile::LABEL_PROFILE_DIGEST;
 
 /// Contents read or written, by (workload uid, revision).
 #[derive(Default)]
 pub struct RevisionCache {
     contents: Mutex<BTreeMap<(String, i64), Arc<serde_json::Value>>>,
+    /// Digests of the RuntimeProfile contents snapshotted on the hub by this process (or
+    /// seen there): a burst of revisions on one profile makes its snapshot once.
+    snapshots: Mutex<BTreeSet<String>>,
 }
 
 /// Entries past this are dropped all at once (they are re-read on demand): rollouts in
@@ -40,6 +44,20 @@ impl RevisionCache {
         self.contents
             .lock()
             .is_ok_and(|c| c.keys().any(|(u, _)| u == uid))
+    }
+
+    pub fn snapshot_known(&self, digest: &str) -> bool {
+        self.snapshots.lock().is_ok_and(|s| s.contains(digest))
+    }
+
+    pub fn snapshot_made(&self, digest: &str, made: bool) {
+        if let Ok(mut s) = self.snapshots.lock() {
+            if made {
+                s.insert(digest.to_string());
+            } else {
+                s.remove(digest);
+            }
+        }
     }
 
     fn put(&self, uid: &str, revision: i64, content: Arc<serde_json::Value>) {
@@ -90,11 +108,23 @@ pub async fn record<K: PinterestKind>(
         controller: Some(true),
         block_owner_deletion: None,
     };
+    // The profile content the revision pins is kept on the hub first: an edit of the
+    // profile in place must not take away what members still on this revision run.
+    let pin = content["runtimeVersion"].as_str().unwrap_or_default();
+    super::profiles::ensure_snapshot(ctx, pin).await?;
+    let mut labels: BTreeMap<String, String> =
+        [(LABEL_REVISION_OF.to_string(), uid.clone())].into();
+    // The snapshot's clean-up asks whether any revision still pins its digest.
+    if let Some((_, digest)) = pin.split_once('@')
+        && crate::api::runtime_profile::is_profile_digest(digest)
+    {
+        labels.insert(LABEL_PROFILE_DIGEST.to_string(), digest.to_string());
+    }
     let cr = ControllerRevision {
         metadata: ObjectMeta {
             name: Some(revision_name(obj, revision)),
             namespace: Some(ns.clone()),
-            labels: Some([(LABEL_REVISION_OF.to_string(), uid.clone())].into()),
+            labels: Some(labels),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },

@@ -22,9 +22,10 @@ use crate::status::member_state;
 /// What the rollout decided for this reconcile.
 pub struct Staged {
     pub outcome: Outcome,
-    /// The RuntimeProfile version the spec's own revision resolves to: pinned in the
-    /// slices that run it, so a new default profile reaches a member only when its
-    /// stage comes (never by the member's agent picking the new default itself).
+    /// The RuntimeProfile content the spec's own revision resolves to (`version@digest`):
+    /// pinned in the slices that run it, so a new default profile, or a profile edited
+    /// in place, reaches a member only when its stage comes (never by the member's agent
+    /// picking the new default or the new content itself).
     pub runtime: String,
     /// The revision content each member runs where it is not the spec's own (members on
     /// an older revision during a rollout or after a rollback).
@@ -34,13 +35,15 @@ pub struct Staged {
     pub keep: BTreeSet<String>,
 }
 
-/// The RuntimeProfile version `obj` resolves to on the hub (a pin to a version the hub
-/// does not have stays the pin: the member's agent reports it).
+/// The exact RuntimeProfile content `obj` resolves to on the hub, as a pin
+/// `version@digest` ([`crate::expand::pin_of`]): an edit of the profile in place is a new
+/// revision like a new version. A pin to a version the hub does not have stays the pin
+/// (the member's agent reports it).
 fn runtime_of<K: PinterestKind>(ctx: &HubContext, obj: &K) -> String {
     let profiles: Vec<crate::api::runtime_profile::RuntimeProfile> =
         ctx.profiles.state().iter().map(|p| (**p).clone()).collect();
     match crate::expand::select_profile(&profiles, obj.runtime_version()) {
-        Ok(p) => p.spec.version.clone(),
+        Ok(p) => crate::expand::pin_of(p),
         Err(_) => obj.runtime_version().unwrap_or_default().to_string(),
     }
 }
