@@ -2874,6 +2874,77 @@ async fn a_dry_run_answers_the_split_objects_and_diffs_and_writes_nothing() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["exists"], true, "{v}");
 
+    // Per-node room: every member's status lists its nodes (the hub's heartbeat writes
+    // them, a pull member's from its agent's report), and a pod that fits only on the
+    // 16-CPU highmem pool is planned where that pool is — not on a member whose room
+    // spread evenly over its nodes would look big enough — and the hub places it there.
+    eventually(WAIT, "every member's nodes in its status", || async {
+        let list = mcs.list(&Default::default()).await.unwrap();
+        list.items.len() == members.len()
+            && list
+                .items
+                .iter()
+                .all(|m| m.status.as_ref().is_some_and(|s| !s.node_pools.is_empty()))
+    })
+    .await;
+    let highmem = mcs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .find_map(|m| {
+            let pools = &m.status.as_ref()?.node_pools;
+            pools
+                .iter()
+                .any(|p| p.labels.get("pinterest.com/pool").map(String::as_str) == Some("highmem"))
+                .then(|| m.metadata.name.clone().unwrap())
+        });
+    let highmem = highmem.expect("the topology has a highmem pool");
+    let big = || {
+        let mut v = service("big", "ads", 1, "13");
+        v["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] =
+            json!("1Gi");
+        v
+    };
+    let r = dry_run(big()).await;
+    let planned: Vec<(String, Option<u32>)> = r
+        .placements
+        .iter()
+        .map(|p| (p.cluster.clone(), p.replicas))
+        .collect();
+    assert_eq!(planned, vec![(highmem.clone(), Some(1))], "{r:?}");
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": big(), "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    eventually_logged(WAIT, "the hub places big", &[&st.daemons[0]], || async {
+        hub_api.get("big").await.unwrap().data["status"]["placement"]["placements"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    })
+    .await;
+    let placed =
+        hub_api.get("big").await.unwrap().data["status"]["placement"]["placements"].clone();
+    assert_eq!(
+        placed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (
+                p["cluster"].as_str().unwrap().to_string(),
+                p["replicas"].as_u64().map(|r| r as u32)
+            ))
+            .collect::<Vec<_>>(),
+        planned,
+        "the hub's split differs from the dry run's"
+    );
+    hub_api.delete("big", &Default::default()).await.unwrap();
+
     // With a quota: the effect in total (the live service's 4 pods used, 4 added) and on
     // the member it caps; a dry run over the total is the submission's 409.
     let q: FederatedQuota = serde_json::from_value(json!({

@@ -246,7 +246,17 @@ pub struct MemberClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_date_time_schema")]
     pub agent_renew_time: Option<Time>,
+    /// The member's nodes grouped into pools of one shape (labels but the host name,
+    /// taints, capacity, allocatable), each node with what its pods request, as the hub
+    /// last read them: what the JSS's dry run places on, the same per-node room the hub
+    /// decides on. Written with the heartbeat; left out above 500 nodes (the dry run then
+    /// spreads `available` evenly over `nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_pools: Vec<NodePoolReport>,
 }
+
+/// Most nodes a MemberCluster status lists in `nodePools` (about 120 bytes each).
+pub const MAX_STATUS_NODES: usize = 500;
 
 /// A pull member's own report, written by its agent into its `MemberReport` on the hub.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -939,6 +939,13 @@ pub fn member_status(
         s.allocatable = Some(totals.allocatable.to_resource_amounts());
         s.allocated = Some(totals.allocated.to_resource_amounts());
         s.available = Some(totals.available.to_resource_amounts());
+        // Per-node room for the JSS's dry run (a pull member's report carries its pods
+        // per node; the status does not).
+        s.node_pools = if usage.len() <= crate::api::federation::MAX_STATUS_NODES {
+            capacity::to_pools(&usage)
+        } else {
+            Vec::new()
+        };
     }
     s
 }

@@ -22,11 +22,14 @@ use crate::placement::model::{
 use crate::placement::{Decision, Outcome, Placement, PlanInput, plan};
 
 /// What the reply says of its own accuracy.
-pub const NOTE: &str = "The hub decides on each member's live per-node room (node labels, \
-taints and each node's free resources). This dry run spreads each member's available room \
-(MemberCluster status.available) evenly over its status.nodes nodes, without node labels or \
-taints (pod node selectors are not narrowed), so the split can differ where packing or node \
-pools matter; quota, selectors, cluster taints, weights, bounds and overrides are the hub's.";
+pub const NOTE: &str = "The hub decides on each member's live per-node room. This dry run \
+places on the per-node room the hub last wrote into each MemberCluster's status.nodePools \
+(node labels, taints and each node's free resources, with the heartbeat), so it packs as the \
+hub does; it does not see placements the hub has made since, nor, for a workload that exists, \
+which nodes its own pods hold (their room is spread evenly over the member's nodes). A member \
+without nodePools (over 500 nodes, or not yet written) has its status.available spread evenly \
+over its status.nodes nodes, without labels or taints. Quota, selectors, cluster taints, \
+weights, bounds and overrides are the hub's.";
 
 /// Objects shown per member at most (a job set's Jobs can be many).
 pub const MAX_OBJECTS: usize = 50;
@@ -43,7 +46,7 @@ fn draining(mc: &MemberCluster) -> bool {
 }
 
 /// The members as the dry run plans on them: spec and standing as the hub reads them
-/// (a draining member is not eligible), and [`even_nodes`] for room. `own` is what the
+/// (a draining member is not eligible), and [`status_nodes`] for room. `own` is what the
 /// workload being replaced uses on each member now: its pods' room counts as free (the
 /// hub places a workload without counting its own pods).
 pub fn member_views(
@@ -55,7 +58,7 @@ pub fn member_views(
         .map(|mc| {
             let name = mc.metadata.name.clone().unwrap_or_default();
             let ready = super::hub_view::is_ready(mc) && !draining(mc);
-            cluster_view(mc, ready, even_nodes(mc, own.get(&name)))
+            cluster_view(mc, ready, status_nodes(mc, own.get(&name)))
         })
         .collect();
     views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -67,6 +70,34 @@ fn part(total: i128, count: usize, i: usize) -> i128 {
     let n = i128::try_from(count.max(1)).unwrap_or(1);
     let total = total.max(0);
     total / n + i128::from(i128::try_from(i).unwrap_or(i128::MAX) < total % n)
+}
+
+fn has_node_pools(mc: &MemberCluster) -> bool {
+    mc.status.as_ref().is_some_and(|s| !s.node_pools.is_empty())
+}
+
+/// The member's nodes from its status: per node as the hub wrote them
+/// (`status.nodePools`, the room placement sees, [`crate::placement::capacity::node_rooms`]),
+/// else [`even_nodes`]. `own` (the room a workload being replaced holds there) is spread
+/// evenly over the nodes: which nodes hold its pods is not in the status.
+pub fn status_nodes(mc: &MemberCluster, own: Option<&Resources>) -> Vec<NodeRoom> {
+    let pools = mc.status.as_ref().map(|s| s.node_pools.as_slice());
+    let Some(pools) = pools.filter(|p| !p.is_empty()) else {
+        return even_nodes(mc, own);
+    };
+    let mut nodes =
+        crate::placement::capacity::node_rooms(crate::placement::capacity::from_pools(pools));
+    if let Some(own) = own {
+        let count = nodes.len();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.free.cpu = Milli(n.free.cpu.0.saturating_add(part(own.cpu.0, count, i)));
+            n.free.memory = Milli(n.free.memory.0.saturating_add(part(own.memory.0, count, i)));
+            let units = |v: i64| i64::try_from(part(i128::from(v), count, i)).unwrap_or(0);
+            n.free.gpu = n.free.gpu.saturating_add(units(own.gpu));
+            n.free.pods = n.free.pods.saturating_add(units(own.pods));
+        }
+    }
+    nodes
 }
 
 /// The member's nodes as its status counts them (`status.nodes`; one while it counts
@@ -203,7 +234,13 @@ pub fn build(input: &Input<'_>) -> wire::DryRun {
     };
     let views = member_views(input.members, &own);
     let quota = quota_view(input.quotas, input.used, &own);
-    let demand = super::quota::without_node_selectors(input.demand);
+    // Node selectors narrow nodes only where the status lists them with their labels: a
+    // member planned on even nodes (no labels) would otherwise match no selector.
+    let demand = if input.members.iter().all(has_node_pools) {
+        input.demand.clone()
+    } else {
+        super::quota::without_node_selectors(input.demand)
+    };
     let outcome = plan(&PlanInput {
         clusters: &views,
         policy: input.policy,
@@ -1501,6 +1538,140 @@ spec:
                 proptest::prop_assert_eq!(got, want, "existing: {}", existing);
                 proptest::prop_assert_eq!(r.unplaced, hub.decision.unplaced);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Where the hub has written each member's nodes into its status (`nodePools`,
+        /// what its heartbeat writes), the dry run decides the split the hub decides on the
+        /// live nodes, whatever the pools: labelled, tainted, partly used, cordoned, and a
+        /// pod that fits only on some of them or selects a pool.
+        #[test]
+        fn the_dry_run_and_the_hub_decide_the_same_split_on_the_nodes_the_status_lists(
+            layout in proptest::collection::vec(
+                proptest::collection::vec((0usize..3, 0i128..16, proptest::bool::weighted(0.9)), 1..6),
+                3,
+            ),
+            cpu in 1i128..14,
+            replicas in 1u32..40,
+            select_highmem in proptest::bool::ANY,
+        ) {
+            use crate::placement::capacity::{NodeTaint, NodeUsage, Res, node_rooms, to_pools};
+            let pools = [("general", 8i128), ("highmem", 16), ("gpu", 32)];
+            let usage: Vec<Vec<NodeUsage>> = layout
+                .iter()
+                .enumerate()
+                .map(|(m, nodes)| {
+                    nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (pool, used, schedulable))| {
+                            let (pool_name, size) = pools[*pool];
+                            let res = |cpu: i128| Res {
+                                cpu: Milli(cpu * 1000),
+                                memory: Milli((64i128 << 30) * 1000),
+                                pods: Milli(110_000),
+                                gpus: Milli(0),
+                            };
+                            let name = format!("m{m}-{pool_name}-{i}");
+                            NodeUsage {
+                                labels: [
+                                    ("pinterest.com/pool".to_string(), pool_name.to_string()),
+                                    ("kubernetes.io/hostname".to_string(), name.clone()),
+                                ]
+                                .into(),
+                                name,
+                                taints: if pool_name == "gpu" {
+                                    vec![NodeTaint {
+                                        key: "dedicated".into(),
+                                        value: Some("gpu".into()),
+                                        effect: "NoSchedule".into(),
+                                    }]
+                                } else {
+                                    Vec::new()
+                                },
+                                schedulable: *schedulable,
+                                capacity: res(size),
+                                allocatable: res(size),
+                                allocated: Res {
+                                    cpu: Milli((*used).min(size) * 1000),
+                                    pods: Milli(5000),
+                                    ..Default::default()
+                                },
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let ms: Vec<MemberCluster> = members()
+                .into_iter()
+                .zip(&usage)
+                .map(|(mut m, u)| {
+                    m.spec.taints.clear();
+                    let s = m.status.as_mut().unwrap();
+                    s.node_pools = to_pools(u);
+                    m
+                })
+                .collect();
+            let hub_views: Vec<ClusterView> = ms
+                .iter()
+                .zip(&usage)
+                .map(|(m, u)| cluster_view(m, true, node_rooms(u.clone())))
+                .collect();
+            let selector = if select_highmem {
+                "\n      nodeSelector: {pinterest.com/pool: highmem}"
+            } else {
+                ""
+            };
+            let w = workload(&format!(
+                r#"
+apiVersion: compute.pinterest.com/v1alpha1
+kind: PinterestService
+metadata: {{name: web, namespace: ads}}
+spec:
+  owner: {{team: ads, contact: ads@example.com}}
+  replicas: {replicas}
+  template:
+    spec:{selector}
+      containers:
+        - {{name: app, image: app, resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}
+"#
+            ));
+            let (demand, policy) = sizing(&w, None, &hub_views).unwrap();
+            let hub = plan(&PlanInput {
+                clusters: &hub_views,
+                policy: &policy,
+                demand: &demand,
+                quota: None,
+                current: None,
+            });
+            let requested = super::super::quota::requested(&demand, 1);
+            let r = build(&Input {
+                workload: &w,
+                team: "ads",
+                submitted_by: "a",
+                artifact: None,
+                profiles: &[],
+                members: &ms,
+                demand: &demand,
+                policy: &policy,
+                requested: &requested,
+                quotas: &[],
+                used: None,
+                existing: None,
+                current: None,
+                from_scratch: false,
+            });
+            let got: Vec<(String, Option<u32>)> =
+                r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)).collect();
+            let want: Vec<(String, Option<u32>)> = hub
+                .decision
+                .placements
+                .iter()
+                .map(|p| (p.cluster.clone(), p.replicas))
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(r.unplaced, hub.decision.unplaced);
         }
     }
 

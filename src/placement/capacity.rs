@@ -463,6 +463,41 @@ pub fn from_pools(pools: &[NodePoolReport]) -> Vec<NodeUsage> {
         .collect()
 }
 
+/// The room placement sees on a member's nodes: its schedulable nodes, each with what is
+/// free, in name order (first-fit packs in this order, so the hub and the JSS's dry run,
+/// reading the same nodes, pack the same).
+pub fn node_rooms(usage: Vec<NodeUsage>) -> Vec<super::model::NodeRoom> {
+    use super::model::{NodeRoom, Resources, Taint, TaintEffect};
+    let mut rooms: Vec<NodeRoom> = usage
+        .into_iter()
+        .filter(|n| n.schedulable)
+        .map(|n| {
+            let free = n.free();
+            NodeRoom {
+                name: n.name,
+                labels: n.labels,
+                taints: n
+                    .taints
+                    .into_iter()
+                    .map(|t| Taint {
+                        key: t.key,
+                        value: t.value.unwrap_or_default(),
+                        effect: TaintEffect::parse(&t.effect),
+                    })
+                    .collect(),
+                free: Resources {
+                    cpu: free.cpu,
+                    memory: free.memory,
+                    gpu: i64::try_from(free.gpus.units()).unwrap_or(0),
+                    pods: i64::try_from(free.pods.units()).unwrap_or(0),
+                },
+            }
+        })
+        .collect();
+    rooms.sort_by(|a, b| a.name.cmp(&b.name));
+    rooms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

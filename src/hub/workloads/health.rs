@@ -16,7 +16,7 @@ use crate::api::kind::PinterestKind;
 use crate::api::workload::WorkloadRef;
 use crate::placement::failover::{self, FailoverPolicy, MemberHealth, Standing};
 use crate::placement::from_member;
-use crate::placement::model::{ClusterView, NodeRoom, Resources, Taint, TaintEffect};
+use crate::placement::model::ClusterView;
 
 /// The members' standings for one workload at one moment.
 pub struct Standings {
@@ -135,42 +135,13 @@ pub fn cluster_views(
                 && standings.standings.get(&name) == Some(&Standing::Ready);
             let nodes = member
                 .filter(|_| ready && with_nodes)
-                .map(|m| node_rooms(m.node_usage_without(own)))
+                .map(|m| crate::placement::capacity::node_rooms(m.node_usage_without(own)))
                 .unwrap_or_default();
             from_member::cluster_view(mc, ready, nodes)
         })
         .collect();
     views.sort_by(|a, b| a.name.cmp(&b.name));
     views
-}
-
-fn node_rooms(usage: Vec<crate::placement::capacity::NodeUsage>) -> Vec<NodeRoom> {
-    usage
-        .into_iter()
-        .filter(|n| n.schedulable)
-        .map(|n| {
-            let free = n.free();
-            NodeRoom {
-                name: n.name,
-                labels: n.labels,
-                taints: n
-                    .taints
-                    .into_iter()
-                    .map(|t| Taint {
-                        key: t.key,
-                        value: t.value.unwrap_or_default(),
-                        effect: TaintEffect::parse(&t.effect),
-                    })
-                    .collect(),
-                free: Resources {
-                    cpu: free.cpu,
-                    memory: free.memory,
-                    gpu: i64::try_from(free.gpus.units()).unwrap_or(0),
-                    pods: i64::try_from(free.pods.units()).unwrap_or(0),
-                },
-            }
-        })
-        .collect()
 }
 
 /// A member's health as recorded: live readiness (heartbeat within the grace), drain,
