@@ -1661,6 +1661,95 @@ async fn a_job_set_moved_to_another_runtime_mid_run_starts_its_later_shards_on_i
     ns.delete().await;
 }
 
+/// A fix rolled out over a job set's failed shards is judged by what fails after it: the
+/// shards that had failed under the old revision are not charged to the new one (they
+/// would roll the fix back to the broken revision).
+#[tokio::test]
+async fn a_fix_rolled_out_over_failed_shards_is_not_charged_with_them() {
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-js-fix").await;
+    // Jobs of a `:fails` image fail (the harness's kwok stage), at once for good.
+    let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": "fix"},
+        "spec": {"owner": {"team": "ml", "contact": "ml@x"}, "shards": 2, "parallelism": 2,
+                 "backoffLimitPerShard": 0,
+                 "rollout": {"progressDeadlineSeconds": 60},
+                 "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1s"}},
+                    "spec": {"containers": [{"name": "w", "image": "registry.example/w:fails",
+                        "resources": {"requests": {"cpu": "100m"}}}]}}}
+    }))
+    .unwrap();
+    let api: Api<PinterestJobSet> = Api::namespaced(hub.clone(), &ns.name);
+    api.create(&PostParams::default(), &js).await.unwrap();
+    eventually(
+        WAIT,
+        &format!("both shards failed at revision 1\n{}", logs(daemons)),
+        || async {
+            let s = hub_status(&api, "fix").await;
+            s["shardsFailed"] == 2 && s["rollout"]["revision"] == 1
+        },
+    )
+    .await;
+    // A new revision (a job set's template is immutable: a runtime profile, as a
+    // platform fix would come), with no shard left to run.
+    let profile_name = format!("rt-{}", ns.name);
+    let profiles: Api<pinfed::api::runtime_profile::RuntimeProfile> = Api::all(hub.clone());
+    let profile = serde_json::from_value(serde_json::json!({
+        "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "RuntimeProfile",
+        "metadata": {"name": profile_name},
+        "spec": {"version": profile_name, "env": [{"name": "FIXED", "value": "1"}]}
+    }))
+    .unwrap();
+    profiles
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    let patch = serde_json::json!({"spec": {"runtimeVersion": profile_name}});
+    api.patch("fix", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let s = hub_status(&api, "fix").await;
+        let r = &s["rollout"];
+        assert!(
+            r["phase"] != "RolledBack" && r["phase"] != "RollingBack",
+            "the fix was rolled back for the old failures: {}\n{}",
+            serde_json::to_string_pretty(r).unwrap(),
+            logs(daemons)
+        );
+        if r["revision"] == 2 && r["phase"] == "Complete" {
+            // Each member's failures before the revision are on record (the shards may
+            // have been split over members).
+            let before: Vec<&str> = r["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["failedShardsBefore"].as_str())
+                .collect();
+            let mut shards: Vec<&str> = before.iter().flat_map(|b| b.split([',', '-'])).collect();
+            shards.sort();
+            assert_eq!(shards, vec!["0", "1"], "{r}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "revision 2 never completed: {}\n{}",
+            serde_json::to_string_pretty(r).unwrap(),
+            logs(daemons)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = profiles
+        .delete(&profile_name, &DeleteParams::default())
+        .await;
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn a_change_that_fails_the_users_health_check_is_rolled_back() {
     let fed = Federation::connect().await;

@@ -204,6 +204,11 @@ pub struct RolloutMember {
     pub updated_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// A job set's shards that had already failed in this member when it was told to run
+    /// this revision: not charged to the revision (a fix rolled out over earlier failures
+    /// is judged by what fails after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_shards_before: Option<String>,
 }
 
 /// Rollout phases.

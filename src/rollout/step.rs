@@ -34,6 +34,9 @@ pub struct MemberFacts {
     pub healthy: bool,
     /// Why its slice fails (Failed, refused, failed shards), if it does.
     pub failing: Option<String>,
+    /// A job set's failed shards as its slice reports them (all revisions), recorded
+    /// when the member is told to run a new revision.
+    pub failed_shards: Option<String>,
     /// Why it is not healthy yet, for messages.
     pub detail: Option<String>,
 }
@@ -552,6 +555,10 @@ fn progress_stages(input: &Input<'_>, s: &mut RolloutStatus, notes: &mut Vec<Not
     {
         m.revision = target;
         m.updated_time = Some(now.clone());
+        m.failed_shards_before = input
+            .placed
+            .get(&m.cluster)
+            .and_then(|f| f.failed_shards.clone());
         set_state(m, gate::UPDATING, now, None);
         starting.push(m.cluster.clone());
     }

@@ -397,3 +397,26 @@ fn policy_checks_name_their_fields() {
     assert!(fields.contains(&"spec.rollout.stages[1].soakSeconds"));
     assert!(fields.contains(&"spec.rollout.stages[2].clusters"));
 }
+
+#[test]
+fn a_member_told_to_run_a_revision_records_the_shards_that_had_failed_before() {
+    let mut w = World::new(canary(0, false), &["a", "b"]);
+    w.facts.get_mut("a").unwrap().failed_shards = Some("2-3".into());
+    w.hash = "h2".into();
+    w.look(1);
+    let record = |w: &World, m: &str| {
+        w.status
+            .as_ref()
+            .unwrap()
+            .members
+            .iter()
+            .find(|x| x.cluster == m)
+            .unwrap()
+            .clone()
+    };
+    let a = record(&w, "a");
+    assert_eq!((a.state.as_str(), a.revision), (gate::UPDATING, 2));
+    assert_eq!(a.failed_shards_before.as_deref(), Some("2-3"));
+    // b waits for its stage: nothing recorded yet.
+    assert_eq!(record(&w, "b").failed_shards_before, None);
+}

@@ -94,7 +94,11 @@ pub async fn stage<K: PinterestKind>(
                 .is_some_and(|t| t.as_second() >= fresh_since);
             let fresh = standings.ready.contains(&p.cluster) && agent_fresh;
             let slice = slices.get(&p.cluster).map(|s| &**s);
-            let mut facts = member_facts(obj.progress(), slice);
+            // Shards failed before the member was told to run the revision it is on.
+            let before = stored
+                .and_then(|r| r.members.iter().find(|m| m.cluster == p.cluster))
+                .and_then(|m| m.failed_shards_before.as_deref());
+            let mut facts = member_facts(obj.progress(), slice, before);
             if let (Some(expr), Some(slice)) = (health_check, slice)
                 && facts.healthy
             {
@@ -243,7 +247,11 @@ pub fn passed_now(before: Option<&RolloutStatus>, now: &RolloutStatus) -> Vec<(f
 /// What a member's slice says for the gate: the revision it runs (once processed),
 /// whether that revision is fully updated and available there, and why it fails.
 /// Freshness and labels are the caller's.
-pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberFacts {
+pub fn member_facts(
+    progress: Progress,
+    slice: Option<&SliceSummary>,
+    failed_before: Option<&str>,
+) -> MemberFacts {
     let Some(s) = slice else {
         return MemberFacts {
             detail: Some("no slice seen yet".into()),
@@ -261,14 +269,17 @@ pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberF
         state == member_state::REFUSED && message.starts_with("UnknownRuntimeVersion");
     let failing = match state {
         _ if profile_pending => None,
+        // A job set is Failed for its failed shards: judged by those failed since the
+        // member was told to run this revision.
+        member_state::FAILED if matches!(progress, Progress::Shards { .. }) => {
+            new_failures(c.failed_shards.as_deref(), failed_before)
+                .map(|f| format!("shards {f} failed"))
+        }
         member_state::REFUSED | member_state::FAILED => Some(format!(
             "{state}: {}",
             s.report.message.clone().unwrap_or_default()
         )),
-        _ => c
-            .failed_shards
-            .as_deref()
-            .filter(|f| !f.is_empty())
+        _ => new_failures(c.failed_shards.as_deref(), failed_before)
             .map(|f| format!("shards {f} failed")),
     };
     let (healthy, detail) = match progress {
@@ -303,6 +314,7 @@ pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberF
         running,
         healthy: healthy && failing.is_none() && !profile_pending,
         failing,
+        failed_shards: c.failed_shards.clone().filter(|f| !f.is_empty()),
         detail: if profile_pending {
             Some(message)
         } else if processed {
@@ -311,6 +323,23 @@ pub fn member_facts(progress: Progress, slice: Option<&SliceSummary>) -> MemberF
             Some("its agent has not processed it yet".into())
         },
         ..Default::default()
+    }
+}
+
+/// The failed shards `failed` lists that `before` does not (both shard ranges, e.g.
+/// `0-3,7`); `None` when there are none. Ranges that do not parse count whole.
+fn new_failures(failed: Option<&str>, before: Option<&str>) -> Option<String> {
+    use crate::api::ranges::RangeSet;
+    let failed = failed.filter(|f| !f.is_empty())?;
+    let Some(before) = before.and_then(|b| RangeSet::parse(b).ok()) else {
+        return Some(failed.to_string());
+    };
+    match RangeSet::parse(failed) {
+        Ok(now) => {
+            let new = now.difference(&before);
+            (!new.is_empty()).then(|| new.to_string())
+        }
+        Err(_) => Some(failed.to_string()),
     }
 }
 
@@ -364,25 +393,30 @@ mod tests {
     #[test]
     fn a_member_is_healthy_only_with_every_replica_updated_and_available_on_its_revision() {
         let p = Progress::Replicas { desired: 6 };
-        let ok = member_facts(p, Some(&slice(2, true, 3, counts(3, 3), "Ready")));
+        let ok = member_facts(p, Some(&slice(2, true, 3, counts(3, 3), "Ready")), None);
         assert_eq!((ok.running, ok.healthy), (Some(2), true));
         // Old pods still available, the new ones not: not healthy.
-        let rolling = member_facts(p, Some(&slice(2, true, 3, counts(1, 3), "Progressing")));
+        let rolling = member_facts(
+            p,
+            Some(&slice(2, true, 3, counts(1, 3), "Progressing")),
+            None,
+        );
         assert!(!rolling.healthy);
         assert_eq!(
             rolling.detail.as_deref(),
             Some("1/3 updated, 3/3 available")
         );
         // Not processed yet: it runs no revision as far as the gate knows.
-        let unseen = member_facts(p, Some(&slice(2, false, 3, counts(3, 3), "Ready")));
+        let unseen = member_facts(p, Some(&slice(2, false, 3, counts(3, 3), "Ready")), None);
         assert_eq!((unseen.running, unseen.healthy), (None, false));
         // Refused by the member's policy: failing.
         let refused = member_facts(
             p,
             Some(&slice(2, true, 3, counts(0, 0), member_state::REFUSED)),
+            None,
         );
         assert_eq!(refused.failing.as_deref(), Some("Refused: why"));
-        assert!(member_facts(p, None).detail.is_some());
+        assert!(member_facts(p, None, None).detail.is_some());
     }
 
     #[test]
@@ -429,9 +463,27 @@ mod tests {
         };
         let f = member_facts(
             Progress::Shards { total: 10 },
-            Some(&slice(2, true, 0, c, "Progressing")),
+            Some(&slice(2, true, 0, c.clone(), "Progressing")),
+            None,
         );
         assert_eq!(f.failing.as_deref(), Some("shards 3-4 failed"));
         assert!(!f.healthy);
+        assert_eq!(f.failed_shards.as_deref(), Some("3-4"));
+        // Failed before the member was told to run this revision: not charged to it
+        // (the slice says Failed for them).
+        let f = member_facts(
+            Progress::Shards { total: 10 },
+            Some(&slice(2, true, 0, c.clone(), member_state::FAILED)),
+            Some("3-4"),
+        );
+        assert_eq!(f.failing, None);
+        assert!(f.healthy);
+        // A shard failing since is.
+        let f = member_facts(
+            Progress::Shards { total: 10 },
+            Some(&slice(2, true, 0, c, member_state::FAILED)),
+            Some("4"),
+        );
+        assert_eq!(f.failing.as_deref(), Some("shards 3 failed"));
     }
 }
