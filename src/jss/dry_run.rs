@@ -986,6 +986,53 @@ pub(crate) mod tests {
         ]
     }
 
+    /// A split as (member, replicas), in member order.
+    type Split = Vec<(String, Option<u32>)>;
+
+    /// For a new workload `w`: the split the engine decides on `views` and the one the dry
+    /// run decides on the members' statuses `ms`, with each one's unplaced replicas.
+    fn engine_and_dry_run(
+        w: &AnyWorkload,
+        ms: &[MemberCluster],
+        views: &[ClusterView],
+    ) -> ((Split, u32), (Split, u32), wire::DryRun) {
+        let (demand, policy) = sizing(w, None, views).unwrap();
+        let engine = plan(&PlanInput {
+            clusters: views,
+            policy: &policy,
+            demand: &demand,
+            quota: None,
+            current: None,
+        });
+        let requested = super::super::quota::requested(&demand, 1);
+        let r = build(&Input {
+            workload: w,
+            team: "ads",
+            submitted_by: "a",
+            artifact: None,
+            profiles: &[],
+            members: ms,
+            demand: &demand,
+            policy: &policy,
+            requested: &requested,
+            quotas: &[],
+            used: None,
+            existing: None,
+            current: None,
+            from_scratch: false,
+        });
+        let split = |ps: &mut dyn Iterator<Item = (String, Option<u32>)>| ps.collect::<Split>();
+        let want = split(
+            &mut engine
+                .decision
+                .placements
+                .iter()
+                .map(|p| (p.cluster.clone(), p.replicas)),
+        );
+        let got = split(&mut r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)));
+        ((want, engine.decision.unplaced), (got, r.unplaced), r)
+    }
+
     fn workload(text: &str) -> AnyWorkload {
         match parse_one(text).unwrap() {
             Document::Workload(w) => w,
@@ -1637,41 +1684,8 @@ spec:
         - {{name: app, image: app, resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}
 "#
             ));
-            let (demand, policy) = sizing(&w, None, &hub_views).unwrap();
-            let hub = plan(&PlanInput {
-                clusters: &hub_views,
-                policy: &policy,
-                demand: &demand,
-                quota: None,
-                current: None,
-            });
-            let requested = super::super::quota::requested(&demand, 1);
-            let r = build(&Input {
-                workload: &w,
-                team: "ads",
-                submitted_by: "a",
-                artifact: None,
-                profiles: &[],
-                members: &ms,
-                demand: &demand,
-                policy: &policy,
-                requested: &requested,
-                quotas: &[],
-                used: None,
-                existing: None,
-                current: None,
-                from_scratch: false,
-            });
-            let got: Vec<(String, Option<u32>)> =
-                r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)).collect();
-            let want: Vec<(String, Option<u32>)> = hub
-                .decision
-                .placements
-                .iter()
-                .map(|p| (p.cluster.clone(), p.replicas))
-                .collect();
-            proptest::prop_assert_eq!(got, want);
-            proptest::prop_assert_eq!(r.unplaced, hub.decision.unplaced);
+            let (hub, dry, _) = engine_and_dry_run(&w, &ms, &hub_views);
+            proptest::prop_assert_eq!(dry, hub);
         }
     }
 
@@ -1785,44 +1799,8 @@ spec:
                     .collect();
                 let w = service("registry.example/app:1", replicas);
                 let views = member_views(&ms, &BTreeMap::new());
-                let (demand, policy) = sizing(&w, None, &views).unwrap();
-                let engine = plan(&PlanInput {
-                    clusters: &views,
-                    policy: &policy,
-                    demand: &demand,
-                    quota: None,
-                    current: None,
-                });
-                let requested = super::super::quota::requested(&demand, 1);
-                let r = build(&Input {
-                    workload: &w,
-                    team: "ads",
-                    submitted_by: "a",
-                    artifact: None,
-                    profiles: &[],
-                    members: &ms,
-                    demand: &demand,
-                    policy: &policy,
-                    requested: &requested,
-                    quotas: &[],
-                    used: None,
-                    existing: None,
-                    current: None,
-                    from_scratch: false,
-                });
-                let got: Vec<(String, Option<u32>)> = r
-                    .placements
-                    .iter()
-                    .map(|p| (p.cluster.clone(), p.replicas))
-                    .collect();
-                let want: Vec<(String, Option<u32>)> = engine
-                    .decision
-                    .placements
-                    .iter()
-                    .map(|p| (p.cluster.clone(), p.replicas))
-                    .collect();
-                assert_eq!(got, want, "{replicas} replicas on {nodes} nodes");
-                assert_eq!(r.unplaced, engine.decision.unplaced);
+                let (engine, dry, r) = engine_and_dry_run(&w, &ms, &views);
+                assert_eq!(dry, engine, "{replicas} replicas on {nodes} nodes");
                 let named: BTreeSet<&str> = r
                     .placements
                     .iter()

@@ -89,15 +89,18 @@ impl World {
     }
 
     fn state(&self, m: &str) -> &str {
-        &self
-            .status
+        &self.member(m).state
+    }
+
+    /// The rollout's record of member `m`.
+    fn member(&self, m: &str) -> &crate::api::rollout::RolloutMember {
+        self.status
             .as_ref()
             .unwrap()
             .members
             .iter()
             .find(|x| x.cluster == m)
             .unwrap()
-            .state
     }
 }
 
@@ -404,19 +407,9 @@ fn a_member_told_to_run_a_revision_records_the_shards_that_had_failed_before() {
     w.facts.get_mut("a").unwrap().failed_shards = Some("2-3".into());
     w.hash = "h2".into();
     w.look(1);
-    let record = |w: &World, m: &str| {
-        w.status
-            .as_ref()
-            .unwrap()
-            .members
-            .iter()
-            .find(|x| x.cluster == m)
-            .unwrap()
-            .clone()
-    };
-    let a = record(&w, "a");
+    let a = w.member("a");
     assert_eq!((a.state.as_str(), a.revision), (gate::UPDATING, 2));
     assert_eq!(a.failed_shards_before.as_deref(), Some("2-3"));
     // b waits for its stage: nothing recorded yet.
-    assert_eq!(record(&w, "b").failed_shards_before, None);
+    assert_eq!(w.member("b").failed_shards_before, None);
 }
