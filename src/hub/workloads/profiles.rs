@@ -132,27 +132,14 @@ const SNAPSHOT_MIN_AGE_SECS: i64 = 600;
 /// metadata LIST with limit 1 per snapshot), nor the profile's present content. Members
 /// lose them at the next propagation, as for any profile deleted on the hub.
 pub async fn prune_snapshots(ctx: &HubContext) {
-    let now = Timestamp::now().as_second();
     let profiles = ctx.profiles.state();
-    let live: BTreeSet<String> = profiles
-        .iter()
-        .filter(|p| !crate::expand::is_snapshot(p))
-        .map(|p| crate::expand::profile_digest(p))
-        .collect();
     let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> = Api::all(ctx.hub.clone());
     let api: Api<RuntimeProfile> = Api::all(ctx.hub.clone());
-    for snap in profiles.iter().filter(|p| crate::expand::is_snapshot(p)) {
-        let Some(digest) = snap.labels().get(LABEL_PROFILE_DIGEST).cloned() else {
-            continue;
-        };
-        let made = snap
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(now, |t| t.0.as_second());
-        if live.contains(&digest) || now - made < SNAPSHOT_MIN_AGE_SECS {
-            continue;
-        }
+    let candidates = snapshots_to_check(
+        profiles.iter().map(|p| p.as_ref()),
+        Timestamp::now().as_second(),
+    );
+    for (name, digest) in candidates {
         let lp = ListParams::default()
             .labels(&format!("{LABEL_PROFILE_DIGEST}={digest}"))
             .limit(1);
@@ -165,14 +152,76 @@ pub async fn prune_snapshots(ctx: &HubContext) {
             }
         }
         ctx.revisions.snapshot_made(&digest, false);
-        match api.delete(&snap.name_any(), &DeleteParams::default()).await {
+        match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {
-                tracing::info!(snapshot = %snap.name_any(), "runtime profile snapshot no revision pins removed");
+                tracing::info!(snapshot = %name, "runtime profile snapshot no revision pins removed");
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
-                tracing::warn!(snapshot = %snap.name_any(), error = %e, "could not remove a runtime profile snapshot");
+                tracing::warn!(snapshot = %name, error = %e, "could not remove a runtime profile snapshot");
             }
         }
+    }
+}
+
+/// The snapshots a clean-up asks about, `(name, digest)`: older than
+/// [`SNAPSHOT_MIN_AGE_SECS`] at `now` (seconds) and not the present content of any profile.
+/// Whether a revision still pins one is the shell's question.
+fn snapshots_to_check<'a>(
+    profiles: impl Iterator<Item = &'a RuntimeProfile> + Clone,
+    now: i64,
+) -> Vec<(String, String)> {
+    let live: BTreeSet<String> = profiles
+        .clone()
+        .filter(|p| !crate::expand::is_snapshot(p))
+        .map(crate::expand::profile_digest)
+        .collect();
+    profiles
+        .filter(|p| crate::expand::is_snapshot(p))
+        .filter_map(|snap| {
+            let digest = snap.labels().get(LABEL_PROFILE_DIGEST)?.clone();
+            let made = snap
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(now, |t| t.0.as_second());
+            (!live.contains(&digest) && now - made >= SNAPSHOT_MIN_AGE_SECS)
+                .then(|| (snap.name_any(), digest))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_old_snapshots_of_content_no_profile_has_now_are_checked() {
+        let mut live = crate::expand::builtin_profile().clone();
+        live.metadata.name = Some("mesh".into());
+        live.spec.version = "1".into();
+        let at = |s: i64| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::from_second(1_800_000_000 + s).unwrap(),
+            ))
+        };
+        // The present content's snapshot: kept whatever its age.
+        let mut current = crate::expand::snapshot_of(&live);
+        current.metadata.creation_timestamp = at(0);
+        // An earlier content's: checked once old enough.
+        let mut before = live.clone();
+        before.spec.version = "0".into();
+        let mut old = crate::expand::snapshot_of(&before);
+        old.metadata.creation_timestamp = at(0);
+        let all = [live.clone(), current.clone(), old.clone()];
+        let now = 1_800_000_000;
+        assert!(snapshots_to_check(all.iter(), now + SNAPSHOT_MIN_AGE_SECS - 1).is_empty());
+        let checked = snapshots_to_check(all.iter(), now + SNAPSHOT_MIN_AGE_SECS);
+        assert_eq!(
+            checked,
+            vec![(old.name_any(), crate::expand::profile_digest(&before))]
+        );
+        // Not a snapshot (no labels): never.
+        assert!(snapshots_to_check([live].iter(), now + 100_000).is_empty());
     }
 }
