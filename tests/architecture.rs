@@ -146,3 +146,126 @@ fn crate_paths_are_found_in_use_lines_and_inline() {
     );
     assert!(crate_paths("$crate::api::x").is_empty());
 }
+
+/// Where a kind's variants may be matched without limit: its home (`api::kind`, the
+/// `PinterestKind` trait and `with_kind!`, and `api::workload`, the enums themselves).
+const KIND_HOME: &[&str] = &["src/api/kind.rs", "src/api/workload.rs"];
+
+/// Files outside the home that still name kind variants, with how many times (issue 42:
+/// a kind's knowledge moves into its home; this list only ever shrinks). A file not listed
+/// may name none.
+const KIND_MATCHES_LEFT: &[(&str, usize)] = &[
+    ("src/agent/mod.rs", 6),
+    ("src/agent/owned.rs", 3),
+    ("src/agent/reconcile.rs", 9),
+    ("src/api/ingress_host.rs", 4),
+    ("src/api/member_policy.rs", 12),
+    ("src/api/pod_policy.rs", 5),
+    ("src/api/validate.rs", 17),
+    ("src/cli/client.rs", 6),
+    ("src/expand/mod.rs", 12),
+    ("src/expand/tests.rs", 14),
+    ("src/hub/quota_book.rs", 12),
+    ("src/hub/slices.rs", 4),
+    ("src/hub/workloads/priority.rs", 2),
+    ("src/hub/workloads/rollout.rs", 1),
+    ("src/jss/admission.rs", 13),
+    ("src/jss/dry_run.rs", 9),
+    ("src/jss/hub_view.rs", 19),
+    ("src/jss/paging.rs", 7),
+    ("src/jss/request.rs", 5),
+    ("src/jss/rollout.rs", 3),
+    ("src/jss/ui/actions.rs", 1),
+    ("src/jss/ui/mod.rs", 1),
+    ("src/jss/ui/model.rs", 13),
+    ("src/jss/ui/pages.rs", 6),
+    ("src/jss/views.rs", 18),
+    ("src/jss/wire.rs", 7),
+    ("src/overrides/tests.rs", 1),
+    ("src/placement/from_workload.rs", 8),
+];
+
+/// How many times `text` names a kind variant (`WorkloadKind::Service`,
+/// `WorkloadRef::JobSet`, `AnyWorkload::Daemon`, ...), comments left out.
+fn kind_variant_mentions(text: &str) -> usize {
+    const ENUMS: &[&str] = &["WorkloadKind::", "WorkloadRef::", "AnyWorkload::"];
+    const VARIANTS: &[&str] = &[
+        "Service",
+        "JobSet",
+        "CronJob",
+        "Daemon",
+        "TrainingJob",
+        "StatefulSet",
+    ];
+    let mut n = 0;
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or_default();
+        for e in ENUMS {
+            for (at, _) in code.match_indices(e) {
+                let rest = &code[at + e.len()..];
+                let word: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if VARIANTS.contains(&word.as_str()) {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn kind_variants_are_matched_in_their_home_and_nowhere_new() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let mut wrong = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root)
+            .expect("under the crate")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if KIND_HOME.contains(&rel.as_str()) {
+            continue;
+        }
+        let n = kind_variant_mentions(&std::fs::read_to_string(&file).expect("a source file"));
+        let allowed = KIND_MATCHES_LEFT
+            .iter()
+            .find(|(f, _)| *f == rel)
+            .map_or(0, |(_, n)| *n);
+        if n > allowed {
+            wrong.push(format!(
+                "{rel}: {n} kind-variant mentions, {allowed} allowed: a kind's knowledge goes into its home ({}), through the PinterestKind trait or with_kind!",
+                KIND_HOME.join(", ")
+            ));
+        } else if n < allowed {
+            wrong.push(format!(
+                "{rel}: {n} kind-variant mentions, fewer than the {allowed} KIND_MATCHES_LEFT allows: lower it to {n}"
+            ));
+        }
+        seen.insert(rel, n);
+    }
+    for (f, _) in KIND_MATCHES_LEFT {
+        if !seen.contains_key(*f) {
+            wrong.push(format!(
+                "{f}: listed in KIND_MATCHES_LEFT but gone: remove it"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn kind_variant_mentions_count_paths_not_comments_or_longer_names() {
+    assert_eq!(
+        kind_variant_mentions(
+            "match k { WorkloadKind::Service => 1, AnyWorkload::JobSet(j) => 2 } // WorkloadRef::Daemon"
+        ),
+        2
+    );
+    assert_eq!(kind_variant_mentions("WorkloadKind::ServiceX"), 0);
+}

@@ -340,10 +340,7 @@ fn placement(e: &mut Errors, p: &Placement, kind: WorkloadKind) {
         // partly moved.
         check!(
             e,
-            matches!(
-                kind,
-                WorkloadKind::Service | WorkloadKind::StatefulSet | WorkloadKind::JobSet
-            ),
+            kind.moves_in_part(),
             "spec.placement.failover.application",
             format!(
                 "application failover moves a share of replicas or a job set's unfinished shards: PinterestService, PinterestStatefulSet and PinterestJobSet only, not {kind}"

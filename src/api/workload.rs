@@ -113,6 +113,23 @@ impl WorkloadKind {
     pub fn failover_by_default(self) -> bool {
         !matches!(self, WorkloadKind::StatefulSet | WorkloadKind::TrainingJob)
     }
+
+    /// Kinds whose replicas the hub divides among members (a share per member).
+    pub fn divides_replicas(self) -> bool {
+        matches!(self, WorkloadKind::Service | WorkloadKind::StatefulSet)
+    }
+
+    /// Kinds that run indexed shards, each once (the job set).
+    pub fn runs_shards(self) -> bool {
+        self == WorkloadKind::JobSet
+    }
+
+    /// Kinds part of which can move on its own (a share of replicas, a job set's
+    /// unfinished shards): those application failover applies to. A cron job's runs, a
+    /// daemon (every member) and a training gang (all or nothing) cannot move in part.
+    pub fn moves_in_part(self) -> bool {
+        self.divides_replicas() || self.runs_shards()
+    }
 }
 
 impl std::fmt::Display for WorkloadKind {

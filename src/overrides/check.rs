@@ -136,7 +136,7 @@ pub fn check_static(rules: &[Override], kind: WorkloadKind) -> Result<(), Invali
             }
         }
         if let Some(b) = r.replicas {
-            if !matches!(kind, WorkloadKind::Service | WorkloadKind::StatefulSet) {
+            if !kind.divides_replicas() {
                 err(
                     format!("{f}.replicas"),
                     format!("only services and stateful sets divide replicas, not a {kind}"),

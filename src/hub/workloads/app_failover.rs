@@ -12,7 +12,6 @@ use crate::api::common::PlacementDecision;
 use crate::api::kind::PinterestKind;
 use crate::api::ranges::RangeSet;
 use crate::api::rollout::{RolloutStatus, phase};
-use crate::api::workload::WorkloadKind;
 use crate::placement::app_failover::{
     Look, ShardsSeen, ShareSeen, UnreadyClock, look, look_shards,
 };
@@ -77,10 +76,7 @@ pub fn look_at<K: PinterestKind>(
     else {
         return Look::default();
     };
-    if !matches!(
-        K::KIND,
-        WorkloadKind::Service | WorkloadKind::StatefulSet | WorkloadKind::JobSet
-    ) {
+    if !K::KIND.moves_in_part() {
         return Look::default();
     }
     // A rollout's health gates judge a new revision (and roll it back): a share that is
@@ -91,7 +87,7 @@ pub fn look_at<K: PinterestKind>(
     let Some(previous) = previous else {
         return Look::default();
     };
-    if K::KIND == WorkloadKind::JobSet {
+    if K::KIND.runs_shards() {
         let member_ready =
             |c: &str| standings.of(c) == Standing::Ready && standings.ready.contains(c);
         let reports: Vec<(ShardsSeen<'_>, Option<RangeSet>)> = previous

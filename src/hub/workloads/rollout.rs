@@ -18,7 +18,7 @@ use super::health::Standings;
 use super::{HubContext, HubError, workload_key};
 use crate::api::kind::{PinterestKind, SliceShare};
 use crate::api::ranges::RangeSet;
-use crate::api::workload::{WorkloadKind, WorkloadRef};
+use crate::api::workload::WorkloadRef;
 use crate::controller::fence;
 use crate::expand::bundle::{self, ConfigKind, ConfigRef};
 use crate::hub::slice_target::SliceTarget;
@@ -378,7 +378,7 @@ impl Target<'_> {
                 r.to_string(),
             );
         }
-        if K::KIND == WorkloadKind::JobSet {
+        if K::KIND.runs_shards() {
             // The fence (`controller::fence`): the slice starts shards only while the
             // hub vouches for this epoch of the member.
             slice

@@ -48,7 +48,6 @@ use super::request::parse_kind;
 use super::server::Jss;
 use crate::api::common::find_condition;
 use crate::api::federation::{ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE};
-use crate::api::workload::WorkloadKind;
 use crate::status::hub_status::FAILED_OVER;
 
 /// How long a session lasts by default (seconds).
@@ -773,7 +772,7 @@ async fn workload(
     let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
     let may_delete = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns)
         .map_err(|e| e.to_string());
-    let shards = (kind == WorkloadKind::JobSet).then(|| {
+    let shards = kind.runs_shards().then(|| {
         let total = o.data["spec"]["shards"]
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
@@ -1345,7 +1344,7 @@ mod tests {
         assert!(q("page", "0").unwrap_err().contains("not a page number"));
         assert!(q("page", "x").is_err());
         let f = q("kind", "jobsets").unwrap();
-        assert_eq!(f.kind, Some(WorkloadKind::JobSet));
+        assert_eq!(f.kind, Some(crate::api::workload::WorkloadKind::JobSet));
         assert_eq!(f.page, 1);
         let blank = WorkloadsQuery {
             namespace: Some("  ".into()),
