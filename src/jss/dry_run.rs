@@ -1021,15 +1021,17 @@ pub(crate) mod tests {
             current: None,
             from_scratch: false,
         });
-        let split = |ps: &mut dyn Iterator<Item = (String, Option<u32>)>| ps.collect::<Split>();
-        let want = split(
-            &mut engine
-                .decision
-                .placements
-                .iter()
-                .map(|p| (p.cluster.clone(), p.replicas)),
-        );
-        let got = split(&mut r.placements.iter().map(|p| (p.cluster.clone(), p.replicas)));
+        let want: Split = engine
+            .decision
+            .placements
+            .iter()
+            .map(|p| (p.cluster.clone(), p.replicas))
+            .collect();
+        let got: Split = r
+            .placements
+            .iter()
+            .map(|p| (p.cluster.clone(), p.replicas))
+            .collect();
         ((want, engine.decision.unplaced), (got, r.unplaced), r)
     }
 
