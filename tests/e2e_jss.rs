@@ -18,14 +18,16 @@ use pinfed::api::service::PinterestService;
 use pinfed::jss::client::JssClient;
 use serde_json::{Value, json};
 use support::{
-    Daemon, Federation, TestNamespace, eventually, eventually_logged, free_port, join_all, pinfed,
-    pinfed_bin, spawn_agents, spawn_daemon, unique_name,
+    Daemon, Federation, TestNamespace, agent_args, eventually, eventually_logged, free_port,
+    join_all, pinfed, pinfed_bin, spawn_daemon, unique_name,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// What the tests share: hub, agents, one JSS on loopback HTTP and its files.
 struct Setup {
+    /// The spans the shared daemons exported.
+    spans: otlp::Collector,
     daemons: Vec<Daemon>,
     server: String,
     metrics: String,
@@ -69,6 +71,14 @@ fn setup(fed: &Federation) -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
         join_all(fed);
+        // The shared hub, agents and JSS export their spans to this test's collector.
+        let spans = otlp::Collector::start();
+        let otlp = vec![
+            "--otlp-endpoint".to_string(),
+            spans.endpoint.clone(),
+            "--otlp-protocol".into(),
+            "http/json".into(),
+        ];
         let mut daemons = vec![spawn_daemon(
             fed,
             "hub",
@@ -85,10 +95,14 @@ fn setup(fed: &Federation) -> &'static Setup {
                     "--metrics-addr".into(),
                     format!("127.0.0.1:{}", free_port()),
                 ],
+                otlp.clone(),
             ]
             .concat(),
         )];
-        daemons.extend(spawn_agents(fed));
+        daemons.extend(fed.member_names().into_iter().map(|m| {
+            let args = [agent_args(fed, &m), otlp.clone()].concat();
+            spawn_daemon(fed, &format!("agent-{m}"), &args)
+        }));
         let dir = std::env::temp_dir().join(unique_name("pinfed-jss"));
         let artifacts = dir.join("artifacts");
         std::fs::create_dir_all(&artifacts).unwrap();
@@ -125,12 +139,14 @@ fn setup(fed: &Federation) -> &'static Setup {
                     "--artifacts".into(),
                     artifacts.display().to_string(),
                 ],
+                otlp,
             ]
             .concat(),
         );
         wait_listening(&api, &jss);
         daemons.push(jss);
         Setup {
+            spans,
             daemons,
             server: format!("http://{api}"),
             metrics: format!("http://{metrics}/metrics"),
@@ -3376,4 +3392,331 @@ async fn a_rebalance_places_a_kept_split_again_from_scratch_on_request_only() {
     })
     .await;
     ns.delete().await;
+}
+
+/// An OTLP/HTTP (JSON) collector on loopback that keeps every span it is sent, on a
+/// thread and runtime of its own (the tests that share it each run on their own runtime).
+mod otlp {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+
+    #[derive(Clone, Debug)]
+    pub struct Span {
+        pub service: String,
+        pub name: String,
+        pub trace_id: String,
+        pub span_id: String,
+        pub parent: String,
+        pub start: u128,
+        pub end: u128,
+        pub attributes: BTreeMap<String, String>,
+    }
+
+    pub struct Collector {
+        pub endpoint: String,
+        spans: Arc<Mutex<Vec<Span>>>,
+    }
+
+    impl Collector {
+        pub fn start() -> Collector {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+            listener.set_nonblocking(true).unwrap();
+            let endpoint = format!("http://{}", listener.local_addr().unwrap());
+            let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+            let kept = spans.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    let app = axum::Router::new().route(
+                        "/v1/traces",
+                        axum::routing::post(move |body: axum::body::Bytes| {
+                            let kept = kept.clone();
+                            async move {
+                                match serde_json::from_slice::<Value>(&body) {
+                                    Ok(v) => kept.lock().unwrap().extend(parse(&v)),
+                                    Err(e) => eprintln!(
+                                        "otlp collector: not an OTLP/JSON request ({e}): {}",
+                                        String::from_utf8_lossy(&body[..body.len().min(300)])
+                                    ),
+                                }
+                                axum::Json(serde_json::json!({}))
+                            }
+                        }),
+                    );
+                    axum::serve(listener, app).await.unwrap();
+                });
+            });
+            Collector { endpoint, spans }
+        }
+
+        /// Every span received.
+        pub fn all(&self) -> Vec<Span> {
+            self.spans.lock().unwrap().clone()
+        }
+
+        /// The spans of trace `id`, in start order.
+        pub fn trace(&self, id: &str) -> Vec<Span> {
+            let mut t: Vec<Span> = self
+                .spans
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|s| s.trace_id == id)
+                .cloned()
+                .collect();
+            t.sort_by_key(|s| s.start);
+            t
+        }
+    }
+
+    fn text(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    fn attributes(v: &Value) -> BTreeMap<String, String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                let value = a["value"]
+                    .as_object()
+                    .and_then(|o| o.values().next())
+                    .map(text)
+                    .unwrap_or_default();
+                (text(&a["key"]), value)
+            })
+            .collect()
+    }
+
+    fn nanos(v: &Value) -> u128 {
+        text(v).parse().unwrap_or_default()
+    }
+
+    fn parse(v: &Value) -> Vec<Span> {
+        let mut out = Vec::new();
+        for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+            let service = attributes(&rs["resource"]["attributes"])
+                .remove("service.name")
+                .unwrap_or_default();
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for s in ss["spans"].as_array().into_iter().flatten() {
+                    out.push(Span {
+                        service: service.clone(),
+                        name: text(&s["name"]),
+                        trace_id: text(&s["traceId"]).to_lowercase(),
+                        span_id: text(&s["spanId"]).to_lowercase(),
+                        parent: s["parentSpanId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_lowercase(),
+                        start: nanos(&s["startTimeUnixNano"]),
+                        end: nanos(&s["endTimeUnixNano"]),
+                        attributes: attributes(&s["attributes"]),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The trace as an indented tree: service, span, its start after the trace's first
+    /// and its duration, a few attributes.
+    pub fn render(spans: &[Span]) -> String {
+        let t0 = spans.iter().map(|s| s.start).min().unwrap_or_default();
+        let ids: std::collections::BTreeSet<&str> =
+            spans.iter().map(|s| s.span_id.as_str()).collect();
+        let mut out = String::new();
+        fn walk(
+            out: &mut String,
+            spans: &[Span],
+            parent: &str,
+            depth: usize,
+            t0: u128,
+            roots: bool,
+            ids: &std::collections::BTreeSet<&str>,
+        ) {
+            for s in spans.iter().filter(|s| {
+                if roots {
+                    s.parent.is_empty() || !ids.contains(s.parent.as_str())
+                } else {
+                    s.parent == parent
+                }
+            }) {
+                let keys = ["workload", "member", "user", "outcome"];
+                let attrs: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| s.attributes.get(*k).map(|v| format!("{k}={v}")))
+                    .collect();
+                out.push_str(&format!(
+                    "{:indent$}{} {}  +{} ms  {} ms  {}\n",
+                    "",
+                    s.service,
+                    s.name,
+                    (s.start - t0) / 1_000_000,
+                    s.end.saturating_sub(s.start) / 1_000_000,
+                    attrs.join(" "),
+                    indent = depth * 2
+                ));
+                walk(out, spans, &s.span_id, depth + 1, t0, false, ids);
+            }
+        }
+        walk(&mut out, spans, "", 0, t0, true, &ids);
+        out
+    }
+}
+
+#[tokio::test]
+async fn a_submission_is_one_trace_from_the_jss_through_the_hub_to_each_members_agent() {
+    let fed = Federation::connect().await;
+    let st = setup(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "jss-trace").await;
+    let mut svc = service("traced", "ads", 3, "10m");
+    svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
+    let alice = st.client(Some("alice-token"));
+    let r = alice
+        .post_json(
+            "/v1/submissions",
+            &json!({"resource": svc, "namespace": ns.name}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text);
+    let trace_id = r.body["traceId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a traced JSS answers the submission's trace id: {}", r.text))
+        .to_string();
+    assert_eq!(trace_id.len(), 32, "{trace_id}");
+    // The hub resource carries the submission's context.
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let stored = Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar)
+        .get("traced")
+        .await
+        .unwrap();
+    let carried = stored.metadata.annotations.clone().unwrap_or_default()
+        ["federation.pinterest.com/traceparent"]
+        .clone();
+    assert!(carried.contains(&trace_id), "{carried}");
+
+    // Every member's agent applies its slice inside the same trace, under the hub's
+    // reconcile that wrote the slice, itself under the submission.
+    let members = fed.member_names();
+    let complete = |spans: &[otlp::Span]| {
+        let submit = spans
+            .iter()
+            .find(|s| s.name == "jss.submit" && s.service == "pinfed-jss");
+        let hub_writes: Vec<&otlp::Span> = spans
+            .iter()
+            .filter(|s| s.name == "roll_out" && s.service == "pinfed-hub")
+            .collect();
+        submit.is_some()
+            && spans.iter().any(|s| {
+                s.name == "hub.reconcile"
+                    && Some(s.parent.as_str()) == submit.map(|s| s.span_id.as_str())
+            })
+            && members.iter().all(|m| {
+                spans.iter().any(|a| {
+                    a.name == "agent.reconcile"
+                        && a.service == "pinfed-agent"
+                        && a.attributes.get("member") == Some(m)
+                        && hub_writes.iter().any(|w| w.span_id == a.parent)
+                        && spans
+                            .iter()
+                            .any(|c| c.name == "apply" && c.parent == a.span_id)
+                })
+            })
+    };
+    let waited = std::time::Instant::now();
+    loop {
+        let spans = st.spans.trace(&trace_id);
+        if complete(&spans) {
+            println!(
+                "one trace, {} spans:\n{}",
+                spans.len(),
+                otlp::render(&spans)
+            );
+            break;
+        }
+        assert!(
+            waited.elapsed() < WAIT,
+            "the trace never reached every member's agent ({members:?}); it has:\n{}\nspans received, by service and name: {:?}\n{}",
+            otlp::render(&spans),
+            st.spans.all().iter().fold(
+                std::collections::BTreeMap::<(String, String), usize>::new(),
+                |mut m, s| {
+                    *m.entry((s.service.clone(), s.name.clone())).or_default() += 1;
+                    m
+                }
+            ),
+            st.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Reconciles after the change is done are not charged to it: once Ready everywhere,
+    // the trace stops growing.
+    let path = format!("/v1/workloads/{}/service/traced", ns.name);
+    eventually(WAIT, "3 available", || {
+        let alice = alice.clone();
+        let path = path.clone();
+        async move {
+            let r = alice.get(&path).await.unwrap();
+            r.body["status"]["availableReplicas"] == 3
+                && r.body["status"]["observedGeneration"] == r.body["generation"]
+        }
+    })
+    .await;
+    // A change that is not a new submission (a label: the slices are written again) is
+    // traced on its own: each agent's reconcile of it is in another trace, and nothing
+    // of it joins the submission's.
+    let patched_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Api::<DynamicObject>::namespaced_with(hub.clone(), &ns.name, &ar)
+        .patch(
+            "traced",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let workload = format!("{}/traced", ns.name);
+    eventually(
+        WAIT,
+        "each agent's reconcile of the label change exported",
+        || {
+            let later: Vec<otlp::Span> = st
+                .spans
+                .all()
+                .into_iter()
+                .filter(|s| {
+                    s.name == "agent.reconcile"
+                        && s.start > patched_at
+                        && s.attributes.get("workload") == Some(&workload)
+                })
+                .collect();
+            let members = members.clone();
+            async move {
+                members
+                    .iter()
+                    .all(|m| later.iter().any(|s| s.attributes.get("member") == Some(m)))
+            }
+        },
+    )
+    .await;
+    let after = st.spans.trace(&trace_id);
+    assert!(
+        after.iter().all(|s| s.start < patched_at),
+        "a reconcile of a later change joined the submission's trace:\n{}",
+        otlp::render(&after)
+    );
 }

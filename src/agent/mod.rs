@@ -43,16 +43,19 @@ use crate::api::training::PinterestTrainingJob;
 use crate::api::workload::WorkloadKind;
 use crate::controller::compact::CompactCache;
 use crate::controller::http::{self, Readiness};
-use crate::controller::kube_args::{KubeArgs, init_tracing};
+use crate::controller::kube_args::KubeArgs;
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
+use crate::controller::trace::{TraceArgs, init_tracing};
 use crate::controller::watch;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
+    #[command(flatten)]
+    pub trace: TraceArgs,
     /// Name of the member cluster this agent runs in (identity env vars, ingress hosts).
     #[arg(long, env = "PINFED_CLUSTER_NAME")]
     pub cluster_name: String,
@@ -373,7 +376,7 @@ pub async fn run_controllers(
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
-    init_tracing();
+    let _traces = init_tracing("pinfed-agent", &args.trace)?;
     anyhow::ensure!(
         crate::api::validation::is_dns_label(&args.cluster_name),
         "--cluster-name (PINFED_CLUSTER_NAME) {:?} is not a member name (a DNS label): set \

@@ -20,6 +20,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, Store};
 use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
 
 use super::applied::Kept;
 use super::kinds::{AgentKind, assigned_shards, completed_shard_objects, shard_account};
@@ -176,7 +177,13 @@ fn key<K: Resource>(obj: &K) -> String {
 pub async fn reconcile<K: AgentKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, AgentError> {
     ctx.queue(K::KIND).picked(obj.as_ref());
     let timer = ctx.metrics.start(K::KIND.as_str());
-    let result = reconcile_stages(obj.as_ref(), &ctx).await;
+    let span = tracing::trace_span!(target: "pinfed::trace", "agent.reconcile", member = %ctx.cluster, kind = %K::KIND, workload = %key(obj.as_ref()), generation = obj.meta().generation.unwrap_or(0));
+    // Part of the slice's change (the hub reconcile that wrote it) until it is done here.
+    if !span.is_disabled() && obj.status().and_then(K::observed_generation) != obj.meta().generation
+    {
+        crate::controller::trace::follow(&span, obj.meta().annotations.as_ref());
+    }
+    let result = reconcile_stages(obj.as_ref(), &ctx).instrument(span).await;
     timer.finish(result.as_ref().err().map(AgentError::reason));
     if result.is_ok() {
         ctx.retries.succeeded(&slice_key(obj.as_ref()));
@@ -455,6 +462,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         }
     };
     let observed = observe(ctx, &ns, K::KIND, &name)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "observe"))
         .await
         .map_err(AgentError::Observe)?;
 
@@ -506,7 +514,9 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         cluster: Some(&ctx.cluster),
         admitted_shards: admitted.as_ref(),
     };
-    let objects = match expand::expand(&input) {
+    let expanded =
+        tracing::trace_span!(target: "pinfed::trace", "expand").in_scope(|| expand::expand(&input));
+    let objects = match expanded {
         Ok(objects) => objects,
         Err(e) => {
             return invalid(
@@ -542,6 +552,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     let verdict = ctx
         .policy
         .judge(&ctx.client, &ns, K::KIND, &bodies)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "policy"))
         .await
         .map_err(AgentError::Observe)?;
     let refusal = match verdict {
@@ -562,6 +573,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     // The ConfigMaps and Secrets the pods reference, from the hub's bundles.
     let materialized =
         super::bundles::materialize(&ctx.client, &ctx.claims, &ctx.bundle_users, K::KIND, obj)
+            .instrument(tracing::trace_span!(target: "pinfed::trace", "bundles"))
             .await?;
     if let Some(clash) = materialized.clash {
         ctx.metrics.refused(K::KIND.as_str(), "Conflict");
@@ -590,13 +602,17 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
                 return Ok(Action::requeue(CONFLICT_RECHECK));
             }
         };
-        let keep = apply_objects(ctx, &uid, &ns, &objects, &adopted).await?;
+        let keep = apply_objects(ctx, &uid, &ns, &objects, &adopted)
+            .instrument(tracing::trace_span!(target: "pinfed::trace", "apply"))
+            .await?;
         ctx.applied.record(&uid, digest);
         keep
     };
     let mut keep = keep;
     keep.extend(started);
-    prune(ctx, obj, &observed, completed.as_ref(), keep).await?;
+    prune(ctx, obj, &observed, completed.as_ref(), keep)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "prune"))
+        .await?;
 
     // Status. The controllers' objects were read before this apply: one our apply just
     // moved to a new generation counts as that generation, so its status (from before)
@@ -606,7 +622,10 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     let health = working.observe(&observed, &mut status);
     K::set_meta(&mut status, generation, &profile.spec.version);
     status::set_health_conditions(K::conditions(&mut status), &health, generation, &now);
-    stored.write(ctx, obj, &status).await?;
+    stored
+        .write(ctx, obj, &status)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "write_status"))
+        .await?;
     // Owned-object watches bring changes; the timer is a safety net. A bundle not there
     // yet is looked for again soon.
     if held {

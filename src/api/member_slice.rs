@@ -22,6 +22,10 @@ pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
 pub const LABEL_HUB_UID: &str = "federation.pinterest.com/hub-uid";
 pub const LABEL_SLICE_OF: &str = "federation.pinterest.com/slice-of";
 pub const ANNOTATION_HUB_GENERATION: &str = "federation.pinterest.com/hub-generation";
+/// The trace context (W3C `traceparent`) of the change a workload or slice carries: the
+/// JSS's submission on a hub resource, the hub's reconcile that wrote it on a slice. Never
+/// a reason to write a slice (`hub::slices::slice_is_current` leaves it out).
+pub const ANNOTATION_TRACEPARENT: &str = "federation.pinterest.com/traceparent";
 
 /// The name of the MemberSlice carrying the slice `namespace/name` of `kind` for a pull
 /// member: `kind.namespace.name` in lower case, shortened with a hash past 253.

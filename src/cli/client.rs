@@ -259,6 +259,9 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         if let Some(f) = &v.forecast {
             text.push_str(&format!("forecast: {f}\n"));
         }
+        if let Some(t) = &v.trace_id {
+            text.push_str(&format!("trace: {t}\n"));
+        }
         text
     })
 }

@@ -110,13 +110,3 @@ fn der_to_pem(der: &[u8]) -> Vec<u8> {
     pem.push_str("-----END CERTIFICATE-----\n");
     pem.into_bytes()
 }
-
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,kube=warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}

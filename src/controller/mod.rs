@@ -1,5 +1,6 @@
 //! The imperative shell shared by the long-running parts (agent, hub, JSS): health and
-//! metrics endpoints, reconcile metrics, leader election, server-side apply helpers and the watch backoff.
+//! metrics endpoints, reconcile metrics, leader election, server-side apply helpers, the watch
+//! backoff, logs and traces.
 
 pub mod apply;
 pub mod cluster_side;
@@ -17,6 +18,7 @@ pub mod own_writes;
 pub mod queue;
 pub mod retry;
 pub mod tokens;
+pub mod trace;
 pub mod watch;
 pub mod write_gate;
 

@@ -20,10 +20,11 @@ use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
 use crate::controller::http::{self, Readiness};
-use crate::controller::kube_args::{KubeArgs, init_tracing};
+use crate::controller::kube_args::KubeArgs;
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::mirror::{Watching, mirror};
+use crate::controller::trace::{TraceArgs, init_tracing};
 use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
 use crate::hub::workloads::{self, HubContext};
@@ -66,6 +67,8 @@ impl DefaultRollout {
 pub struct HubArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
+    #[command(flatten)]
+    pub trace: TraceArgs,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(
         long,
@@ -170,7 +173,7 @@ struct Process {
 }
 
 pub fn run(args: HubArgs) -> anyhow::Result<()> {
-    init_tracing();
+    let _traces = init_tracing("pinfed-hub", &args.trace)?;
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = args.kube.client().await?;
         let side = crate::controller::cluster_side::read(&client)

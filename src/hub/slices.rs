@@ -15,8 +15,8 @@ use crate::api::workload::WorkloadKind;
 use crate::status::member_state;
 
 pub use crate::api::member_slice::{
-    ANNOTATION_HUB_GENERATION, LABEL_HUB_NAME, LABEL_HUB_NAMESPACE, LABEL_HUB_UID, LABEL_SLICE_OF,
-    member_slice_name,
+    ANNOTATION_HUB_GENERATION, ANNOTATION_TRACEPARENT, LABEL_HUB_NAME, LABEL_HUB_NAMESPACE,
+    LABEL_HUB_UID, LABEL_SLICE_OF, member_slice_name,
 };
 /// Finalizer on hub resources: their slices are removed before the resource goes.
 pub const FINALIZER: &str = "federation.pinterest.com/slices";
@@ -314,8 +314,11 @@ pub fn member_workload_status(
 /// Fields others own (status, the agent's annotations) do not matter.
 pub fn slice_is_current<K: PinterestKind>(found: &SliceSummary, slice: &K) -> bool {
     let want = summarize(slice);
+    // A trace context is never a reason to write.
     let subset = |want: &BTreeMap<String, String>, found: &BTreeMap<String, String>| {
-        want.iter().all(|(k, v)| found.get(k) == Some(v))
+        want.iter()
+            .filter(|(k, _)| *k != ANNOTATION_TRACEPARENT)
+            .all(|(k, v)| found.get(k) == Some(v))
     };
     found.spec_digest == want.spec_digest
         && subset(&want.labels, &found.labels)
@@ -428,6 +431,13 @@ mod tests {
             !slice_is_current(&summarize(&other), &slice),
             "a label of ours is missing"
         );
+        // Another reconcile's trace context is no reason to write.
+        let mut traced = slice.clone();
+        traced.annotations_mut().insert(
+            ANNOTATION_TRACEPARENT.into(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        );
+        assert!(slice_is_current(&summarize(&stored), &traced));
     }
 
     use super::*;

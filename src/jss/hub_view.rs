@@ -538,7 +538,19 @@ impl Hub {
             &resource(a.kind),
         );
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let patch = Patch::Apply(&a.object);
+        // The submission's trace context goes with it (`controller::trace`).
+        let traced;
+        let body = match crate::controller::trace::traceparent(&tracing::Span::current()) {
+            Some(t) => {
+                let mut o = a.object.clone();
+                o["metadata"]["annotations"][crate::controller::trace::ANNOTATION_TRACEPARENT] =
+                    t.into();
+                traced = o;
+                &traced
+            }
+            None => &a.object,
+        };
+        let patch = Patch::Apply(body);
         repeatable(|| api.patch(&a.name, &params, &patch))
             .await
             .map_err(rejection)

@@ -39,7 +39,8 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 
 use crate::controller::http::{self, Readiness};
-use crate::controller::kube_args::{KubeArgs, init_tracing};
+use crate::controller::kube_args::KubeArgs;
+use crate::controller::trace::{TraceArgs, init_tracing};
 
 /// The default limit of a request body (and of an artifact).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -48,6 +49,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 pub struct JssArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
+    #[command(flatten)]
+    pub trace: TraceArgs,
     /// Address to serve the API on. Plain HTTP is allowed only on a loopback address.
     #[arg(long, env = "PINFED_JSS_LISTEN", default_value = "127.0.0.1:8443")]
     pub listen: SocketAddr,
@@ -246,7 +249,7 @@ fn check_private(path: &Path, meta: &std::fs::Metadata, egid: Option<u32>) -> an
 }
 
 pub fn run(args: JssArgs) -> anyhow::Result<()> {
-    init_tracing();
+    let _traces = init_tracing("pinfed-jss", &args.trace)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Some(Arc::new(server::tls_config(c, k)?)),
         _ => None,

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
+use tracing::Instrument;
 
 use super::admission::{Admitted, Origin, admit_from};
 use super::artifacts::ArtifactStore;
@@ -616,6 +617,7 @@ impl Jss {
                 })
             }),
             forecast: Some(forecast),
+            trace_id: crate::controller::trace::trace_id(&tracing::Span::current()),
         };
         Ok((code, to_body(&reply)?))
     }
@@ -1659,8 +1661,19 @@ async fn submit_handler(
     let dry_run = q.dry_run();
     let is_dry = dry_run.as_ref().is_ok_and(|d| *d);
     let mut audit = Audit::new(if is_dry { "submit-dry-run" } else { "submit" });
+    // One trace from here to the members' pods (`controller::trace`); a caller's own
+    // trace context (`traceparent`) is its parent.
+    let span = tracing::trace_span!(target: "pinfed::trace", "jss.submit", dry_run = is_dry, user = tracing::field::Empty, workload = tracing::field::Empty, outcome = tracing::field::Empty);
+    crate::controller::trace::follow_parent(
+        &span,
+        headers.get("traceparent").and_then(|v| v.to_str().ok()),
+    );
     let result = match dry_run {
-        Ok(dry) => s.submit(&headers, &q, dry, body, &mut audit).await,
+        Ok(dry) => {
+            s.submit(&headers, &q, dry, body, &mut audit)
+                .instrument(span.clone())
+                .await
+        }
         Err(r) => Err(r),
     };
     let outcome = match &result {
@@ -1668,6 +1681,9 @@ async fn submit_handler(
         Ok(_) => "Accepted",
         Err(r) => r.reason(),
     };
+    span.record("user", audit.user.as_str());
+    span.record("workload", audit.object.as_str());
+    span.record("outcome", outcome);
     audit.log(
         outcome,
         &result

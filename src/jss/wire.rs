@@ -89,6 +89,10 @@ pub struct Submitted {
     /// once the hub has decided).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<String>,
+    /// The trace of this submission (32 hex digits) when the JSS exports spans: the hub's
+    /// and the members' work on it join the same trace (docs/observability.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A submission's resolved priority.
@@ -805,6 +809,7 @@ mod tests {
                 preempts: true,
             }),
             forecast: Some("would wait: no room (it may preempt lower-priority work)".into()),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
         };
         assert_eq!(
             sent(201, &submitted).decode::<Submitted>().unwrap(),

@@ -42,6 +42,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use tracing::Instrument;
 
 use crate::api::common::PlacementDecision;
 use crate::api::federation::{FederatedQuota, MemberCluster};
@@ -552,7 +553,17 @@ pub async fn reconcile<K: PinterestKind>(
 ) -> Result<Action, HubError> {
     ctx.queue(K::KIND).picked(obj.as_ref());
     let timer = ctx.metrics.start(K::KIND.as_str());
-    let result = reconcile_stages(obj.as_ref(), &ctx).await;
+    let span = tracing::trace_span!(target: "pinfed::trace", "hub.reconcile", kind = %K::KIND, workload = %workload_key(obj.as_ref()), generation = obj.meta().generation.unwrap_or(0));
+    // Part of the change's trace until every member has caught up with it.
+    if !span.is_disabled()
+        && obj
+            .status()
+            .and_then(|s| K::hub_part(s).observed_generation)
+            != obj.meta().generation
+    {
+        crate::controller::trace::follow(&span, obj.meta().annotations.as_ref());
+    }
+    let result = reconcile_stages(obj.as_ref(), &ctx).instrument(span).await;
     timer.finish(result.as_ref().err().map(HubError::reason));
     if result.is_ok() {
         ctx.retries.succeeded(&workload_key(obj.as_ref()));
@@ -585,7 +596,9 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
 
     // Read: standings of the members as this workload sees them, and what was decided.
     let standings = health::Standings::read(ctx, obj, now);
-    let mut slices = rollout::read_slices(ctx, obj, &standings).await?;
+    let mut slices = rollout::read_slices(ctx, obj, &standings)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "read"))
+        .await?;
     let mut remembered = decide::Remembered::read(ctx, obj, stored_part.placement.clone());
     if remembered.previous.is_none() {
         // No decision recorded where this process reads it: a new workload, or one a
@@ -646,6 +659,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
             app_due: app_look.due.as_ref(),
         },
     )
+    .instrument(tracing::trace_span!(target: "pinfed::trace", "decide"))
     .await?
     {
         decide::Outcome::Invalid(message) => {
@@ -676,10 +690,13 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         stored_part.rollout.as_ref(),
         &now_time,
     )
+    .instrument(tracing::trace_span!(target: "pinfed::trace", "stage"))
     .await?;
 
     // Roll out: move the slices toward the decision.
-    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices, &staged).await?;
+    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices, &staged)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "roll_out"))
+        .await?;
     // A hand-off waits for the member the work leaves; its status brings the next look,
     // this is the net under it.
     let mut requeue = if held.is_empty() {
@@ -788,7 +805,9 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
                 );
                 tracing::debug!(workload = %key, ?changed, "writing the hub status");
             }
-            write_hub_status(ctx, obj, decided.written.as_deref(), &st).await
+            write_hub_status(ctx, obj, decided.written.as_deref(), &st)
+                .instrument(tracing::trace_span!(target: "pinfed::trace", "write_status"))
+                .await
         }
         None => Ok(()),
     };

@@ -389,6 +389,10 @@ impl Target<'_> {
         // write then. A slice edited in the member differs and is written. (A slice found
         // means its namespace is there for the config below.)
         let current = found.is_some_and(|f| slices::slice_is_current(f, &slice));
+        if !current {
+            // Written: the agent's reconcile continues this reconcile's trace.
+            crate::controller::trace::mark(slice.annotations_mut());
+        }
         // A namespace this process made (or found) in the member is not applied again; a
         // slice write that finds it gone forgets it.
         let ns_key = (self.cluster.to_string(), ns.clone());
