@@ -89,7 +89,9 @@ impl Dirs {
             .unwrap_or_else(|| cache_dir().join("src"));
         let build = format!(
             "run e2e/peers/karmada/build KARMADA_SRC (a Karmada checkout or bare git dir \
-             with tag {VERSION}) or set PINFED_KARMADA_BIN_DIR and PINFED_KARMADA_SRC_DIR"
+             with tag {VERSION}, e.g. `git clone --depth 1 --branch {VERSION} \
+             https://github.com/karmada-io/karmada ~/src/karmada`) or set \
+             PINFED_KARMADA_BIN_DIR and PINFED_KARMADA_SRC_DIR"
         );
         for b in BINARIES {
             if !bin.join(b).is_file() {
