@@ -27,6 +27,25 @@ pub const ANNOTATION_HUB_GENERATION: &str = "federation.pinterest.com/hub-genera
 /// a reason to write a slice (`hub::slices::slice_is_current` leaves it out).
 pub const ANNOTATION_TRACEPARENT: &str = "federation.pinterest.com/traceparent";
 
+/// The trace id (32 lowercase hex digits) of a W3C `traceparent`
+/// (`00-<trace id>-<span id>-<flags>`), if it is one.
+pub fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let (version, id, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    (version == "00"
+        && parts.next().is_none()
+        && hex(id, 32)
+        && hex(span, 16)
+        && hex(flags, 2)
+        && id.bytes().any(|b| b != b'0'))
+    .then_some(id)
+}
+
 /// The name of the MemberSlice carrying the slice `namespace/name` of `kind` for a pull
 /// member: `kind.namespace.name` in lower case, shortened with a hash past 253.
 pub fn member_slice_name(kind: WorkloadKind, namespace: &str, name: &str) -> String {
@@ -154,4 +173,26 @@ pub struct MemberSliceStatus {
     /// Why the agent could not apply the slice, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_id_is_read_only_from_a_well_formed_traceparent() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(trace_id_of(good), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-<script>77b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+        ] {
+            assert_eq!(trace_id_of(bad), None, "{bad}");
+        }
+    }
 }

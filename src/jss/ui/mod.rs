@@ -806,6 +806,11 @@ async fn workload(
             .to_string(),
         submitted_by: o.annotations().get(ANNOTATION_SUBMITTED_BY).cloned(),
         artifact: o.annotations().get(ANNOTATION_ARTIFACT).cloned(),
+        trace_id: o
+            .annotations()
+            .get(crate::api::member_slice::ANNOTATION_TRACEPARENT)
+            .and_then(|t| crate::api::member_slice::trace_id_of(t))
+            .map(String::from),
         generation: o.metadata.generation,
         requested: ui.jss.hub.requested_by(kind, &o),
         priority_class: o.data["spec"]["priorityClassName"]

@@ -541,6 +541,9 @@ pub struct Detail<'a> {
     pub contact: String,
     pub submitted_by: Option<String>,
     pub artifact: Option<String>,
+    /// The trace of its last submission through the JSS, when the JSS exports spans
+    /// (docs/observability.md).
+    pub trace_id: Option<String>,
     pub generation: Option<i64>,
     pub requested: Resources,
     /// `spec.priorityClassName`.
@@ -609,7 +612,7 @@ pub fn workload(d: &Detail<'_>) -> String {
         "<dl class=\"facts\"><dt>Team</dt><dd>{}</dd><dt>Contact</dt><dd>{}</dd><dt>Submitted by</dt><dd>{}</dd>\
          <dt>Artifact</dt><dd>{}</dd><dt>Generation</dt><dd>{}</dd><dt>Requested</dt><dd>{}</dd>\
          <dt>Priority class</dt><dd id=\"priority-class\">{}</dd><dt>Age</dt><dd>{}</dd>\
-         <dt>Split</dt><dd class=\"split\" id=\"split\">{}</dd></dl>",
+         <dt>Split</dt><dd class=\"split\" id=\"split\">{}</dd>{}</dl>",
         esc(&r.team),
         esc(&d.contact),
         esc(d.submitted_by.as_deref().unwrap_or("-")),
@@ -618,7 +621,11 @@ pub fn workload(d: &Detail<'_>) -> String {
         esc(&amounts_line(&d.requested)),
         esc(d.priority_class.as_deref().unwrap_or("-")),
         ago(d.now, r.created),
-        split_cell(r, d.palette)
+        split_cell(r, d.palette),
+        d.trace_id.as_ref().map_or(String::new(), |t| format!(
+            "<dt>Trace</dt><dd><code id=\"trace\">{}</code></dd>",
+            esc(t)
+        ))
     );
 
     // A change rolling out comes first; a finished one after where the workload runs.
@@ -1743,6 +1750,7 @@ mod tests {
             contact: "c".into(),
             submitted_by: None,
             artifact: None,
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             generation: None,
             requested: Resources::ZERO,
             priority_class: None,
@@ -1865,6 +1873,7 @@ mod tests {
                 contact: "c".into(),
                 submitted_by: None,
                 artifact: None,
+                trace_id: None,
                 generation: None,
                 requested: Resources::ZERO,
                 priority_class: class.map(String::from),
@@ -1945,6 +1954,15 @@ mod tests {
                 "<tr class=\"app-failover\" data-cluster=\"use1b\"><td>1m</td><td><span class=\"part cl1\">use1b</span></td>\
                  <td>4</td><td>0 of 2 replicas available in use1b &lt;b&gt;</td></tr>"
             ),
+            "{h}"
+        );
+    }
+
+    #[test]
+    fn the_workload_page_shows_the_trace_of_its_last_submission() {
+        let h = rollout_page(&rollout_view("Complete", false), Ok(()), None);
+        assert!(
+            h.contains("<dt>Trace</dt><dd><code id=\"trace\">4bf92f3577b34da6a3ce929d0e0e4736</code></dd></dl>"),
             "{h}"
         );
     }
