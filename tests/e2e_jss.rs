@@ -3433,22 +3433,26 @@ mod otlp {
                     .unwrap();
                 rt.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                    let app = axum::Router::new().route(
-                        "/v1/traces",
-                        axum::routing::post(move |body: axum::body::Bytes| {
-                            let kept = kept.clone();
-                            async move {
-                                match serde_json::from_slice::<Value>(&body) {
-                                    Ok(v) => kept.lock().unwrap().extend(parse(&v)),
-                                    Err(e) => eprintln!(
-                                        "otlp collector: not an OTLP/JSON request ({e}): {}",
-                                        String::from_utf8_lossy(&body[..body.len().min(300)])
-                                    ),
+                    // A batch (512 spans with their events, as JSON) can pass axum's 2 MB
+                    // default: a refused batch would lose spans.
+                    let app = axum::Router::new()
+                        .route(
+                            "/v1/traces",
+                            axum::routing::post(move |body: axum::body::Bytes| {
+                                let kept = kept.clone();
+                                async move {
+                                    match serde_json::from_slice::<Value>(&body) {
+                                        Ok(v) => kept.lock().unwrap().extend(parse(&v)),
+                                        Err(e) => eprintln!(
+                                            "otlp collector: not an OTLP/JSON request ({e}): {}",
+                                            String::from_utf8_lossy(&body[..body.len().min(300)])
+                                        ),
+                                    }
+                                    axum::Json(serde_json::json!({}))
                                 }
-                                axum::Json(serde_json::json!({}))
-                            }
-                        }),
-                    );
+                            }),
+                        )
+                        .layer(axum::extract::DefaultBodyLimit::max(256 << 20));
                     axum::serve(listener, app).await.unwrap();
                 });
             });
@@ -3580,6 +3584,28 @@ async fn a_submission_is_one_trace_from_the_jss_through_the_hub_to_each_members_
     let st = setup(&fed);
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "jss-trace").await;
+    // Every member Ready to the hub first (it may have just started): a member that turns
+    // Ready after the change is done gets its share in a trace of its own.
+    let members = fed.member_names();
+    let mcs = Api::<pinfed::api::federation::MemberCluster>::all(hub.clone());
+    eventually(WAIT, "every member Ready to the hub", || {
+        let mcs = mcs.clone();
+        let members = members.clone();
+        async move {
+            let Ok(list) = mcs.list(&Default::default()).await else {
+                return false;
+            };
+            members.iter().all(|m| {
+                list.items.iter().any(|mc| {
+                    kube::ResourceExt::name_any(mc) == *m
+                        && support::condition(&serde_json::to_value(mc).unwrap()["status"], "Ready")
+                            .as_deref()
+                            == Some("True")
+                })
+            })
+        }
+    })
+    .await;
     let mut svc = service("traced", "ads", 3, "10m");
     svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
     let alice = st.client(Some("alice-token"));
@@ -3609,7 +3635,6 @@ async fn a_submission_is_one_trace_from_the_jss_through_the_hub_to_each_members_
 
     // Every member's agent applies its slice inside the same trace, under the hub's
     // reconcile that wrote the slice, itself under the submission.
-    let members = fed.member_names();
     let complete = |spans: &[otlp::Span]| {
         let submit = spans
             .iter()
