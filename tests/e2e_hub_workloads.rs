@@ -2036,14 +2036,19 @@ async fn a_pull_members_forged_completions_count_only_for_the_shards_it_holds() 
         ),
         || async {
             let st = support::status_of(&sets, "long").await;
+            // Reported with every shard it holds running: the agent has nothing new to
+            // report for minutes, so its next write does not undo the forgery below
+            // before the hub reads it.
+            let Some(theirs) = held(&st, &pull) else {
+                return false;
+            };
             let reported = slices.list(&by_namespace).await.is_ok_and(|l| {
                 l.items.len() == 1
-                    && l.items[0]
-                        .status
-                        .as_ref()
-                        .is_some_and(|s| s.slice.is_some())
+                    && l.items[0].status.as_ref().is_some_and(|s| {
+                        serde_json::to_value(&s.slice).unwrap()["shardsRunning"] == theirs.len()
+                    })
             });
-            held(&st, &push).is_some() && held(&st, &pull).is_some() && reported
+            held(&st, &push).is_some() && reported
         },
     )
     .await;

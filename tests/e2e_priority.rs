@@ -811,6 +811,41 @@ async fn in_the_pull_member(fed: &Federation, logs: &[&Daemon]) {
         },
     )
     .await;
+    // The victims are chosen from the pods the pull agent reports (every ~10 s, later
+    // than the slices' status): the report holds the four pods first.
+    // (A preemption decided on an older view takes too few victims; see the closing note
+    // of stop 57.)
+    let fill = format!("PinterestJobSet/{}/fill", ns.name);
+    let reports: Api<pinfed::api::member_slice::MemberReport> =
+        Api::namespaced(hub.clone(), &format!("pinfed-member-{PULL_MEMBER}"));
+    eventually_logged(
+        WAIT,
+        "the pull agent's report holds the four GPU pods",
+        logs,
+        || {
+            let reports = reports.clone();
+            let fill = fill.clone();
+            async move {
+                let Ok(list) = reports.list(&Default::default()).await else {
+                    return false;
+                };
+                let pods: i32 = list
+                    .items
+                    .iter()
+                    .filter_map(|r| r.status.as_ref()?.report.as_ref())
+                    .flat_map(|r| &r.node_pools)
+                    .flat_map(|p| &p.nodes)
+                    .flat_map(|n| &n.workloads)
+                    .filter(|w| w.workload == fill)
+                    .map(|w| w.pods)
+                    .sum();
+                pods == 4
+            }
+        },
+    )
+    .await;
+    // (The hub reads the report at its next heartbeat, a second here.)
+    tokio::time::sleep(Duration::from_secs(2)).await;
     sets.create(
         &PostParams::default(),
         &gpu_set("whole-node", class("high"), 1, 8, "600s"),
