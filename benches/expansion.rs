@@ -13,6 +13,9 @@
 //! JSON (`serde_json::to_vec`, what sending them to the API server costs at least) and
 //! `floor/clone-output/<case>` copies them (the allocations the output itself needs).
 //!
+//! A third group, `trace-off`, measures what the agent's trace spans cost with no exporter
+//! configured (docs/observability.md).
+//!
 //! `cargo bench --bench expansion -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -151,6 +154,48 @@ fn cases<M: Measurement>(c: &mut Criterion<M>, group: &str) {
 
 fn wall(c: &mut Criterion) {
     cases(c, "expand");
+    trace_off(c);
+}
+
+/// What the agent's trace spans cost when no exporter is configured (the default): the
+/// daemon's own subscriber (logs at `info`, no span layer), a service's expansion inside
+/// the agent's spans (`agent.reconcile` with its fields, the slice's context followed,
+/// `expand`), against the same expansion bare.
+fn trace_off(c: &mut Criterion) {
+    use pinfed::controller::trace::{TraceArgs, follow, init_tracing};
+    let _logs = init_tracing("bench", &TraceArgs::default()).expect("the daemon's logging");
+    let w = service();
+    let input = ExpandInput {
+        cluster: Some("use1a"),
+        ..ExpandInput::new(w.as_ref())
+    };
+    let annotations = std::collections::BTreeMap::from([(
+        pinfed::controller::trace::ANNOTATION_TRACEPARENT.to_string(),
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
+    )]);
+    let mut g = c.benchmark_group("trace-off");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("expand-service/bare", |b| {
+        b.iter(|| expand(black_box(&input)).unwrap())
+    });
+    g.bench_function("expand-service/in-spans", |b| {
+        b.iter(|| {
+            let span = tracing::trace_span!(target: "pinfed::trace", "agent.reconcile", member = "use1a", workload = "ads/web", generation = 3);
+            follow(&span, Some(black_box(&annotations)));
+            span.in_scope(|| {
+                tracing::trace_span!(target: "pinfed::trace", "expand")
+                    .in_scope(|| expand(black_box(&input)).unwrap())
+            })
+        })
+    });
+    g.bench_function("spans-alone", |b| {
+        b.iter(|| {
+            let span = tracing::trace_span!(target: "pinfed::trace", "agent.reconcile", member = "use1a", workload = "ads/web", generation = 3);
+            follow(&span, Some(black_box(&annotations)));
+            span.in_scope(|| tracing::trace_span!(target: "pinfed::trace", "expand").in_scope(|| 1))
+        })
+    });
+    g.finish();
 }
 
 fn cpu(c: &mut Criterion<ThreadCpuTime>) {
