@@ -61,6 +61,39 @@ impl Ledger {
             .map_or(&[][..], |r| r.bindings.as_slice())
     }
 
+    /// What `workload`'s reservation in `cluster` counts a second time, node by node: the
+    /// part its `reported` pods (node, requests) already take from the member's report.
+    /// Only that overlap is room; a reserved pod the report does not list yet runs all
+    /// the same (the report lags the member by seconds) and stays counted.
+    pub fn counted_twice<'n>(
+        &self,
+        workload: &str,
+        cluster: &str,
+        reported: impl IntoIterator<Item = (&'n str, Resources)>,
+    ) -> BTreeMap<String, Resources> {
+        let mut reserved: BTreeMap<&str, Resources> = BTreeMap::new();
+        for b in self
+            .reserved_by(workload)
+            .iter()
+            .filter(|b| b.cluster == cluster)
+        {
+            let e = reserved.entry(b.node.as_str()).or_default();
+            *e = e.saturating_add(&b.resources);
+        }
+        let mut seen: BTreeMap<&str, Resources> = BTreeMap::new();
+        for (node, r) in reported {
+            let e = seen.entry(node).or_default();
+            *e = e.saturating_add(&r);
+        }
+        reserved
+            .into_iter()
+            .filter_map(|(node, held)| {
+                let both = held.min_each(seen.get(node)?);
+                (both != Resources::ZERO).then(|| (node.to_string(), both))
+            })
+            .collect()
+    }
+
     /// Drops a workload's reservation (its pods are reported, or it was deleted).
     pub fn release(&mut self, workload: &str) -> bool {
         match self.reservations.remove(workload) {

@@ -89,6 +89,16 @@ impl Resources {
         }
     }
 
+    /// The smaller of the two in each dimension.
+    pub fn min_each(&self, o: &Resources) -> Resources {
+        Resources {
+            cpu: Milli(self.cpu.0.min(o.cpu.0)),
+            memory: Milli(self.memory.0.min(o.memory.0)),
+            gpu: self.gpu.min(o.gpu),
+            pods: self.pods.min(o.pods),
+        }
+    }
+
     /// Whether this amount fits in `free`: no dimension exceeds it.
     pub fn fits_in(&self, free: &Resources) -> bool {
         self.cpu <= free.cpu

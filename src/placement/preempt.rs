@@ -702,6 +702,35 @@ fn non_negative(r: &Resources) -> Resources {
     }
 }
 
+/// Gives back, on each member's nodes, what a candidate victim's reservation counts a
+/// second time: its reported pods are in the member's report and, for up to the ledger's
+/// expiry, in its reservation too. Only that overlap is room; a reserved pod the report
+/// does not list yet runs all the same, and counting it as free would take too few
+/// victims (`choose` frees only the pods it knows).
+pub fn give_back_counted_twice(
+    views: &mut [ClusterView],
+    ledger: &super::Ledger,
+    members: &[MemberCandidates],
+) {
+    for m in members {
+        let Some(view) = views.iter_mut().find(|v| v.name == m.member) else {
+            continue;
+        };
+        for c in &m.candidates {
+            let twice = ledger.counted_twice(
+                &c.key,
+                &m.member,
+                c.pods.iter().map(|p| (p.node.as_str(), p.resources)),
+            );
+            for (node, r) in twice {
+                if let Some(n) = view.nodes.iter_mut().find(|n| n.name == node) {
+                    n.free = n.free.saturating_add(&r);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -1163,6 +1192,97 @@ mod tests {
         );
         assert_eq!(v.describe(), "ns/TrainingJob/t: the whole gang (4 pods)");
         assert_minimal(&i, &p);
+    }
+
+    #[test]
+    fn a_victims_unreported_pods_are_not_room() {
+        // Node a1 has 4 cores. The victim placed 4 pods of 1 core there and still holds
+        // their reservation; the member's report lists only 2 of them so far (2 free).
+        use crate::placement::{NodeBinding, Outcome};
+        let reported = |n: usize| -> Vec<MemberCandidates> {
+            vec![member(
+                "a",
+                vec![victim(
+                    "ns/PinterestService/low",
+                    0,
+                    VictimKind::Replicas { can_lose: 4 },
+                    (0..n).map(|_| on("a1", 1000)).collect(),
+                )],
+            )]
+        };
+        let mut ledger = super::super::Ledger::new();
+        let held = Outcome {
+            decision: crate::placement::Decision {
+                strategy: Placing::Divided,
+                placements: vec![],
+                unplaced: 0,
+                reason: None,
+            },
+            cause: None,
+            excluded: vec![],
+            warnings: vec![],
+            bindings: (0..4)
+                .map(|_| NodeBinding {
+                    cluster: "a".into(),
+                    node: "a1".into(),
+                    pods: 1,
+                    resources: cpu(1000),
+                })
+                .collect(),
+            explained: vec![],
+        };
+        ledger.reserve(
+            "ns/PinterestService/low",
+            &held,
+            std::time::SystemTime::UNIX_EPOCH,
+        );
+        let policy = PlacementPolicy::default();
+        let want3 = demand(1000, Count::Replicas(3));
+        let room = |report_free: i128, members: &[MemberCandidates]| {
+            let mut views = vec![cluster("a", vec![node("a1", report_free, 10)])];
+            ledger.apply(&mut views, None);
+            give_back_counted_twice(&mut views, &ledger, members);
+            views
+        };
+
+        // Two reported: 2 free − 4 reserved + the 2 counted twice = 0 free; evicting the
+        // 2 it knows frees 2 cores, short of 3. Nothing is taken until the report has
+        // them all (the whole reservation given back read 2 free and took 2 victims for
+        // 3 pods that could not start).
+        let members = reported(2);
+        let views = room(2000, &members);
+        assert_eq!(views[0].nodes[0].free.cpu, Milli(0));
+        let i = input(&views, &policy, &want3, 10, 3, &members);
+        let p = choose(&i).expect("the 2 reported make room for 2");
+        assert_eq!(
+            (p.units, p.victims.iter().map(|v| v.pods).sum::<u32>()),
+            (2, 2),
+            "a pod placed for each one evicted, none on the unreported pods' room"
+        );
+
+        // All four reported: 0 free, the reservation is counted twice in full.
+        let members = reported(4);
+        let views = room(0, &members);
+        assert_eq!(views[0].nodes[0].free.cpu, Milli(0));
+        let i = input(&views, &policy, &want3, 10, 3, &members);
+        let p = choose(&i).expect("room once 3 of the 4 go");
+        assert_eq!(p.units, 3);
+        assert_eq!(p.victims.iter().map(|v| v.pods).sum::<u32>(), 3);
+
+        // A reported pod on a node it holds nothing on gives nothing back there.
+        let elsewhere = vec![member(
+            "a",
+            vec![victim(
+                "ns/PinterestService/low",
+                0,
+                VictimKind::Replicas { can_lose: 4 },
+                vec![on("a2", 1000)],
+            )],
+        )];
+        let mut views = vec![cluster("a", vec![node("a1", 0, 10), node("a2", 0, 10)])];
+        give_back_counted_twice(&mut views, &ledger, &elsewhere);
+        assert_eq!(views[0].nodes[0].free.cpu, Milli(0));
+        assert_eq!(views[0].nodes[1].free.cpu, Milli(0));
     }
 
     #[test]

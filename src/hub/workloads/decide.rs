@@ -1171,25 +1171,9 @@ fn preempt(
         );
         return None;
     }
-    // A victim's pods that run are counted on their nodes; a reservation it still holds
-    // for them (until its member reports them) is not counted twice.
+    // A victim's pods counted twice (reported and still reserved) are given back once.
     let mut views = views.to_vec();
-    for m in &candidates {
-        let Some(view) = views.iter_mut().find(|v| v.name == m.member) else {
-            continue;
-        };
-        for c in &m.candidates {
-            for b in ledger
-                .reserved_by(&c.key)
-                .iter()
-                .filter(|b| b.cluster == m.member)
-            {
-                if let Some(n) = view.nodes.iter_mut().find(|n| n.name == b.node) {
-                    n.free = n.free.saturating_add(&b.resources);
-                }
-            }
-        }
-    }
+    preempt::give_back_counted_twice(&mut views, ledger, &candidates);
     let started = std::time::Instant::now();
     let chosen = preempt::choose(&preempt::PreemptInput {
         clusters: &views,
