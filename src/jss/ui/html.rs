@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use askama::Template;
+
 /// The stylesheet and script, compiled into the binary (no CDN, no network at run time).
 pub const CSS: &str = include_str!("assets/ui.css");
 pub const JS: &str = include_str!("assets/ui.js");
@@ -12,19 +14,39 @@ pub const JS: &str = include_str!("assets/ui.js");
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// Escapes text for element content and quoted attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+/// The UI's HTML escaper: askama's for every `.html` template (`askama.toml`), so every
+/// value a template prints is escaped unless marked `|safe`. The five characters that matter
+/// in element content and quoted attribute values, as the named entities the UI always
+/// wrote (askama's own escaper writes `&#60;`, the same to a browser).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Html;
+
+impl askama::filters::Escaper for Html {
+    fn write_escaped_str<W: Write>(&self, mut dest: W, s: &str) -> std::fmt::Result {
+        let mut last = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let entity = match b {
+                b'&' => "&amp;",
+                b'<' => "&lt;",
+                b'>' => "&gt;",
+                b'"' => "&quot;",
+                b'\'' => "&#39;",
+                _ => continue,
+            };
+            dest.write_str(&s[last..i])?;
+            dest.write_str(entity)?;
+            last = i + 1;
         }
+        dest.write_str(&s[last..])
     }
+}
+
+/// Escapes text for element content and quoted attribute values (what the templates do
+/// to every value; for the pages still written by hand).
+pub fn esc(s: &str) -> String {
+    use askama::filters::Escaper;
+    let mut out = String::with_capacity(s.len());
+    let _ = Html.write_escaped_str(&mut out, s);
     out
 }
 
@@ -58,6 +80,26 @@ pub struct Viewer<'a> {
     pub csrf: &'a str,
 }
 
+/// The frame of every page (`templates/ui/layout.html`).
+#[derive(Template)]
+#[template(path = "ui/layout.html")]
+struct Layout<'a> {
+    title: &'a str,
+    viewer: Option<&'a Viewer<'a>>,
+    live: Option<&'a str>,
+    /// A page body rendered by its own template (so escaped there).
+    main: &'a str,
+    /// Path, label and whether it is the page shown.
+    nav: Vec<(&'static str, &'static str, bool)>,
+}
+
+/// Renders a page's template. Writing into a `String` fails only if a value's `Display`
+/// does, which none of the view models' do.
+pub fn render(t: &impl Template) -> String {
+    t.render()
+        .unwrap_or_else(|e| format!("<p class=\"error\">The page could not be rendered: {e}</p>"))
+}
+
 /// A whole page. `live` names the topic the page follows (server-sent events); `main`
 /// is the page body, which live updates replace.
 pub fn page(
@@ -67,49 +109,17 @@ pub fn page(
     live: Option<&str>,
     main: &str,
 ) -> String {
-    let mut h = String::with_capacity(main.len() + 2048);
-    h.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
-    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    let _ = write!(h, "<title>{} · pinfed</title>", esc(title));
-    h.push_str("<link rel=\"icon\" href=\"data:,\">");
-    h.push_str("<link rel=\"stylesheet\" href=\"/ui/assets/ui.css\">");
-    h.push_str("<script src=\"/ui/assets/ui.js\" defer></script>");
-    if let Some(v) = viewer {
-        let _ = write!(h, "<meta name=\"csrf-token\" content=\"{}\">", esc(v.csrf));
-    }
-    h.push_str(
-        "</head><body><header class=\"top\"><a class=\"brand\" href=\"/ui/fleet\">pinfed</a>",
-    );
-    if let Some(v) = viewer {
-        h.push_str("<nav>");
-        for (path, label) in NAV {
-            let cls = if path == active {
-                " class=\"active\""
-            } else {
-                ""
-            };
-            let _ = write!(h, "<a href=\"{path}\"{cls}>{label}</a>");
-        }
-        h.push_str("</nav>");
-        let _ = write!(
-            h,
-            "<div class=\"who\"><span id=\"user\">{}</span> <span class=\"teams\">{}</span>\
-             <form method=\"post\" action=\"/ui/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-             <button type=\"submit\" class=\"link\">Log out</button></form></div>",
-            esc(v.user),
-            esc(&v.teams.join(", ")),
-            esc(v.csrf)
-        );
-    }
-    h.push_str("</header>");
-    match live {
-        Some(topic) => {
-            let _ = write!(h, "<main id=\"main\" data-live=\"{}\">", esc(topic));
-        }
-        None => h.push_str("<main id=\"main\">"),
-    }
-    h.push_str(main);
-    h.push_str("</main></body></html>\n");
+    let mut h = render(&Layout {
+        title,
+        viewer,
+        live,
+        main,
+        nav: NAV
+            .iter()
+            .map(|&(path, label)| (path, label, path == active))
+            .collect(),
+    });
+    h.push('\n');
     h
 }
 

@@ -7,7 +7,9 @@ use std::fmt::Write;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 
-use super::html::{badge, bar, esc, select, table, url_part};
+use askama::Template;
+
+use super::html::{badge, bar, esc, render, select, table, url_part};
 use super::model::{
     Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
     WorkloadState, age, priority_text,
@@ -63,32 +65,34 @@ fn milli_f(m: Option<Milli>) -> f64 {
 
 // ---------------------------------------------------------------------------------------
 
+/// The login page (`templates/ui/login.html`).
+#[derive(Template)]
+#[template(path = "ui/login.html")]
+struct Login<'a> {
+    error: Option<&'a str>,
+    next: &'a str,
+}
+
 pub fn login(error: Option<&str>, next: &str) -> String {
-    let mut h = String::from("<section class=\"login\"><h1>Log in to pinfed</h1>");
-    if let Some(e) = error {
-        let _ = write!(h, "<p class=\"error\" id=\"login-error\">{}</p>", esc(e));
-    }
-    let _ = write!(
-        h,
-        "<form method=\"post\" action=\"/ui/login\">\
-         <input type=\"hidden\" name=\"next\" value=\"{}\">\
-         <label>Token<input type=\"password\" name=\"token\" id=\"token\" autocomplete=\"current-password\" required autofocus></label>\
-         <button type=\"submit\" id=\"login\">Log in</button></form>\
-         <p class=\"muted\">The same bearer token as the CLI (<code>PINFED_TOKEN</code>). \
-         The session lasts until you log out or it expires.</p></section>",
-        esc(next)
-    );
-    h
+    render(&Login { error, next })
+}
+
+/// A page that says what went wrong (`templates/ui/problem.html`).
+#[derive(Template)]
+#[template(path = "ui/problem.html")]
+struct Problem<'a> {
+    code: u16,
+    title: &'a str,
+    message: &'a str,
 }
 
 /// A page that says what went wrong (404, 403, 503...), with a way back.
 pub fn problem(code: u16, title: &str, message: &str) -> String {
-    format!(
-        "<section class=\"problem\" id=\"problem\" data-code=\"{code}\"><h1>{code} · {}</h1><p>{}</p>\
-         <p><a href=\"/ui/fleet\">Fleet</a> · <a href=\"/ui/workloads\">Workloads</a></p></section>",
-        esc(title),
-        esc(message)
-    )
+    render(&Problem {
+        code,
+        title,
+        message,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1592,6 +1596,9 @@ pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
 }
 
 #[cfg(test)]
+mod golden;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::jss::ui::model::SplitPart;
@@ -1664,7 +1671,7 @@ mod tests {
         assert!(cell.contains("2 unplaced"));
     }
 
-    fn member_row(name: &str, health: Health) -> MemberRow {
+    pub(super) fn member_row(name: &str, health: Health) -> MemberRow {
         MemberRow {
             name: name.into(),
             mode: "Push",
@@ -1711,7 +1718,7 @@ mod tests {
         assert!(!admin.contains("id=\"drain-use1b\""));
     }
 
-    fn rollout_view(phase: &str, paused: bool) -> RolloutView {
+    pub(super) fn rollout_view(phase: &str, paused: bool) -> RolloutView {
         serde_json::from_value(serde_json::json!({
             "workload": {"kind": "PinterestService", "namespace": "ads", "name": "web"},
             "status": {"revision": 2, "revisionHash": "h", "stableRevision": 1, "phase": phase,
