@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::table::Table;
 use crate::api::common::MemberWorkloadStatus;
 use crate::api::federation::ResourceAmounts;
 use crate::api::quantity::Milli;
@@ -300,13 +301,6 @@ pub fn dry_run_text(v: &DryRun, objects: bool) -> String {
         "Requested: cpu {} memory {} gpus {} pods {}",
         r.cpu, r.memory, r.gpus, r.pods
     );
-    let width = v
-        .placements
-        .iter()
-        .map(|p| p.cluster.len())
-        .chain(v.excluded.iter().map(|e| e.cluster.len()))
-        .max()
-        .unwrap_or(0);
     if let Some(current) = &v.current {
         let now: Vec<String> = current
             .iter()
@@ -323,18 +317,19 @@ pub fn dry_run_text(v: &DryRun, objects: bool) -> String {
         );
     }
     let _ = writeln!(out, "Split:");
+    let mut t = Table::headless().indent("  ");
     for p in &v.placements {
-        let _ = writeln!(
-            out,
-            "  {:<width$}  {:<12}  {} pods, cpu {} memory {}  — {}",
-            p.cluster,
+        t.row([
+            p.cluster.clone(),
             dry_share(p),
-            p.pods,
-            p.requests.cpu,
-            p.requests.memory,
-            p.reason
-        );
+            format!(
+                "{} pods, cpu {} memory {}",
+                p.pods, p.requests.cpu, p.requests.memory
+            ),
+            format!("— {}", p.reason),
+        ]);
     }
+    out.push_str(&t.render());
     if v.placements.is_empty() {
         let _ = writeln!(out, "  (no member)");
     }
@@ -352,41 +347,45 @@ pub fn dry_run_text(v: &DryRun, objects: bool) -> String {
     }
     if !v.excluded.is_empty() {
         let _ = writeln!(out, "Excluded:");
+        let mut t = Table::headless().indent("  ");
         for e in &v.excluded {
-            let _ = writeln!(out, "  {:<width$}  {}", e.cluster, e.why);
+            t.row([e.cluster.as_str(), e.why.as_str()]);
         }
+        out.push_str(&t.render());
     }
     if !v.quotas.is_empty() {
-        let _ = writeln!(
-            out,
-            "Quota:\n  {:<24} {:<10} {:<8} {:>10} {:>10} {:>10} {:>10}",
-            "QUOTA", "SCOPE", "RESOURCE", "NOW", "ADDS", "USED", "HARD"
-        );
+        let _ = writeln!(out, "Quota:");
+        let mut t = Table::new([
+            "QUOTA", "SCOPE", "RESOURCE", "NOW", "ADDS", "USED", "HARD", "",
+        ])
+        .right(&[3, 4, 5, 6])
+        .indent("  ");
         for q in &v.quotas {
             for row in &q.rows {
-                let _ = writeln!(
-                    out,
-                    "  {:<24} {:<10} {:<8} {:>10} {:>10} {:>10} {:>10}{}",
-                    q.quota,
-                    row.scope,
-                    row.resource,
+                t.row([
+                    q.quota.as_str(),
+                    row.scope.as_str(),
+                    row.resource.as_str(),
                     row.now.as_deref().unwrap_or("-"),
-                    row.adds,
-                    row.used,
-                    row.hard,
-                    if row.fits { "" } else { "  (exceeded)" }
-                );
+                    row.adds.as_str(),
+                    row.used.as_str(),
+                    row.hard.as_str(),
+                    if row.fits { "" } else { "(exceeded)" },
+                ]);
             }
         }
+        out.push_str(&t.render());
     }
     if v.exists {
         if v.moves.is_empty() {
             let _ = writeln!(out, "Moves:      none (every member keeps its share)");
         } else {
             let _ = writeln!(out, "Moves:");
+            let mut t = Table::headless().indent("  ");
             for m in &v.moves {
-                let _ = writeln!(out, "  {:<width$}  {} → {}", m.cluster, m.before, m.after);
+                t.row([m.cluster.clone(), format!("{} → {}", m.before, m.after)]);
             }
+            out.push_str(&t.render());
         }
     }
     for m in &v.members {
@@ -535,28 +534,33 @@ fn split(s: &HubStatusView) -> String {
 
 /// The `get` table: one line per workload, then one indented line per member cluster.
 pub fn workloads_table(items: &[WorkloadView]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<22} {:<36} {:<14} {:<28} {:<18} {:<6}",
-        "KIND", "NAMESPACE/NAME", "TEAM", "SPLIT", "PROGRESS", "READY"
-    );
+    let mut t = Table::new([
+        "KIND",
+        "NAMESPACE/NAME",
+        "TEAM",
+        "SPLIT",
+        "PROGRESS",
+        "READY",
+    ]);
     for w in items {
         let s = w.hub_status();
-        let _ = writeln!(
-            out,
-            "{:<22} {:<36} {:<14} {:<28} {:<18} {:<6}",
-            w.kind.as_str(),
-            format!("{}/{}", w.namespace.as_deref().unwrap_or("-"), w.name),
-            w.team.as_deref().unwrap_or("-"),
-            split(&s),
-            progress(w),
-            cond(&s, "Ready"),
+        t.row_with(
+            [
+                w.kind.as_str().to_string(),
+                format!("{}/{}", w.namespace.as_deref().unwrap_or("-"), w.name),
+                w.team.as_deref().unwrap_or("-").to_string(),
+                split(&s),
+                progress(w),
+                cond(&s, "Ready").to_string(),
+            ],
+            s.part
+                .clusters
+                .iter()
+                .map(|c| format!("  └ {}", member_line(c)))
+                .collect(),
         );
-        for c in &s.part.clusters {
-            let _ = writeln!(out, "  └ {}", member_line(c));
-        }
     }
+    let mut out = t.render();
     if items.is_empty() {
         out.push_str("(no workloads)\n");
     }
@@ -642,10 +646,11 @@ fn describe_text_at(w: &WorkloadView, now: Timestamp) -> String {
     // Why each member got its share or none, as recorded when the hub decided.
     if let Some(p) = placement.filter(|p| !p.members.is_empty()) {
         let _ = writeln!(out, "Decision:");
-        let width = p.members.iter().map(|m| m.cluster.len()).max().unwrap_or(0);
+        let mut t = Table::headless().right(&[1]).indent("  ");
         for m in &p.members {
-            let _ = writeln!(out, "  {:<width$}  {:>4}  {}", m.cluster, m.share, m.reason);
+            t.row([m.cluster.clone(), m.share.to_string(), m.reason.clone()]);
         }
+        out.push_str(&t.render());
     }
     // Its place in the hub's queue while part of it waits, and what was taken from it.
     if let Some(q) = placement.and_then(|p| p.queue.as_ref()) {
@@ -708,16 +713,16 @@ fn describe_text_at(w: &WorkloadView, now: Timestamp) -> String {
         let _ = writeln!(out, "  {}", member_line(c));
     }
     let _ = writeln!(out, "Conditions:");
+    let mut t = Table::headless().indent("  ");
     for c in &s.part.conditions {
-        let _ = writeln!(
-            out,
-            "  {:<14} {:<8} {:<24} {}",
-            c.type_,
+        t.row([
+            c.type_.as_str(),
             c.status.as_str(),
-            c.reason,
-            c.message
-        );
+            c.reason.as_str(),
+            c.message.as_str(),
+        ]);
     }
+    out.push_str(&t.render());
     out
 }
 
@@ -836,10 +841,7 @@ fn requested(a: Option<&Amounts>, resource: &str) -> String {
 }
 
 pub fn clusters_table(items: &[ClusterView]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>23} {:>9} {:>8}",
+    let mut t = Table::new([
         "NAME",
         "REGION",
         "ZONE",
@@ -849,18 +851,17 @@ pub fn clusters_table(items: &[ClusterView]) -> String {
         "CPU FREE/ALL",
         "MEM FREE/ALL",
         "GPU FREE",
-        "PODS"
-    );
+        "PODS",
+    ])
+    .right(&[5, 6, 7, 8, 9]);
     for c in items {
         let (avail, alloc) = (c.available.as_ref(), c.allocatable.as_ref());
-        let _ = writeln!(
-            out,
-            "{:<10} {:<12} {:<12} {:<7} {:<9} {:>5} {:>13} {:>23} {:>9} {:>8}",
-            c.name,
-            c.region.as_deref().unwrap_or("-"),
-            c.zone.as_deref().unwrap_or("-"),
-            c.ready,
-            c.kubernetes_version.as_deref().unwrap_or("-"),
+        t.row([
+            c.name.clone(),
+            c.region.as_deref().unwrap_or("-").to_string(),
+            c.zone.as_deref().unwrap_or("-").to_string(),
+            c.ready.to_string(),
+            c.kubernetes_version.as_deref().unwrap_or("-").to_string(),
             c.nodes.map(|n| n.to_string()).unwrap_or("-".into()),
             format!(
                 "{}/{}",
@@ -878,8 +879,9 @@ pub fn clusters_table(items: &[ClusterView]) -> String {
                 quantity("pods", amount(c.allocated.as_ref(), "pods")),
                 quantity("pods", amount(alloc, "pods"))
             ),
-        );
+        ]);
     }
+    let mut out = t.render();
     if items.is_empty() {
         out.push_str("(no member clusters)\n");
     }
@@ -895,28 +897,29 @@ pub fn clusters(args: ListArgs) -> anyhow::Result<()> {
 const RESOURCES: [&str; 4] = ["cpu", "memory", "gpus", "pods"];
 
 pub fn quotas_table(items: &[QuotaView]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<28} {:<10} {:<8} {:>10} {:>10} {:>12}",
-        "NAMESPACE/QUOTA", "SCOPE", "RESOURCE", "HARD", "USED", "REQUESTED"
-    );
+    let mut t = Table::new([
+        "NAMESPACE/QUOTA",
+        "SCOPE",
+        "RESOURCE",
+        "HARD",
+        "USED",
+        "REQUESTED",
+    ])
+    .right(&[3, 4, 5]);
     for q in items {
         let name = format!("{}/{}", q.namespace.as_deref().unwrap_or("-"), q.name);
         for r in RESOURCES {
             let Some(hard) = amount(Some(&q.hard), r) else {
                 continue;
             };
-            let _ = writeln!(
-                out,
-                "{:<28} {:<10} {:<8} {:>10} {:>10} {:>12}",
-                name,
-                "total",
-                r,
+            t.row([
+                name.clone(),
+                "total".into(),
+                r.into(),
                 quantity(r, Some(hard)),
                 quantity(r, amount(q.used.as_ref(), r)),
                 requested(q.requested.as_ref(), r),
-            );
+            ]);
         }
         let clusters: std::collections::BTreeSet<&String> = q
             .per_cluster
@@ -930,19 +933,18 @@ pub fn quotas_table(items: &[QuotaView]) -> String {
                 if hard.is_none() && (used.is_none() || amount(Some(&q.hard), r).is_none()) {
                     continue;
                 }
-                let _ = writeln!(
-                    out,
-                    "{:<28} {:<10} {:<8} {:>10} {:>10} {:>12}",
-                    name,
-                    c,
-                    r,
+                t.row([
+                    name.clone(),
+                    c.clone(),
+                    r.into(),
                     quantity(r, hard),
                     quantity(r, used),
-                    "",
-                );
+                    String::new(),
+                ]);
             }
         }
     }
+    let mut out = t.render();
     if items.is_empty() {
         out.push_str("(no quotas in your namespaces)\n");
     }
@@ -958,43 +960,30 @@ pub fn quota(args: ListArgs) -> anyhow::Result<()> {
 /// The `queue` table: first in line first; the priority the queue orders by, with the
 /// workload's own in parentheses when waiting has raised it.
 pub fn queue_table(items: &[QueueEntry], now: Timestamp) -> String {
-    let mut out = String::new();
-    let row = |out: &mut String, cells: [&str; 6]| {
-        let _ = writeln!(
-            out,
-            "{:<9} {:<13} {:<14} {:<48} {:<8} {}",
-            cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
-        );
-    };
-    row(
-        &mut out,
-        [
-            "POSITION",
-            "PRIORITY",
-            "CLASS",
-            "KIND/NAMESPACE/NAME",
-            "WAITING",
-            "WAITING FOR",
-        ],
-    );
+    let mut t = Table::new([
+        "POSITION",
+        "PRIORITY",
+        "CLASS",
+        "KIND/NAMESPACE/NAME",
+        "WAITING",
+        "WAITING FOR",
+    ]);
     for e in items {
         let priority = if e.effective_priority == e.priority {
             e.priority.to_string()
         } else {
             format!("{} ({})", e.effective_priority, e.priority)
         };
-        row(
-            &mut out,
-            [
-                &format!("{}/{}", e.position, e.waiting),
-                &priority,
-                e.priority_class_name.as_deref().unwrap_or("-"),
-                &format!("{}/{}/{}", e.kind.as_str(), e.namespace, e.name),
-                &age(now, e.since.0),
-                &e.waiting_for,
-            ],
-        );
+        t.row([
+            format!("{}/{}", e.position, e.waiting),
+            priority,
+            e.priority_class_name.as_deref().unwrap_or("-").to_string(),
+            format!("{}/{}/{}", e.kind.as_str(), e.namespace, e.name),
+            age(now, e.since.0),
+            e.waiting_for.clone(),
+        ]);
     }
+    let mut out = t.render();
     if items.is_empty() {
         out.push_str("(nothing waits)\n");
     }
@@ -1014,12 +1003,17 @@ pub fn queue(args: QueueArgs) -> anyhow::Result<()> {
 }
 
 pub fn owners_table(v: &OwnersReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  EXPIRES",
-        "TEAM", "KIND", "NAMESPACE/NAME", "CLUSTERS", "CPU", "MEMORY", "GPUS"
-    );
+    let mut table = Table::new([
+        "TEAM",
+        "KIND",
+        "NAMESPACE/NAME",
+        "CLUSTERS",
+        "CPU",
+        "MEMORY",
+        "GPUS",
+        "EXPIRES",
+    ])
+    .right(&[4, 5, 6]);
     for t in &v.teams {
         for w in &t.workloads {
             let expires = match (&w.expires_at, w.expired) {
@@ -1027,36 +1021,33 @@ pub fn owners_table(v: &OwnersReport) -> String {
                 (Some(t), false) => t.clone(),
                 (None, _) => "-".into(),
             };
-            let _ = writeln!(
-                out,
-                "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}  {}",
-                t.team,
-                w.kind.as_str(),
+            table.row([
+                t.team.clone(),
+                w.kind.as_str().to_string(),
                 format!("{}/{}", w.namespace, w.name),
                 if w.clusters.is_empty() {
                     "-".into()
                 } else {
                     w.clusters.join(",")
                 },
-                w.requested.cpu,
-                w.requested.memory,
-                w.requested.gpus,
+                w.requested.cpu.clone(),
+                w.requested.memory.clone(),
+                w.requested.gpus.to_string(),
                 expires,
-            );
+            ]);
         }
-        let _ = writeln!(
-            out,
-            "{:<18} {:<22} {:<32} {:<16} {:>7} {:>9} {:>5}",
-            t.team,
-            "TOTAL",
+        table.row([
+            t.team.clone(),
+            "TOTAL".into(),
             format!("contacts: {}", t.contacts.join(",")),
-            "",
-            t.requested.cpu,
-            t.requested.memory,
-            t.requested.gpus,
-        );
+            String::new(),
+            t.requested.cpu.clone(),
+            t.requested.memory.clone(),
+            t.requested.gpus.to_string(),
+            String::new(),
+        ]);
     }
-    out
+    table.render()
 }
 
 pub fn owners(args: OwnersArgs) -> anyhow::Result<()> {
@@ -1142,7 +1133,7 @@ mod tests {
             "conditions": []}));
         let t = quotas_table(&[q]);
         let mem = t.lines().find(|l| l.contains("memory")).unwrap();
-        assert!(mem.ends_with("2Gi     1536Mi        512Mi"), "{t}");
+        assert!(mem.ends_with("  2Gi  1536Mi      512Mi"), "{t}");
         assert!(t.contains(" 2500m "), "{t}");
     }
 
@@ -1163,14 +1154,14 @@ mod tests {
         let t = describe_text(&w);
         assert!(t.contains("Decision:"), "{t}");
         assert!(
-            t.contains("  use1b     0  weight 1, room 40 pods of cpu 150m, quota room 0 pods"),
+            t.contains("  use1b  0  weight 1, room 40 pods of cpu 150m, quota room 0 pods"),
             "{t}"
         );
         assert!(
-            t.contains("  use1c     0  excluded: cluster taint maintenance"),
+            t.contains("  use1c  0  excluded: cluster taint maintenance"),
             "{t}"
         );
-        assert!(t.contains("  use1a     2  weight 1"), "{t}");
+        assert!(t.contains("  use1a  2  weight 1"), "{t}");
     }
 
     fn queued(
@@ -1201,24 +1192,25 @@ mod tests {
         );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3, "{t}");
-        assert!(
-            lines[0].starts_with("POSITION  PRIORITY      CLASS          KIND/NAMESPACE/NAME")
-                && lines[0].ends_with("WAITING  WAITING FOR"),
+        // Columns as wide as their widest cell, two spaces apart.
+        assert_eq!(
+            lines[0],
+            "POSITION  PRIORITY  CLASS  KIND/NAMESPACE/NAME     WAITING  WAITING FOR",
             "{t}"
         );
-        assert!(
-            lines[1].starts_with("1/5       1000          high           PinterestJobSet/ml/big "),
+        assert_eq!(
+            lines[1],
+            "1/5       1000      high   PinterestJobSet/ml/big  3m       room in use1a for big",
             "{t}"
         );
-        assert!(lines[1].ends_with(" 3m       room in use1a for big"), "{t}");
         // Aging raised it: the effective priority, its own in parentheses.
         assert!(
-            lines[2].starts_with("2/5       10 (0)        -              PinterestJobSet/ml/old "),
+            lines[2].starts_with("2/5       10 (0)    -      PinterestJobSet/ml/old "),
             "{t}"
         );
         assert_eq!(
             queue_table(&[], now),
-            format!("{}(nothing waits)\n", lines[0].to_string() + "\n")
+            "POSITION  PRIORITY  CLASS  KIND/NAMESPACE/NAME  WAITING  WAITING FOR\n(nothing waits)\n"
         );
     }
 

@@ -14,6 +14,7 @@ mod overview;
 mod plan;
 mod rebalance;
 mod rollout;
+mod table;
 mod topology;
 mod unjoin;
 

@@ -1,6 +1,7 @@
 //! `pinfed overview`: the federation at a glance from the hub — members with health and
 //! room, and every workload with its split and aggregated status. `--watch` refreshes.
 
+use super::table::Table;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -61,20 +62,18 @@ async fn render(client: &Client) -> anyhow::Result<String> {
         .list(&ListParams::default())
         .await?;
     writeln!(out, "MEMBERS")?;
-    writeln!(
-        out,
-        "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>11} {:>6}",
-        "NAME", "ZONE", "READY", "VERSION", "NODES", "CPU FREE", "MEM FREE", "GPU"
-    )?;
+    let mut t = Table::new([
+        "NAME", "ZONE", "READY", "VERSION", "NODES", "CPU FREE", "MEM FREE", "GPU",
+    ])
+    .right(&[4, 5, 6, 7])
+    .indent("  ");
     for m in members.items {
         let s = serde_json::to_value(m.status.clone().unwrap_or_default())?;
-        writeln!(
-            out,
-            "  {:<10} {:<12} {:<6} {:<9} {:>6} {:>10} {:>11} {:>6}",
+        t.row([
             m.name_any(),
             m.spec.zone.clone().unwrap_or_default(),
             cond(&s, "Ready"),
-            s["kubernetesVersion"].as_str().unwrap_or("-"),
+            s["kubernetesVersion"].as_str().unwrap_or("-").to_string(),
             s["nodes"]
                 .as_i64()
                 .map(|n| n.to_string())
@@ -82,14 +81,20 @@ async fn render(client: &Client) -> anyhow::Result<String> {
             exact(&s["available"]["cpu"], Milli::format_cpu),
             exact(&s["available"]["memory"], Milli::format_memory),
             qty(&s["available"]["gpus"]),
-        )?;
+        ]);
     }
+    out.push_str(&t.render());
     writeln!(out, "\nWORKLOADS")?;
-    writeln!(
-        out,
-        "  {:<22} {:<32} {:<10} {:<34} {:<12} {:<6} {:<8}",
-        "KIND", "NAMESPACE/NAME", "STRATEGY", "SPLIT", "PROGRESS", "READY", "DEGRADED"
-    )?;
+    let mut t = Table::new([
+        "KIND",
+        "NAMESPACE/NAME",
+        "STRATEGY",
+        "SPLIT",
+        "PROGRESS",
+        "READY",
+        "DEGRADED",
+    ])
+    .indent("  ");
     let kinds = [
         ApiResource::erase::<PinterestService>(&()),
         ApiResource::erase::<PinterestJobSet>(&()),
@@ -149,19 +154,21 @@ async fn render(client: &Client) -> anyhow::Result<String> {
                 ),
                 _ => format!("complete={}", cond(s, "Complete")),
             };
-            writeln!(
-                out,
-                "  {:<22} {:<32} {:<10} {:<34} {:<12} {:<6} {:<8}",
-                ar.kind,
+            t.row([
+                ar.kind.clone(),
                 format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
-                s["placement"]["strategy"].as_str().unwrap_or("-"),
+                s["placement"]["strategy"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
                 split,
                 progress,
                 cond(s, "Ready"),
                 cond(s, "Degraded"),
-            )?;
+            ]);
         }
     }
+    out.push_str(&t.render());
     Ok(out)
 }
 

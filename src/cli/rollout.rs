@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::client::{ObjectArgs, kind_segment, print, runtime};
+use super::table::Table;
 use crate::api::rollout::{RolloutStatus, gate, phase};
 use crate::jss::wire::{RolloutAction, RolloutActionReply, RolloutActionRequest, RolloutView};
 
@@ -239,11 +240,8 @@ pub fn status_text(v: &RolloutView) -> String {
         );
     }
     let now = k8s_openapi::jiff::Timestamp::now();
-    let _ = writeln!(
-        out,
-        "\n{:<12} {:<14} {:<10} {:<12} {:<9} MESSAGE",
-        "CLUSTER", "STAGE", "REVISION", "STATE", "SINCE"
-    );
+    out.push('\n');
+    let mut t = Table::new(["CLUSTER", "STAGE", "REVISION", "STATE", "SINCE", "MESSAGE"]);
     for m in &s.members {
         let stage = usize::try_from(m.stage)
             .ok()
@@ -255,17 +253,16 @@ pub fn status_text(v: &RolloutView) -> String {
         } else {
             m.revision.to_string()
         };
-        let _ = writeln!(
-            out,
-            "{:<12} {:<14} {:<10} {:<12} {:<9} {}",
-            m.cluster,
+        t.row([
+            m.cluster.clone(),
             stage,
             revision,
-            m.state,
+            m.state.clone(),
             age(m.since.as_ref(), now),
-            m.message.as_deref().unwrap_or("")
-        );
+            m.message.clone().unwrap_or_default(),
+        ]);
     }
+    out.push_str(&t.render());
     if s.members.is_empty() {
         out.push_str("(no members listed: every member runs the revision)\n");
     }
@@ -273,35 +270,29 @@ pub fn status_text(v: &RolloutView) -> String {
 }
 
 pub fn history_text(v: &RolloutView) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<9} {:<16} {:<21} {:<12} IMAGES",
-        "REVISION", "", "CREATED", "RUNTIME"
-    );
+    let mut t = Table::new(["REVISION", "", "CREATED", "RUNTIME", "IMAGES"]);
     for e in &v.history {
         let marks: Vec<&str> = [(e.current, "current"), (e.stable, "stable")]
             .iter()
             .filter(|(on, _)| *on)
             .map(|(_, m)| *m)
             .collect();
-        let _ = writeln!(
-            out,
-            "{:<9} {:<16} {:<21} {:<12} {}",
-            e.revision,
+        t.row([
+            e.revision.to_string(),
             marks.join(","),
             e.created
                 .as_ref()
                 .map(|t| t.0.to_string())
                 .unwrap_or_else(|| "-".into()),
-            e.runtime_version.as_deref().unwrap_or("-"),
+            e.runtime_version.clone().unwrap_or_else(|| "-".into()),
             if e.images.is_empty() {
                 "-".into()
             } else {
                 e.images.join(", ")
-            }
-        );
+            },
+        ]);
     }
+    let mut out = t.render();
     if v.history.is_empty() {
         out.push_str("(no revisions recorded)\n");
     }
