@@ -315,6 +315,21 @@ impl AnyWorkload {
         self.as_ref().kind()
     }
 
+    /// A workload of `kind` from its JSON (`None` when it does not deserialize).
+    pub fn from_value(kind: WorkloadKind, v: serde_json::Value) -> Option<AnyWorkload> {
+        Some(crate::with_kind!(kind, K => AnyWorkload::from(serde_json::from_value::<K>(v).ok()?)))
+    }
+
+    /// A workload of `kind` from a dynamic client's object (`None` when it does not
+    /// deserialize).
+    pub fn from_dynamic(kind: WorkloadKind, o: &kube::api::DynamicObject) -> Option<AnyWorkload> {
+        let mut v = o.data.clone();
+        v["apiVersion"] = COMPUTE_API_VERSION.into();
+        v["kind"] = kind.as_str().into();
+        v["metadata"] = serde_json::to_value(&o.metadata).ok()?;
+        AnyWorkload::from_value(kind, v)
+    }
+
     /// Replaces the overrides (a member's slice carries the rules resolved for it).
     pub fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>) {
         match self {

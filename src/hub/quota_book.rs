@@ -107,17 +107,6 @@ pub fn workload_key(kind: WorkloadKind, ns: &str, name: &str) -> String {
     format!("{}/{ns}/{name}", kind.as_str())
 }
 
-fn parse_workload(kind: WorkloadKind, v: serde_json::Value) -> Option<AnyWorkload> {
-    Some(match kind {
-        WorkloadKind::Service => AnyWorkload::Service(serde_json::from_value(v).ok()?),
-        WorkloadKind::JobSet => AnyWorkload::JobSet(serde_json::from_value(v).ok()?),
-        WorkloadKind::CronJob => AnyWorkload::CronJob(serde_json::from_value(v).ok()?),
-        WorkloadKind::Daemon => AnyWorkload::Daemon(serde_json::from_value(v).ok()?),
-        WorkloadKind::TrainingJob => AnyWorkload::TrainingJob(serde_json::from_value(v).ok()?),
-        WorkloadKind::StatefulSet => AnyWorkload::StatefulSet(serde_json::from_value(v).ok()?),
-    })
-}
-
 /// Fills the book for `ns` from the placements recorded in hub status (once per
 /// namespace and process).
 pub async fn seed_namespace(
@@ -157,7 +146,7 @@ pub async fn seed_namespace(
             v["apiVersion"] = ar.api_version.clone().into();
             v["kind"] = ar.kind.clone().into();
             v["metadata"] = serde_json::to_value(&o.metadata).unwrap_or_default();
-            let Some(w) = parse_workload(kind, v) else {
+            let Some(w) = AnyWorkload::from_value(kind, v) else {
                 continue;
             };
             let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version())

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
@@ -19,16 +18,11 @@ use crate::controller::retry::repeatable;
 pub const ROLLOUT_FIELD_MANAGER: &str = "pinfed-jss-rollout";
 use super::error::{Detail, Rejection};
 use super::quota::{requested, whole_pods};
-use crate::api::cronjob::PinterestCronJob;
-use crate::api::daemon::PinterestDaemon;
 use crate::api::federation::{FederatedQuota, MemberCluster};
-use crate::api::jobset::PinterestJobSet;
+use crate::api::kind::api_resource;
 use crate::api::rollout::LABEL_REVISION_OF;
 use crate::api::runtime_profile::RuntimeProfile;
-use crate::api::service::PinterestService;
-use crate::api::statefulset::PinterestStatefulSet;
-use crate::api::training::PinterestTrainingJob;
-use crate::api::workload::{AnyWorkload, COMPUTE_API_VERSION, WorkloadKind};
+use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::placement::from_workload::{demand_for, policy_for};
 use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
 use crate::placement::recorded;
@@ -89,34 +83,6 @@ impl Drop for AdmissionLock {
             rt.spawn(async move { delete_lock(&api, &name, uid).await });
         }
     }
-}
-
-/// The API resource of a workload kind on the hub.
-pub fn resource(kind: WorkloadKind) -> ApiResource {
-    match kind {
-        WorkloadKind::Service => ApiResource::erase::<PinterestService>(&()),
-        WorkloadKind::JobSet => ApiResource::erase::<PinterestJobSet>(&()),
-        WorkloadKind::CronJob => ApiResource::erase::<PinterestCronJob>(&()),
-        WorkloadKind::Daemon => ApiResource::erase::<PinterestDaemon>(&()),
-        WorkloadKind::TrainingJob => ApiResource::erase::<PinterestTrainingJob>(&()),
-        WorkloadKind::StatefulSet => ApiResource::erase::<PinterestStatefulSet>(&()),
-    }
-}
-
-/// A hub object as a typed workload (`None` when it does not deserialize).
-pub fn typed(kind: WorkloadKind, o: &DynamicObject) -> Option<AnyWorkload> {
-    let mut v = o.data.clone();
-    v["apiVersion"] = COMPUTE_API_VERSION.into();
-    v["kind"] = kind.as_str().into();
-    v["metadata"] = serde_json::to_value(&o.metadata).ok()?;
-    Some(match kind {
-        WorkloadKind::Service => AnyWorkload::Service(serde_json::from_value(v).ok()?),
-        WorkloadKind::JobSet => AnyWorkload::JobSet(serde_json::from_value(v).ok()?),
-        WorkloadKind::CronJob => AnyWorkload::CronJob(serde_json::from_value(v).ok()?),
-        WorkloadKind::Daemon => AnyWorkload::Daemon(serde_json::from_value(v).ok()?),
-        WorkloadKind::TrainingJob => AnyWorkload::TrainingJob(serde_json::from_value(v).ok()?),
-        WorkloadKind::StatefulSet => AnyWorkload::StatefulSet(serde_json::from_value(v).ok()?),
-    })
 }
 
 /// A kube error as the JSS's answer: the API server's own validation errors keep their
@@ -248,7 +214,7 @@ impl Hub {
             None => WorkloadKind::ALL.to_vec(),
         };
         let lists = futures::future::join_all(kinds.iter().map(|k| {
-            let ar = resource(*k);
+            let ar = api_resource(*k);
             let api: Api<DynamicObject> = match namespace {
                 Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                 None => Api::all_with(self.client.clone(), &ar),
@@ -304,7 +270,7 @@ impl Hub {
                     }),
                 ));
             }
-            let ar = resource(*k);
+            let ar = api_resource(*k);
             let api: Api<DynamicObject> = match namespace {
                 Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                 None => Api::all_with(self.client.clone(), &ar),
@@ -454,8 +420,11 @@ impl Hub {
         namespace: &str,
         name: &str,
     ) -> Result<Option<DynamicObject>, Rejection> {
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &api_resource(kind),
+        );
         repeatable(|| api.get_opt(name)).await.map_err(rejection)
     }
 
@@ -535,7 +504,7 @@ impl Hub {
         let api = Api::<DynamicObject>::namespaced_with(
             self.client.clone(),
             &a.namespace,
-            &resource(a.kind),
+            &api_resource(a.kind),
         );
         let params = PatchParams::apply(FIELD_MANAGER).force();
         // The submission's trace context goes with it (`controller::trace`).
@@ -562,8 +531,11 @@ impl Hub {
         namespace: &str,
         name: &str,
     ) -> Result<(), Rejection> {
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &api_resource(kind),
+        );
         let params = DeleteParams::background();
         repeatable(|| api.delete(name, &params))
             .await
@@ -605,8 +577,11 @@ impl Hub {
             field_manager: Some(ROLLOUT_FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource(kind));
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &api_resource(kind),
+        );
         let patch = Patch::Merge(&patch);
         repeatable(|| api.patch(name, &params, &patch))
             .await
@@ -645,7 +620,7 @@ pub fn sizing(
     o: &DynamicObject,
     members: impl FnOnce() -> Vec<ClusterView>,
 ) -> Option<Sizing> {
-    let w = typed(kind, o)?;
+    let w = AnyWorkload::from_dynamic(kind, o)?;
     let profile = crate::expand::select_profile(profiles, w.as_ref().runtime_version()).ok();
     if w.as_ref().overrides().is_empty() {
         return Some(Sizing {

@@ -730,7 +730,7 @@ impl Jss {
         let profiles = self.hub.profiles();
         let previous = existing
             .as_ref()
-            .and_then(|o| super::hub_view::typed(admitted.kind, o));
+            .and_then(|o| crate::api::workload::AnyWorkload::from_dynamic(admitted.kind, o));
         let current = existing
             .as_ref()
             .and_then(|o| crate::status::hub_status::stored_decision(&o.data["status"]))
@@ -1297,12 +1297,13 @@ impl Jss {
         name: &str,
         o: &kube::api::DynamicObject,
     ) -> Result<wire::DryRun, Rejection> {
-        let workload = super::hub_view::typed(kind, o).ok_or_else(|| {
-            Rejection::Internal(format!(
-                "{}/{ns}/{name} does not read as its kind",
-                kind.as_str()
-            ))
-        })?;
+        let workload =
+            crate::api::workload::AnyWorkload::from_dynamic(kind, o).ok_or_else(|| {
+                Rejection::Internal(format!(
+                    "{}/{ns}/{name} does not read as its kind",
+                    kind.as_str()
+                ))
+            })?;
         let profiles = self.hub.profiles();
         let sizing = super::hub_view::sizing(&profiles, kind, o, || self.hub.quota_clusters())
             .ok_or_else(|| {

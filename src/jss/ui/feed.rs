@@ -15,8 +15,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::api::federation::MemberCluster;
+use crate::api::kind::api_resource as resource;
 use crate::api::workload::WorkloadKind;
-use crate::jss::hub_view::resource;
 
 /// How many times each watched collection has changed since start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

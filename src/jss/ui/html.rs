@@ -143,6 +143,33 @@ pub fn bar(used: f64, total: f64, label: &str) -> String {
     )
 }
 
+/// A bar of `used` out of `total` with a label, for the `bar` macro of
+/// `templates/ui/macros.html`.
+pub struct Bar {
+    pub total: f64,
+    pub low: f64,
+    pub high: f64,
+    /// `used`, within 0 and `total`.
+    pub value: f64,
+    pub label: String,
+}
+
+impl Bar {
+    pub fn new(used: f64, total: f64, label: String) -> Bar {
+        Bar {
+            total,
+            low: total * 0.75,
+            high: total * 0.9,
+            value: if total > 0.0 {
+                used.clamp(0.0, total)
+            } else {
+                0.0
+            },
+            label,
+        }
+    }
+}
+
 /// A table with a header row; `rows` are already-built `<tr>` elements.
 pub fn table(class: &str, headers: &[&str], rows: &str, empty: &str) -> String {
     let mut h = format!("<table class=\"{}\"><thead><tr>", esc(class));

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use askama::Template;
 
-use super::html::{badge, bar, esc, render, select, table, url_part};
+use super::html::{Bar, badge, bar, esc, render, select, table, url_part};
 use super::model::{
     Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
     WorkloadState, age, priority_text,
@@ -1378,111 +1378,115 @@ fn amount(a: &ResourceAmounts, r: Resource) -> Option<Milli> {
     q.as_ref().and_then(|q| Milli::parse(&q.0).ok())
 }
 
-fn quota_cells(hard: &ResourceAmounts, used: &ResourceAmounts) -> String {
-    let mut h = String::new();
-    for r in Resource::ALL {
-        let cell = match amount(hard, r) {
+/// One resource's cell of a quota row.
+struct QuotaCell {
+    resource: &'static str,
+    /// Used out of hard.
+    bar: Option<Bar>,
+    /// What is used where there is no limit.
+    used: Option<String>,
+}
+
+fn quota_cells(hard: &ResourceAmounts, used: &ResourceAmounts) -> Vec<QuotaCell> {
+    Resource::ALL
+        .into_iter()
+        .map(|r| match amount(hard, r) {
             Some(total) => {
                 let u = amount(used, r).unwrap_or(Milli(0));
-                bar(
-                    milli_f(Some(u)),
-                    milli_f(Some(total)),
-                    &format!("{} / {}", r.format(u), r.format(total)),
-                )
+                QuotaCell {
+                    resource: r.as_str(),
+                    bar: Some(Bar::new(
+                        milli_f(Some(u)),
+                        milli_f(Some(total)),
+                        format!("{} / {}", r.format(u), r.format(total)),
+                    )),
+                    used: None,
+                }
             }
-            None => match amount(used, r) {
-                Some(u) => format!(
-                    "{} <span class=\"muted\">/ no limit</span>",
-                    esc(&r.format(u))
-                ),
-                None => "<span class=\"muted\">no limit</span>".into(),
+            None => QuotaCell {
+                resource: r.as_str(),
+                bar: None,
+                used: amount(used, r).map(|u| r.format(u)),
             },
-        };
-        let _ = write!(h, "<td class=\"res-{}\">{cell}</td>", r.as_str());
-    }
-    h
+        })
+        .collect()
+}
+
+/// One quota's rows: all clusters, then each cluster's.
+struct QuotaRow<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    cells: Vec<QuotaCell>,
+    requested: String,
+    per_cluster: Vec<(&'a str, Vec<QuotaCell>)>,
+}
+
+#[derive(Template)]
+#[template(path = "ui/quotas.html")]
+struct Quotas<'a> {
+    rows: Vec<QuotaRow<'a>>,
+    headers: &'static [&'static str],
 }
 
 pub fn quotas(items: &[QuotaView]) -> String {
-    let mut h = String::from(
-        "<h1>Quotas</h1><p class=\"muted\">Used is what the hub placed; requested is what the namespace's workloads ask for (checked at submission).</p>",
-    );
-    let mut body = String::new();
-    for q in items {
-        let _ = write!(
-            body,
-            "<tr class=\"quota\" data-quota=\"{}/{}\"><td><strong>{}/{}</strong><br><span class=\"muted\">all clusters</span></td>{}<td>{}</td></tr>",
-            esc(&q.namespace),
-            esc(&q.name),
-            esc(&q.namespace),
-            esc(&q.name),
-            quota_cells(&q.hard, &q.used),
-            q.requested
-                .as_ref()
-                .map_or("-".into(), |r| esc(&amounts_line(r)))
-        );
-        for (cluster, (hard, used)) in &q.per_cluster {
-            let _ = write!(
-                body,
-                "<tr class=\"per-cluster\"><td>↳ {}</td>{}<td></td></tr>",
-                esc(cluster),
-                quota_cells(hard, used)
-            );
-        }
-    }
-    h.push_str(&table(
-        "quotas",
-        &["Quota", "CPU", "Memory", "GPUs", "Pods", "Requested"],
-        &body,
-        "No FederatedQuota in your namespaces.",
-    ));
-    h
+    render(&Quotas {
+        rows: items
+            .iter()
+            .map(|q| QuotaRow {
+                namespace: &q.namespace,
+                name: &q.name,
+                cells: quota_cells(&q.hard, &q.used),
+                requested: q.requested.as_ref().map_or("-".into(), amounts_line),
+                per_cluster: q
+                    .per_cluster
+                    .iter()
+                    .map(|(cluster, (hard, used))| (cluster.as_str(), quota_cells(hard, used)))
+                    .collect(),
+            })
+            .collect(),
+        headers: &["Quota", "CPU", "Memory", "GPUs", "Pods", "Requested"],
+    })
 }
 
 // ---------------------------------------------------------------------------------------
 
+/// One waiting workload's row of the queue page.
+struct QueueRow<'a> {
+    entry: &'a QueueEntry,
+    /// Effective priority, and the base one when raised.
+    priority: String,
+    href: String,
+    kind: &'static str,
+    since: String,
+    age: String,
+}
+
+#[derive(Template)]
+#[template(path = "ui/queue.html")]
+struct Queue<'a> {
+    rows: Vec<QueueRow<'a>>,
+    headers: &'static [&'static str],
+}
+
 /// The hub's queue: the waiting workloads the viewer may see, first in line first.
 pub fn queue(items: &[QueueEntry], now: Timestamp) -> String {
-    let mut h = String::from(
-        "<h1>Queue</h1><p class=\"muted\">Workloads waiting for room or quota: highest priority \
-         first (raised while they wait), then the longest waiting. A position counts every \
-         waiting workload on the hub, including those you do not see.</p>",
-    );
-    let mut body = String::new();
-    for e in items {
-        let priority = if e.effective_priority == e.priority {
-            e.priority.to_string()
-        } else {
-            format!("{} ({})", e.effective_priority, e.priority)
-        };
-        let _ = write!(
-            body,
-            "<tr data-position=\"{}\" data-kind=\"{}\" data-namespace=\"{}\" data-name=\"{}\">\
-             <td class=\"position\">{} of {}</td><td>{}</td><td>{}</td>\
-             <td><a href=\"{}\"><span class=\"muted\">{}</span> {}/{}</a></td><td>{}</td><td>{}</td>\
-             <td title=\"{}\">{}</td><td class=\"waiting-for\">{}</td></tr>",
-            e.position,
-            e.kind.as_str(),
-            esc(&e.namespace),
-            esc(&e.name),
-            e.position,
-            e.waiting,
-            esc(&priority),
-            esc(e.priority_class_name.as_deref().unwrap_or("-")),
-            workload_href(e.kind, &e.namespace, &e.name),
-            e.kind.as_str().trim_start_matches("Pinterest"),
-            esc(&e.namespace),
-            esc(&e.name),
-            esc(e.team.as_deref().unwrap_or("-")),
-            e.unplaced,
-            esc(&e.since.0.to_string()),
-            age(now, e.since.0),
-            esc(&e.waiting_for)
-        );
-    }
-    h.push_str(&table(
-        "queue",
-        &[
+    render(&Queue {
+        rows: items
+            .iter()
+            .map(|e| QueueRow {
+                entry: e,
+                priority: if e.effective_priority == e.priority {
+                    e.priority.to_string()
+                } else {
+                    format!("{} ({})", e.effective_priority, e.priority)
+                },
+                href: workload_href(e.kind, &e.namespace, &e.name),
+                kind: e.kind.as_str().trim_start_matches("Pinterest"),
+                since: e.since.0.to_string(),
+                age: age(now, e.since.0),
+            })
+            .collect(),
+        headers: &[
             "Position",
             "Priority",
             "Class",
@@ -1492,10 +1496,7 @@ pub fn queue(items: &[QueueEntry], now: Timestamp) -> String {
             "Waiting",
             "Waiting for",
         ],
-        &body,
-        "Nothing waits.",
-    ));
-    h
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1521,78 +1522,83 @@ pub struct OwnedRow {
     pub expired: bool,
 }
 
+/// One team's section of the owners page.
+struct OwnersTeam<'a> {
+    team: &'a str,
+    contacts: String,
+    clusters: String,
+    requested: String,
+    /// How many of its workloads are past their expiry.
+    expired: usize,
+    expired_text: String,
+    workloads: Vec<OwnersRow<'a>>,
+}
+
+/// One workload's row in its team's table.
+struct OwnersRow<'a> {
+    kind: &'static str,
+    namespace: &'a str,
+    name: &'a str,
+    /// Each cluster's colour class and name.
+    clusters: Vec<(String, &'a str)>,
+    requested: String,
+    expires_at: Option<String>,
+    expired: bool,
+}
+
+#[derive(Template)]
+#[template(path = "ui/owners.html")]
+struct Owners<'a> {
+    teams: Vec<OwnersTeam<'a>>,
+    headers: &'static [&'static str],
+}
+
 pub fn owners(teams: &[TeamView], palette: &Palette) -> String {
-    let mut h = String::from(
-        "<h1>Owners</h1><p class=\"muted\">Who runs what where, with what it requests.</p>",
-    );
-    for t in teams {
-        let expired = t.workloads.iter().filter(|w| w.expired).count();
-        let _ = write!(
-            h,
-            "<section class=\"card team\" data-team=\"{}\"><h2>{}</h2><p>{} · runs on {} · requests {}{}</p>",
-            esc(&t.team),
-            esc(&t.team),
-            esc(&t.contacts.join(", ")),
-            if t.clusters.is_empty() {
-                "no cluster".into()
-            } else {
-                esc(&t.clusters.join(", "))
-            },
-            esc(&amounts_line(&t.requested)),
-            if expired == 0 {
-                String::new()
-            } else {
-                format!(" · {}", badge(&format!("{expired} past expiry"), "warn"))
+    let teams = teams
+        .iter()
+        .map(|t| {
+            let expired = t.workloads.iter().filter(|w| w.expired).count();
+            OwnersTeam {
+                team: &t.team,
+                contacts: t.contacts.join(", "),
+                clusters: if t.clusters.is_empty() {
+                    "no cluster".into()
+                } else {
+                    t.clusters.join(", ")
+                },
+                requested: amounts_line(&t.requested),
+                expired,
+                expired_text: format!("{expired} past expiry"),
+                workloads: t
+                    .workloads
+                    .iter()
+                    .map(|w| OwnersRow {
+                        kind: w.kind.as_str().trim_start_matches("Pinterest"),
+                        namespace: &w.namespace,
+                        name: &w.name,
+                        clusters: w
+                            .clusters
+                            .iter()
+                            .map(|c| (palette.class(c), c.as_str()))
+                            .collect(),
+                        requested: amounts_line(&w.requested),
+                        expires_at: w.expires_at.map(|t| t.to_string()),
+                        expired: w.expired,
+                    })
+                    .collect(),
             }
-        );
-        let mut body = String::new();
-        for w in &t.workloads {
-            let (kind, ns, name, clusters, req) =
-                (&w.kind, &w.namespace, &w.name, &w.clusters, &w.requested);
-            let mut cl = String::new();
-            for c in clusters {
-                let _ = write!(
-                    cl,
-                    "<span class=\"part {}\">{}</span> ",
-                    palette.class(c),
-                    esc(c)
-                );
-            }
-            let expires = match (&w.expires_at, w.expired) {
-                (Some(t), true) => format!("{} {}", badge("Expired", "warn"), esc(&t.to_string())),
-                (Some(t), false) => esc(&t.to_string()),
-                (None, _) => "-".into(),
-            };
-            let _ = write!(
-                body,
-                "<tr data-expired=\"{}\"><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td class=\"expires\">{}</td></tr>",
-                w.expired,
-                kind.as_str().trim_start_matches("Pinterest"),
-                esc(ns),
-                esc(name),
-                cl,
-                esc(&amounts_line(req)),
-                expires
-            );
-        }
-        h.push_str(&table(
-            "owned",
-            &[
-                "Kind",
-                "Namespace / name",
-                "Clusters",
-                "Requested",
-                "Expires",
-            ],
-            &body,
-            "No workloads.",
-        ));
-        h.push_str("</section>");
-    }
-    if teams.is_empty() {
-        h.push_str("<p class=\"muted\">No workloads on the hub.</p>");
-    }
-    h
+        })
+        .collect();
+    render(&Owners {
+        teams,
+        headers: &[
+            "Kind",
+            "Namespace / name",
+            "Clusters",
+            "Requested",
+            "Expires",
+        ],
+    })
 }
 
 #[cfg(test)]
