@@ -471,7 +471,16 @@ fn progress(w: &WorkloadView) -> String {
     }
 }
 
-fn member_line(c: &MemberWorkloadStatus) -> String {
+/// One member's part of a workload, one line each, aligned among them.
+fn member_lines(clusters: &[MemberWorkloadStatus], indent: &'static str) -> String {
+    let mut t = Table::headless().indent(indent);
+    for c in clusters {
+        t.row(member_cells(c));
+    }
+    t.render()
+}
+
+fn member_cells(c: &MemberWorkloadStatus) -> [String; 3] {
     let n = |v: Option<i32>| v.unwrap_or(0);
     let share = match c.replicas {
         Some(r) => format!(
@@ -496,16 +505,17 @@ fn member_line(c: &MemberWorkloadStatus) -> String {
                 .unwrap_or_default()
         ),
     };
-    format!(
-        "{:<10} {:<12} {}{}",
-        c.cluster,
-        c.state.as_deref().unwrap_or("-"),
-        share,
-        c.message
-            .as_ref()
-            .map(|m| format!("  ({m})"))
-            .unwrap_or_default()
-    )
+    [
+        c.cluster.clone(),
+        c.state.as_deref().unwrap_or("-").to_string(),
+        format!(
+            "{share}{}",
+            c.message
+                .as_ref()
+                .map(|m| format!("  ({m})"))
+                .unwrap_or_default()
+        ),
+    ]
 }
 
 fn split(s: &HubStatusView) -> String {
@@ -553,10 +563,9 @@ pub fn workloads_table(items: &[WorkloadView]) -> String {
                 progress(w),
                 cond(&s, "Ready").to_string(),
             ],
-            s.part
-                .clusters
-                .iter()
-                .map(|c| format!("  └ {}", member_line(c)))
+            member_lines(&s.part.clusters, "  └ ")
+                .lines()
+                .map(str::to_string)
                 .collect(),
         );
     }
@@ -709,9 +718,7 @@ fn describe_text_at(w: &WorkloadView, now: Timestamp) -> String {
         line(&mut out, "Rollout:", super::rollout::summary(r));
     }
     let _ = writeln!(out, "Clusters:");
-    for c in &s.part.clusters {
-        let _ = writeln!(out, "  {}", member_line(c));
-    }
+    out.push_str(&member_lines(&s.part.clusters, "  "));
     let _ = writeln!(out, "Conditions:");
     let mut t = Table::headless().indent("  ");
     for c in &s.part.conditions {
@@ -1081,12 +1088,13 @@ mod tests {
         c.shards_running = Some(4);
         c.shards_succeeded = Some(0);
         c.shards_failed = Some(0);
-        assert!(!member_line(&c).contains("unready"), "{}", member_line(&c));
+        let line = |c: &MemberWorkloadStatus| member_lines(std::slice::from_ref(c), "");
+        assert!(!line(&c).contains("unready"), "{}", line(&c));
         c.unready_shards = Some("4-7".into());
         assert!(
-            member_line(&c).ends_with("shards running 4 succeeded 0 failed 0 unready 4-7"),
+            line(&c).ends_with("shards running 4 succeeded 0 failed 0 unready 4-7\n"),
             "{}",
-            member_line(&c)
+            line(&c)
         );
     }
 
@@ -1194,8 +1202,7 @@ mod tests {
         assert_eq!(lines.len(), 3, "{t}");
         // Columns as wide as their widest cell, two spaces apart.
         assert_eq!(
-            lines[0],
-            "POSITION  PRIORITY  CLASS  KIND/NAMESPACE/NAME     WAITING  WAITING FOR",
+            lines[0], "POSITION  PRIORITY  CLASS  KIND/NAMESPACE/NAME     WAITING  WAITING FOR",
             "{t}"
         );
         assert_eq!(
@@ -1291,7 +1298,7 @@ mod tests {
         assert!(t.contains("4/4 avail"), "{t}");
         assert!(t.contains("True"), "{t}");
         assert!(
-            t.contains("└ a          Ready        replicas 3 ready 3 available 3"),
+            t.contains("  └ a  Ready  replicas 3 ready 3 available 3\n"),
             "{t}"
         );
     }

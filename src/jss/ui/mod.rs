@@ -768,7 +768,7 @@ async fn workload(
     let members = ui.feed.members();
     let st = HubStatus::of(&o);
     let row = WorkloadRow::of(kind, &o);
-    let typed = crate::jss::hub_view::typed(kind, &o);
+    let typed = crate::api::workload::AnyWorkload::from_dynamic(kind, &o);
     let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
     let may_delete = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns)
         .map_err(|e| e.to_string());

@@ -1706,7 +1706,8 @@ mod tests {
         let o = service(
             json!({"placement": {"strategy": "Divided", "placements": [{"cluster": "use1a", "replicas": 9}], "unplaced": 0}}),
         );
-        let w = crate::jss::hub_view::typed(WorkloadKind::Service, &o).expect("typed");
+        let w = crate::api::workload::AnyWorkload::from_dynamic(WorkloadKind::Service, &o)
+            .expect("typed");
         let mut w = w;
         if let AnyWorkload::Service(s) = &mut w {
             s.spec.placement.cluster_affinity = Some(
