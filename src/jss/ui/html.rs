@@ -128,21 +128,6 @@ pub fn badge(text: &str, tone: &str) -> String {
     format!("<span class=\"badge {}\">{}</span>", esc(tone), esc(text))
 }
 
-/// A bar of `used` out of `total` with a label (`meter` colours itself: green, then
-/// amber past 75 %, red past 90 %).
-pub fn bar(used: f64, total: f64, label: &str) -> String {
-    if total <= 0.0 {
-        return format!("<span class=\"muted\">{}</span>", esc(label));
-    }
-    format!(
-        "<div class=\"bar\"><meter min=\"0\" max=\"{total}\" low=\"{}\" high=\"{}\" optimum=\"0\" value=\"{}\"></meter><span>{}</span></div>",
-        total * 0.75,
-        total * 0.9,
-        used.clamp(0.0, total),
-        esc(label)
-    )
-}
-
 /// A bar of `used` out of `total` with a label, for the `bar` macro of
 /// `templates/ui/macros.html`.
 pub struct Bar {
@@ -257,8 +242,8 @@ mod tests {
 
     #[test]
     fn bars_clamp_and_label() {
-        let b = bar(12.0, 10.0, "12 / 10");
-        assert!(b.contains("value=\"10\"") && b.contains("12 / 10"));
-        assert!(bar(1.0, 0.0, "none").contains("muted"));
+        let b = Bar::new(12.0, 10.0, "12 / 10".into());
+        assert_eq!((b.value, b.low, b.high), (10.0, 7.5, 9.0));
+        assert_eq!(Bar::new(-1.0, 10.0, String::new()).value, 0.0);
     }
 }

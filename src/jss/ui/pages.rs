@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use askama::Template;
 
-use super::html::{Bar, badge, bar, esc, render, select, table, url_part};
+use super::html::{Bar, badge, esc, render, select, table, url_part};
 use super::model::{
     Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
     WorkloadState, age, priority_text,
@@ -115,53 +115,81 @@ pub enum Leader {
     },
 }
 
-/// Who leads the hub, from its Lease.
-fn leader_section(h: &mut String, leader: &Leader, now: Timestamp) {
-    h.push_str("<section class=\"card\" id=\"leader\"><h2>Hub leader</h2>");
-    match leader {
-        Leader::Held {
-            holder,
-            renewed,
-            acquired,
-            duration_secs,
-            transitions,
-        } => {
-            let fresh = match (renewed, duration_secs) {
-                (Some(r), Some(d)) => now.as_second() - r.as_second() <= i64::from(*d),
-                _ => false,
-            };
-            let _ = write!(
-                h,
-                "<p>{} <strong id=\"leader-holder\">{}</strong> · renewed {} ago · lease {}s · leader for {} · {} transitions</p>",
-                if fresh {
-                    badge("Held", "ok")
-                } else {
-                    badge("Expired", "warn")
+/// The leader card of the fleet page.
+enum LeaderView<'a> {
+    Held {
+        /// Renewed within the lease's duration.
+        fresh: bool,
+        holder: &'a str,
+        renewed: String,
+        duration: String,
+        acquired: String,
+        transitions: i32,
+    },
+    NoLease {
+        lease: &'a str,
+    },
+    Unreadable {
+        lease: &'a str,
+        error: &'a str,
+    },
+}
+
+impl<'a> LeaderView<'a> {
+    fn of(leader: &'a Leader, now: Timestamp) -> LeaderView<'a> {
+        match leader {
+            Leader::Held {
+                holder,
+                renewed,
+                acquired,
+                duration_secs,
+                transitions,
+            } => LeaderView::Held {
+                fresh: match (renewed, duration_secs) {
+                    (Some(r), Some(d)) => now.as_second() - r.as_second() <= i64::from(*d),
+                    _ => false,
                 },
-                esc(holder),
-                ago(now, *renewed),
-                duration_secs.map_or("-".into(), |d| d.to_string()),
-                ago(now, *acquired),
-                transitions.unwrap_or(0)
-            );
-        }
-        Leader::NoLease { lease } => {
-            let _ = write!(
-                h,
-                "<p id=\"leader-holder\" class=\"muted\">No Lease {} on the hub: the hub runs without leader election (one replica).</p>",
-                esc(lease)
-            );
-        }
-        Leader::Unreadable { lease, error } => {
-            let _ = write!(
-                h,
-                "<p id=\"leader-holder\" class=\"error\">Lease {} could not be read: {}</p>",
-                esc(lease),
-                esc(error)
-            );
+                holder,
+                renewed: ago(now, *renewed),
+                duration: duration_secs.map_or("-".into(), |d| d.to_string()),
+                acquired: ago(now, *acquired),
+                transitions: transitions.unwrap_or(0),
+            },
+            Leader::NoLease { lease } => LeaderView::NoLease { lease },
+            Leader::Unreadable { lease, error } => LeaderView::Unreadable { lease, error },
         }
     }
-    h.push_str("</section>");
+}
+
+/// One resource's cell of a member's row: a bar of allocated out of allocatable, none
+/// without allocatable.
+struct ResourceCell {
+    resource: &'static str,
+    bar: Option<Bar>,
+}
+
+/// One member's row of the fleet page.
+struct FleetRow<'a> {
+    row: &'a MemberRow,
+    since: String,
+    nodes: String,
+    cells: Vec<ResourceCell>,
+    /// Its name as the workloads page's `cluster` filter.
+    cluster_query: String,
+    heartbeat: String,
+    draining: bool,
+    drain_action: String,
+}
+
+#[derive(Template)]
+#[template(path = "ui/fleet.html")]
+struct Fleet<'a> {
+    flash: Option<&'a str>,
+    leader: LeaderView<'a>,
+    rows: Vec<FleetRow<'a>>,
+    /// The admin's CSRF token, when the viewer may drain members.
+    drain_csrf: Option<&'a str>,
+    headers: Vec<&'static str>,
 }
 
 /// `drain_csrf`: the viewer is in an admin team and may drain members (each row gets a
@@ -173,74 +201,42 @@ pub fn fleet(
     flash: Option<&str>,
     drain_csrf: Option<&str>,
 ) -> String {
-    let mut h = String::from("<h1>Fleet</h1>");
-    if let Some(f) = flash {
-        let _ = write!(h, "<p class=\"flash\" id=\"flash\">{}</p>", esc(f));
-    }
-    leader_section(&mut h, leader, now);
-    let mut body = String::new();
-    for r in rows {
-        let _ = write!(
-            body,
-            "<tr id=\"member-{}\" data-health=\"{}\"><td class=\"name\">{}</td><td>{}</td><td>{}<br><span class=\"muted\">{}</span></td>\
-             <td class=\"health\" title=\"{}\">{} <span class=\"muted\">{}</span></td><td>{}<br><span class=\"muted\">{} nodes · weight {}</span>{}</td>",
-            esc(&r.name),
-            r.health.as_str(),
-            esc(&r.name),
-            r.mode,
-            esc(&r.region),
-            esc(&r.zone),
-            esc(&r.message),
-            badge(r.health.as_str(), r.health.tone()),
-            ago(now, r.since),
-            esc(&r.version),
-            r.nodes.map_or("?".into(), |n| n.to_string()),
-            r.weight,
-            if r.taints.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "<br><span class=\"taint\">{}</span>",
-                    esc(&r.taints.join(", "))
-                )
-            }
-        );
-        for u in &r.resources {
-            let cell = match u.allocatable {
-                Some(total) if total.0 > 0 => {
-                    let used = u.allocated.unwrap_or(Milli(0));
-                    bar(
-                        milli_f(Some(used)),
-                        milli_f(Some(total)),
-                        &format!(
-                            "{} / {} · {} free",
-                            u.resource.format(used),
-                            u.resource.format(total),
-                            u.available.map_or("?".into(), |a| u.resource.format(a))
-                        ),
-                    )
-                }
-                _ => "<span class=\"muted\">none</span>".into(),
-            };
-            let _ = write!(
-                body,
-                "<td class=\"res-{}\">{cell}</td>",
-                u.resource.as_str()
-            );
-        }
-        let _ = write!(
-            body,
-            "<td class=\"num\"><a href=\"/ui/workloads?cluster={}\">{}</a></td><td>{}</td>",
-            url_part(&r.name),
-            r.workloads,
-            ago(now, r.last_heartbeat)
-        );
-        if let Some(csrf) = drain_csrf {
-            drain_cell(&mut body, r, csrf);
-        }
-        body.push_str("</tr>");
-    }
-    let mut columns = vec![
+    let rows = rows
+        .iter()
+        .map(|r| FleetRow {
+            row: r,
+            since: ago(now, r.since),
+            nodes: r.nodes.map_or("?".into(), |n| n.to_string()),
+            cells: r
+                .resources
+                .iter()
+                .map(|u| ResourceCell {
+                    resource: u.resource.as_str(),
+                    bar: match u.allocatable {
+                        Some(total) if total.0 > 0 => {
+                            let used = u.allocated.unwrap_or(Milli(0));
+                            Some(Bar::new(
+                                milli_f(Some(used)),
+                                milli_f(Some(total)),
+                                format!(
+                                    "{} / {} · {} free",
+                                    u.resource.format(used),
+                                    u.resource.format(total),
+                                    u.available.map_or("?".into(), |a| u.resource.format(a))
+                                ),
+                            ))
+                        }
+                        _ => None,
+                    },
+                })
+                .collect(),
+            cluster_query: url_part(&r.name),
+            heartbeat: ago(now, r.last_heartbeat),
+            draining: r.health == Health::Draining,
+            drain_action: format!("/ui/members/{}/drain", url_part(&r.name)),
+        })
+        .collect();
+    let mut headers = vec![
         "Member",
         "Mode",
         "Region / zone",
@@ -254,39 +250,15 @@ pub fn fleet(
         "Heartbeat",
     ];
     if drain_csrf.is_some() {
-        columns.push("Actions");
+        headers.push("Actions");
     }
-    h.push_str(&table(
-        "fleet",
-        &columns,
-        &body,
-        "No member has joined the hub (pinfed join).",
-    ));
-    h
-}
-
-/// An admin's Drain (behind a confirmation) or Undrain form for one member.
-fn drain_cell(h: &mut String, r: &MemberRow, csrf: &str) {
-    let action = format!("/ui/members/{}/drain", url_part(&r.name));
-    let name = esc(&r.name);
-    let csrf = esc(csrf);
-    if r.health == Health::Draining {
-        let _ = write!(
-            h,
-            "<td id=\"drain-cell-{name}\"><form method=\"post\" action=\"{action}\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"drain\" value=\"false\">\
-             <button type=\"submit\" id=\"undrain-{name}\">Undrain</button></form></td>"
-        );
-    } else {
-        let _ = write!(
-            h,
-            "<td id=\"drain-cell-{name}\"><details><summary id=\"drain-open-{name}\">Drain…</summary>\
-             <form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-             <input type=\"hidden\" name=\"drain\" value=\"true\"><p>The hub moves every workload off \
-             {name} and places nothing new there (the first step of <code>pinfed unjoin</code>).</p>\
-             <button type=\"submit\" class=\"danger\" id=\"drain-{name}\">Drain {name}</button></form></details></td>"
-        );
-    }
+    render(&Fleet {
+        flash,
+        leader: LeaderView::of(leader, now),
+        rows,
+        drain_csrf,
+        headers,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
