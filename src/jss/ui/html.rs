@@ -176,34 +176,34 @@ pub fn table(class: &str, headers: &[&str], rows: &str, empty: &str) -> String {
     h
 }
 
-/// A `<select>` of `options` (value, label) with `selected` chosen and an "any" entry.
-pub fn select(
-    name: &str,
-    label: &str,
-    options: &[(String, String)],
-    selected: Option<&str>,
-) -> String {
-    let mut h = format!(
-        "<label>{}<select name=\"{}\" id=\"f-{}\"><option value=\"\">any</option>",
-        esc(label),
-        esc(name),
-        esc(name)
-    );
-    for (value, text) in options {
-        let sel = if selected == Some(value.as_str()) {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(
-            h,
-            "<option value=\"{}\"{sel}>{}</option>",
-            esc(value),
-            esc(text)
-        );
+/// A `<select>` with an "any" entry, for the `select` macro of `templates/ui/macros.html`.
+pub struct Select {
+    pub name: &'static str,
+    pub label: &'static str,
+    /// Value, label, and whether it is the one chosen.
+    pub options: Vec<(String, String, bool)>,
+}
+
+impl Select {
+    /// `options` (value, label) with `selected` chosen.
+    pub fn new(
+        name: &'static str,
+        label: &'static str,
+        options: Vec<(String, String)>,
+        selected: Option<&str>,
+    ) -> Select {
+        Select {
+            name,
+            label,
+            options: options
+                .into_iter()
+                .map(|(value, text)| {
+                    let chosen = selected == Some(value.as_str());
+                    (value, text, chosen)
+                })
+                .collect(),
+        }
     }
-    h.push_str("</select></label>");
-    h
 }
 
 #[cfg(test)]

@@ -9,10 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 
 use askama::Template;
 
-use super::html::{Bar, badge, esc, render, select, table, url_part};
+use super::html::{Bar, Select, badge, esc, render, table, url_part};
 use super::model::{
-    Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, WorkloadRow,
-    WorkloadState, age, priority_text,
+    Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, SplitPart,
+    WorkloadRow, WorkloadState, age, priority_text,
 };
 use super::session::Flash;
 use crate::api::common::{Condition, MemberWorkloadStatus, PlacementDecision};
@@ -293,123 +293,74 @@ pub fn filter_query(f: &Filter, page: usize) -> String {
     q.join("&")
 }
 
-pub fn split_cell(row: &WorkloadRow, palette: &Palette) -> String {
-    if row.split.is_empty() {
-        return "<span class=\"muted\">not placed</span>".into();
-    }
-    let mut h = String::new();
-    for (i, p) in row.split.iter().enumerate() {
-        if i > 0 {
-            h.push_str(" · ");
-        }
-        let _ = write!(
-            h,
-            "<span class=\"part {}\">{}</span>",
-            palette.class(&p.cluster),
-            esc(&p.to_string())
-        );
-    }
-    if row.unplaced > 0 {
-        let _ = write!(
-            h,
-            " · <span class=\"unplaced\">{} unplaced</span>",
-            row.unplaced
-        );
-    }
-    h
+/// How a workload is split across clusters, for the `split` macro: each part with its
+/// cluster's colour class, and what is unplaced.
+pub struct Split<'a> {
+    parts: Vec<(String, &'a SplitPart)>,
+    unplaced: i32,
 }
 
-/// The filters of the workloads page, as a GET form.
-fn filters_form(h: &mut String, f: &Filter, choices: &FilterChoices) {
-    h.push_str("<form class=\"filters\" method=\"get\" action=\"/ui/workloads\">");
-    h.push_str(&select(
-        "namespace",
-        "Namespace",
-        &pairs(&choices.namespaces),
-        f.namespace.as_deref(),
-    ));
+impl<'a> Split<'a> {
+    pub fn of(row: &'a WorkloadRow, palette: &Palette) -> Split<'a> {
+        Split {
+            parts: row
+                .split
+                .iter()
+                .map(|p| (palette.class(&p.cluster), p))
+                .collect(),
+            unplaced: row.unplaced,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(
+    source = "{% import \"ui/macros.html\" as m %}{% call m::split(split) %}{% endcall %}",
+    ext = "html"
+)]
+struct SplitCell<'a> {
+    split: Split<'a>,
+}
+
+/// The split of a workload, as its cell shows it.
+pub fn split_cell(row: &WorkloadRow, palette: &Palette) -> String {
+    render(&SplitCell {
+        split: Split::of(row, palette),
+    })
+}
+
+/// The selects of the workloads filters.
+fn filter_selects(f: &Filter, choices: &FilterChoices) -> Vec<Select> {
     let kinds: Vec<(String, String)> = WorkloadKind::ALL
         .iter()
         .map(|k| (kind_path(*k), k.as_str().to_string()))
         .collect();
-    h.push_str(&select(
-        "kind",
-        "Kind",
-        &kinds,
-        f.kind.map(kind_path).as_deref(),
-    ));
-    h.push_str(&select(
-        "team",
-        "Team",
-        &pairs(&choices.teams),
-        f.team.as_deref(),
-    ));
     let states: Vec<(String, String)> = WorkloadState::ALL
         .iter()
         .map(|s| (s.as_str().to_string(), s.as_str().to_string()))
         .collect();
-    h.push_str(&select(
-        "state",
-        "State",
-        &states,
-        f.state.map(WorkloadState::as_str),
-    ));
-    h.push_str(&select(
-        "cluster",
-        "Cluster",
-        &pairs(&choices.clusters),
-        f.cluster.as_deref(),
-    ));
     let groups: Vec<(String, String)> = Grouping::ALL[1..]
         .iter()
         .map(|g| (g.as_str().to_string(), g.as_str().to_string()))
         .collect();
-    h.push_str(&select(
-        "group",
-        "Group by",
-        &groups,
-        Some(f.group.as_str()),
-    ));
-    let _ = write!(
-        h,
-        "<label>Name<input type=\"search\" name=\"name\" value=\"{}\"></label><button type=\"submit\" id=\"apply\">Apply</button></form>",
-        esc(f.name.as_deref().unwrap_or(""))
-    );
-}
-
-/// Previous / next links and the position in the list.
-fn pager(h: &mut String, page: &Page, f: &Filter) {
-    let first = if page.total == 0 {
-        0
-    } else {
-        (page.page - 1) * super::model::PAGE_SIZE + 1
-    };
-    let last = first + page.rows.len().saturating_sub(1);
-    let _ = write!(
-        h,
-        "<nav class=\"pager\" id=\"pager\" data-page=\"{}\" data-pages=\"{}\" data-total=\"{}\">",
-        page.page, page.pages, page.total
-    );
-    if page.page > 1 {
-        let _ = write!(
-            h,
-            "<a href=\"/ui/workloads?{}\" rel=\"prev\">← previous</a> ",
-            esc(&filter_query(f, page.page - 1))
-        );
-    }
-    let _ = write!(
-        h,
-        "<span>{first}–{last} of {} · page {} of {}</span>",
-        page.total, page.page, page.pages
-    );
-    if page.page < page.pages {
-        let _ = write!(
-            h,
-            " <a href=\"/ui/workloads?{}\" rel=\"next\">next →</a>",
-            esc(&filter_query(f, page.page + 1))
-        );
-    }
-    h.push_str("</nav>");
+    vec![
+        Select::new(
+            "namespace",
+            "Namespace",
+            pairs(&choices.namespaces),
+            f.namespace.as_deref(),
+        ),
+        Select::new("kind", "Kind", kinds, f.kind.map(kind_path).as_deref()),
+        Select::new("team", "Team", pairs(&choices.teams), f.team.as_deref()),
+        Select::new("state", "State", states, f.state.map(WorkloadState::as_str)),
+        Select::new(
+            "cluster",
+            "Cluster",
+            pairs(&choices.clusters),
+            f.cluster.as_deref(),
+        ),
+        Select::new("group", "Group by", groups, Some(f.group.as_str())),
+    ]
 }
 
 /// The workloads page from the rows of the hub's workloads the viewer may see (built
@@ -446,6 +397,36 @@ pub fn workloads_page(
     workloads(&page, filter, &choices, &palette, flash, now)
 }
 
+/// One row of the workloads table.
+struct WorkloadsRow<'a> {
+    row: &'a WorkloadRow,
+    /// The group it opens, when it is the first of its group.
+    group: Option<String>,
+    kind: &'a str,
+    href: String,
+    split: Split<'a>,
+    age: String,
+}
+
+#[derive(Template)]
+#[template(path = "ui/workloads.html")]
+struct Workloads<'a> {
+    flash: Option<&'a str>,
+    selects: Vec<Select>,
+    name: &'a str,
+    /// What the rows are grouped by ("" for nothing).
+    group: &'static str,
+    rows: Vec<WorkloadsRow<'a>>,
+    headers: &'static [&'static str],
+    page: &'a Page,
+    /// The positions of the page's first and last row in the list (1-based).
+    first: usize,
+    last: usize,
+    /// The query of the previous and the next page, when there are.
+    prev: Option<String>,
+    next: Option<String>,
+}
+
 pub fn workloads(
     page: &Page,
     f: &Filter,
@@ -454,47 +435,41 @@ pub fn workloads(
     flash: Option<&str>,
     now: Timestamp,
 ) -> String {
-    let mut h = String::from("<h1>Workloads</h1>");
-    if let Some(m) = flash {
-        let _ = write!(h, "<p class=\"flash\" id=\"flash\">{}</p>", esc(m));
-    }
-    filters_form(&mut h, f, choices);
-    let mut body = String::new();
     let mut group: Option<String> = None;
-    for r in &page.rows {
-        if f.group != Grouping::None {
-            let key = f.group.key(r);
-            if group.as_ref() != Some(&key) {
-                let _ = write!(
-                    body,
-                    "<tr class=\"group\"><th colspan=\"6\">{} {}</th></tr>",
-                    esc(f.group.as_str()),
-                    esc(&key)
-                );
-                group = Some(key);
+    let rows = page
+        .rows
+        .iter()
+        .map(|r| {
+            let mut opens = None;
+            if f.group != Grouping::None {
+                let key = f.group.key(r);
+                if group.as_ref() != Some(&key) {
+                    group = Some(key.clone());
+                    opens = Some(key);
+                }
             }
-        }
-        let _ = write!(
-            body,
-            "<tr class=\"workload\" data-name=\"{}/{}\" data-kind=\"{}\" data-state=\"{}\"><td>{}</td>\
-             <td><a href=\"{}\">{}<span class=\"muted\">/</span>{}</a></td><td>{}</td><td>{}</td><td class=\"split\">{}</td><td>{}</td></tr>",
-            esc(&r.namespace),
-            esc(&r.name),
-            r.kind.as_str(),
-            r.state.as_str(),
-            r.kind.as_str().trim_start_matches("Pinterest"),
-            workload_href(r.kind, &r.namespace, &r.name),
-            esc(&r.namespace),
-            esc(&r.name),
-            esc(&r.team),
-            badge(r.state.as_str(), r.state.tone()),
-            split_cell(r, palette),
-            ago(now, r.created)
-        );
-    }
-    h.push_str(&table(
-        "workloads",
-        &[
+            WorkloadsRow {
+                row: r,
+                group: opens,
+                kind: r.kind.as_str().trim_start_matches("Pinterest"),
+                href: workload_href(r.kind, &r.namespace, &r.name),
+                split: Split::of(r, palette),
+                age: ago(now, r.created),
+            }
+        })
+        .collect();
+    let first = if page.total == 0 {
+        0
+    } else {
+        (page.page - 1) * super::model::PAGE_SIZE + 1
+    };
+    render(&Workloads {
+        flash,
+        selects: filter_selects(f, choices),
+        name: f.name.as_deref().unwrap_or(""),
+        group: f.group.as_str(),
+        rows,
+        headers: &[
             "Kind",
             "Namespace / name",
             "Team",
@@ -502,11 +477,12 @@ pub fn workloads(
             "Split (ready / placed per cluster)",
             "Age",
         ],
-        &body,
-        "No workload matches (you see the namespaces of your teams).",
-    ));
-    pager(&mut h, page, f);
-    h
+        page,
+        first,
+        last: first + page.rows.len().saturating_sub(1),
+        prev: (page.page > 1).then(|| filter_query(f, page.page - 1)),
+        next: (page.page < page.pages).then(|| filter_query(f, page.page + 1)),
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1579,7 +1555,6 @@ mod golden;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jss::ui::model::SplitPart;
 
     #[test]
     fn owners_show_when_each_workload_expires_and_count_what_is_past() {
