@@ -1808,26 +1808,8 @@ mod failover {
         .unwrap();
         // Every member Ready first: the cron job must have somewhere to go (in a full
         // destructive run the agents of this test may still be taking their Leases).
+        fed.members_ready(Duration::from_secs(90), &daemons).await;
         let mcs: Api<MemberCluster> = Api::all(hub.clone());
-        eventually_logged(
-            Duration::from_secs(90),
-            "every member Ready",
-            &daemons,
-            || async {
-                mcs.list(&Default::default()).await.is_ok_and(|l| {
-                    l.items.len() == fed.member_names().len()
-                        && l.items.iter().all(|m| {
-                            m.status.as_ref().is_some_and(|s| {
-                                s.conditions.iter().any(|c| {
-                                    c.type_ == "Ready"
-                                        && c.status == pinfed::api::common::ConditionStatus::True
-                                })
-                            })
-                        })
-                })
-            },
-        )
-        .await;
         api.create(&PostParams::default(), &cron).await.unwrap();
         let fired = |m: String| {
             let ns = ns.name.clone();

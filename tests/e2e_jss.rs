@@ -3586,26 +3586,8 @@ async fn a_submission_is_one_trace_from_the_jss_through_the_hub_to_each_members_
     let ns = TestNamespace::create(&hub, "jss-trace").await;
     // Every member Ready to the hub first (it may have just started): a member that turns
     // Ready after the change is done gets its share in a trace of its own.
+    fed.members_ready(WAIT, &[]).await;
     let members = fed.member_names();
-    let mcs = Api::<pinfed::api::federation::MemberCluster>::all(hub.clone());
-    eventually(WAIT, "every member Ready to the hub", || {
-        let mcs = mcs.clone();
-        let members = members.clone();
-        async move {
-            let Ok(list) = mcs.list(&Default::default()).await else {
-                return false;
-            };
-            members.iter().all(|m| {
-                list.items.iter().any(|mc| {
-                    kube::ResourceExt::name_any(mc) == *m
-                        && support::condition(&serde_json::to_value(mc).unwrap()["status"], "Ready")
-                            .as_deref()
-                            == Some("True")
-                })
-            })
-        }
-    })
-    .await;
     let mut svc = service("traced", "ads", 3, "10m");
     svc["spec"]["placement"] = json!({"spread": {"minClusters": 3}});
     let alice = st.client(Some("alice-token"));

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -20,21 +19,12 @@ pub fn progress(msg: &str) {
     eprintln!("[bench {t:>4}s] {msg}");
 }
 
-pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return Ok(());
-        }
-        if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Ok(testkit::wait::until(timeout, Duration::from_millis(100), what, check).await?)
 }
 
 /// Nearest-rank percentiles of durations, in milliseconds.

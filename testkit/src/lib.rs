@@ -17,6 +17,7 @@ pub mod http;
 pub mod names;
 pub mod net;
 pub mod sample;
+pub mod wait;
 
 pub use daemon::{Daemon, OnDrop};
 pub use names::unique_name;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::Client;
@@ -192,28 +192,17 @@ where
 
 /// `eventually`, but a timeout also shows the last lines of `daemons`' logs as they are
 /// then (a message built before the wait would show them as they were when it began).
-pub async fn eventually_logged<F, Fut>(
-    timeout: Duration,
-    what: &str,
-    daemons: &[&Daemon],
-    mut check: F,
-) where
+pub async fn eventually_logged<F, Fut>(timeout: Duration, what: &str, daemons: &[&Daemon], check: F)
+where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return;
-        }
-        if start.elapsed() > timeout {
-            let logs: String = daemons
-                .iter()
-                .map(|d| format!("\n--- {} ---\n{}", d.log.display(), d.log_tail()))
-                .collect();
-            panic!("timed out after {timeout:?} waiting for {what}{logs}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    if let Err(e) = testkit::wait::until(timeout, Duration::from_millis(250), what, check).await {
+        let logs: String = daemons
+            .iter()
+            .map(|d| format!("\n--- {} ---\n{}", d.log.display(), d.log_tail()))
+            .collect();
+        panic!("{e}{logs}");
     }
 }
 
@@ -240,6 +229,35 @@ pub fn run_harness(args: &[&str]) -> std::process::Output {
 }
 
 impl Federation {
+    /// Waits until the hub says every member of the topology is Ready (a hub or agent
+    /// that has just started may not have seen them yet); a timeout shows `daemons`' logs.
+    pub async fn members_ready(&self, timeout: Duration, daemons: &[&Daemon]) {
+        let mcs: Api<pinfed::api::federation::MemberCluster> = Api::all(self.hub());
+        let want = self.member_names();
+        eventually_logged(
+            timeout,
+            "every member Ready to the hub",
+            daemons,
+            || async {
+                let Ok(list) = mcs.list(&Default::default()).await else {
+                    return false;
+                };
+                want.iter().all(|m| {
+                    list.items.iter().any(|mc| {
+                        kube::ResourceExt::name_any(mc) == *m
+                            && mc.status.as_ref().is_some_and(|s| {
+                                s.conditions.iter().any(|c| {
+                                    c.type_ == "Ready"
+                                        && c.status == pinfed::api::common::ConditionStatus::True
+                                })
+                            })
+                    })
+                })
+            },
+        )
+        .await;
+    }
+
     /// The server URL of a cluster's context in the kubeconfig.
     pub fn kubeconfig_server(&self, cluster: &str) -> String {
         let kc = Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");

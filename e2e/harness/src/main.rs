@@ -22,7 +22,7 @@ mod state;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use pinfed::topology::Topology;
 
@@ -185,19 +185,10 @@ fn marker(dir: &Path) -> String {
     dir.display().to_string()
 }
 
-async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+async fn wait_until<F, Fut>(timeout: Duration, what: &str, check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {}s waiting for {what}", timeout.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    Ok(testkit::wait::until(timeout, Duration::from_millis(250), what, check).await?)
 }
