@@ -2,23 +2,24 @@
 //! hub (through [`super::feed`]) and authorize; these only render.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 
 use askama::Template;
 
-use super::html::{Bar, Select, badge, esc, render, table, url_part};
+use super::html::{Bar, Select, render, url_part};
 use super::model::{
-    Filter, Grouping, Health, MemberReason, MemberRow, Page, Resource, ShardCell, SplitPart,
-    WorkloadRow, WorkloadState, age, priority_text,
+    Filter, Grouping, Health, MemberGate, MemberReason, MemberRow, Page, Resource, ShardCell,
+    ShardState, SplitPart, StageCell, WorkloadRow, WorkloadState, age, priority_text,
 };
 use super::session::Flash;
-use crate::api::common::{Condition, MemberWorkloadStatus, PlacementDecision};
+use crate::api::common::{
+    ApplicationFailoverRecord, Condition, MemberWorkloadStatus, PlacementDecision, PreemptionRecord,
+};
 use crate::api::federation::ResourceAmounts;
 use crate::api::quantity::Milli;
-use crate::api::rollout::phase as rollout_phase;
+use crate::api::rollout::{RolloutStatus, phase as rollout_phase};
 use crate::api::workload::WorkloadKind;
 use crate::jss::request::kind_path;
 use crate::jss::wire::{QueueEntry, RolloutView};
@@ -538,770 +539,452 @@ fn amounts_line(r: &Resources) -> String {
     )
 }
 
-pub fn workload(d: &Detail<'_>) -> String {
-    let r = d.row;
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<h1><span class=\"muted\">{}</span> {}/{} <span id=\"state\" data-state=\"{}\">{}</span></h1>",
-        r.kind.as_str(),
-        esc(&r.namespace),
-        esc(&r.name),
-        r.state.as_str(),
-        badge(r.state.as_str(), r.state.tone())
-    );
-    if let Some(f) = d.flash {
-        let _ = write!(
-            h,
-            "<p class=\"flash{}\" id=\"flash\" data-ok=\"{}\">{}</p>",
-            if f.ok { "" } else { " refused" },
-            f.ok,
-            esc(&f.text)
-        );
-    }
-    let _ = write!(
-        h,
-        "<dl class=\"facts\"><dt>Team</dt><dd>{}</dd><dt>Contact</dt><dd>{}</dd><dt>Submitted by</dt><dd>{}</dd>\
-         <dt>Artifact</dt><dd>{}</dd><dt>Generation</dt><dd>{}</dd><dt>Requested</dt><dd>{}</dd>\
-         <dt>Priority class</dt><dd id=\"priority-class\">{}</dd><dt>Age</dt><dd>{}</dd>\
-         <dt>Split</dt><dd class=\"split\" id=\"split\">{}</dd>{}</dl>",
-        esc(&r.team),
-        esc(&d.contact),
-        esc(d.submitted_by.as_deref().unwrap_or("-")),
-        esc(d.artifact.as_deref().unwrap_or("-")),
-        d.generation.map_or("-".into(), |g| g.to_string()),
-        esc(&amounts_line(&d.requested)),
-        esc(d.priority_class.as_deref().unwrap_or("-")),
-        ago(d.now, r.created),
-        split_cell(r, d.palette),
-        d.trace_id.as_ref().map_or(String::new(), |t| format!(
-            "<dt>Trace</dt><dd><code id=\"trace\">{}</code></dd>",
-            esc(t)
-        ))
-    );
-
-    // A change rolling out comes first; a finished one after where the workload runs.
-    let rolling = d
-        .rollout
-        .view
-        .status
-        .as_ref()
-        .is_some_and(|s| s.phase != rollout_phase::COMPLETE);
-    if rolling {
-        rollout_section(&mut h, d);
-    }
-    placement_section(&mut h, d);
-    queue_section(&mut h, d);
-    app_failover_section(&mut h, d);
-    shards_section(&mut h, d);
-    if !rolling {
-        rollout_section(&mut h, d);
-    }
-    conditions_section(&mut h, d);
-    failover_section(&mut h, d);
-    events_section(&mut h, d);
-    actions_section(&mut h, d);
-    let _ = write!(
-        h,
-        "<section class=\"card\" id=\"yaml\"><details><summary>YAML (as on the hub)</summary><pre>{}</pre></details></section>",
-        esc(&d.yaml)
-    );
-    h
+/// The rollout section of the workload page (`templates/ui/workload/rollout.html`).
+struct RolloutSection<'a> {
+    /// A change rolling out (not complete): the section comes first.
+    rolling: bool,
+    status: Option<&'a RolloutStatus>,
+    stable: String,
+    phase_tone: &'static str,
+    message: Option<&'a str>,
+    rolled_out: Option<RolledOut<'a>>,
+    started: String,
+    paused: bool,
+    approved: Option<&'a str>,
+    policy: String,
+    stages: Vec<StageCell>,
+    /// Complete: the members, what runs where and the history fold away.
+    quiet: bool,
+    members: Vec<GateRow>,
+    member_headers: &'static [&'static str],
+    running: Vec<RunningRow<'a>>,
+    running_headers: &'static [&'static str],
+    history_error: Option<&'a str>,
+    history: Vec<HistoryRow>,
+    history_headers: &'static [&'static str],
+    /// The rollout's address (`…/rollout`), for its buttons.
+    base: String,
+    /// The stage waiting for approval and the revision, when one waits.
+    approve: Option<(String, i64)>,
+    /// The revisions Undo offers: revision, whether stable, its images.
+    undo: Vec<(i64, bool, String)>,
 }
 
-/// The rollout: revision and stable revision, phase, the stage strip, each member's gate
-/// and why it waits, what runs where, the recorded revisions, the RolledOut condition;
-/// and the owner team's buttons.
-fn rollout_section(h: &mut String, d: &Detail<'_>) {
-    let v = d.rollout.view;
-    let policy = v.policy.as_ref();
-    let Some(s) = &v.status else {
-        h.push_str(
-            "<section class=\"card\" id=\"rollout\" data-phase=\"\"><h2>Rollout</h2>\
-             <p class=\"muted\">The hub has not looked at this workload yet: no revision is recorded.</p>",
-        );
-        rollout_actions(h, d);
-        h.push_str("</section>");
-        return;
-    };
-    let _ = write!(
-        h,
-        "<section class=\"card\" id=\"rollout\" data-phase=\"{}\" data-revision=\"{}\"><h2>Rollout</h2>\
-         <dl class=\"facts\"><dt>Revision</dt><dd id=\"rollout-revision\">{}</dd>\
-         <dt>Stable revision</dt><dd id=\"rollout-stable\">{}</dd>\
-         <dt>Phase</dt><dd id=\"rollout-phase\" data-phase=\"{}\">{}</dd>",
-        esc(&s.phase),
-        s.revision,
-        s.revision,
-        s.stable_revision
-            .map_or("none yet".into(), |r| r.to_string()),
-        esc(&s.phase),
-        badge(&s.phase, super::model::phase_tone(&s.phase)),
-    );
-    if let Some(m) = s.message.as_deref().filter(|m| !m.is_empty()) {
-        let _ = write!(
-            h,
-            "<dt>Message</dt><dd id=\"rollout-message\">{}</dd>",
-            esc(m)
-        );
-    }
-    if let Some(c) = d.rollout.rolled_out {
-        let _ = write!(
-            h,
-            "<dt>RolledOut</dt><dd id=\"rolled-out\" data-status=\"{:?}\">{} {}{}</dd>",
-            c.status,
-            badge(
-                &format!("{:?}", c.status),
-                match c.status {
+/// The hub's `RolledOut` condition.
+struct RolledOut<'a> {
+    status: String,
+    tone: &'static str,
+    reason: &'a str,
+    message: &'a str,
+}
+
+/// One member's gate in the rollout.
+struct GateRow {
+    gate: MemberGate,
+    class: String,
+    /// Its revision, and the one it comes from when they differ.
+    revision: String,
+    tone: &'static str,
+    since: String,
+}
+
+/// One revision and where it runs.
+struct RunningRow<'a> {
+    revision: i64,
+    /// Each member's colour class and name.
+    clusters: Vec<(String, &'a str)>,
+    replicas: String,
+}
+
+/// One recorded revision.
+struct HistoryRow {
+    revision: i64,
+    /// Its badges (current, stable): text and tone.
+    marks: Vec<(&'static str, &'static str)>,
+    images: String,
+    runtime: String,
+    recorded: String,
+}
+
+impl<'a> RolloutSection<'a> {
+    fn of(d: &'a Detail<'a>) -> RolloutSection<'a> {
+        let v = d.rollout.view;
+        let policy = v.policy.as_ref();
+        let r = d.row;
+        let status = v.status.as_ref();
+        let current = status.map(|s| s.revision);
+        RolloutSection {
+            rolling: status.is_some_and(|s| s.phase != rollout_phase::COMPLETE),
+            status,
+            stable: status
+                .and_then(|s| s.stable_revision)
+                .map_or("none yet".into(), |r| r.to_string()),
+            phase_tone: status.map_or("", |s| super::model::phase_tone(&s.phase)),
+            message: status
+                .and_then(|s| s.message.as_deref())
+                .filter(|m| !m.is_empty()),
+            rolled_out: d.rollout.rolled_out.map(|c| RolledOut {
+                status: format!("{:?}", c.status),
+                tone: match c.status {
                     crate::api::common::ConditionStatus::True => "ok",
                     _ => "muted",
-                }
-            ),
-            esc(&c.reason),
-            if c.message.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", esc(&c.message))
-            }
-        );
-    }
-    let _ = write!(
-        h,
-        "<dt>Started</dt><dd>{}</dd>",
-        s.started_time
-            .as_ref()
-            .map_or("-".into(), |t| format!("{} ago", age(d.now, t.0)))
-    );
-    if v.paused {
-        h.push_str("<dt>Paused</dt><dd id=\"rollout-paused\">yes: members changing finish, no new member starts until it is resumed</dd>");
-    }
-    if let Some(a) = &v.approved {
-        let _ = write!(
-            h,
-            "<dt>Approved</dt><dd>{} <span class=\"muted\">(revision/stage)</span></dd>",
-            esc(a)
-        );
-    }
-    if s.failed > 0 {
-        let _ = write!(h, "<dt>Failed members</dt><dd>{}</dd>", s.failed);
-    }
-    let _ = write!(
-        h,
-        "<dt>Policy</dt><dd>{}</dd></dl>",
-        esc(&match policy {
-            Some(p) => format!(
-                "{} stage(s) · deadline {} s per member · failure budget {} · on failure {:?}",
-                p.stages.len().max(1),
-                p.deadline_secs(),
-                p.budget(),
-                p.on_failure.unwrap_or_default()
-            ),
-            None => "the federation's default (pinfed hub --default-rollout)".into(),
-        })
-    );
-
-    // The stage strip.
-    h.push_str("<ol class=\"stages\" id=\"stages\">");
-    for (i, c) in super::model::stage_strip(s, policy).iter().enumerate() {
-        let _ = write!(
-            h,
-            "<li class=\"stage {}{}\" data-stage=\"{}\" data-index=\"{i}\" data-state=\"{}\"><span class=\"stage-name\">{}</span>\
-             <span class=\"stage-state\">{}</span><span class=\"muted\">{} member(s){}</span></li>",
-            c.state.tone(),
-            if c.current { " current" } else { "" },
-            esc(&c.name),
-            c.state.as_str(),
-            esc(&c.name),
-            esc(c.state.label()),
-            c.members,
-            if c.approval { " · asks approval" } else { "" }
-        );
-    }
-    h.push_str("</ol>");
-    rollout_actions(h, d);
-    // Nothing rolling out: the rest folds away (the placement matters more then).
-    let quiet = s.phase == rollout_phase::COMPLETE;
-    if quiet {
-        h.push_str(
-            "<div id=\"rollout-detail\"><details><summary>Members, what runs where and the recorded revisions</summary>",
-        );
-    }
-
-    // Each member's gate.
-    let mut body = String::new();
-    for m in super::model::member_gates(s, policy, d.now) {
-        let revision = if m.from_revision != m.revision {
-            format!("{} (from {})", m.revision, m.from_revision)
-        } else {
-            m.revision.to_string()
-        };
-        let _ = write!(
-            body,
-            "<tr data-cluster=\"{}\" data-state=\"{}\"><td><span class=\"part {}\">{}</span></td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
-            esc(&m.cluster),
-            esc(&m.state),
-            d.palette.class(&m.cluster),
-            esc(&m.cluster),
-            esc(&m.stage),
-            esc(&revision),
-            badge(&m.state, super::model::gate_tone(&m.state)),
-            ago(d.now, m.since),
-            esc(&m.why)
-        );
-    }
-    h.push_str("<h3>Members</h3>");
-    h.push_str(&table(
-        "rollout-members",
-        &["Cluster", "Stage", "Revision", "Gate", "Since", "Why"],
-        &body,
-        "No member in this rollout (a first revision runs everywhere at once).",
-    ));
-
-    // What runs where.
-    let mut body = String::new();
-    for r in &s.running {
-        let mut cl = String::new();
-        for c in &r.clusters {
-            let _ = write!(
-                cl,
-                "<span class=\"part {}\">{}</span> ",
-                d.palette.class(c),
-                esc(c)
-            );
-        }
-        let _ = write!(
-            body,
-            "<tr data-revision=\"{}\"><td>{}</td><td>{cl}</td><td class=\"num\">{}</td></tr>",
-            r.revision,
-            r.revision,
-            r.replicas.map_or("-".into(), |n| n.to_string())
-        );
-    }
-    h.push_str("<h3>What runs where</h3>");
-    h.push_str(&table(
-        "running",
-        &["Revision", "Members", "Replicas / shards"],
-        &body,
-        "No member has reported a revision yet.",
-    ));
-
-    // The recorded revisions.
-    h.push_str("<h3>History</h3>");
-    match &d.rollout.history_error {
-        Some(e) => {
-            let _ = write!(
-                h,
-                "<p class=\"error\" id=\"history-error\">The recorded revisions could not be read: {}</p>",
-                esc(e)
-            );
-        }
-        None => {
-            let mut body = String::new();
-            for e in v.history.iter().rev() {
-                let mut marks = Vec::new();
-                if e.current {
-                    marks.push(badge("current", "info"));
-                }
-                if e.stable {
-                    marks.push(badge("stable", "ok"));
-                }
-                let _ = write!(
-                    body,
-                    "<tr data-revision=\"{}\"><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    e.revision,
-                    e.revision,
-                    marks.join(" "),
-                    esc(&e.images.join(", ")),
-                    esc(e.runtime_version.as_deref().unwrap_or("-")),
-                    ago(d.now, e.created.as_ref().map(|t| t.0))
-                );
-            }
-            h.push_str(&table(
-                "history",
-                &["Revision", "Images", "Runtime", "Recorded"],
-                &body,
-                "No revision is recorded yet.",
-            ));
-        }
-    }
-    if quiet {
-        h.push_str("</details></div>");
-    }
-    h.push_str("</section>");
-}
-
-/// Approve (when a stage waits), Pause or Resume, and Undo to a recorded revision: for the
-/// team owning the workload or an admin team (the API's rule), each a CSRF-carrying POST.
-fn rollout_actions(h: &mut String, d: &Detail<'_>) {
-    if let Err(why) = &d.may_delete {
-        let _ = write!(
-            h,
-            "<p class=\"muted\" id=\"rollout-refused\">You may not act on this rollout: {}</p>",
-            esc(why)
-        );
-        return;
-    }
-    let r = d.row;
-    let v = d.rollout.view;
-    let base = format!("{}/rollout", workload_href(r.kind, &r.namespace, &r.name));
-    let csrf = format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        esc(d.csrf)
-    );
-    h.push_str("<div class=\"rollout-actions\" id=\"rollout-actions\">");
-    if let Some(s) = v
-        .status
-        .as_ref()
-        .filter(|s| s.phase == rollout_phase::WAITING_FOR_APPROVAL)
-    {
-        let stage = s.stage.unwrap_or(0);
-        let name = usize::try_from(stage)
-            .ok()
-            .and_then(|i| s.stages.get(i))
-            .cloned();
-        let _ = write!(
-            h,
-            "<form method=\"post\" action=\"{base}/approve\">{csrf}\
-             <input type=\"hidden\" name=\"stage\" value=\"{}\"><input type=\"hidden\" name=\"revision\" value=\"{}\">\
-             <button type=\"submit\" class=\"primary\" id=\"rollout-approve\">Approve stage {} of revision {}</button></form>",
-            esc(&name.clone().unwrap_or_else(|| stage.to_string())),
-            s.revision,
-            esc(&name.unwrap_or_else(|| stage.to_string())),
-            s.revision
-        );
-    }
-    if v.paused {
-        let _ = write!(
-            h,
-            "<form method=\"post\" action=\"{base}/resume\">{csrf}<button type=\"submit\" id=\"rollout-resume\">Resume</button></form>"
-        );
-    } else {
-        let _ = write!(
-            h,
-            "<form method=\"post\" action=\"{base}/pause\">{csrf}<button type=\"submit\" id=\"rollout-pause\">Pause</button></form>"
-        );
-    }
-    h.push_str("</div>");
-    // Undo: to a recorded revision other than the current one.
-    let current = v.status.as_ref().map(|s| s.revision);
-    if !v.history.iter().any(|e| Some(e.revision) != current) {
-        return;
-    }
-    let mut options = String::from(
-        "<option value=\"\">the stable revision, else the one before the current</option>",
-    );
-    for e in v
-        .history
-        .iter()
-        .rev()
-        .filter(|e| Some(e.revision) != current)
-    {
-        let _ = write!(
-            options,
-            "<option value=\"{}\">{}{} · {}</option>",
-            e.revision,
-            e.revision,
-            if e.stable { " (stable)" } else { "" },
-            esc(&e.images.join(", "))
-        );
-    }
-    let _ = write!(
-        h,
-        "<div id=\"rollout-undo\"><details><summary id=\"rollout-undo-open\">Undo…</summary>\
-         <form method=\"post\" action=\"{base}/undo\">{csrf}\
-         <p>The spec runs the chosen revision's content again (where and how many stay as they are); \
-         the hub rolls it out as a new revision, stage by stage.</p>\
-         <label>Revision <select name=\"to_revision\" id=\"undo-revision\">{options}</select></label> \
-         <button type=\"submit\" class=\"danger\" id=\"rollout-undo-submit\">Undo</button></form></details></div>"
-    );
-}
-
-/// Placement decision: the strategy, what is unplaced and each cluster's reason and slice.
-fn placement_section(h: &mut String, d: &Detail<'_>) {
-    // Placement decision and reasons.
-    h.push_str("<section class=\"card\" id=\"placement\"><h2>Placement</h2>");
-    match d.decision {
-        Some(p) => {
-            let _ = write!(
-                h,
-                "<p>Strategy <strong>{}</strong> · {} cluster(s) · ",
-                p.strategy.map_or("-".into(), |s| format!("{s:?}")),
-                p.placements.len()
-            );
-            if p.unplaced > 0 {
-                let _ = write!(
-                    h,
-                    "<span class=\"unplaced\" id=\"unplaced\">{} unplaced: {}</span></p>",
-                    p.unplaced,
-                    esc(p.reason.as_deref().unwrap_or("no reason given"))
-                );
-            } else {
-                h.push_str("nothing unplaced</p>");
-            }
-        }
-        None => h.push_str("<p class=\"muted\">The hub has not placed it yet.</p>"),
-    }
-    let mut body = String::new();
-    for m in &d.reasons {
-        let slice = d.slices.iter().find(|s| s.cluster == m.cluster);
-        let _ = write!(
-            body,
-            "<tr data-cluster=\"{}\" class=\"{}\"><td><span class=\"part {}\">{}</span></td><td>{}</td><td>{}</td>",
-            esc(&m.cluster),
-            if m.share.is_some() {
-                "placed"
-            } else {
-                "not-placed"
+                },
+                reason: &c.reason,
+                message: &c.message,
+            }),
+            started: status
+                .and_then(|s| s.started_time.as_ref())
+                .map_or("-".into(), |t| format!("{} ago", age(d.now, t.0))),
+            paused: v.paused,
+            approved: v.approved.as_deref(),
+            policy: match policy {
+                Some(p) => format!(
+                    "{} stage(s) · deadline {} s per member · failure budget {} · on failure {:?}",
+                    p.stages.len().max(1),
+                    p.deadline_secs(),
+                    p.budget(),
+                    p.on_failure.unwrap_or_default()
+                ),
+                None => "the federation's default (pinfed hub --default-rollout)".into(),
             },
-            d.palette.class(&m.cluster),
-            esc(&m.cluster),
-            esc(m.share.as_deref().unwrap_or("—")),
-            esc(&m.why)
-        );
-        match slice {
-            Some(s) => {
-                let counts = match (
-                    s.replicas,
-                    s.ready_replicas,
-                    s.shards_running,
-                    s.shards_succeeded,
-                ) {
-                    (Some(want), ready, _, _) => format!("{}/{want} ready", ready.unwrap_or(0)),
-                    (None, _, run, done) if run.is_some() || done.is_some() => format!(
-                        "{} running · {} succeeded · {} failed",
-                        run.unwrap_or(0),
-                        done.unwrap_or(0),
-                        s.shards_failed.unwrap_or(0)
-                    ),
-                    _ => String::new(),
-                };
-                let _ = write!(
-                    body,
-                    "<td class=\"slice-state\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(s.state.as_deref().unwrap_or("Unknown")),
-                    esc(&counts),
-                    age(d.now, s.observed_time.0),
-                    esc(s.message.as_deref().unwrap_or(""))
-                );
-            }
-            None => {
-                body.push_str("<td class=\"muted\">no slice</td><td></td><td></td><td></td></tr>")
-            }
-        }
-    }
-    h.push_str(&table(
-        "reasons",
-        &[
-            "Cluster",
-            "Share",
-            "Why",
-            "Slice state",
-            "Pods / shards",
-            "Observed",
-            "Message",
-        ],
-        &body,
-        "No member clusters.",
-    ));
-    rebalance_actions(h, d);
-    h.push_str("</section>");
-}
-
-/// Preview and ask for a rebalance (placed again from scratch, `pinfed rebalance`): for
-/// whoever may delete the workload (the API's rule), each a CSRF-carrying POST whose
-/// answer (the moves) comes back as the flash message.
-fn rebalance_actions(h: &mut String, d: &Detail<'_>) {
-    if d.may_delete.is_err() || d.decision.is_none() {
-        return;
-    }
-    let r = d.row;
-    let action = format!("{}/rebalance", workload_href(r.kind, &r.namespace, &r.name));
-    let csrf = format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        esc(d.csrf)
-    );
-    let _ = write!(
-        h,
-        "<div class=\"rebalance-actions\" id=\"rebalance-actions\">\
-         <form method=\"post\" action=\"{action}\">{csrf}<input type=\"hidden\" name=\"dry_run\" value=\"true\">\
-         <button type=\"submit\" id=\"rebalance-preview\">Preview rebalance</button></form>\
-         <form method=\"post\" action=\"{action}\">{csrf}<input type=\"hidden\" name=\"dry_run\" value=\"false\">\
-         <button type=\"submit\" id=\"rebalance\" title=\"Place it again from scratch: grown first, shrunk last\">Rebalance</button></form>\
-         </div>"
-    );
-}
-
-/// Where the workload stands in the hub's queue while part of it waits, and what
-/// higher-priority workloads took from it; nothing when neither.
-fn queue_section(h: &mut String, d: &Detail<'_>) {
-    let Some(p) = d
-        .decision
-        .filter(|p| p.queue.is_some() || !p.preemptions.is_empty())
-    else {
-        return;
-    };
-    h.push_str("<section class=\"card\" id=\"queue\"><h2>Queue and preemptions</h2>");
-    match &p.queue {
-        Some(q) => {
-            let _ = write!(
-                h,
-                "<p id=\"queue-standing\" data-position=\"{}\">Waits at position <strong>{}</strong> of {} \
-                 in <a href=\"/ui/queue\">the hub's queue</a> · priority {} · waiting {}: \
-                 <span class=\"waiting-for\">{}</span></p>",
-                q.position,
-                q.position,
-                q.waiting,
-                esc(&priority_text(
-                    q.priority,
-                    q.effective_priority,
-                    q.priority_class_name.as_deref()
-                )),
-                age(d.now, q.since.0),
-                esc(&q.waiting_for)
-            );
-        }
-        None => h.push_str("<p class=\"muted\">Not waiting: everything is placed.</p>"),
-    }
-    if !p.preemptions.is_empty() {
-        let mut body = String::new();
-        for e in &p.preemptions {
-            let taken = match (e.replicas, &e.shards) {
-                (Some(r), _) => format!("{} pods ({r} replicas)", e.pods),
-                (None, Some(sh)) => format!("{} pods (shards {sh})", e.pods),
-                (None, None) => format!("{} pods", e.pods),
-            };
-            let _ = write!(
-                body,
-                "<tr class=\"preemption\" data-cluster=\"{}\"><td>{}</td><td><span class=\"part {}\">{}</span></td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&e.cluster),
-                age(d.now, e.time.0),
-                d.palette.class(&e.cluster),
-                esc(&e.cluster),
-                esc(&taken),
-                esc(&e.by),
-                e.by_priority,
-                esc(&e.reason)
-            );
-        }
-        h.push_str("<h3>Preempted</h3>");
-        h.push_str(&table(
-            "preemptions",
-            &["Ago", "Cluster", "Taken", "By", "Its priority", "Reason"],
-            &body,
-            "",
-        ));
-    }
-    h.push_str("</section>");
-}
-
-/// Members application failover moved the workload off, avoided for the generation
-/// recorded; nothing when none.
-fn app_failover_section(h: &mut String, d: &Detail<'_>) {
-    let Some(p) = d.decision.filter(|p| !p.application_failovers.is_empty()) else {
-        return;
-    };
-    let mut body = String::new();
-    for r in &p.application_failovers {
-        let _ = write!(
-            body,
-            "<tr class=\"app-failover\" data-cluster=\"{}\"><td>{}</td><td><span class=\"part {}\">{}</span></td>\
-             <td>{}</td><td>{}</td></tr>",
-            esc(&r.cluster),
-            age(d.now, r.time.0),
-            d.palette.class(&r.cluster),
-            esc(&r.cluster),
-            r.generation,
-            esc(&r.reason)
-        );
-    }
-    h.push_str(
-        "<section class=\"card\" id=\"app-failovers\"><h2>Application failover</h2>\
-         <p class=\"muted\">Members its share stayed unavailable in while it ran elsewhere: \
-         moved off and avoided until the spec changes or a rebalance is asked for.</p>",
-    );
-    h.push_str(&table(
-        "application-failovers",
-        &["Ago", "Cluster", "Avoided for generation", "Reason"],
-        &body,
-        "",
-    ));
-    h.push_str("</section>");
-}
-
-/// The shard map of a job set.
-fn shards_section(h: &mut String, d: &Detail<'_>) {
-    if let Some((total, cells)) = &d.shards {
-        let _ = write!(
-            h,
-            "<section class=\"card\" id=\"shards\"><h2>Shards</h2><p>{} shards · {} succeeded · {} failed · {} unready · {} unplaced{}</p><div class=\"shardmap\">",
-            total,
-            cells
+            stages: status.map_or(vec![], |s| super::model::stage_strip(s, policy)),
+            quiet: status.is_some_and(|s| s.phase == rollout_phase::COMPLETE),
+            members: status.map_or(vec![], |s| {
+                super::model::member_gates(s, policy, d.now)
+                    .into_iter()
+                    .map(|m| GateRow {
+                        class: d.palette.class(&m.cluster),
+                        revision: if m.from_revision != m.revision {
+                            format!("{} (from {})", m.revision, m.from_revision)
+                        } else {
+                            m.revision.to_string()
+                        },
+                        tone: super::model::gate_tone(&m.state),
+                        since: ago(d.now, m.since),
+                        gate: m,
+                    })
+                    .collect()
+            }),
+            member_headers: &["Cluster", "Stage", "Revision", "Gate", "Since", "Why"],
+            running: status.map_or(vec![], |s| {
+                s.running
+                    .iter()
+                    .map(|run| RunningRow {
+                        revision: run.revision,
+                        clusters: run
+                            .clusters
+                            .iter()
+                            .map(|c| (d.palette.class(c), c.as_str()))
+                            .collect(),
+                        replicas: run.replicas.map_or("-".into(), |n| n.to_string()),
+                    })
+                    .collect()
+            }),
+            running_headers: &["Revision", "Members", "Replicas / shards"],
+            history_error: d.rollout.history_error.as_deref(),
+            history: v
+                .history
                 .iter()
-                .filter(|c| c.state == super::model::ShardState::Succeeded)
-                .count(),
-            cells
-                .iter()
-                .filter(|c| c.state == super::model::ShardState::Failed)
-                .count(),
-            cells
-                .iter()
-                .filter(|c| c.state == super::model::ShardState::Unready)
-                .count(),
-            cells
-                .iter()
-                .filter(|c| c.state == super::model::ShardState::Unplaced)
-                .count(),
-            if (cells.len() as u32) < *total {
-                format!(" (first {} shown)", cells.len())
-            } else {
-                String::new()
-            }
-        );
-        for c in cells {
-            let cluster = c.cluster.as_deref().unwrap_or("");
-            let _ = write!(
-                h,
-                "<span class=\"shard {} {}\" data-shard=\"{}\" data-state=\"{}\" data-cluster=\"{}\" title=\"shard {} · {} · {}\">{}</span>",
-                c.state.as_str(),
-                d.palette.class(cluster),
-                c.index,
-                c.state.as_str(),
-                esc(cluster),
-                c.index,
-                c.state.as_str(),
-                esc(if cluster.is_empty() {
-                    "no cluster"
-                } else {
-                    cluster
+                .rev()
+                .map(|e| HistoryRow {
+                    revision: e.revision,
+                    marks: [
+                        e.current.then_some(("current", "info")),
+                        e.stable.then_some(("stable", "ok")),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                    images: e.images.join(", "),
+                    runtime: e.runtime_version.clone().unwrap_or_else(|| "-".into()),
+                    recorded: ago(d.now, e.created.as_ref().map(|t| t.0)),
+                })
+                .collect(),
+            history_headers: &["Revision", "Images", "Runtime", "Recorded"],
+            base: format!("{}/rollout", workload_href(r.kind, &r.namespace, &r.name)),
+            approve: status
+                .filter(|s| s.phase == rollout_phase::WAITING_FOR_APPROVAL)
+                .map(|s| {
+                    let stage = s.stage.unwrap_or(0);
+                    let name = usize::try_from(stage)
+                        .ok()
+                        .and_then(|i| s.stages.get(i))
+                        .cloned()
+                        .unwrap_or_else(|| stage.to_string());
+                    (name, s.revision)
                 }),
-                c.index
-            );
+            undo: v
+                .history
+                .iter()
+                .rev()
+                .filter(|e| Some(e.revision) != current)
+                .map(|e| (e.revision, e.stable, e.images.join(", ")))
+                .collect(),
         }
-        h.push_str("</div><p class=\"legend\"><span class=\"shard succeeded\">ok</span> succeeded <span class=\"shard assigned\">·</span> assigned \
-                    <span class=\"shard failed\">!</span> failed <span class=\"shard unready\">·</span> unready (no pod Ready) <span class=\"shard unplaced\">?</span> unplaced; the border is the cluster's colour</p></section>");
     }
 }
 
-/// The hub resource's conditions.
-fn conditions_section(h: &mut String, d: &Detail<'_>) {
-    // Conditions.
-    let mut body = String::new();
-    for c in d.conditions {
-        let _ = write!(
-            body,
-            "<tr data-type=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.type_),
-            esc(&c.type_),
-            badge(
-                &format!("{:?}", c.status),
-                match c.status {
+/// The placement section (`templates/ui/workload/placement.html`).
+struct PlacementSection<'a> {
+    strategy: String,
+    rows: Vec<ReasonRow<'a>>,
+    headers: &'static [&'static str],
+}
+
+/// One member's reason, with its slice when it has one.
+struct ReasonRow<'a> {
+    reason: &'a MemberReason,
+    class: String,
+    slice: Option<&'a MemberWorkloadStatus>,
+    /// Its pods or shards.
+    counts: String,
+    observed: String,
+}
+
+fn slice_counts(s: &MemberWorkloadStatus) -> String {
+    match (
+        s.replicas,
+        s.ready_replicas,
+        s.shards_running,
+        s.shards_succeeded,
+    ) {
+        (Some(want), ready, _, _) => format!("{}/{want} ready", ready.unwrap_or(0)),
+        (None, _, run, done) if run.is_some() || done.is_some() => format!(
+            "{} running · {} succeeded · {} failed",
+            run.unwrap_or(0),
+            done.unwrap_or(0),
+            s.shards_failed.unwrap_or(0)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The queue section (`templates/ui/workload/queue.html`): shown when the workload waits
+/// or was preempted.
+struct QueueSection<'a> {
+    decision: Option<&'a PlacementDecision>,
+    priority: String,
+    since: String,
+    preemptions: Vec<PreemptionRow<'a>>,
+    headers: &'static [&'static str],
+}
+
+struct PreemptionRow<'a> {
+    record: &'a PreemptionRecord,
+    ago: String,
+    class: String,
+    /// What it took: pods, and which replicas or shards.
+    taken: String,
+}
+
+/// One member application failover moved the workload off.
+struct AppFailoverRow<'a> {
+    record: &'a ApplicationFailoverRecord,
+    ago: String,
+    class: String,
+}
+
+/// The shard map (`templates/ui/workload/shards.html`).
+struct ShardsSection<'a> {
+    total: u32,
+    succeeded: usize,
+    failed: usize,
+    unready: usize,
+    unplaced: usize,
+    /// How many cells are shown (the first of the shards).
+    shown: u32,
+    cells: Vec<ShardView<'a>>,
+}
+
+struct ShardView<'a> {
+    cell: &'a ShardCell,
+    cluster: &'a str,
+    class: String,
+}
+
+/// One condition of the hub resource.
+struct ConditionRow<'a> {
+    condition: &'a Condition,
+    status: String,
+    tone: &'static str,
+    since: String,
+}
+
+/// One hub Event.
+struct EventRow<'a> {
+    type_: &'a str,
+    reason: &'a str,
+    message: &'a str,
+    count: i32,
+    last: String,
+}
+
+/// The workload page (`templates/ui/workload.html` and its sections in
+/// `templates/ui/workload/`).
+#[derive(Template)]
+#[template(path = "ui/workload.html")]
+struct WorkloadPage<'a> {
+    d: &'a Detail<'a>,
+    r: &'a WorkloadRow,
+    /// The workload's page, the base of its actions.
+    href: String,
+    generation: String,
+    requested: String,
+    age: String,
+    split: Split<'a>,
+    rollout: RolloutSection<'a>,
+    placement: PlacementSection<'a>,
+    queue: QueueSection<'a>,
+    app_failovers: Vec<AppFailoverRow<'a>>,
+    app_failover_headers: &'static [&'static str],
+    shards: Option<ShardsSection<'a>>,
+    conditions: Vec<ConditionRow<'a>>,
+    condition_headers: &'static [&'static str],
+    events: Result<Vec<EventRow<'a>>, &'a str>,
+    event_headers: &'static [&'static str],
+}
+
+pub fn workload(d: &Detail<'_>) -> String {
+    let r = d.row;
+    let count = |cells: &[ShardCell], state| cells.iter().filter(|c| c.state == state).count();
+    render(&WorkloadPage {
+        d,
+        r,
+        href: workload_href(r.kind, &r.namespace, &r.name),
+        generation: d.generation.map_or("-".into(), |g| g.to_string()),
+        requested: amounts_line(&d.requested),
+        age: ago(d.now, r.created),
+        split: Split::of(r, d.palette),
+        rollout: RolloutSection::of(d),
+        placement: PlacementSection {
+            strategy: d
+                .decision
+                .and_then(|p| p.strategy)
+                .map_or("-".into(), |s| format!("{s:?}")),
+            rows: d
+                .reasons
+                .iter()
+                .map(|m| {
+                    let slice = d.slices.iter().find(|s| s.cluster == m.cluster);
+                    ReasonRow {
+                        reason: m,
+                        class: d.palette.class(&m.cluster),
+                        counts: slice.map(slice_counts).unwrap_or_default(),
+                        observed: slice.map_or(String::new(), |s| age(d.now, s.observed_time.0)),
+                        slice,
+                    }
+                })
+                .collect(),
+            headers: &[
+                "Cluster",
+                "Share",
+                "Why",
+                "Slice state",
+                "Pods / shards",
+                "Observed",
+                "Message",
+            ],
+        },
+        queue: {
+            let decision = d
+                .decision
+                .filter(|p| p.queue.is_some() || !p.preemptions.is_empty());
+            let q = decision.and_then(|p| p.queue.as_ref());
+            QueueSection {
+                decision,
+                priority: q.map_or(String::new(), |q| {
+                    priority_text(
+                        q.priority,
+                        q.effective_priority,
+                        q.priority_class_name.as_deref(),
+                    )
+                }),
+                since: q.map_or(String::new(), |q| age(d.now, q.since.0)),
+                preemptions: decision.map_or(vec![], |p| {
+                    p.preemptions
+                        .iter()
+                        .map(|e| PreemptionRow {
+                            record: e,
+                            ago: age(d.now, e.time.0),
+                            class: d.palette.class(&e.cluster),
+                            taken: match (e.replicas, &e.shards) {
+                                (Some(r), _) => format!("{} pods ({r} replicas)", e.pods),
+                                (None, Some(sh)) => format!("{} pods (shards {sh})", e.pods),
+                                (None, None) => format!("{} pods", e.pods),
+                            },
+                        })
+                        .collect()
+                }),
+                headers: &["Ago", "Cluster", "Taken", "By", "Its priority", "Reason"],
+            }
+        },
+        app_failovers: d.decision.map_or(vec![], |p| {
+            p.application_failovers
+                .iter()
+                .map(|f| AppFailoverRow {
+                    record: f,
+                    ago: age(d.now, f.time.0),
+                    class: d.palette.class(&f.cluster),
+                })
+                .collect()
+        }),
+        app_failover_headers: &["Ago", "Cluster", "Avoided for generation", "Reason"],
+        shards: d.shards.as_ref().map(|(total, cells)| ShardsSection {
+            total: *total,
+            succeeded: count(cells, ShardState::Succeeded),
+            failed: count(cells, ShardState::Failed),
+            unready: count(cells, ShardState::Unready),
+            unplaced: count(cells, ShardState::Unplaced),
+            shown: cells.len() as u32,
+            cells: cells
+                .iter()
+                .map(|c| {
+                    let cluster = c.cluster.as_deref().unwrap_or("");
+                    ShardView {
+                        cell: c,
+                        cluster,
+                        class: d.palette.class(cluster),
+                    }
+                })
+                .collect(),
+        }),
+        conditions: d
+            .conditions
+            .iter()
+            .map(|c| ConditionRow {
+                condition: c,
+                status: format!("{:?}", c.status),
+                tone: match c.status {
                     crate::api::common::ConditionStatus::True => "ok",
                     crate::api::common::ConditionStatus::False => "muted",
                     crate::api::common::ConditionStatus::Unknown => "warn",
-                }
-            ),
-            esc(&c.reason),
-            esc(&c.message),
-            age(d.now, c.last_transition_time.0)
-        );
-    }
-    h.push_str("<section class=\"card\" id=\"conditions\"><h2>Conditions</h2>");
-    h.push_str(&table(
-        "conditions",
-        &["Type", "Status", "Reason", "Message", "Since"],
-        &body,
-        "No conditions yet.",
-    ));
-    h.push_str("</section>");
-}
-
-/// What the hub recorded of failover and failback.
-fn failover_section(h: &mut String, d: &Detail<'_>) {
-    // Failover history.
-    h.push_str("<section class=\"card\" id=\"failover\"><h2>Failover and failback</h2>");
-    if d.failover.is_empty() {
-        h.push_str("<p class=\"muted\">No failover recorded.</p>");
-    } else {
-        h.push_str("<dl class=\"facts\">");
-        for (k, v) in &d.failover {
-            let _ = write!(h, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
-        }
-        h.push_str("</dl>");
-    }
-    h.push_str("</section>");
-}
-
-/// The hub's Events for this workload.
-fn events_section(h: &mut String, d: &Detail<'_>) {
-    // Events.
-    h.push_str("<section class=\"card\" id=\"events\"><h2>Hub events</h2>");
-    match &d.events {
-        Ok(events) => {
-            let mut body = String::new();
-            for e in events {
-                let when = e
-                    .last_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .or(e.event_time.as_ref().map(|t| t.0))
-                    .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0));
-                let _ = write!(
-                    body,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(e.type_.as_deref().unwrap_or("")),
-                    esc(e.reason.as_deref().unwrap_or("")),
-                    esc(e.message.as_deref().unwrap_or("")),
-                    e.count.unwrap_or(1),
-                    ago(d.now, when)
-                );
-            }
-            h.push_str(&table(
-                "events",
-                &["Type", "Reason", "Message", "Count", "Last"],
-                &body,
-                "No events on the hub for this workload.",
-            ));
-        }
-        Err(e) => {
-            let _ = write!(
-                h,
-                "<p class=\"error\">Events could not be read: {}</p>",
-                esc(e)
-            );
-        }
-    }
-    h.push_str("</section>");
-}
-
-/// Delete, when the caller's teams allow it.
-fn actions_section(h: &mut String, d: &Detail<'_>) {
-    let r = d.row;
-    // Actions.
-    h.push_str("<section class=\"card\" id=\"actions\"><h2>Actions</h2>");
-    match &d.may_delete {
-        Ok(()) => {
-            let _ = write!(
-                h,
-                "<details><summary id=\"delete-open\">Delete…</summary><form method=\"post\" action=\"{}/delete\">\
-                 <input type=\"hidden\" name=\"csrf\" value=\"{}\"><p>The hub removes its slices from every member.</p>\
-                 <button type=\"submit\" class=\"danger\" id=\"delete\">Delete {}/{}</button></form></details>",
-                workload_href(r.kind, &r.namespace, &r.name),
-                esc(d.csrf),
-                esc(&r.namespace),
-                esc(&r.name)
-            );
-        }
-        Err(why) => {
-            let _ = write!(
-                h,
-                "<p class=\"muted\" id=\"delete-refused\">You may not delete it: {}</p>",
-                esc(why)
-            );
-        }
-    }
-    h.push_str("</section>");
+                },
+                since: age(d.now, c.last_transition_time.0),
+            })
+            .collect(),
+        condition_headers: &["Type", "Status", "Reason", "Message", "Since"],
+        events: match &d.events {
+            Ok(events) => Ok(events
+                .iter()
+                .map(|e| EventRow {
+                    type_: e.type_.as_deref().unwrap_or(""),
+                    reason: e.reason.as_deref().unwrap_or(""),
+                    message: e.message.as_deref().unwrap_or(""),
+                    count: e.count.unwrap_or(1),
+                    last: ago(
+                        d.now,
+                        e.last_timestamp
+                            .as_ref()
+                            .map(|t| t.0)
+                            .or(e.event_time.as_ref().map(|t| t.0))
+                            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0)),
+                    ),
+                })
+                .collect()),
+            Err(e) => Err(e.as_str()),
+        },
+        event_headers: &["Type", "Reason", "Message", "Count", "Last"],
+    })
 }
 
 // ---------------------------------------------------------------------------------------
