@@ -1,6 +1,8 @@
-//! HTML building blocks of the UI: escaping, the page frame, badges, bars and tables.
-//! Pure. Every text that comes from outside goes through [`esc`]; no inline script or
-//! style is ever written, so the Content-Security-Policy can forbid both.
+//! HTML building blocks of the UI: the escaper of its templates, the page frame, and the
+//! data of the shared macros (bars, selects). Pure. The pages are askama templates in
+//! `templates/ui/`, checked at compile time, and every value they print is escaped by
+//! [`Html`] unless marked `|safe`; no inline script or style is ever written, so the
+//! Content-Security-Policy can forbid both.
 
 use std::fmt::Write;
 
@@ -39,15 +41,6 @@ impl askama::filters::Escaper for Html {
         }
         dest.write_str(&s[last..])
     }
-}
-
-/// Escapes text for element content and quoted attribute values (what the templates do
-/// to every value; for the pages still written by hand).
-pub fn esc(s: &str) -> String {
-    use askama::filters::Escaper;
-    let mut out = String::with_capacity(s.len());
-    let _ = Html.write_escaped_str(&mut out, s);
-    out
 }
 
 /// Percent-encodes a URL path segment or query value.
@@ -123,11 +116,6 @@ pub fn page(
     h
 }
 
-/// A coloured one-word badge.
-pub fn badge(text: &str, tone: &str) -> String {
-    format!("<span class=\"badge {}\">{}</span>", esc(tone), esc(text))
-}
-
 /// A bar of `used` out of `total` with a label, for the `bar` macro of
 /// `templates/ui/macros.html`.
 pub struct Bar {
@@ -153,27 +141,6 @@ impl Bar {
             label,
         }
     }
-}
-
-/// A table with a header row; `rows` are already-built `<tr>` elements.
-pub fn table(class: &str, headers: &[&str], rows: &str, empty: &str) -> String {
-    let mut h = format!("<table class=\"{}\"><thead><tr>", esc(class));
-    for th in headers {
-        let _ = write!(h, "<th>{}</th>", esc(th));
-    }
-    h.push_str("</tr></thead><tbody>");
-    if rows.is_empty() {
-        let _ = write!(
-            h,
-            "<tr class=\"empty\"><td colspan=\"{}\">{}</td></tr>",
-            headers.len(),
-            esc(empty)
-        );
-    } else {
-        h.push_str(rows);
-    }
-    h.push_str("</tbody></table>");
-    h
 }
 
 /// A `<select>` with an "any" entry, for the `select` macro of `templates/ui/macros.html`.
@@ -209,6 +176,13 @@ impl Select {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn esc(s: &str) -> String {
+        use askama::filters::Escaper;
+        let mut out = String::new();
+        Html.write_escaped_str(&mut out, s).unwrap();
+        out
+    }
 
     #[test]
     fn escapes_markup_and_quotes() {

@@ -5,7 +5,6 @@
 //! `POST /v1/submissions?dryRun=true` (`Jss::dry_run_reply`); nothing is written. The
 //! POST carries the session's CSRF token and is audited (`via=ui`).
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::rejection::FormRejection;
@@ -14,10 +13,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::html::{esc, table};
-use super::session::Session;
+use askama::Template;
+
+use super::html;
 use super::{Ui, audit, check_action, problem, render, to_login};
-use crate::jss::wire::DryRun;
+use crate::jss::wire::{DryRun, DryRunShare};
 
 /// The form's fields.
 #[derive(Debug, Default, Deserialize)]
@@ -38,7 +38,7 @@ pub async fn plan_page(
     let Some((_, s)) = ui.session(&headers) else {
         return to_login(&uri, false);
     };
-    let body = page(&s, &PlanForm::default(), None, None);
+    let body = page(&s.csrf, &PlanForm::default(), None, None);
     render(
         StatusCode::OK,
         "Dry run",
@@ -104,175 +104,61 @@ pub async fn plan_run(
         }
     };
     let (code, body) = match result {
-        Ok(reply) => (StatusCode::OK, page(&s, &form, Some(&reply), None)),
+        Ok(reply) => (StatusCode::OK, page(&s.csrf, &form, Some(&reply), None)),
         Err(r) => {
             let code = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::BAD_REQUEST);
             let text = r.reply().describe(r.status());
-            (code, page(&s, &form, None, Some(&text)))
+            (code, page(&s.csrf, &form, None, Some(&text)))
         }
     };
     render(code, "Dry run", "/ui/plan", Some(&s), None, false, body)
 }
 
-/// The page: the form (kept as submitted), then the answer or the refusal.
-fn page(s: &Session, form: &PlanForm, reply: Option<&DryRun>, refused: Option<&str>) -> String {
-    let mut h = String::new();
-    h.push_str("<h1>Dry run</h1><p class=\"muted\">What the federation would do with a workload: nothing is submitted, nothing is written on any cluster.</p>");
-    let _ = write!(
-        h,
-        "<form id=\"plan-form\" method=\"post\" action=\"/ui/plan\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <label>Namespace (when the resource names none) <input name=\"namespace\" value=\"{}\"></label>\
-         <label>Resource (YAML or JSON)<textarea name=\"resource\" rows=\"18\" cols=\"100\" spellcheck=\"false\">{}</textarea></label>\
-         <button type=\"submit\">Dry run</button></form>",
-        esc(&s.csrf),
-        esc(form.namespace.as_deref().unwrap_or_default()),
-        esc(form.resource.as_deref().unwrap_or_default())
-    );
-    if let Some(why) = refused {
-        let _ = write!(
-            h,
-            "<section id=\"refused\" class=\"flash error\"><h2>Refused</h2><pre>{}</pre></section>",
-            esc(why)
-        );
-    }
-    if let Some(r) = reply {
-        answer(&mut h, r);
-    }
-    h
+/// The dry-run page (`templates/ui/plan.html`).
+#[derive(Template)]
+#[template(path = "ui/plan.html")]
+struct PlanPage<'a> {
+    csrf: &'a str,
+    namespace: &'a str,
+    resource: &'a str,
+    refused: Option<&'a str>,
+    reply: Option<&'a DryRun>,
+    /// Each member's share of the split, with what it gets in words.
+    shares: Vec<(&'a DryRunShare, String)>,
+    split_headers: &'static [&'static str],
+    move_headers: &'static [&'static str],
+    quota_headers: &'static [&'static str],
 }
 
-fn answer(h: &mut String, r: &DryRun) {
-    let _ = write!(
-        h,
-        "<section id=\"answer\" data-unplaced=\"{}\"><h2>{} {}/{}{}</h2><p>Strategy {}; requests cpu {}, memory {}, gpus {}, pods {}.</p>",
-        r.unplaced,
-        esc(r.kind.as_str()),
-        esc(&r.namespace),
-        esc(&r.name),
-        if r.exists {
-            " (exists: a change)"
-        } else {
-            " (new)"
-        },
-        esc(&r.strategy),
-        esc(&r.requested.cpu),
-        esc(&r.requested.memory),
-        r.requested.gpus,
-        r.requested.pods
-    );
-    if r.unplaced > 0 {
-        let _ = write!(
-            h,
-            "<p class=\"flash error\" id=\"unplaced\">{} unplaced: {}</p>",
-            r.unplaced,
-            esc(r.reason.as_deref().unwrap_or_default())
-        );
-    }
-    let mut rows = String::new();
-    for p in &r.placements {
-        let share = match (&p.replicas, &p.shards) {
-            (Some(1), _) => "1 replica".to_string(),
-            (Some(n), _) => format!("{n} replicas"),
-            (None, Some(s)) => format!("shards {s}"),
-            (None, None) => format!("{} pods", p.pods),
-        };
-        let _ = write!(
-            rows,
-            "<tr data-cluster=\"{}\"><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&p.cluster),
-            esc(&p.cluster),
-            esc(&share),
-            esc(&p.reason)
-        );
-    }
-    for e in &r.excluded {
-        let _ = write!(
-            rows,
-            "<tr data-cluster=\"{}\" class=\"excluded\"><td>{}</td><td>none</td><td>{}</td></tr>",
-            esc(&e.cluster),
-            esc(&e.cluster),
-            esc(&e.why)
-        );
-    }
-    h.push_str("<h3>Split</h3><div id=\"split\">");
-    h.push_str(&table(
-        "plain",
-        &["Member", "Share", "Why"],
-        &rows,
-        "no member",
-    ));
-    h.push_str("</div>");
-    if !r.moves.is_empty() {
-        let mut rows = String::new();
-        for m in &r.moves {
-            let _ = write!(
-                rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&m.cluster),
-                esc(&m.before),
-                esc(&m.after)
-            );
-        }
-        h.push_str("<h3>Moves</h3><div id=\"moves\">");
-        h.push_str(&table("plain", &["Member", "Now", "After"], &rows, ""));
-        h.push_str("</div>");
-    }
-    if !r.quotas.is_empty() {
-        let mut rows = String::new();
-        for q in &r.quotas {
-            for row in &q.rows {
-                let _ = write!(
-                    rows,
-                    "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    if row.fits { "" } else { "over" },
-                    esc(&q.quota),
-                    esc(&row.scope),
-                    esc(&row.resource),
-                    esc(&row.adds),
-                    esc(&row.used),
-                    esc(&row.hard)
-                );
-            }
-        }
-        h.push_str("<h3>Quota</h3><div id=\"quota\">");
-        h.push_str(&table(
-            "plain",
-            &["Quota", "Scope", "Resource", "Adds", "Used after", "Hard"],
-            &rows,
-            "",
-        ));
-        h.push_str("</div>");
-    }
-    h.push_str("<h3>Per member</h3><div id=\"members\">");
-    for m in &r.members {
-        let _ = write!(
-            h,
-            "<details class=\"member\" data-cluster=\"{}\"><summary>{} · {} objects{}</summary>",
-            esc(&m.cluster),
-            esc(&m.cluster),
-            m.object_count,
-            if m.overrides.is_empty() {
-                String::new()
-            } else {
-                format!(" · overrides: {}", esc(&m.overrides.join(", ")))
-            }
-        );
-        if let Some(e) = &m.error {
-            let _ = write!(h, "<p class=\"flash error\">{}</p>", esc(e));
-        }
-        if let Some(d) = &m.diff {
-            let _ = write!(h, "<h4>Change</h4><pre class=\"diff\">{}</pre>", esc(d));
-        }
-        let _ = write!(
-            h,
-            "<h4>Objects</h4><pre class=\"objects\">{}</pre></details>",
-            esc(&m.objects)
-        );
-    }
-    h.push_str("</div>");
-    if !r.note.is_empty() {
-        let _ = write!(h, "<p class=\"muted\" id=\"note\">{}</p>", esc(&r.note));
-    }
-    h.push_str("</section>");
+/// The page: the form (kept as submitted), then the answer or the refusal.
+pub(super) fn page(
+    csrf: &str,
+    form: &PlanForm,
+    reply: Option<&DryRun>,
+    refused: Option<&str>,
+) -> String {
+    html::render(&PlanPage {
+        csrf,
+        namespace: form.namespace.as_deref().unwrap_or_default(),
+        resource: form.resource.as_deref().unwrap_or_default(),
+        refused,
+        reply,
+        shares: reply.map_or(vec![], |r| {
+            r.placements
+                .iter()
+                .map(|p| {
+                    let share = match (&p.replicas, &p.shards) {
+                        (Some(1), _) => "1 replica".to_string(),
+                        (Some(n), _) => format!("{n} replicas"),
+                        (None, Some(s)) => format!("shards {s}"),
+                        (None, None) => format!("{} pods", p.pods),
+                    };
+                    (p, share)
+                })
+                .collect()
+        }),
+        split_headers: &["Member", "Share", "Why"],
+        move_headers: &["Member", "Now", "After"],
+        quota_headers: &["Quota", "Scope", "Resource", "Adds", "Used after", "Hard"],
+    })
 }

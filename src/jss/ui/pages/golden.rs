@@ -644,3 +644,55 @@ fn quotas_queue_and_owners() {
     check("owners", &owners(&teams, &palette));
     check("owners-empty", &owners(&[], &palette));
 }
+
+#[test]
+fn the_dry_run_page() {
+    use crate::jss::ui::plan::{PlanForm, page};
+    use crate::jss::wire::DryRun;
+    let form = PlanForm {
+        csrf: None,
+        namespace: Some("a\"ds".into()),
+        resource: Some("kind: <PinterestService>\nname: 'web' & more\n".into()),
+    };
+    check(
+        "plan-empty",
+        &page("tok\"<", &PlanForm::default(), None, None),
+    );
+    check(
+        "plan-refused",
+        &page("t", &form, None, Some("422 (Invalid): <no>\n  line 2")),
+    );
+    let amounts = serde_json::json!({"cpu": "1500m", "memory": "2Gi", "gpus": 0, "pods": 3});
+    let mut reply: DryRun = serde_json::from_value(serde_json::json!({
+        "kind": "PinterestService", "namespace": "ads", "name": "web<1>", "team": "ads",
+        "submittedBy": "bob", "exists": true, "strategy": "Divided <x>",
+        "requested": amounts,
+        "placements": [
+            {"cluster": "use1a", "replicas": 1, "pods": 1, "requests": amounts, "reason": "room <a>"},
+            {"cluster": "use1b", "replicas": 2, "pods": 2, "requests": amounts, "reason": "r"},
+            {"cluster": "use1c", "shards": "0-3", "pods": 4, "requests": amounts, "reason": "s"},
+            {"cluster": "x&y", "pods": 5, "requests": amounts, "reason": "p"}],
+        "excluded": [{"cluster": "euw1", "why": "tainted <gpu>"}],
+        "unplaced": 2, "reason": "no room \"left\"",
+        "quotas": [{"quota": "ads/q<1>", "rows": [
+            {"scope": "all", "resource": "cpu", "adds": "1", "used": "5", "hard": "10", "fits": true},
+            {"scope": "use1a", "resource": "memory", "adds": "2Gi", "used": "9Gi", "hard": "8Gi", "fits": false}]}],
+        "moves": [{"cluster": "use1a", "before": "1 <r>", "after": "2"}],
+        "members": [
+            {"cluster": "use1a", "overrides": ["o1", "<o2>"], "objects": "a: <b>\n", "objectCount": 2,
+             "diff": "- a\n+ <b>"},
+            {"cluster": "use1b", "objects": "", "objectCount": 0, "error": "could not <expand>"}],
+        "note": "Nothing is <written>."
+    }))
+    .unwrap();
+    check("plan-answer", &page("t", &form, Some(&reply), None));
+    reply.exists = false;
+    reply.unplaced = 0;
+    reply.placements.clear();
+    reply.excluded.clear();
+    reply.quotas.clear();
+    reply.moves.clear();
+    reply.members.clear();
+    reply.note.clear();
+    check("plan-answer-new", &page("t", &form, Some(&reply), None));
+}
