@@ -178,6 +178,8 @@ const KIND_MATCHES_LEFT: &[(&str, usize)] = &[
     ("src/jss/ui/mod.rs", 1),
     ("src/jss/ui/model.rs", 13),
     ("src/jss/ui/pages.rs", 6),
+    // Test fixtures of the golden pages (a workload of each shown kind).
+    ("src/jss/ui/pages/golden.rs", 6),
     ("src/jss/views.rs", 18),
     ("src/jss/wire.rs", 7),
     ("src/overrides/tests.rs", 1),
