@@ -177,9 +177,23 @@ async fn bring_up(
         } else {
             Vec::new()
         };
-        let mut components = vec![apiserver::component(
-            bin, &pki, &logs, name, etcd_port, api, audit,
-        )];
+        let mut server = if light {
+            apiserver::component(
+                bin,
+                &pki,
+                &logs,
+                name,
+                etcd_port,
+                api,
+                apiserver::lean_args(),
+            )
+        } else {
+            apiserver::component(bin, &pki, &logs, name, etcd_port, api, audit)
+        };
+        if light {
+            server.env = apiserver::lean_env();
+        }
+        let mut components = vec![server];
         // A light member is its API server alone (nodes Ready once, nothing runs pods).
         if !light {
             components.push(controllers::controller_manager(
@@ -240,7 +254,7 @@ async fn bring_up(
     };
 
     p.say(format!("starting etcd on 127.0.0.1:{etcd_port}"));
-    state.etcd.pid = Some(spawn_control_plane(&state.etcd.argv, &state.etcd.log)?);
+    state.etcd.pid = Some(spawn_control_plane(&state.etcd)?);
     state.save(dir)?;
     wait_until(timeout, "etcd to accept connections", || async {
         testkit::port_open(etcd_port)
@@ -253,7 +267,7 @@ async fn bring_up(
             c.name, c.role, c.apiserver_port
         ));
         let api = &mut c.components[0];
-        api.pid = Some(spawn_control_plane(&api.argv, &api.log)?);
+        api.pid = Some(spawn_control_plane(api)?);
     }
     state.save(dir)?;
     let clients = apiserver::clients(&kubeconfig, &client_names).await?;
@@ -280,7 +294,7 @@ async fn bring_up(
             continue; // started in order by karmada::bring_up
         }
         for comp in c.components.iter_mut().skip(1) {
-            comp.pid = Some(spawn_control_plane(&comp.argv, &comp.log)?);
+            comp.pid = Some(spawn_control_plane(comp)?);
         }
         let started: Vec<_> = c
             .components
@@ -582,7 +596,7 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
                 api.port
             );
         }
-        api.pid = Some(spawn_control_plane(&api.argv, &api.log)?);
+        api.pid = Some(spawn_control_plane(api)?);
     }
     let log = api.log.clone();
     state.save(dir)?;
@@ -611,7 +625,7 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
                 comp.name
             );
         }
-        comp.pid = Some(spawn_control_plane(&comp.argv, &comp.log)?);
+        comp.pid = Some(spawn_control_plane(comp)?);
         started.push((comp.name.clone(), comp.port, comp.log.clone()));
     }
     state.save(dir)?;
@@ -639,7 +653,13 @@ pub async fn start(dir: &Path, name: &str, timeout: Duration) -> anyhow::Result<
 /// is bound by that CPU on two cores, and the machine has memory to spare. The figures are
 /// in docs/benchmarks.md; the benchmarks that compare with Karmada start both sides' API
 /// servers this way.
-fn spawn_control_plane(argv: &[String], log: &Path) -> anyhow::Result<u32> {
+///
+/// A component's own `env` (a light member's API server: `apiserver::LEAN_ENV`) comes last
+/// and wins.
+fn spawn_control_plane(c: &Component) -> anyhow::Result<u32> {
     let gogc = std::env::var("PINFED_E2E_GOGC").unwrap_or_else(|_| "400".to_string());
-    detached::spawn_with_env(argv, log, &[("GOGC", gogc)])
+    let mut env: Vec<(&str, String)> = vec![("GOGC", gogc)];
+    env.retain(|(k, _)| !c.env.iter().any(|(o, _)| o == k));
+    env.extend(c.env.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    detached::spawn_with_env(&c.argv, &c.log, &env)
 }

@@ -55,6 +55,7 @@ pub fn controller_manager(
         port: kcm,
         pid: None,
         log: logs.join(format!("{name}-kube-controller-manager.log")),
+        env: Vec::new(),
     }
 }
 
@@ -91,5 +92,6 @@ pub fn scheduler(
         port: sched,
         pid: None,
         log: logs.join(format!("{name}-kube-scheduler.log")),
+        env: Vec::new(),
     })
 }

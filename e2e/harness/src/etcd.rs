@@ -24,5 +24,6 @@ pub fn component(bin: &Path, dir: &Path, logs: &Path, etcd_port: u16, peer_port:
         port: etcd_port,
         pid: None,
         log: logs.join("etcd.log"),
+        env: Vec::new(),
     }
 }

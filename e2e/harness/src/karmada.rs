@@ -263,6 +263,7 @@ pub fn cluster_state(
         port,
         pid: None,
         log: log(name),
+        env: Vec::new(),
     };
     ClusterState {
         name: NAME.into(),

@@ -37,6 +37,7 @@ pub fn component(
         port: kwok,
         pid: None,
         log: logs.join(format!("{name}-kwok.log")),
+        env: Vec::new(),
     }
 }
 

@@ -13,6 +13,9 @@ pub struct Component {
     pub port: u16,
     pub pid: Option<u32>,
     pub log: PathBuf,
+    /// Environment set for it beyond the shared `GOGC` (which an entry here overrides).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -99,6 +99,56 @@ fn a_light_member_runs_only_its_api_server_and_its_nodes_are_ready() {
             lite[0].contains("kube-apiserver") && lite[0].contains("running"),
             "{status}"
         );
+        // Lean (docs/e2e.md): no watch cache, a memory limit for Go's collector — and still
+        // what a member of pinfed needs: its CRDs served, a workload stored.
+        let st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(state.join("state.json")).unwrap()).unwrap();
+        let pid = st["clusters"]["lite"]["components"][0]["pid"]
+            .as_u64()
+            .expect("the light member's API server has a pid");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let words = |b: &[u8]| -> Vec<String> {
+            b.split(|c| *c == 0)
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect()
+        };
+        assert!(
+            words(&cmdline).iter().any(|w| w == "--watch-cache=false"),
+            "{:?}",
+            words(&cmdline)
+        );
+        let env = words(&environ);
+        assert!(
+            env.iter().any(|w| w == "GOMEMLIMIT=200MiB") && env.iter().any(|w| w == "GOGC=100"),
+            "{env:?}"
+        );
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds");
+        kubectl(&kubeconfig, "lite", &["apply", "--server-side", "-k", crds]);
+        kubectl(
+            &kubeconfig,
+            "lite",
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd",
+                "--all",
+                "--timeout=60s",
+            ],
+        );
+        let svc = std::env::temp_dir().join(format!("light-svc-{}.yaml", std::process::id()));
+        std::fs::write(
+            &svc,
+            "apiVersion: compute.pinterest.com/v1alpha1\nkind: PinterestService\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 2\n  owner: {team: ads, contact: ads@example.com}\n  template:\n    spec:\n      containers: [{name: app, image: registry.example/app:1}]\n",
+        )
+        .unwrap();
+        let created = kubectl(
+            &kubeconfig,
+            "lite",
+            &["create", "-f", svc.to_str().unwrap()],
+        );
+        let _ = std::fs::remove_file(&svc);
+        assert!(created.contains("pinterestservice"), "{created}");
         // The hub keeps its controller-manager.
         assert!(
             status
