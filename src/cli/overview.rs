@@ -1,24 +1,20 @@
 //! `pinfed overview`: the federation at a glance from the hub — members with health and
 //! room, and every workload with its split and aggregated status. `--watch` refreshes.
 
-use super::table::Table;
+use super::client::{clusters_table, workloads_table};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use clap::Args;
+use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::ApiResource;
-use kube::{Client, ResourceExt};
 
-use crate::api::cronjob::PinterestCronJob;
-use crate::api::daemon::PinterestDaemon;
 use crate::api::federation::MemberCluster;
-use crate::api::jobset::PinterestJobSet;
-use crate::api::quantity::Milli;
-use crate::api::service::PinterestService;
-use crate::api::statefulset::PinterestStatefulSet;
-use crate::api::training::PinterestTrainingJob;
+use crate::api::kind::api_resource;
+use crate::api::workload::WorkloadKind;
 use crate::controller::kube_args::KubeArgs;
+use crate::jss::views;
+use crate::placement::model::Resources;
 
 #[derive(Debug, Args)]
 pub struct OverviewArgs {
@@ -32,144 +28,35 @@ pub struct OverviewArgs {
     pub rounds: Option<u64>,
 }
 
-fn cond(s: &serde_json::Value, t: &str) -> String {
-    s["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == t))
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("-")
-        .to_string()
-}
-
-fn qty(v: &serde_json::Value) -> String {
-    v.as_str()
-        .and_then(|q| Milli::parse(q).ok())
-        .map(|m| m.units().to_string())
-        .unwrap_or_else(|| "-".into())
-}
-
-/// A cpu or memory quantity as `Milli::format_cpu`/`format_memory` print it everywhere.
-fn exact(v: &serde_json::Value, format: fn(Milli) -> String) -> String {
-    v.as_str()
-        .and_then(|q| Milli::parse(q).ok())
-        .map(format)
-        .unwrap_or_else(|| "-".into())
-}
-
+/// The members and the workloads as the hub sees them: the tables of `pinfed clusters` and
+/// `pinfed get`, built from the same typed views the JSS serves, read straight from the
+/// hub (no JSS needed).
 async fn render(client: &Client) -> anyhow::Result<String> {
     let mut out = String::new();
     let members = Api::<MemberCluster>::all(client.clone())
         .list(&ListParams::default())
         .await?;
+    let clusters: Vec<_> = members.items.iter().map(views::cluster).collect();
     writeln!(out, "MEMBERS")?;
-    let mut t = Table::new([
-        "NAME", "ZONE", "READY", "VERSION", "NODES", "CPU FREE", "MEM FREE", "GPU",
-    ])
-    .right(&[4, 5, 6, 7])
-    .indent("  ");
-    for m in members.items {
-        let s = serde_json::to_value(m.status.clone().unwrap_or_default())?;
-        t.row([
-            m.name_any(),
-            m.spec.zone.clone().unwrap_or_default(),
-            cond(&s, "Ready"),
-            s["kubernetesVersion"].as_str().unwrap_or("-").to_string(),
-            s["nodes"]
-                .as_i64()
-                .map(|n| n.to_string())
-                .unwrap_or("-".into()),
-            exact(&s["available"]["cpu"], Milli::format_cpu),
-            exact(&s["available"]["memory"], Milli::format_memory),
-            qty(&s["available"]["gpus"]),
-        ]);
-    }
-    out.push_str(&t.render());
-    writeln!(out, "\nWORKLOADS")?;
-    let mut t = Table::new([
-        "KIND",
-        "NAMESPACE/NAME",
-        "STRATEGY",
-        "SPLIT",
-        "PROGRESS",
-        "READY",
-        "DEGRADED",
-    ])
-    .indent("  ");
-    let kinds = [
-        ApiResource::erase::<PinterestService>(&()),
-        ApiResource::erase::<PinterestJobSet>(&()),
-        ApiResource::erase::<PinterestCronJob>(&()),
-        ApiResource::erase::<PinterestDaemon>(&()),
-        ApiResource::erase::<PinterestTrainingJob>(&()),
-        ApiResource::erase::<PinterestStatefulSet>(&()),
-    ];
-    for ar in kinds {
-        let list = Api::<DynamicObject>::all_with(client.clone(), &ar)
+    out.push_str(&indent(&clusters_table(&clusters)));
+    let mut workloads = Vec::new();
+    for kind in WorkloadKind::ALL {
+        let list = Api::<DynamicObject>::all_with(client.clone(), &api_resource(kind))
             .list(&ListParams::default())
             .await?;
-        for o in list.items {
-            let s = &o.data["status"];
-            let split: Vec<String> = s["placement"]["placements"]
-                .as_array()
-                .map(|ps| {
-                    ps.iter()
-                        .map(|p| {
-                            let share = p["replicas"]
-                                .as_i64()
-                                .map(|r| r.to_string())
-                                .or_else(|| p["shards"].as_str().map(|s| format!("[{s}]")));
-                            match share {
-                                Some(v) => format!("{}:{v}", p["cluster"].as_str().unwrap_or("?")),
-                                None => p["cluster"].as_str().unwrap_or("?").to_string(),
-                            }
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut split = if split.is_empty() {
-                "-".to_string()
-            } else {
-                split.join(" ")
-            };
-            if let Some(u) = s["placement"]["unplaced"].as_i64().filter(|u| *u > 0) {
-                split = format!("{split} (+{u} unplaced)");
-            }
-            let progress = match ar.kind.as_str() {
-                "PinterestService" | "PinterestStatefulSet" => {
-                    format!(
-                        "{}/{} avail",
-                        s["availableReplicas"].as_i64().unwrap_or(0),
-                        o.data["spec"]["replicas"].as_i64().unwrap_or(0)
-                    )
-                }
-                "PinterestDaemon" => format!(
-                    "{}/{} ready",
-                    s["ready"].as_i64().unwrap_or(0),
-                    s["desired"].as_i64().unwrap_or(0)
-                ),
-                "PinterestJobSet" => format!(
-                    "{}/{} done",
-                    s["shardsSucceeded"].as_i64().unwrap_or(0),
-                    o.data["spec"]["shards"].as_i64().unwrap_or(0)
-                ),
-                _ => format!("complete={}", cond(s, "Complete")),
-            };
-            t.row([
-                ar.kind.clone(),
-                format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
-                s["placement"]["strategy"]
-                    .as_str()
-                    .unwrap_or("-")
-                    .to_string(),
-                split,
-                progress,
-                cond(s, "Ready"),
-                cond(s, "Degraded"),
-            ]);
-        }
+        workloads.extend(
+            list.items
+                .iter()
+                .map(|o| views::workload(kind, o, &Resources::ZERO)),
+        );
     }
-    out.push_str(&t.render());
+    writeln!(out, "\nWORKLOADS")?;
+    out.push_str(&indent(&workloads_table(&workloads)));
     Ok(out)
+}
+
+fn indent(table: &str) -> String {
+    table.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 pub fn run(args: OverviewArgs) -> anyhow::Result<()> {
