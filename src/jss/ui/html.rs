@@ -87,10 +87,12 @@ struct Layout<'a> {
 }
 
 /// Renders a page's template. Writing into a `String` fails only if a value's `Display`
-/// does, which none of the view models' do.
+/// does, which none of the view models' do; then the page says so (a fixed text).
 pub fn render(t: &impl Template) -> String {
-    t.render()
-        .unwrap_or_else(|e| format!("<p class=\"error\">The page could not be rendered: {e}</p>"))
+    t.render().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "a UI template could not be rendered");
+        "<p class=\"error\">The page could not be rendered.</p>".into()
+    })
 }
 
 /// A whole page. `live` names the topic the page follows (server-sent events); `main`
