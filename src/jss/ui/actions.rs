@@ -140,25 +140,10 @@ pub async fn rollout_action(
         audit(&user, verb, &object, reason, &msg);
         problem(code, Some(&s), false, &msg)
     };
-    if let Err(e) = authorize_namespace(&ui.jss.auth, &s.principal, &ns) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
-    }
-    // Read live, as the API does: the owner team decides, not a cache that may lag.
-    let o = match ui.jss.hub.get_workload(kind, &ns, &name).await {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                format!("{} {ns}/{name} not found", kind.as_str()),
-            );
-        }
-        Err(r) => return refuse(StatusCode::BAD_GATEWAY, r.reason(), r.to_string()),
+    let o = match live_for_change(&ui, &s.principal, kind, &ns, &name).await {
+        Ok(o) => o,
+        Err((code, reason, msg)) => return refuse(code, reason, msg),
     };
-    let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-    if let Err(e) = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
-    }
     let w = ObjectName {
         kind,
         namespace: ns.clone(),
@@ -192,6 +177,35 @@ pub async fn rollout_action(
         }
     };
     back_with_flash(&ui, &s, kind, &ns, &name, ok, text)
+}
+
+/// The workload `kind ns/name` read live, once `who` may use the namespace and change
+/// the workload — as the API does: the owner team decides, not a cache that may lag.
+/// Else the status, reason and message to refuse with.
+pub(crate) async fn live_for_change(
+    ui: &Ui,
+    who: &Principal,
+    kind: crate::api::workload::WorkloadKind,
+    ns: &str,
+    name: &str,
+) -> Result<DynamicObject, (StatusCode, &'static str, String)> {
+    authorize_namespace(&ui.jss.auth, who, ns)
+        .map_err(|e| (StatusCode::FORBIDDEN, "Forbidden", e.to_string()))?;
+    let o = match ui.jss.hub.get_workload(kind, ns, name).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            return Err((
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{} {ns}/{name} not found", kind.as_str()),
+            ));
+        }
+        Err(r) => return Err((StatusCode::BAD_GATEWAY, r.reason(), r.to_string())),
+    };
+    let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+    authorize_change_of_existing(&ui.jss.auth, who, team, ns)
+        .map_err(|e| (StatusCode::FORBIDDEN, "Forbidden", e.to_string()))?;
+    Ok(o)
 }
 
 /// One action, as the API's handler does it once the caller may act on the workload `o`

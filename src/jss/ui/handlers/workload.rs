@@ -176,24 +176,10 @@ pub(crate) async fn delete_workload(
         audit(&s.principal.user, "delete", &object, reason, &msg);
         problem(code, Some(&s), false, &msg)
     };
-    if let Err(e) = authorize_namespace(&ui.jss.auth, &s.principal, &ns) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
-    }
-    // Read live, as the API does: the owner team decides, not a cache that may lag.
-    let o = match ui.jss.hub.get_workload(kind, &ns, &name).await {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                format!("{} {ns}/{name} not found", kind.as_str()),
-            );
-        }
-        Err(r) => return refuse(StatusCode::BAD_GATEWAY, r.reason(), r.to_string()),
-    };
-    let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-    if let Err(e) = authorize_change_of_existing(&ui.jss.auth, &s.principal, team, &ns) {
-        return refuse(StatusCode::FORBIDDEN, "Forbidden", e.to_string());
+    if let Err((code, reason, msg)) =
+        crate::jss::ui::actions::live_for_change(&ui, &s.principal, kind, &ns, &name).await
+    {
+        return refuse(code, reason, msg);
     }
     if let Err(r) = ui.jss.hub.delete(kind, &ns, &name).await {
         return refuse(StatusCode::BAD_GATEWAY, r.reason(), r.to_string());
