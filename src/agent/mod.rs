@@ -36,11 +36,11 @@ use self::reconcile::{AgentError, Context, error_policy, reconcile};
 use crate::api::cronjob::PinterestCronJob;
 use crate::api::daemon::PinterestDaemon;
 use crate::api::jobset::PinterestJobSet;
+use crate::api::kind::NativeKind;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::service::PinterestService;
 use crate::api::statefulset::PinterestStatefulSet;
 use crate::api::training::PinterestTrainingJob;
-use crate::api::workload::WorkloadKind;
 use crate::controller::compact::CompactCache;
 use crate::controller::http::{self, Readiness};
 use crate::controller::kube_args::KubeArgs;
@@ -224,28 +224,28 @@ async fn run_kind<K: AgentKind>(
     // Trigger errors are dropped above; this only bounds a pause if one slips through.
     .trigger_backoff(watch::backoff());
     // Generated objects carry an owner reference: a change or deletion brings us back.
-    controller = match K::KIND {
-        WorkloadKind::Service => controller
-            .owns_stream(owned_deployments::<K>(&ctx, &queue))
-            .owns_stream(owned::<K, Service>(&ctx, &queue))
-            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue))
-            .owns_stream(owned::<K, Ingress>(&ctx, &queue))
-            .owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue)),
-        WorkloadKind::JobSet => controller
-            .owns_stream(owned::<K, Job>(&ctx, &queue))
-            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue))
-            .owns_stream(owned::<K, PersistentVolumeClaim>(&ctx, &queue)),
-        WorkloadKind::CronJob => controller.owns_stream(owned::<K, CronJob>(&ctx, &queue)),
-        WorkloadKind::Daemon => controller.owns_stream(owned::<K, DaemonSet>(&ctx, &queue)),
-        WorkloadKind::TrainingJob => controller
-            .owns_stream(owned::<K, Job>(&ctx, &queue))
-            .owns_stream(owned::<K, Service>(&ctx, &queue))
-            .owns_stream(owned::<K, ConfigMap>(&ctx, &queue)),
-        WorkloadKind::StatefulSet => controller
-            .owns_stream(owned::<K, StatefulSet>(&ctx, &queue))
-            .owns_stream(owned::<K, Service>(&ctx, &queue))
-            .owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue)),
-    };
+    // What the kind's expansion generates (its home says; a kind that generates a native
+    // kind the agent does not watch would miss that object's drift and deletion).
+    for native in K::GENERATES {
+        controller = match native {
+            NativeKind::Deployment => controller.owns_stream(owned_deployments::<K>(&ctx, &queue)),
+            NativeKind::Service => controller.owns_stream(owned::<K, Service>(&ctx, &queue)),
+            NativeKind::ConfigMap => controller.owns_stream(owned::<K, ConfigMap>(&ctx, &queue)),
+            NativeKind::Ingress => controller.owns_stream(owned::<K, Ingress>(&ctx, &queue)),
+            NativeKind::PodDisruptionBudget => {
+                controller.owns_stream(owned::<K, PodDisruptionBudget>(&ctx, &queue))
+            }
+            NativeKind::Job => controller.owns_stream(owned::<K, Job>(&ctx, &queue)),
+            NativeKind::PersistentVolumeClaim => {
+                controller.owns_stream(owned::<K, PersistentVolumeClaim>(&ctx, &queue))
+            }
+            NativeKind::CronJob => controller.owns_stream(owned::<K, CronJob>(&ctx, &queue)),
+            NativeKind::DaemonSet => controller.owns_stream(owned::<K, DaemonSet>(&ctx, &queue)),
+            NativeKind::StatefulSet => {
+                controller.owns_stream(owned::<K, StatefulSet>(&ctx, &queue))
+            }
+        };
+    }
     let all = queue.track_all(controller.store(), profile_changes);
     // A bundle this kind's slices use changed in the drop namespace.
     let bundle_changes = {

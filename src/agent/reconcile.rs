@@ -27,8 +27,9 @@ use super::kinds::{AgentKind, assigned_shards, completed_shard_objects, shard_ac
 use super::status::{self, Observed};
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
 use crate::api::jobset::PinterestJobSet;
+use crate::api::kind::NativeKind;
 use crate::api::runtime_profile::RuntimeProfile;
-use crate::api::workload::{WorkloadKind, WorkloadRef};
+use crate::api::workload::WorkloadKind;
 use crate::controller::apply::AGENT_FIELD_MANAGER;
 use crate::controller::fence;
 use crate::controller::metrics::ReconcileMetrics;
@@ -269,17 +270,18 @@ async fn observe(
     ctx: &Context,
     ns: &str,
     kind: WorkloadKind,
+    runs_as: NativeKind,
     name: &str,
 ) -> Result<Observed, kube::Error> {
     let lp = ListParams::default().labels(&expand::workload_selector(kind, name));
     let c = ctx.client.clone();
     let mut o = Observed::default();
-    match kind {
+    match runs_as {
         // From the watch whose events reconcile the service (it stores each event before
         // it triggers): a LIST on every reconcile — and every Deployment status change
         // reconciles — was the member API server's main load in a burst of slices. Its
         // one Deployment is named after the service. Until that watch has listed, LIST.
-        WorkloadKind::Service => {
+        NativeKind::Deployment => {
             o.deployments = if ctx.deployments.wait_until_ready().now_or_never().is_some() {
                 let key = reflector::ObjectRef::new(&expand::names::object_name(name)).within(ns);
                 ctx.deployments
@@ -291,18 +293,22 @@ async fn observe(
                 Api::<Deployment>::namespaced(c, ns).list(&lp).await?.items
             }
         }
-        WorkloadKind::StatefulSet => {
+        NativeKind::StatefulSet => {
             o.statefulsets = Api::<StatefulSet>::namespaced(c, ns).list(&lp).await?.items
         }
-        WorkloadKind::Daemon => {
+        NativeKind::DaemonSet => {
             o.daemonsets = Api::<DaemonSet>::namespaced(c, ns).list(&lp).await?.items
         }
-        WorkloadKind::CronJob => {
+        NativeKind::CronJob => {
             o.cronjobs = Api::<CronJob>::namespaced(c, ns).list(&lp).await?.items
         }
-        WorkloadKind::JobSet | WorkloadKind::TrainingJob => {
-            o.jobs = Api::<Job>::namespaced(c, ns).list(&lp).await?.items
-        }
+        NativeKind::Job => o.jobs = Api::<Job>::namespaced(c, ns).list(&lp).await?.items,
+        // A kind runs as one of the workload kinds above.
+        NativeKind::ConfigMap
+        | NativeKind::PersistentVolumeClaim
+        | NativeKind::Service
+        | NativeKind::Ingress
+        | NativeKind::PodDisruptionBudget => {}
     }
     Ok(o)
 }
@@ -461,7 +467,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             .await;
         }
     };
-    let observed = observe(ctx, &ns, K::KIND, &name)
+    let observed = observe(ctx, &ns, K::KIND, K::RUNS_AS, &name)
         .instrument(tracing::trace_span!(target: "pinfed::trace", "observe"))
         .await
         .map_err(AgentError::Observe)?;
@@ -469,8 +475,8 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
     // Record: fold finished shards into status before any Job can be pruned or cleaned up.
     let mut working = obj.clone();
     let mut held = false;
-    let (admitted, completed) = match obj.as_workload() {
-        WorkloadRef::JobSet(j) => {
+    let (admitted, completed) = match obj.as_workload().job_set() {
+        Some(j) => {
             let (mut admitted, completed, occupied) = record_shards(
                 ctx,
                 obj,
@@ -492,7 +498,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
             }
             (Some(admitted), Some(completed))
         }
-        _ => (None, None),
+        None => (None, None),
     };
 
     // A priority class the member does not have stays off the pods (they would be
@@ -908,7 +914,7 @@ async fn prune<K: AgentKind>(
 ) -> Result<(), AgentError> {
     let ns = obj.namespace().unwrap_or_default();
     let selector = expand::workload_selector(K::KIND, &obj.name_any());
-    if let (WorkloadRef::JobSet(j), Some(completed)) = (obj.as_workload(), completed) {
+    if let (Some(j), Some(completed)) = (obj.as_workload().job_set(), completed) {
         let claims = if j.spec.volume_claim_templates.is_empty() || completed.is_empty() {
             Vec::new()
         } else {
@@ -1006,7 +1012,7 @@ fn admit<K: AgentKind>(
     working: &K,
     account: &super::status::ShardAccount,
 ) -> Result<crate::api::ranges::RangeSet, AgentError> {
-    let WorkloadRef::JobSet(j) = working.as_workload() else {
+    let Some(j) = working.as_workload().job_set() else {
         unreachable!("admit is only called for job sets")
     };
     let j: &PinterestJobSet = j;

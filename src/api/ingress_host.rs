@@ -13,10 +13,7 @@ pub const DEFAULT_DOMAIN: &str = "pinterest.internal";
 
 /// The host a workload names itself (`spec.ingress.host`); a default host is not a claim.
 pub fn explicit_host(w: WorkloadRef<'_>) -> Option<&str> {
-    match w {
-        WorkloadRef::Service(s) => s.spec.ingress.as_ref()?.host.as_deref(),
-        _ => None,
-    }
+    w.ingress_host()
 }
 
 /// The same, read from a workload's JSON (a cache body, a live list).

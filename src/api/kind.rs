@@ -1,7 +1,14 @@
-//! One home per kind: the status vocabulary each Pinterest kind speaks in every layer.
-//! The agent writes a slice's status in these terms, the hub reads a slice's counts and
-//! progress through them and writes its totals back. Pure; adding a kind means one impl
-//! here (beside its types) and one `observe` in the agent.
+//! One home per kind: what each Pinterest kind is in every layer. Its spec and status
+//! types, the native kinds its expansion generates (and the agent watches), its expansion
+//! entry and validation, its totals and conditions, its progress and its share of a
+//! placement. The agent writes a slice's status in these terms, the hub reads a slice's
+//! counts and progress through them and writes its totals back. Pure.
+//!
+//! Code elsewhere never matches on kind variants (`tests/architecture.rs` counts them):
+//! it is generic over [`PinterestKind`], or dispatches a [`WorkloadRef`] with
+//! [`on_workload!`](crate::on_workload) or a [`WorkloadKind`] with [`with_kind!`]. Adding
+//! a kind means its types, its impl here, its builder in `expand/` and its `observe` in
+//! the agent, plus one line in each dispatch macro.
 
 use std::fmt::Debug;
 
@@ -104,7 +111,57 @@ pub struct SliceShare {
     pub parallelism: Option<Option<i32>>,
 }
 
-/// A Pinterest workload kind and its status vocabulary.
+/// A native kind a Pinterest kind's expansion generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NativeKind {
+    ConfigMap,
+    PersistentVolumeClaim,
+    Service,
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+    Ingress,
+    PodDisruptionBudget,
+}
+
+impl NativeKind {
+    /// The Kubernetes kind, e.g. `Deployment`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NativeKind::ConfigMap => "ConfigMap",
+            NativeKind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            NativeKind::Service => "Service",
+            NativeKind::Deployment => "Deployment",
+            NativeKind::StatefulSet => "StatefulSet",
+            NativeKind::DaemonSet => "DaemonSet",
+            NativeKind::Job => "Job",
+            NativeKind::CronJob => "CronJob",
+            NativeKind::Ingress => "Ingress",
+            NativeKind::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
+}
+
+/// How a workload is counted when it is placed: what can be divided among members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sizing {
+    /// Replicas that can be divided (services, stateful sets).
+    Replicas(u32),
+    /// Indexed shards, each run once (job sets): `completed` ones are not placed again.
+    Shards {
+        total: u32,
+        completed: RangeSet,
+        parallelism: Option<u32>,
+    },
+    /// A gang: each role's replicas, all in one member (training jobs).
+    Gang(Vec<(String, u32)>),
+    /// The whole workload goes to each member it is placed on (cron jobs, daemons).
+    Whole,
+}
+
+/// A Pinterest workload kind: its types, what it generates, and its status vocabulary.
 pub trait PinterestKind:
     Workload
     + Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -124,6 +181,27 @@ pub trait PinterestKind:
         + Debug
         + Send
         + Sync;
+    /// Native kinds the expansion generates. The agent watches each one it owns: a
+    /// change or deletion of a generated object brings its slice back.
+    const GENERATES: &'static [NativeKind];
+    /// The native kind whose status says how the workload runs (read by the agent).
+    const RUNS_AS: NativeKind;
+    /// The kind's own checks of its spec (shared checks are `validate::workload`'s).
+    fn validate(&self) -> Result<(), super::validate::Invalid>;
+    /// The kind's builder: its native objects into `out`, in apply order.
+    fn expand(
+        &self,
+        ctx: &crate::expand::Ctx<'_>,
+        out: &mut crate::expand::Out,
+    ) -> Result<(), crate::expand::BuildError>;
+    /// How the workload is counted when it is placed.
+    fn sizing(&self) -> Sizing {
+        Sizing::Whole
+    }
+    /// The ingress host it claims (services only).
+    fn ingress_host(&self) -> Option<&str> {
+        None
+    }
     fn status(&self) -> Option<&Self::Status>;
     fn status_mut(&mut self) -> &mut Option<Self::Status>;
     fn as_workload(&self) -> WorkloadRef<'_>;
@@ -156,6 +234,49 @@ pub trait PinterestKind:
     fn hub_part(s: &Self::Status) -> HubPart;
     /// A status holding `part` and `totals` and nothing else: what the hub writes.
     fn hub_status(part: HubPart, totals: &Totals) -> Self::Status;
+}
+
+impl<'a> WorkloadRef<'a> {
+    /// The kind's own checks of its spec ([`PinterestKind::validate`]).
+    pub fn validate_kind(self) -> Result<(), super::validate::Invalid> {
+        crate::on_workload!(self, w => PinterestKind::validate(w))
+    }
+
+    /// How the workload is counted when it is placed ([`PinterestKind::sizing`]).
+    pub fn sizing(self) -> Sizing {
+        crate::on_workload!(self, w => PinterestKind::sizing(w))
+    }
+
+    /// The ingress host it claims ([`PinterestKind::ingress_host`]).
+    pub fn ingress_host(self) -> Option<&'a str> {
+        crate::on_workload!(self, w => PinterestKind::ingress_host(w))
+    }
+
+    /// Runs the kind's builder ([`PinterestKind::expand`]).
+    pub fn build(
+        self,
+        ctx: &crate::expand::Ctx<'_>,
+        out: &mut crate::expand::Out,
+    ) -> Result<(), crate::expand::BuildError> {
+        crate::on_workload!(self, w => PinterestKind::expand(w, ctx, out))
+    }
+
+    /// The job set, for its shard bookkeeping (the one kind that runs indexed shards;
+    /// [`WorkloadKind::runs_shards`](super::workload::WorkloadKind::runs_shards)).
+    pub fn job_set(self) -> Option<&'a PinterestJobSet> {
+        match self {
+            WorkloadRef::JobSet(j) => Some(j),
+            _ => None,
+        }
+    }
+
+    /// Native kinds its expansion generates ([`PinterestKind::GENERATES`]).
+    pub fn generates(self) -> &'static [NativeKind] {
+        fn of<K: PinterestKind>(_: &K) -> &'static [NativeKind] {
+            K::GENERATES
+        }
+        crate::on_workload!(self, w => of(w))
+    }
 }
 
 /// A recorded range list; a malformed one is empty.
@@ -253,6 +374,24 @@ macro_rules! common {
     };
 }
 
+/// What a kind generates, how it runs, and its validation and builder.
+macro_rules! parts {
+    (generates [$($n:ident),*], runs as $r:ident, validated by $v:path, built by $e:path) => {
+        const GENERATES: &'static [NativeKind] = &[$(NativeKind::$n),*];
+        const RUNS_AS: NativeKind = NativeKind::$r;
+        fn validate(&self) -> Result<(), super::validate::Invalid> {
+            $v(self)
+        }
+        fn expand(
+            &self,
+            ctx: &crate::expand::Ctx<'_>,
+            out: &mut crate::expand::Out,
+        ) -> Result<(), crate::expand::BuildError> {
+            $e(ctx, self, out)
+        }
+    };
+}
+
 /// Services and stateful sets: divided replicas, replica counts.
 macro_rules! replicated {
     () => {
@@ -260,6 +399,9 @@ macro_rules! replicated {
             Progress::Replicas {
                 desired: self.spec.replicas,
             }
+        }
+        fn sizing(&self) -> Sizing {
+            Sizing::Replicas(u32::try_from(self.spec.replicas).unwrap_or(0))
         }
         fn slice_counts(&self, s: &Self::Status) -> SliceCounts {
             SliceCounts {
@@ -300,15 +442,36 @@ macro_rules! replicated {
 impl PinterestKind for PinterestService {
     common!(PinterestServiceStatus, Service);
     replicated!();
+    parts!(
+        generates [ConfigMap, Service, Deployment, Ingress, PodDisruptionBudget],
+        runs as Deployment,
+        validated by super::validate::service,
+        built by crate::expand::service::expand
+    );
+    fn ingress_host(&self) -> Option<&str> {
+        self.spec.ingress.as_ref()?.host.as_deref()
+    }
 }
 
 impl PinterestKind for PinterestStatefulSet {
     common!(PinterestStatefulSetStatus, StatefulSet);
     replicated!();
+    parts!(
+        generates [Service, StatefulSet, PodDisruptionBudget],
+        runs as StatefulSet,
+        validated by super::validate::statefulset,
+        built by crate::expand::statefulset::expand
+    );
 }
 
 impl PinterestKind for PinterestDaemon {
     common!(PinterestDaemonStatus, Daemon);
+    parts!(
+        generates [DaemonSet],
+        runs as DaemonSet,
+        validated by super::validate::daemon,
+        built by crate::expand::daemon::expand
+    );
     /// A daemon's size is its members' nodes: Ready when every slice is.
     fn progress(&self) -> Progress {
         Progress::Replicas { desired: 0 }
@@ -341,6 +504,27 @@ impl PinterestKind for PinterestDaemon {
 
 impl PinterestKind for PinterestJobSet {
     common!(PinterestJobSetStatus, JobSet);
+    parts!(
+        generates [ConfigMap, PersistentVolumeClaim, Job],
+        runs as Job,
+        validated by super::validate::jobset,
+        built by crate::expand::jobset::expand
+    );
+    fn sizing(&self) -> Sizing {
+        let total = u32::try_from(self.spec.shards).unwrap_or(0);
+        // Bounded by the shard count: a recorded range is never expanded past it.
+        let completed = self
+            .status
+            .as_ref()
+            .and_then(|s| s.completed_shards.as_deref())
+            .and_then(|r| RangeSet::parse_within(r, total).ok())
+            .unwrap_or_default();
+        Sizing::Shards {
+            total,
+            completed,
+            parallelism: self.spec.parallelism.and_then(|p| u32::try_from(p).ok()),
+        }
+    }
     fn progress(&self) -> Progress {
         Progress::Shards {
             total: u32::try_from(self.spec.shards).unwrap_or(0),
@@ -408,6 +592,12 @@ impl PinterestKind for PinterestJobSet {
 
 impl PinterestKind for PinterestCronJob {
     common!(PinterestCronJobStatus, CronJob);
+    parts!(
+        generates [CronJob],
+        runs as CronJob,
+        validated by super::validate::cronjob,
+        built by crate::expand::cronjob::expand
+    );
     fn progress(&self) -> Progress {
         Progress::RunToCompletion
     }
@@ -436,6 +626,21 @@ impl PinterestKind for PinterestCronJob {
 
 impl PinterestKind for PinterestTrainingJob {
     common!(PinterestTrainingJobStatus, TrainingJob);
+    parts!(
+        generates [ConfigMap, Service, Job],
+        runs as Job,
+        validated by super::validate::training_job,
+        built by crate::expand::training::expand
+    );
+    fn sizing(&self) -> Sizing {
+        Sizing::Gang(
+            self.spec
+                .replica_specs
+                .iter()
+                .map(|(role, spec)| (role.clone(), u32::try_from(spec.replicas).unwrap_or(0)))
+                .collect(),
+        )
+    }
     fn progress(&self) -> Progress {
         Progress::RunToCompletion
     }

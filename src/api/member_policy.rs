@@ -262,7 +262,7 @@ pub fn admit(
             namespace: namespace.to_string(),
         });
     };
-    if kind == WorkloadKind::Daemon && !rule.daemons {
+    if kind.runs_on_every_node() && !rule.daemons {
         return Err(Refusal::Daemon {
             namespace: namespace.to_string(),
         });

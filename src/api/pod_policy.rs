@@ -66,7 +66,7 @@ pub struct Use {
 /// Every privilege the workload (as JSON) uses, in field order.
 pub fn uses(kind: WorkloadKind, workload: &Value) -> Vec<Use> {
     let mut out = Vec::new();
-    if kind == WorkloadKind::Daemon {
+    if kind.runs_on_every_node() {
         out.push(Use {
             privilege: Privilege::Daemon,
             field: "kind".into(),

@@ -106,14 +106,7 @@ impl Errors {
 
 /// Validates a workload of any kind.
 pub fn workload(w: WorkloadRef<'_>) -> Result<(), Invalid> {
-    let own = match w {
-        WorkloadRef::Service(s) => service(s),
-        WorkloadRef::JobSet(j) => jobset(j),
-        WorkloadRef::CronJob(c) => cronjob(c),
-        WorkloadRef::Daemon(d) => daemon(d),
-        WorkloadRef::TrainingJob(t) => training_job(t),
-        WorkloadRef::StatefulSet(s) => statefulset(s),
-    };
+    let own = w.validate_kind();
     let overrides = if w.overrides().is_empty() {
         Ok(())
     } else {
@@ -1226,7 +1219,7 @@ mod tests {
             .unwrap()
         };
         for ok in ["2024.1", "2024.1@0123456789abcdef"] {
-            let r = workload(WorkloadRef::Service(&pinned(ok)));
+            let r = workload(WorkloadRef::from(&pinned(ok)));
             assert!(r.is_ok(), "{ok}: {r:?}");
         }
         for bad in [
@@ -1235,7 +1228,7 @@ mod tests {
             "2024.1@0123456789ABCDEF",
             "v@x y",
         ] {
-            let e = workload(WorkloadRef::Service(&pinned(bad))).unwrap_err();
+            let e = workload(WorkloadRef::from(&pinned(bad))).unwrap_err();
             assert!(e.to_string().contains("spec.runtimeVersion"), "{bad}: {e}");
         }
     }
@@ -1253,7 +1246,7 @@ mod tests {
             }))
             .unwrap()
         };
-        let ok = workload(WorkloadRef::Service(&with_host("web.ads.example")));
+        let ok = workload(WorkloadRef::from(&with_host("web.ads.example")));
         assert!(ok.is_ok(), "{ok:?}");
         for bad in [
             "*.example",
@@ -1263,7 +1256,7 @@ mod tests {
             "Web.example",
             "web.ads.use1a.pinterest.internal",
         ] {
-            let err = workload(WorkloadRef::Service(&with_host(bad))).unwrap_err();
+            let err = workload(WorkloadRef::from(&with_host(bad))).unwrap_err();
             assert_eq!(err.first_field(), "spec.ingress.host", "{bad}");
         }
     }
@@ -1286,12 +1279,12 @@ mod tests {
             "kube-system",
             "kube-public",
         ] {
-            let err = workload(WorkloadRef::Service(&service(ns))).unwrap_err();
+            let err = workload(WorkloadRef::from(&service(ns))).unwrap_err();
             assert_eq!(err.first_field(), "metadata.namespace", "{ns}");
             assert!(err.to_string().contains("reserved"), "{err}");
         }
-        assert!(workload(WorkloadRef::Service(&service("ads"))).is_ok());
-        assert!(workload(WorkloadRef::Service(&service("kubeflow"))).is_ok());
+        assert!(workload(WorkloadRef::from(&service("ads"))).is_ok());
+        assert!(workload(WorkloadRef::from(&service("kubeflow"))).is_ok());
     }
 
     #[test]
@@ -1326,7 +1319,7 @@ mod tests {
                          "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}
             }))
             .unwrap();
-        let err = workload(WorkloadRef::Service(&service)).unwrap_err();
+        let err = workload(WorkloadRef::from(&service)).unwrap_err();
         assert_eq!(
             err.first_field(),
             "spec.placement.failover.application.tolerationSeconds"
@@ -1340,7 +1333,7 @@ mod tests {
                          "containers": [{"name": "w", "image": "w:1"}]}}}
         }))
         .unwrap();
-        assert!(workload(WorkloadRef::JobSet(&jobs)).is_ok());
+        assert!(workload(WorkloadRef::from(&jobs)).is_ok());
         let cron: crate::api::cronjob::PinterestCronJob =
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestCronJob",
@@ -1351,7 +1344,7 @@ mod tests {
                              "containers": [{"name": "w", "image": "w:1"}]}}}
             }))
             .unwrap();
-        let err = workload(WorkloadRef::CronJob(&cron)).unwrap_err();
+        let err = workload(WorkloadRef::from(&cron)).unwrap_err();
         assert_eq!(err.first_field(), "spec.placement.failover.application");
         assert!(err.to_string().contains("PinterestCronJob"), "{err}");
         let mut ok = service.clone();
@@ -1361,6 +1354,6 @@ mod tests {
             }),
             ..Default::default()
         });
-        assert!(workload(WorkloadRef::Service(&ok)).is_ok());
+        assert!(workload(WorkloadRef::from(&ok)).is_ok());
     }
 }

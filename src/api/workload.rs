@@ -49,6 +49,22 @@ pub enum WorkloadKind {
     StatefulSet,
 }
 
+/// What a kind's progress counts, as a reader sees it (the CLI's and the UI's columns;
+/// what the JSS reports as desired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Replicas against `spec.replicas` (services, stateful sets).
+    Replicas,
+    /// Shards done against `spec.shards` (job sets).
+    Shards,
+    /// Nodes ready against nodes eligible: its size is its members' (daemons).
+    Nodes,
+    /// A gang's replicas against the sum of its roles' (training jobs), then complete.
+    Gang,
+    /// Runs on a schedule, each complete or not (cron jobs).
+    Runs,
+}
+
 impl WorkloadKind {
     pub const ALL: [WorkloadKind; 6] = [
         WorkloadKind::Service,
@@ -58,6 +74,17 @@ impl WorkloadKind {
         WorkloadKind::TrainingJob,
         WorkloadKind::StatefulSet,
     ];
+
+    /// What its progress counts.
+    pub fn counted(self) -> Counted {
+        match self {
+            WorkloadKind::Service | WorkloadKind::StatefulSet => Counted::Replicas,
+            WorkloadKind::JobSet => Counted::Shards,
+            WorkloadKind::Daemon => Counted::Nodes,
+            WorkloadKind::TrainingJob => Counted::Gang,
+            WorkloadKind::CronJob => Counted::Runs,
+        }
+    }
 
     /// The Kubernetes kind, e.g. `PinterestService`.
     pub fn as_str(self) -> &'static str {
@@ -117,6 +144,17 @@ impl WorkloadKind {
     /// Kinds whose replicas the hub divides among members (a share per member).
     pub fn divides_replicas(self) -> bool {
         matches!(self, WorkloadKind::Service | WorkloadKind::StatefulSet)
+    }
+
+    /// Kinds that may name an ingress host of their own (`spec.ingress.host`): services.
+    pub fn claims_ingress_hosts(self) -> bool {
+        self == WorkloadKind::Service
+    }
+
+    /// Kinds whose pods run on every eligible node of a member (daemons): a member's
+    /// policy allows them apart, and node-level privileges are theirs to ask.
+    pub fn runs_on_every_node(self) -> bool {
+        self == WorkloadKind::Daemon
     }
 
     /// Kinds that run indexed shards, each once (the job set).
@@ -218,69 +256,87 @@ pub enum AnyWorkload {
     StatefulSet(PinterestStatefulSet),
 }
 
-macro_rules! each {
-    ($self:expr, $w:ident => $body:expr) => {
-        match $self {
-            WorkloadRef::Service($w) => $body,
-            WorkloadRef::JobSet($w) => $body,
-            WorkloadRef::CronJob($w) => $body,
-            WorkloadRef::Daemon($w) => $body,
-            WorkloadRef::TrainingJob($w) => $body,
-            WorkloadRef::StatefulSet($w) => $body,
+/// Evaluates `$body` with `$w` bound to the workload a [`WorkloadRef`] holds, as its own
+/// type: the one place a borrowed workload is matched by kind. The body is compiled once
+/// per kind, so it may call anything every kind's type has (e.g. [`PinterestKind`]).
+///
+/// [`PinterestKind`]: crate::api::kind::PinterestKind
+#[macro_export]
+macro_rules! on_workload {
+    ($w:expr, $x:ident => $body:expr) => {
+        match $w {
+            $crate::api::workload::WorkloadRef::Service($x) => $body,
+            $crate::api::workload::WorkloadRef::JobSet($x) => $body,
+            $crate::api::workload::WorkloadRef::CronJob($x) => $body,
+            $crate::api::workload::WorkloadRef::Daemon($x) => $body,
+            $crate::api::workload::WorkloadRef::TrainingJob($x) => $body,
+            $crate::api::workload::WorkloadRef::StatefulSet($x) => $body,
         }
     };
 }
 
+/// [`on_workload!`] for an [`AnyWorkload`] (owned, borrowed or borrowed mutably).
+#[macro_export]
+macro_rules! on_any_workload {
+    ($w:expr, $x:ident => $body:expr) => {
+        match $w {
+            $crate::api::workload::AnyWorkload::Service($x) => $body,
+            $crate::api::workload::AnyWorkload::JobSet($x) => $body,
+            $crate::api::workload::AnyWorkload::CronJob($x) => $body,
+            $crate::api::workload::AnyWorkload::Daemon($x) => $body,
+            $crate::api::workload::AnyWorkload::TrainingJob($x) => $body,
+            $crate::api::workload::AnyWorkload::StatefulSet($x) => $body,
+        }
+    };
+}
+
+pub use crate::on_any_workload;
+pub use crate::on_workload;
+
 impl<'a> WorkloadRef<'a> {
     pub fn kind(self) -> WorkloadKind {
-        match self {
-            WorkloadRef::Service(_) => WorkloadKind::Service,
-            WorkloadRef::JobSet(_) => WorkloadKind::JobSet,
-            WorkloadRef::CronJob(_) => WorkloadKind::CronJob,
-            WorkloadRef::Daemon(_) => WorkloadKind::Daemon,
-            WorkloadRef::TrainingJob(_) => WorkloadKind::TrainingJob,
-            WorkloadRef::StatefulSet(_) => WorkloadKind::StatefulSet,
+        fn of<W: Workload>(_: &W) -> WorkloadKind {
+            W::KIND
         }
+        on_workload!(self, w => of(w))
     }
 
     pub fn metadata(self) -> &'a ObjectMeta {
-        each!(self, w => &w.metadata)
+        on_workload!(self, w => &w.metadata)
     }
 
     pub fn owner(self) -> &'a Owner {
-        each!(self, w => &w.spec.owner)
+        on_workload!(self, w => &w.spec.owner)
     }
 
     pub fn runtime_version(self) -> Option<&'a str> {
-        each!(self, w => w.spec.runtime_version.as_deref())
+        on_workload!(self, w => w.spec.runtime_version.as_deref())
     }
 
     pub fn placement(self) -> &'a Placement {
-        each!(self, w => &w.spec.placement)
+        on_workload!(self, w => &w.spec.placement)
     }
 
     /// An owned copy.
     pub fn to_owned(self) -> AnyWorkload {
-        match self {
-            WorkloadRef::Service(w) => AnyWorkload::Service(w.clone()),
-            WorkloadRef::JobSet(w) => AnyWorkload::JobSet(w.clone()),
-            WorkloadRef::CronJob(w) => AnyWorkload::CronJob(w.clone()),
-            WorkloadRef::Daemon(w) => AnyWorkload::Daemon(w.clone()),
-            WorkloadRef::TrainingJob(w) => AnyWorkload::TrainingJob(w.clone()),
-            WorkloadRef::StatefulSet(w) => AnyWorkload::StatefulSet(w.clone()),
-        }
+        on_workload!(self, w => AnyWorkload::from(w.clone()))
+    }
+
+    /// The spec as JSON (overrides find a workload's application containers in it).
+    pub fn spec_value(self) -> serde_json::Value {
+        on_workload!(self, w => serde_json::to_value(&w.spec)).unwrap_or_default()
     }
 
     pub fn overrides(self) -> &'a [super::overrides::Override] {
-        each!(self, w => &w.spec.overrides)
+        on_workload!(self, w => &w.spec.overrides)
     }
 
     pub fn priority_class_name(self) -> Option<&'a str> {
-        each!(self, w => w.spec.priority_class_name.as_deref())
+        on_workload!(self, w => w.spec.priority_class_name.as_deref())
     }
 
     pub fn rollout(self) -> Option<&'a super::rollout::RolloutPolicy> {
-        each!(self, w => w.spec.rollout.as_ref())
+        on_workload!(self, w => w.spec.rollout.as_ref())
     }
 
     /// The effective placement strategy (the kind's default when unset).
@@ -301,14 +357,7 @@ impl<'a> WorkloadRef<'a> {
 
 impl AnyWorkload {
     pub fn as_ref(&self) -> WorkloadRef<'_> {
-        match self {
-            AnyWorkload::Service(w) => WorkloadRef::Service(w),
-            AnyWorkload::JobSet(w) => WorkloadRef::JobSet(w),
-            AnyWorkload::CronJob(w) => WorkloadRef::CronJob(w),
-            AnyWorkload::Daemon(w) => WorkloadRef::Daemon(w),
-            AnyWorkload::TrainingJob(w) => WorkloadRef::TrainingJob(w),
-            AnyWorkload::StatefulSet(w) => WorkloadRef::StatefulSet(w),
-        }
+        on_any_workload!(self, w => WorkloadRef::from(w))
     }
 
     pub fn kind(&self) -> WorkloadKind {
@@ -332,14 +381,17 @@ impl AnyWorkload {
 
     /// Replaces the overrides (a member's slice carries the rules resolved for it).
     pub fn set_overrides(&mut self, overrides: Vec<super::overrides::Override>) {
-        match self {
-            AnyWorkload::Service(w) => w.set_overrides(overrides),
-            AnyWorkload::JobSet(w) => w.set_overrides(overrides),
-            AnyWorkload::CronJob(w) => w.set_overrides(overrides),
-            AnyWorkload::Daemon(w) => w.set_overrides(overrides),
-            AnyWorkload::TrainingJob(w) => w.set_overrides(overrides),
-            AnyWorkload::StatefulSet(w) => w.set_overrides(overrides),
-        }
+        on_any_workload!(self, w => w.set_overrides(overrides))
+    }
+
+    /// The workload's metadata, to change (e.g. labels the JSS stamps on admission).
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        on_any_workload!(self, w => &mut w.metadata)
+    }
+
+    /// The whole object as JSON.
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        on_any_workload!(self, w => serde_json::to_value(w))
     }
 }
 

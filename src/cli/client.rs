@@ -14,7 +14,7 @@ use super::table::Table;
 use crate::api::common::MemberWorkloadStatus;
 use crate::api::federation::ResourceAmounts;
 use crate::api::quantity::Milli;
-use crate::api::workload::WorkloadKind;
+use crate::api::workload::Counted;
 use crate::jss::artifacts::ArtifactRef;
 use crate::jss::client::JssClient;
 use crate::jss::request::{kind_path, parse_kind};
@@ -446,18 +446,18 @@ fn progress(w: &WorkloadView) -> String {
     let s = w.hub_status();
     let t = &s.totals;
     let desired = |n: Option<i64>| n.unwrap_or(0);
-    match w.kind {
-        WorkloadKind::Service | WorkloadKind::StatefulSet => format!(
+    match w.kind.counted() {
+        Counted::Replicas => format!(
             "{}/{} avail",
             t.available_replicas,
             desired(w.desired.replicas)
         ),
-        WorkloadKind::JobSet => {
+        Counted::Shards => {
             format!("{}/{} done", t.shards_succeeded, desired(w.desired.shards))
         }
-        WorkloadKind::Daemon => format!("{}/{} ready", t.ready_replicas, t.replicas),
+        Counted::Nodes => format!("{}/{} ready", t.ready_replicas, t.replicas),
         // A training job's counts are its members' (it has no totals of its own).
-        WorkloadKind::TrainingJob => format!(
+        Counted::Gang => format!(
             "{}/{} ready, complete={}",
             s.part
                 .clusters
@@ -467,7 +467,7 @@ fn progress(w: &WorkloadView) -> String {
             desired(w.desired.replicas),
             cond(&s, "Complete")
         ),
-        WorkloadKind::CronJob => format!("complete={}", cond(&s, "Complete")),
+        Counted::Runs => format!("complete={}", cond(&s, "Complete")),
     }
 }
 

@@ -69,12 +69,8 @@ fn render(s: &str, shard: u32, count: u32) -> String {
         .replace("{{shardCount}}", &count.to_string())
 }
 
-pub(crate) fn expand(
-    ctx: &Ctx<'_>,
-    j: &PinterestJobSet,
-    admitted: Option<&RangeSet>,
-    out: &mut Out,
-) -> Result<(), BuildError> {
+pub(crate) fn expand(ctx: &Ctx<'_>, j: &PinterestJobSet, out: &mut Out) -> Result<(), BuildError> {
+    let admitted = ctx.admitted_shards;
     let spec = &j.spec;
     let count = u32::try_from(spec.shards).unwrap_or(0);
     let pending = pending_shards(j).map_err(BuildError::Spec)?;

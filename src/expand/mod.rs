@@ -24,15 +24,15 @@ use crate::api::validate::{self, Invalid};
 use crate::api::workload::{COMPUTE_API_VERSION, WorkloadKind, WorkloadRef};
 
 pub mod bundle;
-mod cronjob;
-mod daemon;
+pub(crate) mod cronjob;
+pub(crate) mod daemon;
 pub(crate) mod hash;
 pub mod jobset;
 pub mod names;
 pub mod runtime;
-mod service;
-mod statefulset;
-mod training;
+pub(crate) mod service;
+pub(crate) mod statefulset;
+pub(crate) mod training;
 
 #[cfg(test)]
 mod tests;
@@ -133,15 +133,7 @@ pub fn expand(input: &ExpandInput<'_>) -> Result<Vec<DynamicObject>, ExpandError
     })?;
     let ctx = Ctx::new(input, profile);
     let mut out = Out::default();
-    let result = match w {
-        WorkloadRef::Service(s) => service::expand(&ctx, s, &mut out),
-        WorkloadRef::JobSet(j) => jobset::expand(&ctx, j, input.admitted_shards, &mut out),
-        WorkloadRef::CronJob(c) => cronjob::expand(&ctx, c, &mut out),
-        WorkloadRef::Daemon(d) => daemon::expand(&ctx, d, &mut out),
-        WorkloadRef::TrainingJob(t) => training::expand(&ctx, t, &mut out),
-        WorkloadRef::StatefulSet(s) => statefulset::expand(&ctx, s, &mut out),
-    };
-    result.map_err(|e| match e {
+    w.build(&ctx, &mut out).map_err(|e| match e {
         BuildError::Spec(i) => invalid(i),
         BuildError::Runtime(i) => ExpandError::Runtime {
             kind: w.kind(),
@@ -154,7 +146,7 @@ pub fn expand(input: &ExpandInput<'_>) -> Result<Vec<DynamicObject>, ExpandError
     // Per-member overrides, after runtime injection: the member's objects are what the
     // rules its slice carries say (the member's pod policy judges the result).
     if input.cluster.is_some() && !w.overrides().is_empty() {
-        let app = overrides::application_containers(&workload_spec(w));
+        let app = overrides::application_containers(&w.spec_value());
         let applied =
             overrides::apply(w.overrides(), input.cluster, &app, &mut objects).map_err(invalid)?;
         if !applied.rules.is_empty() {
@@ -165,19 +157,6 @@ pub fn expand(input: &ExpandInput<'_>) -> Result<Vec<DynamicObject>, ExpandError
         }
     }
     Ok(objects)
-}
-
-/// A workload's spec as JSON (overrides find its application containers in it).
-fn workload_spec(w: WorkloadRef<'_>) -> serde_json::Value {
-    let v = match w {
-        WorkloadRef::Service(x) => serde_json::to_value(&x.spec),
-        WorkloadRef::JobSet(x) => serde_json::to_value(&x.spec),
-        WorkloadRef::CronJob(x) => serde_json::to_value(&x.spec),
-        WorkloadRef::Daemon(x) => serde_json::to_value(&x.spec),
-        WorkloadRef::TrainingJob(x) => serde_json::to_value(&x.spec),
-        WorkloadRef::StatefulSet(x) => serde_json::to_value(&x.spec),
-    };
-    v.unwrap_or_default()
 }
 
 /// Stamps the spec hash again over an object an override changed (the hash covers the
@@ -224,13 +203,15 @@ pub fn workload_selector(kind: WorkloadKind, workload_name: &str) -> String {
 }
 
 /// Failure inside a kind builder: the spec or the profile is at fault.
-pub(crate) enum BuildError {
+pub enum BuildError {
     Spec(Invalid),
     Runtime(Invalid),
 }
 
-/// Shared per-expansion facts.
-pub(crate) struct Ctx<'a> {
+/// Shared per-expansion facts, what a kind's builder ([`PinterestKind::expand`]) reads.
+///
+/// [`PinterestKind::expand`]: crate::api::kind::PinterestKind::expand
+pub struct Ctx<'a> {
     pub kind: WorkloadKind,
     pub name: &'a str,
     pub namespace: Option<&'a str>,
@@ -248,6 +229,8 @@ pub(crate) struct Ctx<'a> {
     /// `spec.priorityClassName`, set on every pod (the agent clears it in a member that
     /// has no such class).
     pub priority_class: Option<&'a str>,
+    /// Job sets: the shards the agent admitted (`None`: every pending one).
+    pub admitted_shards: Option<&'a RangeSet>,
 }
 
 impl<'a> Ctx<'a> {
@@ -298,6 +281,7 @@ impl<'a> Ctx<'a> {
             owner_refs,
             workload_meta: meta,
             priority_class: w.priority_class_name(),
+            admitted_shards: input.admitted_shards,
         }
     }
 
@@ -356,7 +340,7 @@ impl<'a> Ctx<'a> {
 
 /// Collected objects.
 #[derive(Default)]
-pub(crate) struct Out {
+pub struct Out {
     pub objects: Vec<DynamicObject>,
     /// Scratch space for spec hashes, reused across objects.
     hash_buf: Vec<u8>,

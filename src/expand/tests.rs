@@ -762,3 +762,36 @@ fn identity_env_comes_first_and_the_user_wins_on_a_clash() {
         1
     );
 }
+
+/// What the agent watches for a kind is what its home says it generates
+/// (`PinterestKind::GENERATES`): an object of a kind missing there would drift or vanish
+/// unseen (3e8263f: a training job's ConfigMap was not watched).
+#[test]
+fn every_expanded_object_is_of_a_kind_its_home_declares() {
+    let mut seen = BTreeSet::new();
+    for text in ALL {
+        let w = workload(text);
+        let declared: Vec<&str> = w.as_ref().generates().iter().map(|n| n.as_str()).collect();
+        for o in run(&w) {
+            assert!(
+                declared.contains(&kind_of(&o)),
+                "{} generates a {} ({}) that its PinterestKind::GENERATES ({declared:?}) leaves out",
+                w.kind(),
+                kind_of(&o),
+                name_of(&o)
+            );
+            seen.insert(kind_of(&o).to_string());
+        }
+    }
+    // The fixtures reach most native kinds, so the check above is not vacuous.
+    for k in [
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "Job",
+        "CronJob",
+        "DaemonSet",
+    ] {
+        assert!(seen.contains(k), "no fixture generates a {k}: {seen:?}");
+    }
+}

@@ -43,15 +43,7 @@ pub struct Admitted {
 }
 
 fn set_namespace(w: &mut AnyWorkload, ns: &str) {
-    let m = match w {
-        AnyWorkload::Service(x) => &mut x.metadata,
-        AnyWorkload::JobSet(x) => &mut x.metadata,
-        AnyWorkload::CronJob(x) => &mut x.metadata,
-        AnyWorkload::Daemon(x) => &mut x.metadata,
-        AnyWorkload::TrainingJob(x) => &mut x.metadata,
-        AnyWorkload::StatefulSet(x) => &mut x.metadata,
-    };
-    m.namespace = Some(ns.to_string());
+    w.metadata_mut().namespace = Some(ns.to_string());
 }
 
 /// Where the text of a submission comes from.
@@ -137,16 +129,9 @@ pub fn admit_from(
     })?;
     let demand = demand_for(w, Some(profile)).map_err(|e| Rejection::from(e.invalid().clone()))?;
 
-    let object = match &workload {
-        AnyWorkload::Service(x) => serde_json::to_value(x),
-        AnyWorkload::JobSet(x) => serde_json::to_value(x),
-        AnyWorkload::CronJob(x) => serde_json::to_value(x),
-        AnyWorkload::Daemon(x) => serde_json::to_value(x),
-        AnyWorkload::TrainingJob(x) => serde_json::to_value(x),
-        AnyWorkload::StatefulSet(x) => serde_json::to_value(x),
-    };
-    let mut object =
-        object.map_err(|e| Rejection::Internal(format!("serializing the workload: {e}")))?;
+    let mut object = workload
+        .to_value()
+        .map_err(|e| Rejection::Internal(format!("serializing the workload: {e}")))?;
     // Host access, privileged containers, pinfed's identities and Daemons need the
     // team's grant.
     let uses = crate::api::pod_policy::uses(w.kind(), &object);

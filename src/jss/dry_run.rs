@@ -668,8 +668,8 @@ pub fn member_slice(
     view: Option<&ClusterView>,
 ) -> Result<(AnyWorkload, Vec<String>), String> {
     let mut slice = w.clone();
-    let parallelism = match w {
-        AnyWorkload::JobSet(j) => Some(j.spec.parallelism.map(|n| {
+    let parallelism = w.as_ref().job_set().map(|j| {
+        j.spec.parallelism.map(|n| {
             let held: Vec<u64> = decision
                 .placements
                 .iter()
@@ -688,9 +688,8 @@ pub fn member_slice(
             let shares =
                 crate::placement::parallelism_shares(u32::try_from(n.max(0)).unwrap_or(0), &held);
             i32::try_from(shares.get(at).copied().unwrap_or(0)).unwrap_or(i32::MAX)
-        })),
-        _ => None,
-    };
+        })
+    });
     let share = SliceShare {
         replicas: p.replicas,
         shards: p.shards.clone(),
@@ -708,14 +707,7 @@ pub fn member_slice(
         *k.status_mut() = None;
         k.assign_share(share);
     }
-    match &mut slice {
-        AnyWorkload::Service(x) => settle(x, &share),
-        AnyWorkload::JobSet(x) => settle(x, &share),
-        AnyWorkload::CronJob(x) => settle(x, &share),
-        AnyWorkload::Daemon(x) => settle(x, &share),
-        AnyWorkload::TrainingJob(x) => settle(x, &share),
-        AnyWorkload::StatefulSet(x) => settle(x, &share),
-    }
+    crate::on_any_workload!(&mut slice, x => settle(x, &share));
     let labels = view.map(ClusterView::selector_labels).unwrap_or_default();
     let member = crate::overrides::Member {
         name: &p.cluster,
@@ -743,8 +735,8 @@ fn objects_for(
     let (slice, rules) = member_slice(w, p, decision, view)?;
     // A job set's Jobs: those its member would start first (its part of the parallelism,
     // lowest pending shards), at most MAX_OBJECTS of them.
-    let first = match &slice {
-        AnyWorkload::JobSet(j) => {
+    let first = match slice.as_ref().job_set() {
+        Some(j) => {
             let pending = crate::expand::pending_shards(j).map_err(|e| e.to_string())?;
             let parallelism = j.spec.parallelism.map(|n| u32::try_from(n).unwrap_or(0));
             let admitted = crate::expand::admit_shards(

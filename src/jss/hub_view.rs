@@ -396,10 +396,14 @@ impl Hub {
         admitted: &Admitted,
     ) -> Result<Option<String>, Rejection> {
         use crate::api::ingress_host::{Claim, holder};
-        let services = self
-            .list_workloads(None, Some(WorkloadKind::Service))
-            .await?;
-        let claims: Vec<Claim> = services
+        let mut claimants = Vec::new();
+        for kind in WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| k.claims_ingress_hosts())
+        {
+            claimants.extend(self.list_workloads(None, Some(kind)).await?);
+        }
+        let claims: Vec<Claim> = claimants
             .iter()
             .filter_map(|(kind, o)| {
                 let mut v = o.data.clone();

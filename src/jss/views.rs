@@ -13,7 +13,7 @@ use super::wire::{
 };
 use crate::api::common::QueueStanding;
 use crate::api::federation::{FederatedQuota, MemberCluster};
-use crate::api::workload::WorkloadKind;
+use crate::api::workload::{Counted, WorkloadKind};
 use crate::placement::model::Resources;
 
 fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
@@ -23,16 +23,18 @@ fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
 /// One workload with its aggregated per-cluster status.
 pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) -> WorkloadView {
     let spec = &o.data["spec"];
-    let desired = match kind {
-        WorkloadKind::Service | WorkloadKind::StatefulSet => Desired {
+    // Read from the JSON the list holds: a typed parse of every workload's whole spec
+    // (pod templates and all) would cost a listing of thousands far more.
+    let desired = match kind.counted() {
+        Counted::Replicas => Desired {
             replicas: spec["replicas"].as_i64(),
             ..Default::default()
         },
-        WorkloadKind::JobSet => Desired {
+        Counted::Shards => Desired {
             shards: spec["shards"].as_i64(),
             ..Default::default()
         },
-        WorkloadKind::TrainingJob => Desired {
+        Counted::Gang => Desired {
             replicas: Some(
                 spec["replicaSpecs"]
                     .as_object()
@@ -41,11 +43,11 @@ pub fn workload(kind: WorkloadKind, o: &DynamicObject, requested: &Resources) ->
             ),
             ..Default::default()
         },
-        WorkloadKind::CronJob => Desired {
+        Counted::Runs => Desired {
             schedule: spec["schedule"].as_str().map(str::to_string),
             ..Default::default()
         },
-        WorkloadKind::Daemon => Desired::default(),
+        Counted::Nodes => Desired::default(),
     };
     let owner = |k: &str| spec["owner"][k].as_str().map(str::to_string);
     WorkloadView {

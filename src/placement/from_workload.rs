@@ -15,6 +15,7 @@ use super::model::{
     TolerationOperator,
 };
 use crate::api::common::{self, LABEL_REPLICA_TYPE, PlacementStrategy};
+use crate::api::kind::Sizing;
 use crate::api::ranges::RangeSet;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::validate::Invalid;
@@ -268,42 +269,30 @@ fn demand_in(
     let mut input = ExpandInput::new(w);
     input.profile = profile;
     input.cluster = cluster;
-    // Size one pod: for a job set, expand a single shard.
+    // Size one pod: for a job set, expand a single shard (other kinds ignore it).
     let one = RangeSet::from_indices([0]);
-    if let WorkloadRef::JobSet(_) = w {
-        input.admitted_shards = Some(&one);
-    }
+    input.admitted_shards = Some(&one);
     let objects = expand::expand(&input)?;
     let shape = objects
         .iter()
         .find_map(template_of)
         .map(|s| pod_shape(&s))
         .unwrap_or_default();
-    let count = match w {
-        WorkloadRef::Service(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
-        WorkloadRef::StatefulSet(s) => Count::Replicas(u32::try_from(s.spec.replicas).unwrap_or(0)),
-        WorkloadRef::JobSet(j) => {
-            let total = u32::try_from(j.spec.shards).unwrap_or(0);
-            // Bounded by the shard count: a recorded range is never expanded past it.
-            let completed = j
-                .status
-                .as_ref()
-                .and_then(|s| s.completed_shards.as_deref())
-                .and_then(|r| RangeSet::parse_within(r, total).ok())
-                .unwrap_or_default();
-            Count::Shards {
-                total,
-                completed: completed.iter().collect::<BTreeSet<u32>>(),
-                parallelism: j.spec.parallelism.and_then(|p| u32::try_from(p).ok()),
-            }
-        }
-        WorkloadRef::TrainingJob(t) => Count::Gang(
-            t.spec
-                .replica_specs
-                .iter()
-                .map(|(role, spec)| GangRole {
-                    role: role.clone(),
-                    replicas: u32::try_from(spec.replicas).unwrap_or(0),
+    let count = match w.sizing() {
+        Sizing::Replicas(n) => Count::Replicas(n),
+        Sizing::Shards {
+            total,
+            completed,
+            parallelism,
+        } => Count::Shards {
+            total,
+            completed: completed.iter().collect::<BTreeSet<u32>>(),
+            parallelism,
+        },
+        Sizing::Gang(roles) => Count::Gang(
+            roles
+                .into_iter()
+                .map(|(role, replicas)| GangRole {
                     pod: objects
                         .iter()
                         .find(|o| {
@@ -315,10 +304,12 @@ fn demand_in(
                         })
                         .and_then(template_of)
                         .map(|s| pod_shape(&s)),
+                    role,
+                    replicas,
                 })
                 .collect(),
         ),
-        WorkloadRef::CronJob(_) | WorkloadRef::Daemon(_) => Count::Whole,
+        Sizing::Whole => Count::Whole,
     };
     Ok(Demand {
         member_pods: Default::default(),

@@ -215,7 +215,7 @@ fn job_set_parallelism(
     w: WorkloadRef<'_>,
     decision: &crate::placement::Decision,
 ) -> BTreeMap<String, Option<i32>> {
-    let WorkloadRef::JobSet(j) = w else {
+    let Some(j) = w.job_set() else {
         return BTreeMap::new();
     };
     let shard_counts: Vec<(String, u64)> = decision

@@ -19,7 +19,7 @@ use crate::api::federation::{ClusterMode, MemberCluster, ResourceAmounts};
 use crate::api::quantity::Milli;
 use crate::api::ranges::RangeSet;
 use crate::api::rollout::{RolloutPolicy, RolloutStatus, gate, phase as rp};
-use crate::api::workload::{AnyWorkload, WorkloadKind};
+use crate::api::workload::{AnyWorkload, Counted, WorkloadKind};
 use crate::placement::from_workload::policy_for;
 use crate::placement::model::untolerated;
 
@@ -465,8 +465,8 @@ pub fn split(kind: WorkloadKind, s: &HubStatus) -> Vec<SplitPart> {
             let placed = placements.iter().find(|p| p.cluster == name);
             let member = s.cluster(name);
             let state = member.and_then(|m| m.state.clone());
-            let (done, want) = match kind {
-                WorkloadKind::JobSet => {
+            let (done, want) = match kind.counted() {
+                Counted::Shards => {
                     let want = placed
                         .and_then(|p| p.shards.as_deref())
                         .and_then(|r| RangeSet::parse(r).ok())
@@ -481,8 +481,8 @@ pub fn split(kind: WorkloadKind, s: &HubStatus) -> Vec<SplitPart> {
                     });
                     (done, Some(want))
                 }
-                WorkloadKind::CronJob | WorkloadKind::Daemon => (None, None),
-                _ => {
+                Counted::Runs | Counted::Nodes => (None, None),
+                Counted::Replicas | Counted::Gang => {
                     let want = placed
                         .and_then(|p| p.replicas)
                         .or(member.and_then(|m| m.replicas))
