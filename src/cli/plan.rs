@@ -10,7 +10,7 @@ use crate::api::parse::{Document, parse_documents, parse_one};
 use crate::api::validate;
 use crate::expand::select_profile;
 use crate::placement::model::{ClusterView, QuotaView};
-use crate::placement::{Decision, PlanInput, from_quota, from_workload, plan};
+use crate::placement::{Decision, PlanInput, from_workload, plan, quota};
 use crate::topology::Topology;
 
 #[derive(Debug, Args)]
@@ -40,7 +40,7 @@ fn read(p: &PathBuf) -> anyhow::Result<String> {
 /// The engine's view of a FederatedQuota file: hard totals and per-cluster caps, minus
 /// the usage its status records.
 pub fn quota_view(q: &FederatedQuota) -> anyhow::Result<QuotaView> {
-    Ok(from_quota::quota_view(q, None)?)
+    Ok(quota::quota_view(q, None)?)
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
@@ -91,7 +91,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             quotas.push(quota_view(&q).with_context(at)?);
         }
     }
-    let quota = from_quota::tightest(quotas);
+    let quota = quota::tightest(quotas);
     let w = w.as_ref();
     let chosen = select_profile(profile.as_slice(), w.runtime_version())
         .with_context(|| format!("{wfile}: {} {:?}", w.kind(), w.name()))?;

@@ -19,9 +19,9 @@ use crate::api::federation::FederatedQuota;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::{AnyWorkload, WorkloadKind};
 use crate::controller::apply::HUB_FIELD_MANAGER;
-use crate::placement::from_quota::{self, Usage};
 use crate::placement::model::Resources;
-use crate::placement::{from_workload, recorded};
+use crate::placement::quota::Usage;
+use crate::placement::{self, from_workload, recorded};
 
 #[derive(Default)]
 struct Book {
@@ -157,7 +157,7 @@ pub async fn seed_namespace(
                 book.set(
                     &key,
                     ns,
-                    from_quota::usage_of(&recorded::from_status(&placement), &demand),
+                    placement::quota::usage_of(&recorded::from_status(&placement), &demand),
                 );
             }
         }
@@ -182,11 +182,11 @@ pub async fn write_quota_status(
         let u = book.usage(&ns, None);
         let mut status = q.status.clone().unwrap_or_default();
         status.observed_generation = q.metadata.generation;
-        status.used = Some(from_quota::amounts(&u.total));
+        status.used = Some(placement::quota::amounts(&u.total));
         status.used_per_cluster = u
             .per_cluster
             .iter()
-            .map(|(c, r)| (c.clone(), from_quota::amounts(r)))
+            .map(|(c, r)| (c.clone(), placement::quota::amounts(r)))
             .collect();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),

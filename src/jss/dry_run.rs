@@ -14,11 +14,12 @@ use crate::api::quantity::Milli;
 use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::workload::AnyWorkload;
 use crate::expand::{ExpandInput, expand, select_profile, to_yaml_stream};
+use crate::placement;
 use crate::placement::from_member::{MAX_NODES_COUNTED, cluster_view, unbounded_node};
-use crate::placement::from_quota::{self, usage_of};
 use crate::placement::model::{
     ClusterView, Demand, NodeRoom, PlacementPolicy, QuotaView, Resources, Strategy,
 };
+use crate::placement::quota::usage_of;
 use crate::placement::{Decision, Outcome, Placement, PlanInput, plan};
 
 /// What the reply says of its own accuracy.
@@ -202,7 +203,7 @@ pub fn quota_view(
     let views = quotas
         .iter()
         .filter_map(|q| {
-            let mut v = from_quota::quota_view(q, None).ok()?;
+            let mut v = placement::quota::quota_view(q, None).ok()?;
             if let Some(u) = used {
                 v.total.used = *u;
             }
@@ -214,7 +215,7 @@ pub fn quota_view(
             Some(v)
         })
         .collect();
-    from_quota::tightest(views)
+    placement::quota::tightest(views)
 }
 
 /// Runs the engine as the hub would and assembles the reply.
@@ -631,7 +632,7 @@ pub fn quota_effects(
                     .used_per_cluster
                     .get(c)
                     .and_then(|a| a.parse().ok())
-                    .map(|a| from_quota::resources(&a))
+                    .map(|a| placement::quota::resources(&a))
                     .unwrap_or(Resources::ZERO);
                 let others = less(&recorded, own.get(c).unwrap_or(&Resources::ZERO));
                 let here = adds.get(c).copied().unwrap_or(Resources::ZERO);
@@ -1540,7 +1541,7 @@ spec:
                         }
                         let s = m.status.as_mut().unwrap();
                         s.nodes = Some(i32::try_from(*n).unwrap());
-                        s.available = Some(from_quota::amounts(&total));
+                        s.available = Some(placement::quota::amounts(&total));
                         m
                     })
                     .collect();

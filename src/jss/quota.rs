@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::api::federation::{Amounts, FederatedQuota};
 use crate::api::quantity::Milli;
-use crate::placement::from_quota;
+use crate::placement;
 use crate::placement::model::{ClusterView, Count, Demand, PlacementPolicy, Resources};
 use crate::placement::{Cause, PlanInput, plan};
 
@@ -249,12 +249,12 @@ pub fn check_placeable(
         .iter()
         .filter_map(|q| {
             // Per-cluster usage as the quota's status records it; the total as counted now.
-            let mut view = from_quota::quota_view(q, None).ok()?;
+            let mut view = placement::quota::quota_view(q, None).ok()?;
             view.total.used = *used;
             Some(view)
         })
         .collect();
-    let Some(view) = from_quota::tightest(views) else {
+    let Some(view) = placement::quota::tightest(views) else {
         return Ok(());
     };
     let outcome = plan(&PlanInput {
@@ -575,7 +575,7 @@ mod tests {
             // daemon: a pod on each node with room in every member).
             let free = plan(&PlanInput { clusters: &hub_cs, policy: &policy, demand: &d, quota: None, current: None });
             proptest::prop_assert_eq!(free.decision.unplaced, 0);
-            let charged = from_quota::usage_of(&free.decision, &d)
+            let charged = placement::quota::usage_of(&free.decision, &d)
                 .values()
                 .fold(Resources::ZERO, |acc, r| acc.saturating_add(r));
             if kind == 3 {
@@ -589,13 +589,13 @@ mod tests {
             }
             // The hub's restart charges the same, from the decision it recorded.
             let recorded = crate::placement::recorded::from_status(&crate::placement::recorded::to_status(&free.decision));
-            proptest::prop_assert_eq!(from_quota::usage_of(&recorded, &d), from_quota::usage_of(&free.decision, &d));
+            proptest::prop_assert_eq!(placement::quota::usage_of(&recorded, &d), placement::quota::usage_of(&free.decision, &d));
 
             // Admitted by the JSS <=> placed whole by the hub within the same quota (=>
             // only, where the JSS cannot see full nodes).
             let jss = check_all(&quotas, &used, &want)
                 .and_then(|()| check_placeable(&quotas, &used, &jss_cs, &policy, &d));
-            let view = from_quota::quota_view(&quotas[0], Some(&from_quota::Usage { total: used, per_cluster: Default::default() })).unwrap();
+            let view = placement::quota::quota_view(&quotas[0], Some(&placement::quota::Usage { total: used, per_cluster: Default::default() })).unwrap();
             let hub = plan(&PlanInput { clusters: &hub_cs, policy: &policy, demand: &d, quota: Some(&view), current: None });
             if exact {
                 proptest::prop_assert_eq!(jss.is_ok(), hub.decision.unplaced == 0, "jss {:?} hub {:?}", jss, hub.decision);

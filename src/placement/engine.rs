@@ -18,7 +18,7 @@ use super::model::{
     Bounds, ClusterView, Count, Demand, PlacementPolicy, PodShape, QuotaUse, QuotaView, Resources,
     Strategy, untolerated,
 };
-use super::quota_admit::Admits;
+use super::quota::admit::Admits;
 use super::shards::{assign_shards, parallelism_shares};
 use super::text;
 use crate::api::ranges::RangeSet;

@@ -2,7 +2,7 @@
 //!
 //! The record keeps what the engine decided, a daemon's pods per cluster included, so
 //! that the hub after a restart and the JSS charge a placed workload what the hub charged
-//! it when it decided ([`super::from_quota::usage_of`]).
+//! it when it decided ([`super::quota::usage_of`]).
 
 use super::decision::{Decision, Placement};
 use super::model::Strategy;

@@ -665,7 +665,7 @@ fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once
         .map(|r| r.len())
         .collect();
     assert_eq!(held.iter().sum::<u64>(), 1000);
-    let charged = from_quota::usage_of(&o.decision, &bounded(&[]));
+    let charged = quota::usage_of(&o.decision, &bounded(&[]));
     assert_eq!(
         charged.values().map(|r| r.pods).sum::<i64>(),
         10,
@@ -941,7 +941,7 @@ fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
     let pods: Vec<Option<u32>> = o.decision.placements.iter().map(|p| p.pods).collect();
     assert_eq!(pods, [Some(3), Some(5)]);
     assert_eq!(o.decision.whole_pods(), 8);
-    let charged = from_quota::usage_of(&o.decision, &daemon);
+    let charged = quota::usage_of(&o.decision, &daemon);
     assert_eq!((charged["a"].pods, charged["b"].pods), (3, 5));
     assert_eq!(charged["b"].cpu, q("2500m"));
     assert_eq!(
@@ -961,7 +961,7 @@ fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
     let o = run(&clusters, &divided(), &daemon, Some(&quota), None);
     assert_eq!(o.decision.clusters(), ["a"]);
     assert_eq!(o.cause, Some(Cause::QuotaExceeded));
-    let charged = from_quota::usage_of(&o.decision, &daemon);
+    let charged = quota::usage_of(&o.decision, &daemon);
     assert_eq!(charged.values().map(|r| r.pods).sum::<i64>(), 3);
 }
 
@@ -1429,12 +1429,9 @@ fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_cha
         unplaced: 0,
         reason: None,
     };
-    let usage = from_quota::usage_of(&placed, &d);
+    let usage = quota::usage_of(&placed, &d);
     assert_eq!(usage["use1c"].gpu, 32);
-    assert_eq!(
-        from_quota::usage_of(&placed, &training(3, 4))["use1c"].gpu,
-        16
-    );
+    assert_eq!(quota::usage_of(&placed, &training(3, 4))["use1c"].gpu, 16);
 }
 
 #[test]

@@ -29,7 +29,6 @@ use crate::controller::own_writes::Wrote;
 use crate::hub::quota_book as quota;
 use crate::hub::slices::FINALIZER;
 use crate::placement::failover::{self, Standing};
-use crate::placement::from_quota;
 use crate::placement::{self, Decision, PlanInput, recorded};
 
 /// What was decided for the workload before this reconcile (this process's memory
@@ -697,8 +696,11 @@ async fn plan_again<K: PinterestKind>(
             );
         }
         ledger.reserve(&key, &outcome, SystemTime::now());
-        ctx.quota_book
-            .set(&key, &ns, from_quota::usage_of(&outcome.decision, r.demand));
+        ctx.quota_book.set(
+            &key,
+            &ns,
+            placement::quota::usage_of(&outcome.decision, r.demand),
+        );
         outcome
     };
     // (Shards it gave up to a preemptor are not kept: what it is planned from lacks them.)
@@ -747,8 +749,11 @@ async fn plan_again<K: PinterestKind>(
         }
         failover::keep_completed_shards(&mut outcome.decision, b, &completed, r.lost_placed);
         // Charged as kept (a shard kept where it runs counts, whatever the plan said).
-        ctx.quota_book
-            .set(&key, &ns, from_quota::usage_of(&outcome.decision, r.demand));
+        ctx.quota_book.set(
+            &key,
+            &ns,
+            placement::quota::usage_of(&outcome.decision, r.demand),
+        );
     }
     let quota_exceeded = outcome.cause == Some(placement::Cause::QuotaExceeded);
     // The queue: in it while part waits (keeping its first wait), out once all is placed.
@@ -1088,11 +1093,11 @@ fn quota_view_of(
         return None;
     }
     let used = ctx.quota_book.usage(ns, Some(key));
-    from_quota::tightest(
+    placement::quota::tightest(
         quotas
             .iter()
             .filter_map(|q| {
-                from_quota::quota_view(q, Some(&used))
+                placement::quota::quota_view(q, Some(&used))
                     .map_err(|e| tracing::warn!(quota = %q.name_any(), error = %e, "quota ignored: it does not parse"))
                     .ok()
             })

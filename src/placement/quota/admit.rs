@@ -1,7 +1,7 @@
 //! How much of a workload a quota admits. Quota is a hard limit: placement never exceeds
 //! it, and what does not fit stays unplaced with `QuotaExceeded`.
 
-use super::model::{Limits, QuotaUse, Resources};
+use super::super::model::{Limits, QuotaUse, Resources};
 use crate::api::quantity::Milli;
 
 /// What a quota admits of one size of pod.

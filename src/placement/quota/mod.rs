@@ -1,7 +1,10 @@
-//! From a FederatedQuota to the engine's [`QuotaView`], and from decisions to the usage
-//! they charge against it. Pure.
+//! Quota in placement, in one place: from a FederatedQuota to the engine's [`QuotaView`],
+//! from decisions to the usage they charge against it, and how much of a workload a
+//! quota admits ([`admit`]). Pure.
 
 use std::collections::BTreeMap;
+
+pub(crate) mod admit;
 
 use super::decision::Decision;
 use super::model::{Count, Demand, Limits, QuotaUse, QuotaView, Resources};
