@@ -79,7 +79,7 @@ mod members {
         use pinfed::api::common::ConditionStatus;
         use pinfed::api::federation::MemberCluster;
         let fed = Federation::connect().await;
-        support::join_all(&fed);
+        support::join_all_once(&fed).await;
         let args: Vec<String> = [
             "hub",
             "--context",
@@ -224,7 +224,7 @@ mod members {
         use pinfed::api::service::PinterestService;
         use std::time::Instant;
         let fed = Federation::connect().await;
-        support::join_all(&fed);
+        support::join_all_once(&fed).await;
         let member = fed.member_names()[0].clone();
         let client = fed.client(&member);
         let agent = support::spawn_daemon(
@@ -306,7 +306,7 @@ mod members {
         use pinfed::api::service::PinterestService;
         use std::time::Instant;
         let fed = Federation::connect().await;
-        support::join_all(&fed);
+        support::join_all_once(&fed).await;
         let member = fed
             .member_names()
             .into_iter()
@@ -770,17 +770,17 @@ mod failover {
     type Successes = BTreeMap<String, BTreeMap<String, (i64, i64)>>;
 
     /// A hub with short grace periods and an agent per member.
-    pub fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
-        federation_failing_back_after(fed, tag, FAILBACK_WINDOW)
+    pub async fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
+        federation_failing_back_after(fed, tag, FAILBACK_WINDOW).await
     }
 
     /// `federation`, with the failback window given.
-    pub fn federation_failing_back_after(
+    pub async fn federation_failing_back_after(
         fed: &Federation,
         tag: &str,
         failback_secs: u64,
     ) -> Vec<Daemon> {
-        support::join_all(fed);
+        support::join_all_once(fed).await;
         let mut daemons = vec![hub(fed, tag, failback_secs)];
         daemons.extend(support::spawn_agents(fed));
         daemons
@@ -937,7 +937,7 @@ mod failover {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn destructive_a_no_execute_taint_moves_work_off_its_member_at_the_fleets_pace() {
         let fed = Federation::connect().await;
-        support::join_all(&fed);
+        support::join_all_once(&fed).await;
         let mut daemons = vec![support::spawn_hub(
             &fed,
             "hub-taint",
@@ -1063,7 +1063,7 @@ mod failover {
     async fn destructive_a_lost_member_fails_over_without_dips_and_fails_back_with_no_shard_run_twice()
      {
         let fed = Federation::connect().await;
-        let daemons = federation(&fed, "failover");
+        let daemons = federation(&fed, "failover").await;
         let hub = fed.hub();
         let members = fed.member_names();
         let victim = members[0].clone();
@@ -1391,7 +1391,7 @@ mod failover {
     #[tokio::test]
     async fn destructive_a_push_member_starts_no_new_shard_while_no_hub_vouches_for_it() {
         let fed = Federation::connect().await;
-        let mut daemons = federation(&fed, "fence");
+        let mut daemons = federation(&fed, "fence").await;
         let ns = TestNamespace::create(&fed.hub(), "fence").await;
         let push: Vec<String> = fed
             .member_names()
@@ -1529,7 +1529,7 @@ mod failover {
     async fn destructive_deletion_while_a_member_is_down_is_finished_on_return_and_unjoin_force_never_hangs()
      {
         let fed = Federation::connect().await;
-        let daemons = federation(&fed, "cleanup");
+        let daemons = federation(&fed, "cleanup").await;
         let hub = fed.hub();
         // Pending clean-ups are how the hub reaches a push member it could not reach; a pull
         // member's slices are on the hub and go at once (tests/e2e_pull.rs).
@@ -1649,7 +1649,8 @@ mod failover {
         );
         assert!(mcs.get_opt(&victim).await.unwrap().is_none());
         harness(&["start", &victim]);
-        support::join_all(&fed);
+        // (Only the victim left: the other members' joins stand.)
+        support::join_member(&fed, &victim, &[]);
 
         // A clean unjoin: the member's share moves elsewhere first (available replicas
         // never below target), then its slice, the hub's identity there and the
@@ -1753,7 +1754,7 @@ mod failover {
             "the drop namespace (the hub's bundles) goes with the hub's identity"
         );
         // Joining again right away waits for the drop namespace to finish terminating.
-        support::join_all(&fed);
+        support::join_member(&fed, &victim, &[]);
         // Delete while the hub runs, so nothing is left Terminating behind (see above).
         svcs.delete("stays", &DeleteParams::default())
             .await
@@ -1785,7 +1786,8 @@ mod failover {
         // No failback within this test: the old member, back, must stay without a run
         // (about two minutes after its return), so the window is longer than that.
         const WINDOW_SECS: i64 = 240;
-        let daemons = federation_failing_back_after(&fed, "cron-failover", WINDOW_SECS as u64);
+        let daemons =
+            federation_failing_back_after(&fed, "cron-failover", WINDOW_SECS as u64).await;
         let daemons: Vec<&Daemon> = vec![&daemons[0]];
         let hub = fed.hub();
         let ns = TestNamespace::create(&hub, "cron-failover").await;
