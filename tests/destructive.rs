@@ -257,15 +257,19 @@ mod members {
             deployment_of("before"),
         )
         .await;
-        for (round, name) in [(1, "after-first"), (2, "after-second")] {
+        // How long the API server stays down each time. The first outage is long enough for
+        // client-go style watch backoff (0.8 s doubling, reset only after 120 s without an
+        // error) to reach its 30 s ceiling. The second starts from where the first left
+        // that backoff (at its ceiling, a minute before any reset), so it only has to
+        // outlast the agent's own ceiling (`controller::watch`: 4 s, 8 s with jitter).
+        for (round, name, down) in [(1, "after-first", 35), (2, "after-second", 15)] {
             let out = run_harness(&["stop", &member]);
             assert!(
                 out.status.success(),
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            // Long enough for client-go style watch backoff to reach its 30 s ceiling.
-            tokio::time::sleep(Duration::from_secs(35)).await;
+            tokio::time::sleep(Duration::from_secs(down)).await;
             let out = run_harness(&["start", &member]);
             assert!(
                 out.status.success(),
@@ -938,6 +942,10 @@ mod failover {
     async fn destructive_a_no_execute_taint_moves_work_off_its_member_at_the_fleets_pace() {
         let fed = Federation::connect().await;
         support::join_all_once(&fed).await;
+        // A short failback window: the test before this one stops and restarts a member,
+        // and with the default window (120 s) the spread below waited out the rest of it
+        // (~90 s) before that member took its share. No member returns from a loss in
+        // this test, so the window plays no part in what it checks.
         let mut daemons = vec![support::spawn_hub(
             &fed,
             "hub-taint",
@@ -946,6 +954,8 @@ mod failover {
                 "0.2",
                 "--taint-moves-burst",
                 "1",
+                "--failback-window-secs",
+                "5",
             ],
         )];
         daemons.extend(support::spawn_agents(&fed));
@@ -1404,7 +1414,10 @@ mod failover {
             "spec": {
                 "owner": {"team": "ml", "contact": "ml@pinterest.com"},
                 "shards": 30,
-                "parallelism": 3,
+                // Two at once in each member (one each took ~40 s to finish the shards
+                // held back once a hub returned; two each also double what the fence
+                // must hold back while no hub vouches).
+                "parallelism": 6,
                 "placement": {"spread": {"minClusters": 3}},
                 "template": {
                     "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"}},
@@ -1473,7 +1486,7 @@ mod failover {
         tokio::time::sleep(Duration::from_secs(6)).await;
         let before = jobs().await;
         // Three shard lengths: the Jobs there finish, and without the fence each member
-        // would have started about three more.
+        // would have started about three more for each of the two it runs at once.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let after = jobs().await;
         let new: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
