@@ -1306,6 +1306,59 @@ async fn quotas_of(
     Ok(quotas)
 }
 
+/// Stage 3, **decide**: keep the decision or plan again, recorded before any slice
+/// moves. An invalid workload ends the reconcile here (Invalid, and a Warning once per
+/// change of what is wrong).
+pub(super) async fn stage<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    read: &super::read::Read<K>,
+) -> Result<super::Step<Box<Placed>>, HubError> {
+    use super::Step;
+    use kube::runtime::controller::Action;
+    use tracing::Instrument;
+    // Decide: keep or plan again, recorded before any slice moves.
+    let decided = match decide(
+        ctx,
+        obj,
+        &read.standings,
+        &read.remembered,
+        read.now,
+        read.has_finalizer,
+        Seen {
+            stored: read.stored_part.placement.as_ref(),
+            app_due: read.app_look.due.as_ref(),
+        },
+    )
+    .instrument(tracing::trace_span!(target: "pinfed::trace", "decide"))
+    .await?
+    {
+        Outcome::Invalid(message) => {
+            // Said once per change of what is wrong, not on every resync.
+            let said = read.stored_part.conditions.iter().any(|c| {
+                c.type_ == crate::api::common::condition_types::INVALID
+                    && c.status == crate::api::common::ConditionStatus::True
+                    && c.message == message
+            });
+            super::write_invalid(
+                ctx,
+                obj,
+                &read.stored_part.conditions,
+                &message,
+                &read.now_time,
+            )
+            .await?;
+            if !said {
+                ctx.event(obj, EventType::Warning, "InvalidSpec", message.clone())
+                    .await;
+            }
+            return Ok(Step::Done(Action::await_change()));
+        }
+        Outcome::Decided(d) => d,
+    };
+    Ok(Step::Next(decided))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

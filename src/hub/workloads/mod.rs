@@ -1,16 +1,21 @@
-//! The hub's workload loop, per kind, as stages:
+//! The hub's workload loop, per kind, as a pipeline (`reconcile_stages`): each stage in
+//! its own file takes what the last produced and hands on its own type, or ends the
+//! reconcile with when to look again ([`Step::Done`]):
 //!
 //! 1. [`deletion`]: a deleted workload's slices are removed (or recorded for a member
 //!    that is down), then its finalizer;
-//! 2. **read** ([`health`], [`decide::Remembered`], [`rollout::read_slices`]): member
-//!    standings, the decision recorded before, the slices in every reachable member (from
-//!    the member watches' summaries);
-//! 3. **decide** ([`decide`]): keep the decision or plan again (pure placement, charged
-//!    to the capacity ledger and the quota book), recorded in annotations;
-//! 4. **roll out** ([`rollout`]): slices grown, shrunk, removed and fenced toward the
-//!    decision; referenced config propagated;
-//! 5. **aggregate** ([`crate::status::hub_status`], pure) and **write** the hub status
-//!    when it changed.
+//! 2. **read** ([`read`] → `Read`): the status as stored, member standings ([`health`]),
+//!    the decision recorded before ([`decide::Remembered`]), the slices in every
+//!    reachable member ([`rollout::read_slices`]); a held ingress host or a member still
+//!    waited for ends it here;
+//! 3. **decide** ([`decide::stage`] → `Placed`): keep the decision or plan again (pure
+//!    placement, charged to the capacity ledger and the quota book), recorded before any
+//!    slice moves; an invalid spec ends it here;
+//! 4. **roll out** ([`rollout::stage`] → `RolledOut`): the revision each member runs
+//!    ([`staged`]), then slices grown, shrunk, removed and fenced toward the decision;
+//!    referenced config propagated;
+//! 5. **aggregate and write** ([`write`]; [`crate::status::hub_status`], pure): the typed
+//!    hub status when it changed, then the Events and metrics.
 //!
 //! Each stage fails with its own [`HubError`] variant (a metric label); a failing
 //! workload backs off on its own ([`crate::controller::retry`]). Events on the hub
@@ -23,10 +28,12 @@ mod health;
 pub mod hosts;
 pub mod priority;
 mod profiles;
+mod read;
 mod revisions;
 mod rollout;
 mod staged;
 pub mod status_defer;
+mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -57,8 +64,6 @@ use crate::controller::retry::RetryPolicy;
 use crate::hub::members::MemberRegistry;
 use crate::hub::quota_book::QuotaBook;
 use crate::placement::Ledger;
-use crate::status::AggregateInput;
-use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
 
 pub use health::watch_member_health;
 pub use profiles::{propagate_profiles, prune_snapshots};
@@ -571,298 +576,34 @@ pub async fn reconcile<K: PinterestKind>(
     result
 }
 
+/// What a stage hands the next one, or the end of this reconcile (held back, waiting,
+/// invalid) with when to look again.
+enum Step<T> {
+    Next(T),
+    Done(Action),
+}
+
+/// The next stage's input, or the reconcile's end.
+macro_rules! next {
+    ($step:expr) => {
+        match $step {
+            Step::Next(x) => x,
+            Step::Done(action) => return Ok(action),
+        }
+    };
+}
+
+/// One workload's trip through the stages, each taking what the last produced:
+/// read → decide → roll out → aggregate and write.
 async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result<Action, HubError> {
     if obj.meta().deletion_timestamp.is_some() {
         ctx.unready_clocks.forget(&workload_key(obj));
         return deletion::remove_slices(obj, ctx).await;
     }
-    let now = Timestamp::now();
-    let now_time = Time(now);
-    // A copy older than this process's own writes: read what they wrote instead.
-    let unseen = ctx
-        .own_writes
-        .unseen(&workload_key(obj), obj.meta().resource_version.as_deref())
-        .unwrap_or_default();
-    let stored_status: K::Status = match unseen.status {
-        Some(s) => serde_json::from_value(s)?,
-        None => obj.status().cloned().unwrap_or_default(),
-    };
-    let stored_part = K::hub_part(&stored_status);
-
-    // An ingress host another workload holds: held before anything moves.
-    if let Some(action) = hosts::hold_if_taken(ctx, obj, &stored_status).await? {
-        return Ok(action);
-    }
-
-    // Read: standings of the members as this workload sees them, and what was decided.
-    let standings = health::Standings::read(ctx, obj, now);
-    let mut slices = rollout::read_slices(ctx, obj, &standings)
-        .instrument(tracing::trace_span!(target: "pinfed::trace", "read"))
-        .await?;
-    let mut remembered = decide::Remembered::read(ctx, obj, stored_part.placement.clone());
-    if remembered.previous.is_none() {
-        // No decision recorded where this process reads it: a new workload, or one a
-        // leader stopped before its status write (which waits under a burst) had placed —
-        // slices may be out in the members. Plan again from what the members run, so
-        // nothing that runs moves without need — once every member that may hold a part
-        // is Ready again: one NotReady within its failover grace (down, or its first
-        // heartbeat under this leader not in yet) is waited for, not planned around.
-        let waiting: Vec<&String> = standings
-            .standings
-            .iter()
-            .filter(|(_, s)| **s == crate::placement::failover::Standing::Waiting)
-            .map(|(m, _)| m)
-            .collect();
-        // (Without failover a NotReady member waits for good; its share is planned
-        // around, as for a workload placed while it was down.) Whether it may have
-        // slices: a revision is recorded before any slice carries it (a hub before this
-        // one recorded the decision's generation in an annotation) — asked only while a
-        // member is waited for; every Ready member's slices are in this process's caches.
-        if standings.fails_over
-            && !waiting.is_empty()
-            && (remembered.decided_for.is_some() || revisions::any_recorded(ctx, obj).await?)
-        {
-            tracing::info!(workload = %workload_key(obj), members = ?waiting, "no recorded decision; waiting for every member that may hold a slice");
-            return Ok(Action::requeue(
-                standings.requeue.min(std::time::Duration::from_secs(5)),
-            ));
-        }
-        if let Some(out_there) = rollout::decision_from_slices(obj.uid().as_deref(), &slices) {
-            tracing::info!(workload = %workload_key(obj), decision = ?out_there, "no recorded decision; planning from the slices out in the members");
-            remembered.previous = Some(out_there);
-            remembered.decided_for = None;
-        }
-    }
-
-    // A share that does not become available in a healthy member (opt-in).
-    let app_look = app_failover::look_at(
-        ctx,
-        obj,
-        remembered.previous.as_ref(),
-        &standings,
-        &slices,
-        stored_part.rollout.as_ref(),
-        now.as_second(),
-    );
-
-    // Decide: keep or plan again, recorded before any slice moves.
-    let has_finalizer = unseen.finalizer;
-    let decided = match decide::decide(
-        ctx,
-        obj,
-        &standings,
-        &remembered,
-        now,
-        has_finalizer,
-        decide::Seen {
-            stored: stored_part.placement.as_ref(),
-            app_due: app_look.due.as_ref(),
-        },
-    )
-    .instrument(tracing::trace_span!(target: "pinfed::trace", "decide"))
-    .await?
-    {
-        decide::Outcome::Invalid(message) => {
-            // Said once per change of what is wrong, not on every resync.
-            let said = stored_part.conditions.iter().any(|c| {
-                c.type_ == crate::api::common::condition_types::INVALID
-                    && c.status == crate::api::common::ConditionStatus::True
-                    && c.message == message
-            });
-            write_invalid(ctx, obj, &stored_part.conditions, &message, &now_time).await?;
-            if !said {
-                ctx.event(obj, EventType::Warning, "InvalidSpec", message.clone())
-                    .await;
-            }
-            return Ok(Action::await_change());
-        }
-        decide::Outcome::Decided(d) => d,
-    };
-
-    // Which revision each member runs (a new revision is recorded before any slice
-    // carries it).
-    let staged = staged::stage(
-        ctx,
-        obj,
-        &decided.decision,
-        &standings,
-        &slices,
-        stored_part.rollout.as_ref(),
-        &now_time,
-    )
-    .instrument(tracing::trace_span!(target: "pinfed::trace", "stage"))
-    .await?;
-
-    // Roll out: move the slices toward the decision.
-    let held = rollout::roll_out(ctx, obj, &decided, &standings, &mut slices, &staged)
-        .instrument(tracing::trace_span!(target: "pinfed::trace", "roll_out"))
-        .await?;
-    // A hand-off waits for the member the work leaves; its status brings the next look,
-    // this is the net under it.
-    let mut requeue = if held.is_empty() {
-        decided.requeue
-    } else {
-        decided.requeue.min(HAND_OFF_RECHECK)
-    };
-    if let Some(due) = staged.outcome.recheck {
-        requeue = requeue.min(due);
-    }
-    // Looked at again when an unavailable share's toleration ends.
-    if let Some(secs) = app_look.next_in {
-        requeue = requeue.min(std::time::Duration::from_secs(secs.unsigned_abs() + 1));
-    }
-    let key = workload_key(obj);
-
-    // Aggregate and write.
-    let started = std::time::Instant::now();
-    let agent_times = ctx
-        .registry
-        .all()
-        .iter()
-        .filter_map(|m| Some((m.name.clone(), Time(m.agent_renewed()?))))
-        .collect();
-    let observations = rollout::observations(
-        &decided.decision,
-        &standings,
-        &slices,
-        &stored_part.clusters,
-        &agent_times,
-        &now_time,
-    );
-    let api_decision = crate::api::common::PlacementDecision {
-        // Kept or made, a decision of this reconcile is for the generation it read.
-        generation: obj.meta().generation,
-        members: decided.reasons.clone(),
-        queue: decided.queue.clone(),
-        preemptions: priority::records(
-            stored_part
-                .placement
-                .as_ref()
-                .map_or(&[][..], |p| p.preemptions.as_slice()),
-            &decided.evicted,
-            &now_time,
-        ),
-        rebalanced: decided.rebalanced.clone(),
-        application_failovers: decided.application_failovers.clone(),
-        ..crate::placement::recorded::to_status(&decided.decision)
-    };
-    // Completed shards as recorded, never beyond the job set's shard count.
-    let shards = match obj.progress() {
-        crate::api::kind::Progress::Shards { total } => total,
-        _ => 0,
-    };
-    let previous_completed = K::totals(&stored_status)
-        .completed_shards
-        .intersection(&crate::api::ranges::RangeSet::full(shards));
-    let generation = obj.meta().generation.unwrap_or(0);
-    let counts = |c: &BTreeSet<String>| -> BTreeSet<String> {
-        c.iter()
-            .filter(|c| standings.counts_for_failback(c))
-            .cloned()
-            .collect()
-    };
-    let input = HubStatusInput::<K> {
-        stored: &stored_status,
-        aggregate: AggregateInput {
-            hub_generation: generation,
-            previous_observed_generation: stored_part.observed_generation,
-            previous_completed: &previous_completed,
-            progress: obj.progress(),
-            decision: &api_decision,
-            quota_exceeded: decided.quota_exceeded,
-            members: &observations,
-            now: &now_time,
-            stale_after_secs: ctx.stale_after_secs,
-        },
-        failover: FailoverView {
-            message: decided.failover_message.as_deref(),
-            failed_over_from: counts(&decided.failed_over_from),
-            lost_now: counts(&decided.lost_placed),
-            failing_back: decided.failback.clone(),
-        },
-        rollout: Some(staged.outcome.status.clone()),
-    };
-    let status = hub_status(&input);
-    // Only a status that carries a new placement waits: one that reports the members
-    // (their slices' status) goes out at once, a backlog or not.
-    let new_placement = status
-        .as_ref()
-        .is_some_and(|st| K::hub_part(st).placement != stored_part.placement);
-    if new_placement
-        && let Some(left) =
-            ctx.status_deferrals
-                .hold(&key, ctx.queue(K::KIND).len(), std::time::Instant::now())
-    {
-        return Ok(Action::requeue(requeue.min(left)));
-    }
-    let events = ctx.status_deferrals.done(&key);
-    let written = match status {
-        Some(st) => {
-            if tracing::enabled!(tracing::Level::DEBUG) {
-                let changed = crate::status::hub_status::status_changes(
-                    &serde_json::to_value(&stored_status)?,
-                    &serde_json::to_value(&st)?,
-                );
-                tracing::debug!(workload = %key, ?changed, "writing the hub status");
-            }
-            write_hub_status(ctx, obj, decided.written.as_deref(), &st)
-                .instrument(tracing::trace_span!(target: "pinfed::trace", "write_status"))
-                .await
-        }
-        None => Ok(()),
-    };
-    for e in events {
-        ctx.event(obj, e.type_, e.reason, e.note).await;
-    }
-    ctx.hub_metrics
-        .rollout_phase(&key, Some(&staged.outcome.status.phase));
-    for (secs, _) in staged::passed_now(stored_part.rollout.as_ref(), &staged.outcome.status) {
-        ctx.hub_metrics.rollout_member_seconds.observe(secs);
-    }
-    for n in &staged.outcome.notes {
-        ctx.hub_metrics
-            .rollout_transitions
-            .get_or_create(&RolloutLabels {
-                reason: n.reason.to_string(),
-            })
-            .inc();
-        let type_ = if n.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        ctx.event(obj, type_, n.reason, n.message.clone()).await;
-    }
-    written?;
-    // Recorded: the debts' annotations go (a reconcile that ended before this leaves
-    // them, and the next records them).
-    if !decided.owed_annotations.is_empty() {
-        remove_owed(ctx, obj, &decided.owed_annotations).await;
-    }
-    ctx.hub_metrics
-        .aggregation_seconds
-        .observe(started.elapsed().as_secs_f64());
-    Ok(Action::requeue(requeue))
-}
-
-/// Removes owed-eviction annotations the status has recorded. One that stays (the write
-/// failed) is removed by a later reconcile: recorded, it is never applied again.
-async fn remove_owed<K: PinterestKind>(ctx: &HubContext, obj: &K, names: &[String]) {
-    let nulls: serde_json::Map<String, serde_json::Value> = names
-        .iter()
-        .map(|n| (n.clone(), serde_json::Value::Null))
-        .collect();
-    let patch = serde_json::json!({"metadata": {"annotations": nulls}});
-    if let Err(e) = hub_api(ctx, obj)
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        tracing::debug!(workload = %workload_key(obj), error = %e, "owed-eviction annotations not removed yet");
-    }
+    let mut read = next!(read::read(ctx, obj).await?);
+    let decided = next!(decide::stage(ctx, obj, &read).await?);
+    let rolled = rollout::stage(ctx, obj, &mut read, &decided).await?;
+    write::write(ctx, obj, read, &decided, rolled).await
 }
 
 /// How soon a workload whose work waits for a hand-off looks again at the latest.

@@ -607,6 +607,65 @@ pub fn observations(
         .collect()
 }
 
+/// What the roll-out stage hands on.
+pub(super) struct RolledOut {
+    /// Which revision each member runs, and the rollout's status.
+    pub staged: super::staged::Staged,
+    /// When to look again at the latest.
+    pub requeue: std::time::Duration,
+}
+
+/// Stage 4, **roll out**: which revision each member runs (a new revision is recorded
+/// before any slice carries it), then the slices moved toward the decision.
+pub(super) async fn stage<K: PinterestKind>(
+    ctx: &HubContext,
+    obj: &K,
+    read: &mut super::read::Read<K>,
+    decided: &super::decide::Placed,
+) -> Result<RolledOut, HubError> {
+    use tracing::Instrument;
+    // Which revision each member runs (a new revision is recorded before any slice
+    // carries it).
+    let staged = super::staged::stage(
+        ctx,
+        obj,
+        &decided.decision,
+        &read.standings,
+        &read.slices,
+        read.stored_part.rollout.as_ref(),
+        &read.now_time,
+    )
+    .instrument(tracing::trace_span!(target: "pinfed::trace", "stage"))
+    .await?;
+
+    // Roll out: move the slices toward the decision.
+    let held = roll_out(
+        ctx,
+        obj,
+        decided,
+        &read.standings,
+        &mut read.slices,
+        &staged,
+    )
+    .instrument(tracing::trace_span!(target: "pinfed::trace", "roll_out"))
+    .await?;
+    // A hand-off waits for the member the work leaves; its status brings the next look,
+    // this is the net under it.
+    let mut requeue = if held.is_empty() {
+        decided.requeue
+    } else {
+        decided.requeue.min(super::HAND_OFF_RECHECK)
+    };
+    if let Some(due) = staged.outcome.recheck {
+        requeue = requeue.min(due);
+    }
+    // Looked at again when an unavailable share's toleration ends.
+    if let Some(secs) = read.app_look.next_in {
+        requeue = requeue.min(std::time::Duration::from_secs(secs.unsigned_abs() + 1));
+    }
+    Ok(RolledOut { staged, requeue })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
