@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pinfed::api::runtime_profile::RuntimeProfile;
 use pinfed::api::service::PinterestService;
-use support::{Daemon, Federation, TestNamespace, join_all};
+use support::{Daemon, Federation, TestNamespace, join_all_once};
 
 const WAIT: Duration = Duration::from_secs(120);
 
 /// A hub with short grace periods (a stopped member fails over within seconds) and an
 /// agent per member.
-fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
-    join_all(fed);
+async fn federation(fed: &Federation, tag: &str) -> Vec<Daemon> {
+    join_all_once(fed).await;
     let grace = ["--member-grace-secs", "5", "--failback-window-secs", "5"];
     let mut daemons = vec![support::spawn_hub(fed, &format!("hub-{tag}"), &grace)];
     daemons.extend(support::spawn_agents(fed));
@@ -228,7 +228,7 @@ impl Drop for Profile {
 async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_broken_one_is_rolled_back()
  {
     let fed = Federation::connect().await;
-    let daemons = federation(&fed, "profile-rollout");
+    let daemons = federation(&fed, "profile-rollout").await;
     let logs = || daemons[0].log_tail();
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "rt-rollout").await;
@@ -360,7 +360,7 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
 async fn destructive_a_member_stopped_mid_rollout_never_passes_and_gets_the_current_revision_back()
 {
     let fed = Federation::connect().await;
-    let daemons = federation(&fed, "stopped-rollout");
+    let daemons = federation(&fed, "stopped-rollout").await;
     let logs = || daemons[0].log_tail();
     let hub = fed.hub();
     let ns = TestNamespace::create(&hub, "stop-rollout").await;

@@ -153,7 +153,7 @@ async fn wait_ready_everywhere(api: &Api<PinterestService>, name: &str, logs: &d
 #[tokio::test]
 async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_ready() {
     let fed = Federation::connect().await;
-    support::join_all(&fed);
+    support::join_all_once(&fed).await;
     let (pull, push) = (pull_member(&fed), push_member(&fed));
     let hub_d = hub(&fed, "liveness");
     let mut agents: std::collections::BTreeMap<String, Daemon> = fed
@@ -263,7 +263,7 @@ async fn destructive_a_lost_agent_fails_its_share_over_and_never_shows_a_stale_r
 #[tokio::test]
 async fn destructive_a_disconnected_pull_agent_keeps_its_workloads_and_catches_up() {
     let fed = Federation::connect().await;
-    support::join_all(&fed);
+    support::join_all_once(&fed).await;
     let pull = pull_member(&fed);
     let push = push_member(&fed);
     let hub_d = hub(&fed, "disconnect");
@@ -430,7 +430,7 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
     use k8s_openapi::api::core::v1::Namespace;
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let fed = Federation::connect().await;
-    support::join_all(&fed);
+    support::join_all_once(&fed).await;
     let pull = pull_member(&fed);
     let hub_d = hub(&fed, "unjoin-pull");
     let _agent = agent(&fed, &pull, "unjoin-pull");
@@ -518,7 +518,7 @@ async fn destructive_unjoin_of_a_pull_member_removes_its_hub_identity_and_creden
     )
     .await;
     // Joined again: Ready again.
-    support::join_all(&fed);
+    support::join_member(&fed, &pull, &[]);
     eventually(
         Duration::from_secs(90),
         &format!("{pull} Ready after joining again\n{}", hub_d.log_tail()),
@@ -548,11 +548,13 @@ async fn destructive_a_pull_agents_credential_ends_on_its_own_and_a_new_join_ren
     use pinfed::hub::join_pull::{AGENT_CREDENTIAL, PULL_AGENT};
     let fed = Federation::connect().await;
     let pull = pull_member(&fed);
-    // A credential of 40 s, made anew.
+    // A credential of 25 s, made anew: the test waits out all of it. What must happen
+    // before its end (agent connected, member Ready, the hub saying EndsSoon, two token
+    // requests) took 3 s on local-3 (the credential is made at the end of the join).
     support::join_member(
         &fed,
         &pull,
-        &["--credential-secs", "40", "--renew-credential"],
+        &["--credential-secs", "25", "--renew-credential"],
     );
     let hub_d = hub(&fed, "credential");
     let agent_d = agent(&fed, &pull, "credential");
