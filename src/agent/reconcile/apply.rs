@@ -1,0 +1,357 @@
+//! Stage 5, **apply**: every generated object server-side applied (field manager
+//! `pinfed-agent`; nothing of someone else's overwritten), unless the same objects were
+//! applied moments ago, then what the workload no longer wants pruned.
+use super::*;
+
+pub(super) async fn apply<K: AgentKind>(
+    ctx: &Context,
+    slice: &mut Slice<'_, K>,
+    observed: &Observed,
+    completed: Option<&crate::api::ranges::RangeSet>,
+    built: Built,
+) -> Result<Step<()>, AgentError> {
+    let obj = slice.obj;
+    let Built { objects, started } = built;
+    let digest = crate::agent::applied::digest(&objects)?;
+    let uid = obj.uid().unwrap_or_default();
+    let keep = if ctx.applied.unchanged(&uid, digest) {
+        objects
+            .iter()
+            .map(|o| (api_resource(o).kind, o.name_any()))
+            .collect()
+    } else {
+        // Nothing of someone else's is overwritten: a clash refuses the whole workload
+        // before any object is applied.
+        let adopted = match claim_objects(ctx, obj, &slice.ns, &objects).await? {
+            Ok(adopted) => adopted,
+            Err(clash) => {
+                ctx.metrics.refused(K::KIND.as_str(), "Conflict");
+                slice.invalid(ctx, "Conflict", &clash).await?;
+                return Ok(Step::Done(Action::requeue(CONFLICT_RECHECK)));
+            }
+        };
+        let keep = apply_objects(ctx, &uid, &slice.ns, &objects, &adopted)
+            .instrument(tracing::trace_span!(target: "pinfed::trace", "apply"))
+            .await?;
+        ctx.applied.record(&uid, digest);
+        keep
+    };
+    let mut keep = keep;
+    keep.extend(started);
+    prune(ctx, obj, observed, completed, keep)
+        .instrument(tracing::trace_span!(target: "pinfed::trace", "prune"))
+        .await?;
+    Ok(Step::Next(()))
+}
+
+/// How soon a workload whose object names clash with someone else's objects looks again
+/// (the other object has none of our labels, so no watch brings its deletion).
+pub(super) const CONFLICT_RECHECK: Duration = Duration::from_secs(10);
+
+/// Checks that every object about to be applied is this workload's, new, or handed over
+/// by the member's admin (`ADOPT_ANNOTATION`: adopted, with an Event). Ok: the names of
+/// the objects to adopt. Err: the clash, to report; nothing was written.
+async fn claim_objects<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    ns: &str,
+    objects: &[DynamicObject],
+) -> Result<Result<BTreeSet<(String, String)>, String>, AgentError> {
+    use crate::api::member_policy::{ADOPT_ANNOTATION, Ownership, ownership};
+    let uid = obj.uid().unwrap_or_default();
+    let workload = format!("{}/{}", K::KIND.as_str(), obj.name_any());
+    // Once the owned-object watches have listed (an agent start), they answer for what
+    // is ours, and only new names are looked up.
+    while !ctx.owned.listed(K::KIND) && ctx.owned.age() < OWNED_LISTING_WAIT {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut adopted = BTreeSet::new();
+    for o in objects {
+        let ar = api_resource(o);
+        let name = o.name_any();
+        if ctx.owned.holds(K::KIND, &ar.kind, &uid, &name) {
+            continue;
+        }
+        let existing = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &ar)
+            .get_metadata_opt(&name)
+            .await
+            .map_err(AgentError::Observe)?;
+        let owners: Vec<String> = existing
+            .iter()
+            .flat_map(|m| m.metadata.owner_references.iter().flatten())
+            .map(|r| r.uid.clone())
+            .collect();
+        let empty = Default::default();
+        let view = existing
+            .as_ref()
+            .map(|m| crate::api::member_policy::Existing {
+                owners: &owners,
+                labels: m.metadata.labels.as_ref().unwrap_or(&empty),
+                annotations: m.metadata.annotations.as_ref().unwrap_or(&empty),
+            });
+        match ownership(view, &uid, &workload, None) {
+            Ownership::Absent | Ownership::Ours => {}
+            Ownership::Adoptable => {
+                adopted.insert((ar.kind.clone(), name));
+            }
+            Ownership::Foreign => {
+                return Ok(Err(format!(
+                    "{}/{name} already exists in namespace {ns} and was not created by pinfed for {workload}: \
+                     pinfed does not take it over (nothing was applied). Rename the workload, delete that object, \
+                     or let a member admin hand it over: `pinfed adopt {}/{name} -n {ns} --to {workload}` \
+                     (annotation {ADOPT_ANNOTATION}={workload})",
+                    ar.kind, ar.kind
+                )));
+            }
+        }
+    }
+    if !adopted.is_empty() {
+        let names: Vec<String> = adopted.iter().map(|(k, n)| format!("{k}/{n}")).collect();
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Adopted",
+            format!(
+                "took over {} as its member admin allowed ({ADOPT_ANNOTATION})",
+                names.join(", ")
+            ),
+        )
+        .await;
+    }
+    Ok(Ok(adopted))
+}
+
+/// Makes an adopted object exactly the generated one: replaced whole (what the API
+/// server allocated, such as a Service's cluster IP, it keeps), so none of its former
+/// owner's fields linger beside ours; the apply that follows then owns every field.
+async fn replace_for_adoption(
+    api: &Api<DynamicObject>,
+    generated: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let existing = api.get(&generated.name_any()).await?;
+    let mut body = generated.clone();
+    body.metadata.resource_version = existing.metadata.resource_version.clone();
+    api.replace(
+        &generated.name_any(),
+        &kube::api::PostParams {
+            field_manager: Some(AGENT_FIELD_MANAGER.to_string()),
+            ..Default::default()
+        },
+        &body,
+    )
+    .await?;
+    Ok(())
+}
+
+/// After the first apply of an adopted object: only the agent's apply (and status
+/// writers) own its fields, so a field the expansion later drops is removed.
+async fn drop_other_owners(
+    api: &Api<DynamicObject>,
+    applied: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let kept: Vec<_> = applied
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.subresource.is_some()
+                || (m.manager.as_deref() == Some(AGENT_FIELD_MANAGER)
+                    && m.operation.as_deref() == Some("Apply"))
+        })
+        .cloned()
+        .collect();
+    if kept.len() == applied.metadata.managed_fields.as_ref().map_or(0, Vec::len) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"managedFields": kept,
+        "resourceVersion": applied.metadata.resource_version}});
+    api.patch(
+        &applied.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Server-side applies every generated object of the workload `uid`; returns (kind, name)
+/// of each. The book of applied objects notes each one's fingerprint as the API server
+/// returned it (to tell others' changes from ours later).
+async fn apply_objects(
+    ctx: &Context,
+    uid: &str,
+    ns: &str,
+    objects: &[DynamicObject],
+    adopted: &BTreeSet<(String, String)>,
+) -> Result<Kept, AgentError> {
+    let mut keep = BTreeSet::new();
+    ctx.applied.begin(uid);
+    for o in objects {
+        let ar = api_resource(o);
+        let oname = o.name_any();
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+        let apply_err = |source| AgentError::Apply {
+            kind: ar.kind.clone(),
+            name: oname.clone(),
+            source,
+        };
+        let adopting = adopted.contains(&(ar.kind.clone(), oname.clone()));
+        if adopting {
+            replace_for_adoption(&api, o).await.map_err(apply_err)?;
+        }
+        let (params, patch) = (
+            PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            Patch::Apply(o),
+        );
+        let apply = || api.patch(&oname, &params, &patch);
+        let (applied, took_back) = match apply().await {
+            Ok(applied) => (applied, adopting),
+            // Someone changed a key of a list our apply merges into (a Service's port by
+            // hand): their entry and ours cannot stand together (two ports named `http`),
+            // so no apply ever repairs it. The object is ours: take it back whole, as for
+            // an adoption, then apply.
+            Err(kube::Error::Api(s)) if s.code == 422 && !adopting => {
+                tracing::info!(kind = %ar.kind, name = %oname, namespace = %ns, reason = %s.message,
+                    "the object was changed so that an apply cannot merge; replacing it");
+                replace_for_adoption(&api, o).await.map_err(apply_err)?;
+                (apply().await.map_err(apply_err)?, true)
+            }
+            Err(e) => return Err(apply_err(e)),
+        };
+        if took_back {
+            drop_other_owners(&api, &applied).await.map_err(apply_err)?;
+        }
+        ctx.metrics
+            .applied_objects
+            .get_or_create(&crate::controller::metrics::KindLabels {
+                kind: ar.kind.clone(),
+            })
+            .inc();
+        let fingerprint = ctx.applied.fingerprint(&o.metadata, &applied.metadata);
+        ctx.applied
+            .applied(uid, (ar.kind.clone(), oname.clone()), fingerprint);
+        keep.insert((ar.kind.clone(), oname));
+    }
+    Ok(keep)
+}
+
+/// Prunes what the workload no longer wants — except what its completed shards leave
+/// behind (finished Jobs wait for their TTL; see `completed_shard_objects`).
+async fn prune<K: AgentKind>(
+    ctx: &Context,
+    obj: &K,
+    observed: &Observed,
+    completed: Option<&crate::api::ranges::RangeSet>,
+    mut keep: Kept,
+) -> Result<(), AgentError> {
+    let ns = obj.namespace().unwrap_or_default();
+    let selector = expand::workload_selector(K::KIND, &obj.name_any());
+    if let (Some(j), Some(completed)) = (obj.as_workload().job_set(), completed) {
+        let claims = if j.spec.volume_claim_templates.is_empty() || completed.is_empty() {
+            Vec::new()
+        } else {
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+                .list_metadata(&ListParams::default().labels(&selector))
+                .await
+                .map_err(AgentError::Observe)?
+                .items
+                .into_iter()
+                .map(|p| p.metadata)
+                .collect()
+        };
+        keep.extend(completed_shard_objects(
+            j,
+            completed,
+            &observed.jobs,
+            &claims,
+        ));
+    }
+    let uid = obj.uid().unwrap_or_default();
+    let pruned = match unwanted::<K>(ctx, &uid, &obj.name_any(), &keep).await {
+        Some(unwanted) => {
+            let resources = expand::generated_api_resources();
+            let mut deleted = Vec::new();
+            for (kind, name) in unwanted {
+                let Some(ar) = resources.iter().find(|r| r.kind == kind) else {
+                    continue;
+                };
+                if crate::controller::apply::delete_generated(&ctx.client, &ns, ar, &name)
+                    .await
+                    .map_err(AgentError::Prune)?
+                {
+                    deleted.push(format!("{kind}/{name}"));
+                }
+            }
+            deleted
+        }
+        // The owned watches have not listed yet (or one cannot): list as they would.
+        None => crate::controller::apply::prune(
+            &ctx.client,
+            &ns,
+            &expand::generated_api_resources(),
+            &selector,
+            &uid,
+            &keep,
+        )
+        .await
+        .map_err(AgentError::Prune)?,
+    };
+    if !pruned.is_empty() {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Pruned",
+            format!("removed {}", pruned.join(", ")),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// The workload's objects that `keep` leaves out, from the owned-object watches; waits
+/// for their first listing (an agent start) until [`OWNED_LISTING_WAIT`] after the index
+/// was made. None when the index cannot answer: the prune lists.
+async fn unwanted<K: AgentKind>(
+    ctx: &Context,
+    uid: &str,
+    name: &str,
+    keep: &Kept,
+) -> Option<Vec<(String, String)>> {
+    use crate::agent::owned::Answer;
+    let workload = expand::names::label_value(name);
+    loop {
+        match ctx.owned.unwanted(K::KIND, uid, &workload, keep) {
+            Answer::Unwanted(u) => return Some(u),
+            Answer::NotWatched(kind) => {
+                tracing::warn!(kind = K::KIND.as_str(), %name, generated = %kind, "no owned-object watch covers a generated kind: pruning by listing");
+                return None;
+            }
+            Answer::NotListedYet if ctx.owned.age() >= OWNED_LISTING_WAIT => {
+                tracing::warn!(kind = K::KIND.as_str(), %name, "the owned-object watches have not listed yet: pruning by listing");
+                return None;
+            }
+            Answer::NotListedYet => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// How long a prune waits for the owned-object watches' first listing before it lists
+/// the namespace itself.
+const OWNED_LISTING_WAIT: Duration = Duration::from_secs(30);
+
+fn api_resource(o: &DynamicObject) -> kube::core::ApiResource {
+    let types = o.types.clone().unwrap_or_default();
+    expand::generated_api_resources()
+        .into_iter()
+        .find(|r| r.api_version == types.api_version && r.kind == types.kind)
+        .unwrap_or_else(|| {
+            let (g, v) = types
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", &types.api_version));
+            kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(g, v, &types.kind))
+        })
+}
