@@ -10,6 +10,63 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+/// Declares a kind's status type: the fields every kind's status has around the kind's
+/// own, in the order they are written. First `observedGeneration` and `conditions` (the
+/// kind names its condition types in the doc string, which keeps its leading space as a
+/// `///` line would), then the kind's fields, then `runtimeVersion` and the hub's
+/// `placement`, `rollout` and `clusters`.
+macro_rules! workload_status {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            conditions: $conditions:literal,
+            $(
+                $(#[$fmeta:meta])*
+                pub $field:ident : $ty:ty,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(
+            ::serde::Serialize,
+            ::serde::Deserialize,
+            Clone,
+            Debug,
+            Default,
+            PartialEq,
+            ::schemars::JsonSchema,
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            /// The generation this status describes.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub observed_generation: Option<i64>,
+            #[doc = $conditions]
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+            pub conditions: Vec<$crate::api::common::Condition>,
+            $(
+                $(#[$fmeta])*
+                pub $field: $ty,
+            )*
+            /// The RuntimeProfile version injected.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub runtime_version: Option<String>,
+            /// Hub only: the placement decision.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub placement: Option<$crate::api::common::PlacementDecision>,
+            /// Hub only: the revision the spec asks for and how far its rollout is.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rollout: Option<$crate::api::rollout::RolloutStatus>,
+            /// Hub only: per-cluster status, with the time each was observed.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
+            pub clusters: Vec<$crate::api::common::MemberWorkloadStatus>,
+        }
+    };
+}
+pub(crate) use workload_status;
+
 /// Label: who manages a generated object (always `pinfed`).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].

@@ -3,6 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+use super::common::workload_status;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
@@ -111,39 +112,20 @@ impl ConcurrencyPolicy {
     }
 }
 
-/// Status of a PinterestCronJob.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestCronJobStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Scheduled, Ready, Degraded, QuotaExceeded, Invalid, Complete, Failed (of the last run).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// Runs in progress.
-    #[serde(default)]
-    pub active: i32,
-    /// When a run was last scheduled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub last_schedule_time: Option<Time>,
-    /// When a run last succeeded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub last_successful_time: Option<Time>,
-    /// The RuntimeProfile version injected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Hub only: the placement decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<PlacementDecision>,
-    /// Hub only: the revision the spec asks for and how far its rollout is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutStatus>,
-    /// Hub only: per-cluster status, with the time each was observed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
-    pub clusters: Vec<MemberWorkloadStatus>,
+workload_status! {
+    /// Status of a PinterestCronJob.
+    pub struct PinterestCronJobStatus {
+        conditions: " Scheduled, Ready, Degraded, QuotaExceeded, Invalid, Complete, Failed (of the last run).",
+        /// Runs in progress.
+        #[serde(default)]
+        pub active: i32,
+        /// When a run was last scheduled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub last_schedule_time: Option<Time>,
+        /// When a run last succeeded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub last_successful_time: Option<Time>,
+    }
 }

@@ -3,6 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+use super::common::workload_status;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -94,40 +95,21 @@ pub struct DaemonRollingUpdate {
     pub max_surge: Option<IntOrString>,
 }
 
-/// Status of a PinterestDaemon.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestDaemonStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// Nodes that should run the daemon.
-    #[serde(default)]
-    pub desired: i32,
-    /// Nodes where the daemon is ready.
-    #[serde(default)]
-    pub ready: i32,
-    /// Nodes where the daemon is available.
-    #[serde(default)]
-    pub available: i32,
-    /// Nodes running the current template.
-    #[serde(default)]
-    pub updated: i32,
-    /// The RuntimeProfile version injected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Hub only: the placement decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<PlacementDecision>,
-    /// Hub only: the revision the spec asks for and how far its rollout is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutStatus>,
-    /// Hub only: per-cluster status, with the time each was observed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
-    pub clusters: Vec<MemberWorkloadStatus>,
+workload_status! {
+    /// Status of a PinterestDaemon.
+    pub struct PinterestDaemonStatus {
+        conditions: " Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.",
+        /// Nodes that should run the daemon.
+        #[serde(default)]
+        pub desired: i32,
+        /// Nodes where the daemon is ready.
+        #[serde(default)]
+        pub ready: i32,
+        /// Nodes where the daemon is available.
+        #[serde(default)]
+        pub available: i32,
+        /// Nodes running the current template.
+        #[serde(default)]
+        pub updated: i32,
+    }
 }

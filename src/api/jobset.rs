@@ -4,6 +4,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+use super::common::workload_status;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
@@ -123,61 +124,42 @@ pub struct ConfigTemplate {
     pub data: BTreeMap<String, String>,
 }
 
-/// Status of a PinterestJobSet.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestJobSetStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid, Complete, Failed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// Shards whose Job is running.
-    #[serde(default)]
-    pub shards_running: i32,
-    /// Shards that succeeded.
-    #[serde(default)]
-    pub shards_succeeded: i32,
-    /// Shards that failed (exhausted their backoff limit).
-    #[serde(default)]
-    pub shards_failed: i32,
-    /// Succeeded shard indices as a range list. A shard listed here never gets a Job
-    /// again (not after TTL clean-up, drift repair, failover or restarts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(RANGE_LIST_PATTERN))]
-    pub completed_shards: Option<String>,
-    /// Failed shard indices as a range list.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(RANGE_LIST_PATTERN))]
-    pub failed_shards: Option<String>,
-    /// Unfinished shards whose Job has no pod Ready (pending, pulling its image, crashing),
-    /// as a range list; reported only with application failover on
-    /// (`spec.placement.failover.application`), which moves them off a member where they
-    /// stay so while the job set runs elsewhere.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(RANGE_LIST_PATTERN))]
-    pub unready_shards: Option<String>,
-    /// When the first shard started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub start_time: Option<Time>,
-    /// When the last shard finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub completion_time: Option<Time>,
-    /// The RuntimeProfile version injected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Hub only: the placement decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<PlacementDecision>,
-    /// Hub only: the revision the spec asks for and how far its rollout is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutStatus>,
-    /// Hub only: per-cluster status, with the time each was observed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
-    pub clusters: Vec<MemberWorkloadStatus>,
+workload_status! {
+    /// Status of a PinterestJobSet.
+    pub struct PinterestJobSetStatus {
+        conditions: " Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid, Complete, Failed.",
+        /// Shards whose Job is running.
+        #[serde(default)]
+        pub shards_running: i32,
+        /// Shards that succeeded.
+        #[serde(default)]
+        pub shards_succeeded: i32,
+        /// Shards that failed (exhausted their backoff limit).
+        #[serde(default)]
+        pub shards_failed: i32,
+        /// Succeeded shard indices as a range list. A shard listed here never gets a Job
+        /// again (not after TTL clean-up, drift repair, failover or restarts).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(pattern(RANGE_LIST_PATTERN))]
+        pub completed_shards: Option<String>,
+        /// Failed shard indices as a range list.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(pattern(RANGE_LIST_PATTERN))]
+        pub failed_shards: Option<String>,
+        /// Unfinished shards whose Job has no pod Ready (pending, pulling its image, crashing),
+        /// as a range list; reported only with application failover on
+        /// (`spec.placement.failover.application`), which moves them off a member where they
+        /// stay so while the job set runs elsewhere.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(pattern(RANGE_LIST_PATTERN))]
+        pub unready_shards: Option<String>,
+        /// When the first shard started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub start_time: Option<Time>,
+        /// When the last shard finished.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub completion_time: Option<Time>,
+    }
 }

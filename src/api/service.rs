@@ -3,6 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+use super::common::workload_status;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -143,40 +144,21 @@ pub struct Disruption {
     pub max_unavailable: Option<IntOrString>,
 }
 
-/// Status of a PinterestService (hub: aggregated over clusters; member: this cluster).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestServiceStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// Pods that exist.
-    #[serde(default)]
-    pub replicas: i32,
-    /// Pods that are ready.
-    #[serde(default)]
-    pub ready_replicas: i32,
-    /// Pods that are available.
-    #[serde(default)]
-    pub available_replicas: i32,
-    /// Pods running the current template.
-    #[serde(default)]
-    pub updated_replicas: i32,
-    /// The RuntimeProfile version injected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Hub only: the placement decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<PlacementDecision>,
-    /// Hub only: the revision the spec asks for and how far its rollout is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutStatus>,
-    /// Hub only: per-cluster status, with the time each was observed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
-    pub clusters: Vec<MemberWorkloadStatus>,
+workload_status! {
+    /// Status of a PinterestService (hub: aggregated over clusters; member: this cluster).
+    pub struct PinterestServiceStatus {
+        conditions: " Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid.",
+        /// Pods that exist.
+        #[serde(default)]
+        pub replicas: i32,
+        /// Pods that are ready.
+        #[serde(default)]
+        pub ready_replicas: i32,
+        /// Pods that are available.
+        #[serde(default)]
+        pub available_replicas: i32,
+        /// Pods running the current template.
+        #[serde(default)]
+        pub updated_replicas: i32,
+    }
 }

@@ -4,6 +4,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+use super::common::workload_status;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -144,39 +145,20 @@ pub struct ReplicaStatus {
     pub failed: i32,
 }
 
-/// Status of a PinterestTrainingJob.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestTrainingJobStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid, Complete, Failed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// Per-role replica state.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub replica_statuses: BTreeMap<String, ReplicaStatus>,
-    /// When the first replica started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub start_time: Option<Time>,
-    /// When the job finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_date_time_schema")]
-    pub completion_time: Option<Time>,
-    /// The RuntimeProfile version injected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Hub only: the placement decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<PlacementDecision>,
-    /// Hub only: the revision the spec asks for and how far its rollout is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutStatus>,
-    /// Hub only: per-cluster status, with the time each was observed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
-    pub clusters: Vec<MemberWorkloadStatus>,
+workload_status! {
+    /// Status of a PinterestTrainingJob.
+    pub struct PinterestTrainingJobStatus {
+        conditions: " Scheduled, Ready, Progressing, Degraded, QuotaExceeded, Invalid, Complete, Failed.",
+        /// Per-role replica state.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub replica_statuses: BTreeMap<String, ReplicaStatus>,
+        /// When the first replica started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub start_time: Option<Time>,
+        /// When the job finished.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "optional_date_time_schema")]
+        pub completion_time: Option<Time>,
+    }
 }
