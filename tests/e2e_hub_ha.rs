@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
 use pinfed::api::service::PinterestService;
-use support::{Federation, TestNamespace, eventually, join_all, spawn_daemon, unique_name};
+use support::{Federation, TestNamespace, eventually, join_all_once, spawn_daemon, unique_name};
 
 // Enough that the leader is killed with a good part unplaced (it is killed once 3 are).
 const WORKLOADS: usize = 40;
@@ -90,7 +90,7 @@ fn agents(fed: &Federation) -> &'static Vec<support::Daemon> {
 async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let fed = Federation::connect().await;
-    join_all(&fed);
+    join_all_once(&fed).await;
     let hub = fed.hub();
     // In the namespace and under the Role that deploy/ ships; a Lease of its own, so
     // no other hub of the suite takes part in this election.
@@ -268,7 +268,7 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
     use k8s_openapi::jiff::Timestamp;
     let _turn = ONE_AT_A_TIME.lock().await;
     let fed = Federation::connect().await;
-    join_all(&fed);
+    join_all_once(&fed).await;
     let hub = fed.hub();
     let lease = unique_name("stop-lease");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
@@ -493,7 +493,7 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
 async fn a_leader_that_shuts_down_hands_the_lease_to_the_standby_at_once() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let fed = Federation::connect().await;
-    join_all(&fed);
+    join_all_once(&fed).await;
     agents(&fed);
     let hub = fed.hub();
     let lease = unique_name("term-lease");
