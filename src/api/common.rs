@@ -67,6 +67,51 @@ macro_rules! workload_status {
 }
 pub(crate) use workload_status;
 
+/// Declares a kind's spec type (its CRD attributes passed through): the fields every
+/// kind's spec starts with, `owner`, `runtimeVersion`, `placement` (the kind says its
+/// default strategy in the doc string, which keeps its leading space as a `///` line
+/// would), `rollout`, `overrides` and `priorityClassName`, then the kind's own.
+macro_rules! workload_spec {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            placement: $placement:literal,
+            $(
+                $(#[$fmeta:meta])*
+                pub $field:ident : $ty:ty,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            /// Owning team and contact.
+            pub owner: $crate::api::common::Owner,
+            /// Pins a RuntimeProfile version; absent means the profile marked default.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub runtime_version: Option<String>,
+            #[doc = $placement]
+            #[serde(default)]
+            pub placement: $crate::api::common::Placement,
+            /// How changes to what it runs reach its members: stages, gates, rollback.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rollout: Option<$crate::api::rollout::RolloutPolicy>,
+            /// Per-member changes to what the member runs (see `docs/overrides.md`).
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub overrides: Vec<$crate::api::overrides::Override>,
+            /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
+            /// work (its `preemptionPolicy`), and is set on the pods where the member has the
+            /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub priority_class_name: Option<String>,
+            $(
+                $(#[$fmeta])*
+                pub $field: $ty,
+            )*
+        }
+    };
+}
+pub(crate) use workload_spec;
+
 /// Label: who manages a generated object (always `pinfed`).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].

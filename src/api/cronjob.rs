@@ -3,7 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
@@ -12,86 +12,70 @@ use serde::{Deserialize, Serialize};
 
 use super::common::*;
 
-/// A scheduled job. Expanded into a CronJob in the one member cluster that runs it.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestCronJob",
-    namespaced,
-    status = "PinterestCronJobStatus",
-    shortname = "pcj",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "A scheduled job, run by a CronJob in a single member cluster that changes on failover.",
-    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
-    printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
-    printcolumn(name = "Active", type_ = "integer", json_path = ".status.active"),
-    printcolumn(
-        name = "Last Schedule",
-        type_ = "date",
-        json_path = ".status.lastScheduleTime"
-    ),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestCronJobSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the cron job runs. Default strategy: Single.
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.
-    #[schemars(length(min = 1))]
-    pub schedule: String,
-    /// IANA time zone of the schedule, e.g. `America/Los_Angeles`. Default: the
-    /// controller-manager's zone (UTC).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// Allow (default), Forbid or Replace concurrent runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency_policy: Option<ConcurrencyPolicy>,
-    /// Suspends future runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspend: Option<bool>,
-    /// Deadline in seconds for starting a run that missed its time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub starting_deadline_seconds: Option<i64>,
-    /// Finished runs to keep (succeeded). Default 3.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub successful_jobs_history_limit: Option<i32>,
-    /// Finished runs to keep (failed). Default 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub failed_jobs_history_limit: Option<i32>,
-    /// Retries of one run before it counts as failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub backoff_limit: Option<i32>,
-    /// Pod template of one run (the user's containers only).
-    #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
+workload_spec! {
+    /// A scheduled job. Expanded into a CronJob in the one member cluster that runs it.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestCronJob",
+        namespaced,
+        status = "PinterestCronJobStatus",
+        shortname = "pcj",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "A scheduled job, run by a CronJob in a single member cluster that changes on failover.",
+        printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+        printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
+        printcolumn(name = "Active", type_ = "integer", json_path = ".status.active"),
+        printcolumn(
+            name = "Last Schedule",
+            type_ = "date",
+            json_path = ".status.lastScheduleTime"
+        ),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestCronJobSpec {
+        placement: " Where the cron job runs. Default strategy: Single.",
+        /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.
+        #[schemars(length(min = 1))]
+        pub schedule: String,
+        /// IANA time zone of the schedule, e.g. `America/Los_Angeles`. Default: the
+        /// controller-manager's zone (UTC).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub time_zone: Option<String>,
+        /// Allow (default), Forbid or Replace concurrent runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub concurrency_policy: Option<ConcurrencyPolicy>,
+        /// Suspends future runs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub suspend: Option<bool>,
+        /// Deadline in seconds for starting a run that missed its time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub starting_deadline_seconds: Option<i64>,
+        /// Finished runs to keep (succeeded). Default 3.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub successful_jobs_history_limit: Option<i32>,
+        /// Finished runs to keep (failed). Default 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub failed_jobs_history_limit: Option<i32>,
+        /// Retries of one run before it counts as failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub backoff_limit: Option<i32>,
+        /// Pod template of one run (the user's containers only).
+        #[schemars(schema_with = "pod_template_schema")]
+        pub template: PodTemplateSpec,
+    }
 }
 
 /// How concurrent runs of a cron job are treated.

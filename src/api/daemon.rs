@@ -3,7 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -12,54 +12,38 @@ use serde::{Deserialize, Serialize};
 
 use super::common::*;
 
-/// An infrastructure daemon. Expanded into a DaemonSet in every selected member cluster.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestDaemon",
-    namespaced,
-    status = "PinterestDaemonStatus",
-    shortname = "pds",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "An infrastructure daemon, duplicated to every selected member cluster as a DaemonSet.",
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desired"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestDaemonSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the daemon runs. Default strategy: Duplicated (every selected cluster).
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// Pod template (the user's containers only).
-    #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
-    /// How pods are replaced on a template change. Default: RollingUpdate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_strategy: Option<DaemonUpdateStrategy>,
+workload_spec! {
+    /// An infrastructure daemon. Expanded into a DaemonSet in every selected member cluster.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestDaemon",
+        namespaced,
+        status = "PinterestDaemonStatus",
+        shortname = "pds",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "An infrastructure daemon, duplicated to every selected member cluster as a DaemonSet.",
+        printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desired"),
+        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestDaemonSpec {
+        placement: " Where the daemon runs. Default strategy: Duplicated (every selected cluster).",
+        /// Pod template (the user's containers only).
+        #[schemars(schema_with = "pod_template_schema")]
+        pub template: PodTemplateSpec,
+        /// How pods are replaced on a template change. Default: RollingUpdate.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub update_strategy: Option<DaemonUpdateStrategy>,
+    }
 }
 
 /// DaemonSet update strategy.

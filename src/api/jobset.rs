@@ -4,7 +4,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
@@ -15,99 +15,83 @@ use serde::{Deserialize, Serialize};
 
 use super::common::*;
 
-/// N independent shards of one container. Expanded in each member cluster into one Job
-/// per assigned shard (with literal `SHARD_INDEX` and `SHARD_COUNT`), per-shard ConfigMaps
-/// rendered from `configTemplates` and per-shard PVCs from `volumeClaimTemplates`.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestJobSet",
-    namespaced,
-    status = "PinterestJobSetStatus",
-    shortname = "pjs",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "N independent shards of one container, split by shard index over member clusters; each shard runs as one Job with SHARD_INDEX and SHARD_COUNT.",
-    printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.shards"),
-    printcolumn(
-        name = "Running",
-        type_ = "integer",
-        json_path = ".status.shardsRunning"
-    ),
-    printcolumn(
-        name = "Succeeded",
-        type_ = "integer",
-        json_path = ".status.shardsSucceeded"
-    ),
-    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.shardsFailed"),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestJobSetSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the shards run. Default strategy: Divided (shard indices split over clusters).
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
-    #[schemars(range(min = 1, max = MAX_SHARDS))]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self == oldSelf",
-        "message": "shards is immutable; create a new JobSet instead"
-    }]))]
-    pub shards: i32,
-    /// Most shards running at once across the federation. Default: all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub parallelism: Option<i32>,
-    /// Retries of one shard before it counts as failed (the Job's backoffLimit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub backoff_limit_per_shard: Option<i32>,
-    /// Per-shard ConfigMaps. Values may use `{{shard}}` and `{{shardCount}}`. A pod template
-    /// volume, envFrom or env reference to a ConfigMap named like a template is pointed at
-    /// that shard's ConfigMap; an unreferenced template is mounted at
-    /// /etc/pinterest/shard-config/<name>.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub config_templates: Vec<ConfigTemplate>,
-    /// PersistentVolumeClaim templates; each shard gets its own claim, mounted where the
-    /// pod template's volumeMounts name the template.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "claim_templates_schema")]
-    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
-    /// Seconds after a shard's Job finishes before Kubernetes deletes it. A completed shard
-    /// is recorded in status and never runs again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub ttl_seconds_after_finished: Option<i32>,
-    /// Set by the hub on a member's slice: the shard indices this cluster runs, as a range
-    /// list (`0-3,7`). Absent: all shards.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(RANGE_LIST_PATTERN))]
-    pub assigned_shards: Option<String>,
-    /// Pod template of one shard (the user's containers only). Immutable.
-    #[schemars(schema_with = "immutable_pod_template_schema")]
-    pub template: PodTemplateSpec,
+workload_spec! {
+    /// N independent shards of one container. Expanded in each member cluster into one Job
+    /// per assigned shard (with literal `SHARD_INDEX` and `SHARD_COUNT`), per-shard ConfigMaps
+    /// rendered from `configTemplates` and per-shard PVCs from `volumeClaimTemplates`.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestJobSet",
+        namespaced,
+        status = "PinterestJobSetStatus",
+        shortname = "pjs",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "N independent shards of one container, split by shard index over member clusters; each shard runs as one Job with SHARD_INDEX and SHARD_COUNT.",
+        printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.shards"),
+        printcolumn(
+            name = "Running",
+            type_ = "integer",
+            json_path = ".status.shardsRunning"
+        ),
+        printcolumn(
+            name = "Succeeded",
+            type_ = "integer",
+            json_path = ".status.shardsSucceeded"
+        ),
+        printcolumn(name = "Failed", type_ = "integer", json_path = ".status.shardsFailed"),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestJobSetSpec {
+        placement: " Where the shards run. Default strategy: Divided (shard indices split over clusters).",
+        /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.
+        #[schemars(range(min = 1, max = MAX_SHARDS))]
+        #[schemars(extend("x-kubernetes-validations" = [{
+            "rule": "self == oldSelf",
+            "message": "shards is immutable; create a new JobSet instead"
+        }]))]
+        pub shards: i32,
+        /// Most shards running at once across the federation. Default: all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        pub parallelism: Option<i32>,
+        /// Retries of one shard before it counts as failed (the Job's backoffLimit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub backoff_limit_per_shard: Option<i32>,
+        /// Per-shard ConfigMaps. Values may use `{{shard}}` and `{{shardCount}}`. A pod template
+        /// volume, envFrom or env reference to a ConfigMap named like a template is pointed at
+        /// that shard's ConfigMap; an unreferenced template is mounted at
+        /// /etc/pinterest/shard-config/<name>.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub config_templates: Vec<ConfigTemplate>,
+        /// PersistentVolumeClaim templates; each shard gets its own claim, mounted where the
+        /// pod template's volumeMounts name the template.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(schema_with = "claim_templates_schema")]
+        pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+        /// Seconds after a shard's Job finishes before Kubernetes deletes it. A completed shard
+        /// is recorded in status and never runs again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub ttl_seconds_after_finished: Option<i32>,
+        /// Set by the hub on a member's slice: the shard indices this cluster runs, as a range
+        /// list (`0-3,7`). Absent: all shards.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(pattern(RANGE_LIST_PATTERN))]
+        pub assigned_shards: Option<String>,
+        /// Pod template of one shard (the user's containers only). Immutable.
+        #[schemars(schema_with = "immutable_pod_template_schema")]
+        pub template: PodTemplateSpec,
+    }
 }
 
 /// Most shards one JobSet may have (each shard is a Job).

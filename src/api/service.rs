@@ -3,7 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -14,80 +14,64 @@ use serde::{Deserialize, Serialize};
 
 use super::common::*;
 
-/// A long-running stateless service. Expanded in each member cluster into a Deployment,
-/// a Service, an Ingress (if `ingress` is set), a ConfigMap (if `config` is set) and a
-/// PodDisruptionBudget, with the platform's runtime support injected into the pods.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestService",
-    namespaced,
-    status = "PinterestServiceStatus",
-    shortname = "psvc",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "A long-running stateless service, placed over member clusters and expanded into a Deployment, Service, Ingress, ConfigMap and PodDisruptionBudget in each.",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas"
-    ),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(
-        name = "Available",
-        type_ = "integer",
-        json_path = ".status.availableReplicas"
-    ),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestServiceSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the service runs. Default strategy: Divided (replicas split over clusters).
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// Total replicas across the federation (in a member: this cluster's share).
-    #[serde(default = "one")]
-    #[schemars(range(min = 0))]
-    pub replicas: i32,
-    /// Pod template with the application's containers only; the platform adds its runtime
-    /// support.
-    #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
-    /// Ports the Service exposes. Absent: the containers' declared ports.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<ServiceExposure>,
-    /// HTTP ingress. Absent: no Ingress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ingress: Option<IngressRoute>,
-    /// Configuration files (file name → content), written into a ConfigMap and mounted
-    /// into every application container at /etc/pinterest/config.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub config: BTreeMap<String, String>,
-    /// Voluntary-disruption budget. Default: maxUnavailable 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disruption: Option<Disruption>,
+workload_spec! {
+    /// A long-running stateless service. Expanded in each member cluster into a Deployment,
+    /// a Service, an Ingress (if `ingress` is set), a ConfigMap (if `config` is set) and a
+    /// PodDisruptionBudget, with the platform's runtime support injected into the pods.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestService",
+        namespaced,
+        status = "PinterestServiceStatus",
+        shortname = "psvc",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "A long-running stateless service, placed over member clusters and expanded into a Deployment, Service, Ingress, ConfigMap and PodDisruptionBudget in each.",
+        scale(
+            spec_replicas_path = ".spec.replicas",
+            status_replicas_path = ".status.replicas"
+        ),
+        printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+        printcolumn(
+            name = "Available",
+            type_ = "integer",
+            json_path = ".status.availableReplicas"
+        ),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestServiceSpec {
+        placement: " Where the service runs. Default strategy: Divided (replicas split over clusters).",
+        /// Total replicas across the federation (in a member: this cluster's share).
+        #[serde(default = "one")]
+        #[schemars(range(min = 0))]
+        pub replicas: i32,
+        /// Pod template with the application's containers only; the platform adds its runtime
+        /// support.
+        #[schemars(schema_with = "pod_template_schema")]
+        pub template: PodTemplateSpec,
+        /// Ports the Service exposes. Absent: the containers' declared ports.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub service: Option<ServiceExposure>,
+        /// HTTP ingress. Absent: no Ingress.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ingress: Option<IngressRoute>,
+        /// Configuration files (file name → content), written into a ConfigMap and mounted
+        /// into every application container at /etc/pinterest/config.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub config: BTreeMap<String, String>,
+        /// Voluntary-disruption budget. Default: maxUnavailable 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub disruption: Option<Disruption>,
+    }
 }
 
 pub(crate) fn one() -> i32 {

@@ -3,7 +3,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -12,67 +12,51 @@ use serde::{Deserialize, Serialize};
 use super::common::*;
 use super::service::{Disruption, one};
 
-/// A stateful service. Expanded into a StatefulSet with its headless Service, PVC
-/// templates and a PodDisruptionBudget in the single cluster that runs it.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestStatefulSet",
-    namespaced,
-    status = "PinterestStatefulSetStatus",
-    shortname = "psts",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "A stateful service in a single member cluster (no automatic failover unless asked), expanded into a StatefulSet, headless Service and PodDisruptionBudget.",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas"
-    ),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestStatefulSetSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the stateful set runs. Default strategy: Single; failover off unless enabled.
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// Pods (ordinals 0..replicas-1).
-    #[serde(default = "one")]
-    #[schemars(range(min = 0))]
-    pub replicas: i32,
-    /// Pod template (the user's containers only).
-    #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
-    /// PersistentVolumeClaim templates; each pod gets its own claims.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "claim_templates_schema")]
-    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
-    /// Voluntary-disruption budget. Default: maxUnavailable 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disruption: Option<Disruption>,
+workload_spec! {
+    /// A stateful service. Expanded into a StatefulSet with its headless Service, PVC
+    /// templates and a PodDisruptionBudget in the single cluster that runs it.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestStatefulSet",
+        namespaced,
+        status = "PinterestStatefulSetStatus",
+        shortname = "psts",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "A stateful service in a single member cluster (no automatic failover unless asked), expanded into a StatefulSet, headless Service and PodDisruptionBudget.",
+        scale(
+            spec_replicas_path = ".spec.replicas",
+            status_replicas_path = ".status.replicas"
+        ),
+        printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestStatefulSetSpec {
+        placement: " Where the stateful set runs. Default strategy: Single; failover off unless enabled.",
+        /// Pods (ordinals 0..replicas-1).
+        #[serde(default = "one")]
+        #[schemars(range(min = 0))]
+        pub replicas: i32,
+        /// Pod template (the user's containers only).
+        #[schemars(schema_with = "pod_template_schema")]
+        pub template: PodTemplateSpec,
+        /// PersistentVolumeClaim templates; each pod gets its own claims.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(schema_with = "claim_templates_schema")]
+        pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+        /// Voluntary-disruption budget. Default: maxUnavailable 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub disruption: Option<Disruption>,
+    }
 }
 
 workload_status! {

@@ -4,7 +4,7 @@
 // kube's `printcolumn(...)` repeats the same keys by design.
 #![allow(clippy::duplicated_attributes)]
 
-use super::common::workload_status;
+use super::common::{workload_spec, workload_status};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -16,67 +16,51 @@ use serde::{Deserialize, Serialize};
 use super::common::*;
 use super::service::one;
 
-/// A distributed training job. Expanded into a headless Service and one single-pod Job per
-/// replica, with literal `RANK`/`MASTER_ADDR`/`MASTER_PORT`/`WORLD_SIZE` (PyTorch) or
-/// `TF_CONFIG` (TensorFlow). All replicas run in one cluster, or the job waits.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "compute.pinterest.com",
-    version = "v1alpha1",
-    kind = "PinterestTrainingJob",
-    namespaced,
-    status = "PinterestTrainingJobStatus",
-    shortname = "ptj",
-    category = "pinterest",
-    derive = "PartialEq",
-    doc = "A distributed TensorFlow or PyTorch training job, gang-placed in a single member cluster and expanded into a headless Service and one single-pod Job per replica.",
-    printcolumn(name = "Framework", type_ = "string", json_path = ".spec.framework"),
-    printcolumn(
-        name = "Complete",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Complete\")].status"
-    ),
-    printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PinterestTrainingJobSpec {
-    /// Owning team and contact.
-    pub owner: Owner,
-    /// Pins a RuntimeProfile version; absent means the profile marked default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_version: Option<String>,
-    /// Where the job runs. Strategy: Single (gang: the whole job fits in one cluster or waits).
-    #[serde(default)]
-    pub placement: Placement,
-    /// How changes to what it runs reach its members: stages, gates, rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<super::rollout::RolloutPolicy>,
-    /// Per-member changes to what the member runs (see `docs/overrides.md`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<super::overrides::Override>,
-    /// A PriorityClass on the hub: orders the hub's queue, may preempt lower-priority
-    /// work (its `preemptionPolicy`), and is set on the pods where the member has the
-    /// class (see `docs/priority.md`). Absent: the hub's global default class, or 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    /// `pytorch` or `tensorflow`.
-    pub framework: Framework,
-    /// Replicas by role, as in Kubeflow: PyTorch `Master` (exactly 1) and `Worker`;
-    /// TensorFlow `Chief`, `PS`, `Worker`, `Evaluator`.
-    pub replica_specs: BTreeMap<String, ReplicaSpec>,
-    /// Retries of one replica's pod before the job fails. Default 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub backoff_limit: Option<i32>,
-    /// Seconds after a replica's Job finishes before Kubernetes deletes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub ttl_seconds_after_finished: Option<i32>,
+workload_spec! {
+    /// A distributed training job. Expanded into a headless Service and one single-pod Job per
+    /// replica, with literal `RANK`/`MASTER_ADDR`/`MASTER_PORT`/`WORLD_SIZE` (PyTorch) or
+    /// `TF_CONFIG` (TensorFlow). All replicas run in one cluster, or the job waits.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        group = "compute.pinterest.com",
+        version = "v1alpha1",
+        kind = "PinterestTrainingJob",
+        namespaced,
+        status = "PinterestTrainingJobStatus",
+        shortname = "ptj",
+        category = "pinterest",
+        derive = "PartialEq",
+        doc = "A distributed TensorFlow or PyTorch training job, gang-placed in a single member cluster and expanded into a headless Service and one single-pod Job per replica.",
+        printcolumn(name = "Framework", type_ = "string", json_path = ".spec.framework"),
+        printcolumn(
+            name = "Complete",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Complete\")].status"
+        ),
+        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct PinterestTrainingJobSpec {
+        placement: " Where the job runs. Strategy: Single (gang: the whole job fits in one cluster or waits).",
+        /// `pytorch` or `tensorflow`.
+        pub framework: Framework,
+        /// Replicas by role, as in Kubeflow: PyTorch `Master` (exactly 1) and `Worker`;
+        /// TensorFlow `Chief`, `PS`, `Worker`, `Evaluator`.
+        pub replica_specs: BTreeMap<String, ReplicaSpec>,
+        /// Retries of one replica's pod before the job fails. Default 0.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub backoff_limit: Option<i32>,
+        /// Seconds after a replica's Job finishes before Kubernetes deletes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0))]
+        pub ttl_seconds_after_finished: Option<i32>,
+    }
 }
 
 /// ML framework of a training job.
