@@ -13,7 +13,7 @@ use kube::api::Api;
 use pinfed::api::federation::{ANNOTATION_DRAINING, MemberCluster};
 use pinfed::api::service::PinterestService;
 use serde_json::json;
-use support::{Federation, TestNamespace, eventually, run_harness};
+use support::{Federation, TestNamespace, eventually, eventually_logged, run_harness};
 
 /// The hub's member grace in this test: a stopped member turns NotReady this long after
 /// its last heartbeat.
@@ -215,9 +215,12 @@ async fn destructive_an_admin_drains_a_member_from_the_fleet_page_and_its_work_m
             .map(String::as_str),
         Some("true")
     );
-    eventually(
+    // The hub's log is printed if it does not (a CI run timed out here once, and the
+    // logs were gone by then).
+    eventually_logged(
         Duration::from_secs(90),
         &format!("movable moved off the drained {member}"),
+        &[&st.daemons[0]],
         || {
             let api = api.clone();
             let member = member.clone();
