@@ -67,13 +67,19 @@ macro_rules! workload_status {
 }
 pub(crate) use workload_status;
 
-/// Declares a kind's spec type (its CRD attributes passed through): the fields every
-/// kind's spec starts with, `owner`, `runtimeVersion`, `placement` (the kind says its
-/// default strategy in the doc string, which keeps its leading space as a `///` line
-/// would), `rollout`, `overrides` and `priorityClassName`, then the kind's own.
+/// Declares a kind's custom resource and spec type. The CRD attributes every kind shares
+/// are written here (group, version, namespaced, category, `PartialEq`, and the Team and
+/// Age columns last); the kind gives its name, status type, short name, doc and its own
+/// columns (and `scale`). The spec starts with the fields every kind's spec has, `owner`,
+/// `runtimeVersion`, `placement` (the kind says its default strategy in the doc string,
+/// which keeps its leading space as a `///` line would), `rollout`, `overrides` and
+/// `priorityClassName`, then the kind's own.
 macro_rules! workload_spec {
     (
         $(#[$meta:meta])*
+        crd $kind:literal, status $status:literal, short $short:literal {
+            $($attrs:tt)*
+        }
         pub struct $name:ident {
             placement: $placement:literal,
             $(
@@ -83,6 +89,29 @@ macro_rules! workload_spec {
         }
     ) => {
         $(#[$meta])*
+        #[derive(
+            ::kube::CustomResource,
+            ::serde::Serialize,
+            ::serde::Deserialize,
+            Clone,
+            Debug,
+            PartialEq,
+            ::schemars::JsonSchema,
+        )]
+        #[kube(
+            group = "compute.pinterest.com",
+            version = "v1alpha1",
+            kind = $kind,
+            namespaced,
+            status = $status,
+            shortname = $short,
+            category = "pinterest",
+            derive = "PartialEq",
+            $($attrs)*,
+            printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+        )]
+        #[serde(rename_all = "camelCase")]
         pub struct $name {
             /// Owning team and contact.
             pub owner: $crate::api::common::Owner,

@@ -6,7 +6,6 @@
 use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -14,16 +13,7 @@ use super::common::*;
 
 workload_spec! {
     /// A scheduled job. Expanded into a CronJob in the one member cluster that runs it.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestCronJob",
-        namespaced,
-        status = "PinterestCronJobStatus",
-        shortname = "pcj",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestCronJob", status "PinterestCronJobStatus", short "pcj" {
         doc = "A scheduled job, run by a CronJob in a single member cluster that changes on failover.",
         printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
         printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
@@ -32,15 +22,8 @@ workload_spec! {
             name = "Last Schedule",
             type_ = "date",
             json_path = ".status.lastScheduleTime"
-        ),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
         )
-    )]
-    #[serde(rename_all = "camelCase")]
+    }
     pub struct PinterestCronJobSpec {
         placement: " Where the cron job runs. Default strategy: Single.",
         /// Cron schedule, e.g. `*/5 * * * *` or `@hourly`.

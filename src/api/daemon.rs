@@ -6,7 +6,6 @@
 use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -14,27 +13,11 @@ use super::common::*;
 
 workload_spec! {
     /// An infrastructure daemon. Expanded into a DaemonSet in every selected member cluster.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestDaemon",
-        namespaced,
-        status = "PinterestDaemonStatus",
-        shortname = "pds",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestDaemon", status "PinterestDaemonStatus", short "pds" {
         doc = "An infrastructure daemon, duplicated to every selected member cluster as a DaemonSet.",
         printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desired"),
-        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
-        )
-    )]
-    #[serde(rename_all = "camelCase")]
+        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready")
+    }
     pub struct PinterestDaemonSpec {
         placement: " Where the daemon runs. Default strategy: Duplicated (every selected cluster).",
         /// Pod template (the user's containers only).

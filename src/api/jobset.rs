@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,16 +18,7 @@ workload_spec! {
     /// N independent shards of one container. Expanded in each member cluster into one Job
     /// per assigned shard (with literal `SHARD_INDEX` and `SHARD_COUNT`), per-shard ConfigMaps
     /// rendered from `configTemplates` and per-shard PVCs from `volumeClaimTemplates`.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestJobSet",
-        namespaced,
-        status = "PinterestJobSetStatus",
-        shortname = "pjs",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestJobSet", status "PinterestJobSetStatus", short "pjs" {
         doc = "N independent shards of one container, split by shard index over member clusters; each shard runs as one Job with SHARD_INDEX and SHARD_COUNT.",
         printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.shards"),
         printcolumn(
@@ -41,15 +31,8 @@ workload_spec! {
             type_ = "integer",
             json_path = ".status.shardsSucceeded"
         ),
-        printcolumn(name = "Failed", type_ = "integer", json_path = ".status.shardsFailed"),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
-        )
-    )]
-    #[serde(rename_all = "camelCase")]
+        printcolumn(name = "Failed", type_ = "integer", json_path = ".status.shardsFailed")
+    }
     pub struct PinterestJobSetSpec {
         placement: " Where the shards run. Default strategy: Divided (shard indices split over clusters).",
         /// Total number of shards N (at most 100000); shard indices are 0..N-1. Immutable.

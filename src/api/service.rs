@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -18,16 +17,7 @@ workload_spec! {
     /// A long-running stateless service. Expanded in each member cluster into a Deployment,
     /// a Service, an Ingress (if `ingress` is set), a ConfigMap (if `config` is set) and a
     /// PodDisruptionBudget, with the platform's runtime support injected into the pods.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestService",
-        namespaced,
-        status = "PinterestServiceStatus",
-        shortname = "psvc",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestService", status "PinterestServiceStatus", short "psvc" {
         doc = "A long-running stateless service, placed over member clusters and expanded into a Deployment, Service, Ingress, ConfigMap and PodDisruptionBudget in each.",
         scale(
             spec_replicas_path = ".spec.replicas",
@@ -39,15 +29,8 @@ workload_spec! {
             name = "Available",
             type_ = "integer",
             json_path = ".status.availableReplicas"
-        ),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
         )
-    )]
-    #[serde(rename_all = "camelCase")]
+    }
     pub struct PinterestServiceSpec {
         placement: " Where the service runs. Default strategy: Divided (replicas split over clusters).",
         /// Total replicas across the federation (in a member: this cluster's share).

@@ -5,9 +5,6 @@
 
 use super::common::{workload_spec, workload_status};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::common::*;
 use super::service::{Disruption, one};
@@ -15,31 +12,15 @@ use super::service::{Disruption, one};
 workload_spec! {
     /// A stateful service. Expanded into a StatefulSet with its headless Service, PVC
     /// templates and a PodDisruptionBudget in the single cluster that runs it.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestStatefulSet",
-        namespaced,
-        status = "PinterestStatefulSetStatus",
-        shortname = "psts",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestStatefulSet", status "PinterestStatefulSetStatus", short "psts" {
         doc = "A stateful service in a single member cluster (no automatic failover unless asked), expanded into a StatefulSet, headless Service and PodDisruptionBudget.",
         scale(
             spec_replicas_path = ".spec.replicas",
             status_replicas_path = ".status.replicas"
         ),
         printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
-        )
-    )]
-    #[serde(rename_all = "camelCase")]
+        printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas")
+    }
     pub struct PinterestStatefulSetSpec {
         placement: " Where the stateful set runs. Default strategy: Single; failover off unless enabled.",
         /// Pods (ordinals 0..replicas-1).

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -20,31 +19,15 @@ workload_spec! {
     /// A distributed training job. Expanded into a headless Service and one single-pod Job per
     /// replica, with literal `RANK`/`MASTER_ADDR`/`MASTER_PORT`/`WORLD_SIZE` (PyTorch) or
     /// `TF_CONFIG` (TensorFlow). All replicas run in one cluster, or the job waits.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(
-        group = "compute.pinterest.com",
-        version = "v1alpha1",
-        kind = "PinterestTrainingJob",
-        namespaced,
-        status = "PinterestTrainingJobStatus",
-        shortname = "ptj",
-        category = "pinterest",
-        derive = "PartialEq",
+    crd "PinterestTrainingJob", status "PinterestTrainingJobStatus", short "ptj" {
         doc = "A distributed TensorFlow or PyTorch training job, gang-placed in a single member cluster and expanded into a headless Service and one single-pod Job per replica.",
         printcolumn(name = "Framework", type_ = "string", json_path = ".spec.framework"),
         printcolumn(
             name = "Complete",
             type_ = "string",
             json_path = ".status.conditions[?(@.type==\"Complete\")].status"
-        ),
-        printcolumn(name = "Team", type_ = "string", json_path = ".spec.owner.team"),
-        printcolumn(
-            name = "Age",
-            type_ = "date",
-            json_path = ".metadata.creationTimestamp"
         )
-    )]
-    #[serde(rename_all = "camelCase")]
+    }
     pub struct PinterestTrainingJobSpec {
         placement: " Where the job runs. Strategy: Single (gang: the whole job fits in one cluster or waits).",
         /// `pytorch` or `tensorflow`.
