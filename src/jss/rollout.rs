@@ -200,6 +200,29 @@ pub fn resume_message(w: &ObjectName, was: bool) -> String {
     }
 }
 
+/// An approval from a page that showed another revision than the workload's now: refused,
+/// so that nobody approves a change they did not see.
+pub fn check_seen(
+    w: &ObjectName,
+    status: Option<&RolloutStatus>,
+    seen: Option<i64>,
+) -> Result<(), Rejection> {
+    match (seen, status) {
+        (Some(seen), Some(s)) if s.revision != seen => Err(Rejection::invalid(
+            format!(
+                "the page showed revision {seen} of {}, which is at revision {} now: nothing approved (look at the page again)",
+                object_text(w),
+                s.revision
+            ),
+            vec![Detail::field(
+                "revision",
+                format!("{seen} is not the current revision ({})", s.revision),
+            )],
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The stage an approval names (`--stage`, a name or an index; default the stage that
 /// waits): `(index, name)` of the waiting stage, or why it cannot be approved (422,
 /// naming the field: `status.rollout.phase` when nothing waits, `stage` when another

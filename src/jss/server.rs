@@ -1124,19 +1124,38 @@ impl Jss {
         })?;
         audit.action = audit_action(action);
         let kind = parse_kind_or_404(kind)?;
-        audit.object = format!("{}/{ns}/{name}", kind.as_str());
-        authorize_namespace(&self.auth, &who, ns)?;
         let bytes = self.read_body(headers, body).await?;
         let req = rollout::parse_request(action, &bytes)?;
-        let o = self.workload_or_404(kind, ns, name).await?;
-        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-        audit.team = team.to_string();
-        authorize_change_of_existing(&self.auth, &who, team, ns)?;
         let w = wire::ObjectName {
             kind,
             namespace: ns.to_string(),
             name: name.to_string(),
         };
+        let reply = self
+            .rollout_action_as(&who, &w, action, &req, None, audit)
+            .await?;
+        Ok((StatusCode::OK, to_body(&reply)?))
+    }
+
+    /// A rollout action asked by `who` (the API's and the UI's): the rights of a delete
+    /// (the namespace, and the team owning the workload, read live), then the action.
+    /// `seen`: the revision the asker's page showed; an approval of another is refused.
+    pub(crate) async fn rollout_action_as(
+        &self,
+        who: &Principal,
+        w: &wire::ObjectName,
+        action: RolloutAction,
+        req: &wire::RolloutActionRequest,
+        seen: Option<i64>,
+        audit: &mut Audit,
+    ) -> Result<wire::RolloutActionReply, Rejection> {
+        let (kind, ns, name) = (w.kind, w.namespace.as_str(), w.name.as_str());
+        audit.object = format!("{}/{ns}/{name}", kind.as_str());
+        authorize_namespace(&self.auth, who, ns)?;
+        let o = self.workload_or_404(kind, ns, name).await?;
+        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+        audit.team = team.to_string();
+        authorize_change_of_existing(&self.auth, who, team, ns)?;
         let status = rollout::status_of(&o);
         let done = |changed: bool, message: String| wire::RolloutActionReply {
             workload: w.clone(),
@@ -1147,10 +1166,11 @@ impl Jss {
             changed,
             message,
         };
-        let reply = match action {
+        Ok(match action {
             RolloutAction::Approve => {
+                rollout::check_seen(w, status.as_ref(), seen)?;
                 let (stage, stage_name) =
-                    rollout::approval_stage(&w, status.as_ref(), req.stage.as_deref())?;
+                    rollout::approval_stage(w, status.as_ref(), req.stage.as_deref())?;
                 let revision = status.as_ref().map(|s| s.revision).unwrap_or_default();
                 let value = format!("{revision}/{stage}");
                 audit.object = format!("{} (revision {revision} stage {stage_name})", audit.object);
@@ -1163,10 +1183,7 @@ impl Jss {
                     stage_name: Some(stage_name.clone()),
                     ..done(
                         true,
-                        format!(
-                            "approved stage {stage_name:?} ({stage}) of revision {revision} of {}: the hub starts it at its next look",
-                            rollout::object_text(&w)
-                        ),
+                        rollout::approve_message(w, revision, stage, &stage_name),
                     )
                 }
             }
@@ -1177,7 +1194,7 @@ impl Jss {
                         .annotate(kind, ns, name, &[(ANNOTATION_PAUSED, Some("true"))])
                         .await?;
                 }
-                done(!was, rollout::pause_message(&w, status.as_ref(), was))
+                done(!was, rollout::pause_message(w, status.as_ref(), was))
             }
             RolloutAction::Resume => {
                 let was = o.annotations().contains_key(ANNOTATION_PAUSED);
@@ -1186,25 +1203,13 @@ impl Jss {
                         .annotate(kind, ns, name, &[(ANNOTATION_PAUSED, None)])
                         .await?;
                 }
-                let message = if was {
-                    format!(
-                        "{} resumed: its rollout goes on at the hub's next look",
-                        rollout::object_text(&w)
-                    )
-                } else {
-                    format!(
-                        "{} was not paused: nothing changed",
-                        rollout::object_text(&w)
-                    )
-                };
-                done(was, message)
+                done(was, rollout::resume_message(w, was))
             }
             RolloutAction::Undo => {
-                self.undo(&who, &o, &w, status.as_ref(), req.to_revision, audit)
+                self.undo(who, &o, w, status.as_ref(), req.to_revision, audit)
                     .await?
             }
-        };
-        Ok((StatusCode::OK, to_body(&reply)?))
+        })
     }
 
     /// `POST .../rebalance`: the workload placed again from scratch (`pinfed rebalance`),
