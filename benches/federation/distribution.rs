@@ -12,6 +12,7 @@ use crate::daemon::report_logs;
 use crate::fed::{Fed, condition, create_service, service};
 use crate::helpers::{
     AbortOnDrop, Dist, create_all, load_line, placements, progress, wait_for, watch_services,
+    write_counts,
 };
 use crate::settings::env_or;
 
@@ -154,6 +155,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         ));
         let load_before = load_line();
         let hub_cpu_before = hub.cpu_secs();
+        let mut member_writes_before = Vec::new();
+        for m in fed.s.members() {
+            member_writes_before.push((m.clone(), write_counts(&fed.client(&m)).await));
+        }
         let took = create_all(&warm, objs, rate, concurrency, created.clone()).await?;
         obs.lock().unwrap().created = created.lock().unwrap().clone();
 
@@ -202,6 +207,19 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         }
         let load_after = load_line();
         drop(watches);
+        // Every write the members' API servers took until then (the hub's slices, the
+        // agents' native objects and slice statuses, kube-controller-manager's and kwok's
+        // own), per workload and member, by resource and verb.
+        let mut member_writes: std::collections::BTreeMap<String, f64> = Default::default();
+        for (m, before) in &member_writes_before {
+            for (key, v) in write_counts(&fed.client(m)).await {
+                let d = v - before.get(&key).copied().unwrap_or(0.0);
+                if d > 0.0 {
+                    *member_writes.entry(key).or_default() += d;
+                }
+            }
+        }
+        let per = (n * fed.s.members().len()) as f64;
 
         let o = std::mem::take(&mut *obs.lock().unwrap());
         let since_created =
@@ -331,6 +349,19 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                     Dist::new(lat).line(&format!("… from a {mode} member"))
                 );
             }
+        }
+        if with_agents {
+            let total: f64 = member_writes.values().sum();
+            let rows: Vec<String> = member_writes
+                .iter()
+                .filter(|(_, v)| **v / per >= 0.05)
+                .map(|(k, v)| format!("{k} {:.2}", v / per))
+                .collect();
+            println!(
+                "  members' API server writes per workload per member until hub Ready: {:.2} ({})",
+                total / per,
+                rows.join(", ")
+            );
         }
         if missing > 0 {
             println!("  MISSING: {missing} of {expected} expected slices never seen");

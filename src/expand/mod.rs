@@ -23,6 +23,7 @@ use crate::api::runtime_profile::RuntimeProfile;
 use crate::api::validate::{self, Invalid};
 use crate::api::workload::{COMPUTE_API_VERSION, WorkloadKind, WorkloadRef};
 
+mod budget;
 pub mod bundle;
 pub(crate) mod cronjob;
 pub(crate) mod daemon;

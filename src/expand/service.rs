@@ -1,5 +1,5 @@
 //! PinterestService → ConfigMap (if `config`), Deployment, Service (if it has ports),
-//! Ingress (if `ingress`), PodDisruptionBudget.
+//! Ingress (if `ingress`), PodDisruptionBudget (where it protects something: `budget`).
 
 use std::collections::BTreeSet;
 
@@ -11,7 +11,6 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -103,23 +102,15 @@ pub(crate) fn expand(ctx: &Ctx<'_>, s: &PinterestService, out: &mut Out) -> Resu
         out.push(ingress(ctx, ing, first, &name, &svc_name));
     }
 
-    let max_unavailable = spec
-        .disruption
-        .as_ref()
-        .and_then(|d| d.max_unavailable.clone())
-        .unwrap_or(IntOrString::Int(1));
-    out.push(PodDisruptionBudget {
-        metadata: ctx.meta(name, &[]),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(max_unavailable),
-            selector: Some(LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    if let Some(budget) = super::budget::disruption_budget(
+        ctx,
+        name,
+        spec.disruption.as_ref(),
+        spec.replicas,
+        &spec.overrides,
+    ) {
+        out.push(budget);
+    }
     Ok(())
 }
 

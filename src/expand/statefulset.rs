@@ -3,7 +3,6 @@
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -92,22 +91,14 @@ pub(crate) fn expand(
         status: None,
     });
 
-    let max_unavailable = spec
-        .disruption
-        .as_ref()
-        .and_then(|d| d.max_unavailable.clone())
-        .unwrap_or(IntOrString::Int(1));
-    out.push(PodDisruptionBudget {
-        metadata: ctx.meta(name, &[]),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(max_unavailable),
-            selector: Some(LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    });
+    if let Some(budget) = super::budget::disruption_budget(
+        ctx,
+        name,
+        spec.disruption.as_ref(),
+        spec.replicas,
+        &spec.overrides,
+    ) {
+        out.push(budget);
+    }
     Ok(())
 }

@@ -314,6 +314,54 @@ fn service_expands_to_its_native_objects() {
 }
 
 #[test]
+fn a_disruption_budget_is_written_only_where_it_protects_something() {
+    use crate::api::overrides::{ObjectPatch, Override, PatchOp};
+    use crate::api::service::Disruption;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let with = |replicas: i32, budget: Option<IntOrString>, patched: bool| {
+        let mut w = workload(SERVICE);
+        let AnyWorkload::Service(s) = &mut w else {
+            panic!("the service example is a PinterestService")
+        };
+        s.spec.replicas = replicas;
+        s.spec.disruption = budget.map(|b| Disruption {
+            max_unavailable: Some(b),
+        });
+        if patched {
+            s.spec.overrides = vec![Override {
+                name: "budget".into(),
+                clusters: vec!["use1a".into()],
+                patches: vec![ObjectPatch {
+                    kind: "PodDisruptionBudget".into(),
+                    op: PatchOp::Replace,
+                    path: "/spec/maxUnavailable".into(),
+                    value: Some(serde_json::json!(0)),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }];
+        }
+        run(&w)
+            .into_iter()
+            .filter(|o| kind_of(o) == "PodDisruptionBudget")
+            .map(|o| o.data["spec"]["maxUnavailable"].clone())
+            .collect::<Vec<_>>()
+    };
+    let pct = |s: &str| Some(IntOrString::String(s.into()));
+    // One pod with the default budget (maxUnavailable 1): it would let the pod go.
+    assert_eq!(with(1, None, false), Vec::<Value>::new());
+    assert_eq!(with(2, None, false), vec![serde_json::json!(1)]);
+    assert_eq!(
+        with(1, Some(IntOrString::Int(0)), false),
+        vec![serde_json::json!(0)]
+    );
+    assert_eq!(with(4, pct("100%"), false), Vec::<Value>::new());
+    assert_eq!(with(4, pct("50%"), false), vec![serde_json::json!("50%")]);
+    // An override patching the budget keeps it, and its patch applies.
+    assert_eq!(with(1, None, true), vec![serde_json::json!(0)]);
+}
+
+#[test]
 fn service_defaults_ingress_host_from_the_cluster() {
     let mut w = workload(SERVICE);
     if let AnyWorkload::Service(s) = &mut w {
