@@ -9,9 +9,11 @@ pub mod policy;
 pub mod pull;
 pub mod reconcile;
 pub mod status;
+pub mod status_hold;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -79,6 +81,12 @@ pub struct AgentArgs {
     /// in flight than the member API server serves only queues there and costs memory.
     #[arg(long, env = "PINFED_AGENT_CONCURRENCY", default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// How long a slice's status that only says its pods are still coming up may wait
+    /// before it is written; a later one replaces it meanwhile, and Ready, Degraded or a
+    /// failure is written at once. Fewer writes on the member's API server (0: every
+    /// change written as it is seen).
+    #[arg(long, env = "PINFED_AGENT_STATUS_HOLD_MS", default_value = "2000")]
+    pub status_hold_ms: u64,
     /// push: the hub writes this member's slices. pull: the agent fetches them from the
     /// hub with the kubeconfig in the Secret pinfed-system/pinfed-hub-kubeconfig (left
     /// by `pinfed join NAME --mode pull`), reports status and capacity there.
@@ -309,6 +317,7 @@ pub async fn run_controllers(
     queues: QueueMetrics,
     ready: Readiness,
     concurrency: u16,
+    status_hold: Duration,
 ) -> anyhow::Result<()> {
     let (profiles, writer) = reflector::store::<RuntimeProfile>();
     let mut senders = Vec::new();
@@ -359,6 +368,7 @@ pub async fn run_controllers(
         metrics,
         &queues,
         concurrency,
+        status_hold,
     ));
     ready.set(true);
     let mut rx = receivers.into_iter();
@@ -423,6 +433,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     queues.clone(),
                     ready.clone(),
                     args.concurrency,
+                    Duration::from_millis(args.status_hold_ms),
                 );
                 let pull = pull::run(client.clone(), cluster.clone(), identity.clone());
                 let ready_now = ready_now.clone();

@@ -85,6 +85,8 @@ pub struct Context {
     pub bundle_users: super::bundles::BundleUsers,
     /// Reconciles in flight per kind.
     pub concurrency: u16,
+    /// Slice statuses that only say "in progress", held back a moment (`status_hold`).
+    pub status_hold: super::status_hold::StatusHold,
     /// Slice statuses written that the watch has not delivered yet.
     pub own_writes: crate::controller::own_writes::OwnWrites,
     /// The services' Deployments as the watch that triggers their reconciles has them.
@@ -105,6 +107,7 @@ impl Context {
         metrics: ReconcileMetrics,
         queues: &QueueMetrics,
         concurrency: u16,
+        status_hold: Duration,
     ) -> Context {
         // Fresh trackers for this run (a new leader term starts from an empty queue).
         let queues = WorkloadKind::ALL
@@ -129,6 +132,7 @@ impl Context {
             claims: Default::default(),
             bundle_users: Default::default(),
             concurrency,
+            status_hold: super::status_hold::StatusHold::new(status_hold),
             own_writes: Default::default(),
         }
     }
@@ -394,6 +398,7 @@ async fn reconcile_stages<K: AgentKind>(cached: &K, ctx: &Context) -> Result<Act
         // Owner references let the garbage collector remove what we made.
         ctx.applied.forget(&obj.uid().unwrap_or_default());
         ctx.claims.forget(&obj.uid().unwrap_or_default());
+        ctx.status_hold.forget(&obj.uid().unwrap_or_default());
         ctx.bundle_users.forget(K::KIND, &ns, &name);
         return Ok(Action::await_change());
     }

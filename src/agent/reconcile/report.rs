@@ -1,6 +1,8 @@
 //! Stage 6, **report**: the slice's status from the native objects (as this apply left
 //! them), written when it changed, and when to look again.
 use super::*;
+use crate::agent::status_hold::Hold;
+use std::time::Instant;
 
 pub(super) async fn report<K: AgentKind>(
     ctx: &Context,
@@ -28,6 +30,15 @@ pub(super) async fn report<K: AgentKind>(
         generation,
         &slice.now,
     );
+    // A changed status that only says the pods are still coming up may wait a moment: a
+    // later one replaces it, and the end of the progress is written at once.
+    if slice.stored.status.as_ref() != Some(&slice.status)
+        && let Hold::Wait(after) = ctx
+            .status_hold
+            .decide(&uid, K::KIND, &health, Instant::now())
+    {
+        return Ok(Action::requeue(after));
+    }
     slice
         .stored
         .write(ctx, obj, &slice.status)
