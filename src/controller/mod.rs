@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod own_writes;
 pub mod queue;
 pub mod retry;
+pub mod step;
 pub mod tokens;
 pub mod trace;
 pub mod watch;

@@ -58,6 +58,7 @@ use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::own_writes::Wrote;
 use crate::controller::queue::{QueueDepth, QueueMetrics};
 use crate::controller::retry::RetryPolicy;
+use crate::controller::step::{Step, next};
 use crate::expand::{self, ExpandInput};
 
 pub struct Context {
@@ -335,23 +336,6 @@ async fn publish<K: AgentKind>(
     if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
         tracing::debug!(error = %e, "could not record an Event");
     }
-}
-
-/// What a stage hands the next one, or the end of this reconcile (invalid, refused,
-/// gone) with when to look again.
-enum Step<T> {
-    Next(T),
-    Done(Action),
-}
-
-/// The next stage's input, or the reconcile's end.
-macro_rules! next {
-    ($step:expr) => {
-        match $step {
-            Step::Next(x) => x,
-            Step::Done(action) => return Ok(action),
-        }
-    };
 }
 
 /// The slice one reconcile acts on, with its status as stored and as this reconcile will

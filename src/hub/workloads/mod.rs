@@ -61,6 +61,7 @@ use crate::controller::compact::CompactCache;
 use crate::controller::metrics::ReconcileMetrics;
 use crate::controller::own_writes;
 use crate::controller::retry::RetryPolicy;
+use crate::controller::step::{Step, next};
 use crate::hub::members::MemberRegistry;
 use crate::hub::quota_book::QuotaBook;
 use crate::placement::Ledger;
@@ -574,23 +575,6 @@ pub async fn reconcile<K: PinterestKind>(
         ctx.retries.succeeded(&workload_key(obj.as_ref()));
     }
     result
-}
-
-/// What a stage hands the next one, or the end of this reconcile (held back, waiting,
-/// invalid) with when to look again.
-enum Step<T> {
-    Next(T),
-    Done(Action),
-}
-
-/// The next stage's input, or the reconcile's end.
-macro_rules! next {
-    ($step:expr) => {
-        match $step {
-            Step::Next(x) => x,
-            Step::Done(action) => return Ok(action),
-        }
-    };
 }
 
 /// One workload's trip through the stages, each taking what the last produced:
