@@ -11,12 +11,6 @@ use crate::api::common::{ClusterPlacement, MemberDecision, PlacementDecision, Pl
 /// The decision as written into hub status.
 pub fn to_status(d: &Decision) -> PlacementDecision {
     PlacementDecision {
-        generation: None,
-        members: Vec::new(),
-        queue: None,
-        preemptions: Vec::new(),
-        rebalanced: None,
-        application_failovers: Vec::new(),
         strategy: Some(match d.strategy {
             Strategy::Divided => PlacementStrategy::Divided,
             Strategy::Duplicated => PlacementStrategy::Duplicated,
@@ -34,6 +28,7 @@ pub fn to_status(d: &Decision) -> PlacementDecision {
             .collect(),
         unplaced: i32::try_from(d.unplaced).unwrap_or(i32::MAX),
         reason: d.reason.clone(),
+        ..Default::default()
     }
 }
 
@@ -132,12 +127,6 @@ mod tests {
     #[test]
     fn a_record_without_pods_or_with_a_negative_count_charges_one_pod() {
         let recorded = PlacementDecision {
-            generation: None,
-            members: Vec::new(),
-            queue: None,
-            preemptions: Vec::new(),
-            rebalanced: None,
-            application_failovers: Vec::new(),
             strategy: Some(PlacementStrategy::Duplicated),
             placements: vec![
                 ClusterPlacement {
@@ -152,6 +141,7 @@ mod tests {
             ],
             unplaced: 0,
             reason: None,
+            ..Default::default()
         };
         assert_eq!(from_status(&recorded).whole_pods(), 2);
     }

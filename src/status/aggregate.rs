@@ -488,12 +488,6 @@ mod tests {
 
     fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
         PlacementDecision {
-            generation: None,
-            members: Vec::new(),
-            queue: None,
-            preemptions: Vec::new(),
-            rebalanced: None,
-            application_failovers: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()
@@ -506,18 +500,13 @@ mod tests {
                 .collect(),
             unplaced: 0,
             reason: None,
+            ..Default::default()
         }
     }
 
     /// A job set's decision: (cluster, shard range) per member.
     fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
         PlacementDecision {
-            generation: None,
-            members: Vec::new(),
-            queue: None,
-            preemptions: Vec::new(),
-            rebalanced: None,
-            application_failovers: Vec::new(),
             strategy: None,
             placements: parts
                 .iter()
@@ -530,6 +519,7 @@ mod tests {
                 .collect(),
             unplaced: 0,
             reason: None,
+            ..Default::default()
         }
     }
 

@@ -382,12 +382,6 @@ mod golden {
 
     fn placement(parts: &[(&str, Option<i32>, Option<&str>)]) -> PlacementDecision {
         PlacementDecision {
-            generation: None,
-            members: Vec::new(),
-            queue: None,
-            preemptions: Vec::new(),
-            rebalanced: None,
-            application_failovers: Vec::new(),
             strategy: Some(crate::api::common::PlacementStrategy::Divided),
             placements: parts
                 .iter()
@@ -400,6 +394,7 @@ mod golden {
                 .collect(),
             unplaced: 0,
             reason: None,
+            ..Default::default()
         }
     }
 
