@@ -12,21 +12,22 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::Ctx;
+use super::{Ctx, Out};
 use crate::api::overrides::Override;
 use crate::api::service::Disruption;
 
 const KIND: &str = "PodDisruptionBudget";
 
-/// The budget of `replicas` pods (`disruption` as the spec says it, default
-/// `maxUnavailable: 1`), or `None` where it would protect nothing.
-pub(super) fn disruption_budget(
+/// Adds the budget of `replicas` pods (`disruption` as the spec says it, default
+/// `maxUnavailable: 1`) to `out`, unless it would protect nothing.
+pub(super) fn add(
+    out: &mut Out,
     ctx: &Ctx<'_>,
     name: String,
     disruption: Option<&Disruption>,
     replicas: i32,
     overrides: &[Override],
-) -> Option<PodDisruptionBudget> {
+) {
     let max_unavailable = disruption
         .and_then(|d| d.max_unavailable.clone())
         .unwrap_or(IntOrString::Int(1));
@@ -34,9 +35,9 @@ pub(super) fn disruption_budget(
         .iter()
         .any(|o| o.patches.iter().any(|p| p.kind == KIND));
     if !patched && lets_all_go(&max_unavailable, replicas) {
-        return None;
+        return;
     }
-    Some(PodDisruptionBudget {
+    out.push(PodDisruptionBudget {
         metadata: ctx.meta(name, &[]),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(max_unavailable),
@@ -47,7 +48,7 @@ pub(super) fn disruption_budget(
             ..Default::default()
         }),
         status: None,
-    })
+    });
 }
 
 /// Whether `maxUnavailable` lets all of `replicas` pods be disrupted at once. A percent

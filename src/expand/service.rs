@@ -102,15 +102,8 @@ pub(crate) fn expand(ctx: &Ctx<'_>, s: &PinterestService, out: &mut Out) -> Resu
         out.push(ingress(ctx, ing, first, &name, &svc_name));
     }
 
-    if let Some(budget) = super::budget::disruption_budget(
-        ctx,
-        name,
-        spec.disruption.as_ref(),
-        spec.replicas,
-        &spec.overrides,
-    ) {
-        out.push(budget);
-    }
+    let disruption = spec.disruption.as_ref();
+    super::budget::add(out, ctx, name, disruption, spec.replicas, &spec.overrides);
     Ok(())
 }
 

@@ -91,14 +91,7 @@ pub(crate) fn expand(
         status: None,
     });
 
-    if let Some(budget) = super::budget::disruption_budget(
-        ctx,
-        name,
-        spec.disruption.as_ref(),
-        spec.replicas,
-        &spec.overrides,
-    ) {
-        out.push(budget);
-    }
+    let disruption = spec.disruption.as_ref();
+    super::budget::add(out, ctx, name, disruption, spec.replicas, &spec.overrides);
     Ok(())
 }

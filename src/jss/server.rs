@@ -1137,6 +1137,26 @@ impl Jss {
         Ok((StatusCode::OK, to_body(&reply)?))
     }
 
+    /// The workload `kind ns/name`, read live, once `who` may change it with the rights of
+    /// a delete: the namespace, and the team owning it (or an admin team). The audit line
+    /// names the object and its team.
+    async fn workload_for_change(
+        &self,
+        who: &Principal,
+        kind: WorkloadKind,
+        ns: &str,
+        name: &str,
+        audit: &mut Audit,
+    ) -> Result<DynamicObject, Rejection> {
+        audit.object = format!("{}/{ns}/{name}", kind.as_str());
+        authorize_namespace(&self.auth, who, ns)?;
+        let o = self.workload_or_404(kind, ns, name).await?;
+        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
+        audit.team = team.to_string();
+        authorize_change_of_existing(&self.auth, who, team, ns)?;
+        Ok(o)
+    }
+
     /// A rollout action asked by `who` (the API's and the UI's): the rights of a delete
     /// (the namespace, and the team owning the workload, read live), then the action.
     /// `seen`: the revision the asker's page showed; an approval of another is refused.
@@ -1150,12 +1170,7 @@ impl Jss {
         audit: &mut Audit,
     ) -> Result<wire::RolloutActionReply, Rejection> {
         let (kind, ns, name) = (w.kind, w.namespace.as_str(), w.name.as_str());
-        audit.object = format!("{}/{ns}/{name}", kind.as_str());
-        authorize_namespace(&self.auth, who, ns)?;
-        let o = self.workload_or_404(kind, ns, name).await?;
-        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-        audit.team = team.to_string();
-        authorize_change_of_existing(&self.auth, who, team, ns)?;
+        let o = self.workload_for_change(who, kind, ns, name, audit).await?;
         let status = rollout::status_of(&o);
         let done = |changed: bool, message: String| wire::RolloutActionReply {
             workload: w.clone(),
@@ -1245,12 +1260,7 @@ impl Jss {
         dry_run: bool,
         audit: &mut Audit,
     ) -> Result<wire::RebalanceReply, Rejection> {
-        audit.object = format!("{}/{ns}/{name}", kind.as_str());
-        authorize_namespace(&self.auth, who, ns)?;
-        let o = self.workload_or_404(kind, ns, name).await?;
-        let team = o.data["spec"]["owner"]["team"].as_str().unwrap_or_default();
-        audit.team = team.to_string();
-        authorize_change_of_existing(&self.auth, who, team, ns)?;
+        let o = self.workload_for_change(who, kind, ns, name, audit).await?;
         let w = wire::ObjectName {
             kind,
             namespace: ns.to_string(),

@@ -126,26 +126,41 @@ pub async fn rollout_action(
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    let (ok, text) = match result {
-        Ok(reply) => {
-            audit(&user, verb, &object, "Done", "");
-            (true, reply.message)
+    let result = result.map(|reply| reply.message);
+    match flash_of(&s, &user, verb, &object, result) {
+        Ok((ok, text)) => back_with_flash(&ui, &s, kind, &ns, &name, ok, text),
+        Err(page) => *page,
+    }
+}
+
+/// An action's answer, audited (`via=ui`), as the flash message the page shows (whether it
+/// went, and what was said), or the problem page of a refusal (403, 404).
+fn flash_of(
+    s: &super::session::Session,
+    user: &str,
+    verb: &str,
+    object: &str,
+    result: Result<String, Rejection>,
+) -> Result<(bool, String), Box<Response>> {
+    match result {
+        Ok(message) => {
+            audit(user, verb, object, "Done", "");
+            Ok((true, message))
         }
         Err(r) if r.status() == 403 || r.status() == 404 => {
-            audit(&user, verb, &object, r.reason(), &r.to_string());
-            return problem(
+            audit(user, verb, object, r.reason(), &r.to_string());
+            Err(Box::new(problem(
                 StatusCode::from_u16(r.status()).unwrap_or(StatusCode::FORBIDDEN),
-                Some(&s),
+                Some(s),
                 false,
                 &r.to_string(),
-            );
+            )))
         }
         Err(r) => {
-            audit(&user, verb, &object, r.reason(), &r.to_string());
-            (false, r.reply().describe(r.status()))
+            audit(user, verb, object, r.reason(), &r.to_string());
+            Ok((false, r.reply().describe(r.status())))
         }
-    };
-    back_with_flash(&ui, &s, kind, &ns, &name, ok, text)
+    }
 }
 
 /// The workload `kind ns/name` read live, once `who` may use the namespace and change
@@ -247,7 +262,7 @@ mod tests {
 /// refusal (audited as `verb` on `kind/ns/name`).
 fn checked(
     headers: &HeaderMap,
-    s: &super::Session,
+    s: &super::session::Session,
     csrf: Option<&str>,
     verb: &str,
     (ns, kind, name): (&str, &str, &str),
@@ -328,28 +343,13 @@ pub async fn rebalance(
     };
     let object = format!("{}/{ns}/{name}", kind.as_str());
     let mut api_audit = crate::jss::server::Audit::new(verb);
-    let (ok, text) = match ui
+    let result = ui
         .jss
         .rebalance_as(&s.principal, kind, &ns, &name, dry_run, &mut api_audit)
         .await
-    {
-        Ok(reply) => {
-            audit(&user, verb, &object, "Done", "");
-            (true, reply.message)
-        }
-        Err(r) if r.status() == 403 || r.status() == 404 => {
-            audit(&user, verb, &object, r.reason(), &r.to_string());
-            return problem(
-                StatusCode::from_u16(r.status()).unwrap_or(StatusCode::FORBIDDEN),
-                Some(&s),
-                false,
-                &r.to_string(),
-            );
-        }
-        Err(r) => {
-            audit(&user, verb, &object, r.reason(), &r.to_string());
-            (false, r.reply().describe(r.status()))
-        }
-    };
-    back_with_flash(&ui, &s, kind, &ns, &name, ok, text)
+        .map(|reply| reply.message);
+    match flash_of(&s, &user, verb, &object, result) {
+        Ok((ok, text)) => back_with_flash(&ui, &s, kind, &ns, &name, ok, text),
+        Err(page) => *page,
+    }
 }
