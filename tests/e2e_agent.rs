@@ -305,6 +305,17 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
             "{kind} drift not counted: {metrics}"
         );
     }
+    // ... and the in-progress statuses held back (the agent's default hold, 2 s): the
+    // first status of a new slice says its pods are still coming up.
+    assert!(
+        sample(
+            &metrics,
+            "pinfed_agent_status_writes_held_total",
+            "PinterestService"
+        )
+        .is_some_and(|n| n >= 1),
+        "no status write held: {metrics}"
+    );
     ns.delete().await;
 }
 

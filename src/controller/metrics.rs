@@ -39,6 +39,9 @@ pub struct ReconcileMetrics {
     /// Generated objects someone else changed or deleted, as the watches saw it (each
     /// brings its workload's objects back), by the object's kind.
     pub drift: Family<KindLabels, Counter>,
+    /// Agent: slice status writes held back while the pods come up (`--status-hold-ms`),
+    /// by kind; each is a write that a later status replaced or that waited.
+    pub statuses_held: Family<KindLabels, Counter>,
 }
 
 impl ReconcileMetrics {
@@ -53,6 +56,7 @@ impl ReconcileMetrics {
             applied_objects: Family::default(),
             refusals: Family::default(),
             drift: Family::default(),
+            statuses_held: Family::default(),
         };
         registry.register(
             "reconciles",
@@ -83,6 +87,11 @@ impl ReconcileMetrics {
             "drift_detected",
             "Generated objects someone else changed or deleted (each is repaired), by kind",
             m.drift.clone(),
+        );
+        registry.register(
+            "status_writes_held",
+            "Agent: slice status writes held back while the pods come up (--status-hold-ms), by kind",
+            m.statuses_held.clone(),
         );
         m
     }

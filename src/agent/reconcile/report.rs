@@ -37,6 +37,10 @@ pub(super) async fn report<K: AgentKind>(
             .status_hold
             .decide(&uid, K::KIND, &health, Instant::now())
     {
+        let kind = crate::controller::metrics::KindLabels {
+            kind: K::KIND.as_str().to_string(),
+        };
+        ctx.metrics.statuses_held.get_or_create(&kind).inc();
         return Ok(Action::requeue(after));
     }
     slice
