@@ -73,8 +73,9 @@ impl StatusHold {
         self.since.lock().expect("status hold lock").remove(uid);
     }
 
-    /// Slices with a status held back now (a metric; a test).
-    pub fn held(&self) -> usize {
+    /// Slices with a status held back now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.since.lock().expect("status hold lock").len()
     }
 }
