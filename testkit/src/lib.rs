@@ -9,10 +9,14 @@
 //! - [`names`]: unique names for namespaces, logs and identities;
 //! - [`sample`]: resident memory and CPU time of a process (through `procfs`);
 //! - [`http`]: a small HTTP/1.1 client for loopback endpoints (metrics, health), on the
-//!   hyper stack pinfed itself uses.
+//!   hyper stack pinfed itself uses;
+//! - [`wait`]: the one wait loop;
+//! - [`federation`]: the running topology's clusters and the `pinfed` commands (join,
+//!   hub, agent) the e2e tests and the federation benchmarks run on it.
 
 pub mod daemon;
 pub mod detached;
+pub mod federation;
 pub mod http;
 pub mod names;
 pub mod net;
