@@ -54,9 +54,7 @@ pub fn member_policy_file() -> PathBuf {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Member {
     pub name: String,
-    #[serde(default)]
     pub region: Option<String>,
-    #[serde(default)]
     pub zone: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
