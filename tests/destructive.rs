@@ -80,22 +80,7 @@ mod members {
         use pinfed::api::federation::MemberCluster;
         let fed = Federation::connect().await;
         support::join_all_once(&fed).await;
-        let args: Vec<String> = [
-            "hub",
-            "--context",
-            "hub",
-            "--no-leader-election",
-            "--heartbeat-secs",
-            "1",
-            "--member-grace-secs",
-            "4",
-            "--metrics-addr",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("127.0.0.1:{}", support::free_port())])
-        .collect();
-        let hub = support::spawn_daemon(&fed, "hub-health", &args);
+        let hub = support::spawn_hub(&fed, "hub-health", &["--member-grace-secs", "4"]);
         let _agents = support::spawn_agents(&fed);
         let member = fed.member_names()[1].clone();
         let api: kube::Api<MemberCluster> = kube::Api::all(fed.hub());

@@ -755,25 +755,9 @@ async fn a_pull_members_forged_capacity_is_refused_or_held() {
     };
     // Refused first: a condition an earlier hub left is never mistaken for this one's.
     report(forge(4, "100000")).await;
-    let hub = spawn_daemon(
-        &fed,
-        "esc-hub",
-        &[
-            "hub",
-            "--context",
-            "hub",
-            "--no-leader-election",
-            "--heartbeat-secs",
-            "1",
-            // No agent runs for the pull member here: a long grace, so this hub records
-            // no member lost (a return would keep work off it in the tests that follow).
-            "--member-grace-secs",
-            "3600",
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", support::free_port()),
-        ]
-        .map(String::from),
-    );
+    // No agent runs for the pull member here: a long grace, so this hub records no member
+    // lost (a return would keep work off it in the tests that follow).
+    let hub = support::spawn_hub(&fed, "esc-hub", &["--member-grace-secs", "3600"]);
     eventually(
         WAIT,
         &format!("a 100,000-core node refused\n{}", hub.log_tail()),

@@ -79,26 +79,8 @@ fn setup(fed: &Federation) -> &'static Setup {
             "--otlp-protocol".into(),
             "http/json".into(),
         ];
-        let mut daemons = vec![spawn_daemon(
-            fed,
-            "hub",
-            &[
-                s(&[
-                    "hub",
-                    "--context",
-                    "hub",
-                    "--no-leader-election",
-                    "--heartbeat-secs",
-                    "1",
-                ]),
-                vec![
-                    "--metrics-addr".into(),
-                    format!("127.0.0.1:{}", free_port()),
-                ],
-                otlp.clone(),
-            ]
-            .concat(),
-        )];
+        let otlp_flags: Vec<&str> = otlp.iter().map(String::as_str).collect();
+        let mut daemons = vec![support::spawn_hub(fed, "hub", &otlp_flags)];
         daemons.extend(fed.member_names().into_iter().map(|m| {
             let args = [agent_args(fed, &m), otlp.clone()].concat();
             spawn_daemon(fed, &format!("agent-{m}"), &args)

@@ -34,25 +34,9 @@ fn federation_running(fed: &Federation) -> &'static Mutex<Vec<Daemon>> {
     static DAEMONS: OnceLock<Mutex<Vec<Daemon>>> = OnceLock::new();
     DAEMONS.get_or_init(|| {
         join_all(fed);
-        let mut daemons = vec![spawn_daemon(
-            fed,
-            "hub",
-            &[
-                "hub",
-                "--context",
-                "hub",
-                "--no-leader-election",
-                "--heartbeat-secs",
-                "1",
-                // Far above the waits of the config test: a changed ConfigMap or Secret must
-                // reach the members by watch, not by the hub's resync.
-                "--resync-secs",
-                "600",
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", support::free_port()),
-            ]
-            .map(String::from),
-        )];
+        // A resync far above the waits of the config test: a changed ConfigMap or Secret
+        // must reach the members by watch, not by the hub's resync.
+        let mut daemons = vec![support::spawn_hub(fed, "hub", &["--resync-secs", "600"])];
         daemons.extend(support::spawn_agents(fed));
         Mutex::new(daemons)
     })

@@ -19,24 +19,12 @@ use support::{Daemon, Federation, TestNamespace, eventually, spawn_daemon};
 const GRACE: u64 = 8;
 
 fn hub(fed: &Federation, tag: &str) -> Daemon {
-    let args: Vec<String> = [
-        "hub",
-        "--context",
-        "hub",
-        "--no-leader-election",
-        "--heartbeat-secs",
-        "1",
-        "--member-grace-secs",
-        &GRACE.to_string(),
-        "--failback-window-secs",
-        "5",
-        "--metrics-addr",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("127.0.0.1:{}", support::free_port())])
-    .collect();
-    spawn_daemon(fed, &format!("hub-{tag}"), &args)
+    let grace = GRACE.to_string();
+    support::spawn_hub(
+        fed,
+        &format!("hub-{tag}"),
+        &["--member-grace-secs", &grace, "--failback-window-secs", "5"],
+    )
 }
 
 fn agent(fed: &Federation, m: &str, tag: &str) -> Daemon {

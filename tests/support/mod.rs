@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use pinfed::topology::Topology;
+use testkit::federation::{self as kit, ClientTimeouts, DaemonStyle};
 
 mod identity;
 #[allow(unused_imports)] // each test binary uses a different part
@@ -20,98 +21,60 @@ pub use identity::{
     kubectl_bin, kubectl_in,
 };
 
+/// The running topology (testkit's, which this derefs to) and its file as pinfed reads it.
 pub struct Federation {
-    pub kubeconfig: PathBuf,
+    kit: kit::Federation,
     pub topology: Topology,
-    clients: BTreeMap<String, Client>,
 }
 
-fn required_env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: e2e tests need a running local topology. Run the README's test \
-             command (e2e/test), or `e2e/up clusters/local-3.yaml` and export \
-             PINFED_E2E_KUBECONFIG=<the printed path> PINFED_E2E_TOPOLOGY=clusters/local-3.yaml"
-        )
-    })
+impl std::ops::Deref for Federation {
+    type Target = kit::Federation;
+    fn deref(&self) -> &kit::Federation {
+        &self.kit
+    }
 }
 
 impl Federation {
     /// Connects to every cluster of the running topology.
     pub async fn connect() -> Federation {
-        let kubeconfig = PathBuf::from(required_env("PINFED_E2E_KUBECONFIG"));
-        let topo_path = std::env::var("PINFED_E2E_TOPOLOGY").unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/local-3.yaml").to_string()
-        });
-        let text = std::fs::read_to_string(&topo_path)
-            .unwrap_or_else(|e| panic!("reading {topo_path}: {e}"));
-        let topology = Topology::from_yaml(&topo_path, &text).expect("valid topology");
-        let kc = Kubeconfig::read_from(&kubeconfig)
-            .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", kubeconfig.display()));
-        let mut clients = BTreeMap::new();
-        for name in topology.cluster_names() {
-            let opts = KubeConfigOptions {
-                context: Some(name.to_string()),
-                ..Default::default()
-            };
-            let mut cfg = kube::Config::from_custom_kubeconfig(kc.clone(), &opts)
-                .await
-                .unwrap_or_else(|e| panic!("context {name} in {}: {e}", kubeconfig.display()));
-            cfg.connect_timeout = Some(Duration::from_secs(3));
-            cfg.read_timeout = Some(Duration::from_secs(30));
-            clients.insert(name.to_string(), Client::try_from(cfg).expect("client"));
-        }
-        Federation {
-            kubeconfig,
-            topology,
-            clients,
-        }
+        let kit = kit::Federation::from_env(
+            env!("CARGO_BIN_EXE_pinfed"),
+            // A request to a stopped or hung API server fails soon, and the wait that made
+            // it checks again.
+            ClientTimeouts {
+                connect: Duration::from_secs(3),
+                read: Some(Duration::from_secs(30)),
+            },
+            DaemonStyle {
+                log_dir: std::env::temp_dir(),
+                // e.g. `info,pinfed::controller::leader=debug` to follow an election.
+                rust_log: std::env::var("PINFED_TEST_DAEMON_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+                no_color: false,
+                // A test that panics half-way must not leave a daemon acting on the
+                // clusters during the tests that follow.
+                on_drop: testkit::OnDrop::Kill,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        let path = kit.topology_path.display().to_string();
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        let topology = Topology::from_yaml(&path, &text).expect("valid topology");
+        Federation { kit, topology }
     }
 
-    pub fn client(&self, cluster: &str) -> Client {
-        self.clients
-            .get(cluster)
-            .unwrap_or_else(|| panic!("no cluster {cluster} in the topology"))
-            .clone()
-    }
-
-    /// Whether the topology has member `m` join in pull mode.
     /// A client of `cluster` acting as the user `user` (admin impersonation, in no group
     /// but `system:authenticated`): what a kubectl user with only the rights bound to
     /// that name may do.
     pub async fn client_as_user(&self, cluster: &str, user: &str) -> Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("the topology's kubeconfig");
-        let mut cfg = kube::Config::from_custom_kubeconfig(
-            kc,
-            &KubeConfigOptions {
-                context: Some(cluster.to_string()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("no context {cluster}: {e}"));
+        let mut cfg = self
+            .config(cluster)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
         cfg.auth_info.impersonate = Some(user.into());
         cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
         Client::try_from(cfg).expect("a client")
-    }
-
-    pub fn is_pull(&self, m: &str) -> bool {
-        self.topology
-            .members
-            .iter()
-            .any(|t| t.name == m && t.mode == pinfed::api::federation::ClusterMode::Pull)
-    }
-
-    pub fn hub(&self) -> Client {
-        self.client(&self.topology.hub.name)
-    }
-
-    pub fn member_names(&self) -> Vec<String> {
-        self.topology
-            .members
-            .iter()
-            .map(|m| m.name.clone())
-            .collect()
     }
 
     /// The first member that has a pool with GPUs.
@@ -136,15 +99,9 @@ pub use testkit::unique_name;
 impl TestNamespace {
     /// Creates the namespace and waits for its default ServiceAccount, so pods can be created.
     pub async fn create(client: &Client, prefix: &str) -> TestNamespace {
-        let name = unique_name(prefix);
-        let api: Api<Namespace> = Api::all(client.clone());
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {"pinfed.dev/e2e": "true"}}
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &ns)
+        let name = kit::create_namespace(client, prefix, "pinfed.dev/e2e")
             .await
-            .expect("create namespace");
+            .unwrap_or_else(|e| panic!("{e:#}"));
         let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
         eventually(
             Duration::from_secs(60),
@@ -162,22 +119,16 @@ impl TestNamespace {
     }
 
     pub async fn delete(self) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let _ = api.delete(&self.name, &DeleteParams::default()).await;
+        kit::delete_namespace(&self.client, &self.name).await;
     }
 
     /// Deletes the namespace and waits until it is gone: every workload's finalizer
     /// released, so the hub that runs now has removed its slices from the members (and
     /// the next test does not start amid that clean-up).
     pub async fn delete_and_wait(self, timeout: Duration) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let _ = api.delete(&self.name, &DeleteParams::default()).await;
-        eventually(
-            timeout,
-            &format!("namespace {} deleted", self.name),
-            || async { matches!(api.get_opt(&self.name).await, Ok(None)) },
-        )
-        .await;
+        if let Err(e) = kit::delete_namespace_and_wait(&self.client, &self.name, timeout).await {
+            panic!("{e}");
+        }
     }
 }
 
@@ -198,12 +149,16 @@ where
     Fut: Future<Output = bool>,
 {
     if let Err(e) = testkit::wait::until(timeout, Duration::from_millis(250), what, check).await {
-        let logs: String = daemons
-            .iter()
-            .map(|d| format!("\n--- {} ---\n{}", d.log.display(), d.log_tail()))
-            .collect();
-        panic!("{e}{logs}");
+        panic!("{e}{}", log_tails(daemons));
     }
+}
+
+/// The last lines of `daemons`' logs, each under its path.
+fn log_tails(daemons: &[&Daemon]) -> String {
+    daemons
+        .iter()
+        .map(|d| format!("\n--- {} ---\n{}", d.log.display(), d.log_tail()))
+        .collect()
 }
 
 /// Path of the harness binary that manages the running topology: `PINFED_E2E_HARNESS`,
@@ -232,30 +187,9 @@ impl Federation {
     /// Waits until the hub says every member of the topology is Ready (a hub or agent
     /// that has just started may not have seen them yet); a timeout shows `daemons`' logs.
     pub async fn members_ready(&self, timeout: Duration, daemons: &[&Daemon]) {
-        let mcs: Api<pinfed::api::federation::MemberCluster> = Api::all(self.hub());
-        let want = self.member_names();
-        eventually_logged(
-            timeout,
-            "every member Ready to the hub",
-            daemons,
-            || async {
-                let Ok(list) = mcs.list(&Default::default()).await else {
-                    return false;
-                };
-                want.iter().all(|m| {
-                    list.items.iter().any(|mc| {
-                        kube::ResourceExt::name_any(mc) == *m
-                            && mc.status.as_ref().is_some_and(|s| {
-                                s.conditions.iter().any(|c| {
-                                    c.type_ == "Ready"
-                                        && c.status == pinfed::api::common::ConditionStatus::True
-                                })
-                            })
-                    })
-                })
-            },
-        )
-        .await;
+        if let Err(e) = self.kit.members_ready(timeout).await {
+            panic!("{e}{}", log_tails(daemons));
+        }
     }
 
     /// The server URL of a cluster's context in the kubeconfig.
@@ -269,35 +203,29 @@ impl Federation {
     }
 }
 
-/// The `pinfed` binary under test.
 /// The `pinfed` binary the daemons run: this build's, or `PINFED_BIN` (e2e/bench runs
 /// the chaos test against the release binary).
 pub fn pinfed_bin() -> PathBuf {
-    std::env::var_os("PINFED_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pinfed")))
+    kit::pinfed_bin(env!("CARGO_BIN_EXE_pinfed"))
 }
 
 /// Runs `pinfed ARGS` against the topology's kubeconfig and returns its output.
 pub fn pinfed(fed: &Federation, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(pinfed_bin())
-        .args(args)
-        .env("KUBECONFIG", &fed.kubeconfig)
-        .env_remove("PINFED_CONTEXT")
+    fed.pinfed_command(args)
         .output()
         .unwrap_or_else(|e| panic!("running pinfed {args:?}: {e}"))
 }
 
 /// The member policy the tests join members with (`e2e/member-policy.yaml`).
 pub fn member_policy_file() -> String {
-    format!("{}/e2e/member-policy.yaml", env!("CARGO_MANIFEST_DIR"))
+    kit::member_policy_file().display().to_string()
 }
 
 /// Joins every member of the topology to the hub (idempotent).
 pub fn join_all(fed: &Federation) {
-    for m in &fed.topology.members {
-        join_member(fed, &m.name, &[]);
-    }
+    // Joined some other way than `join_all_once` does: its next call joins them again.
+    JOINED.lock().unwrap().clear();
+    fed.kit.join_all().unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// What `join_all_once` last saw of each member right after joining it, in this process.
@@ -375,49 +303,9 @@ async fn join_fingerprint(fed: &Federation, member: &str) -> Option<String> {
 
 /// `pinfed join NAME` as the topology describes the member, with `extra` arguments.
 pub fn join_member(fed: &Federation, name: &str, extra: &[&str]) {
-    let m = fed
-        .topology
-        .members
-        .iter()
-        .find(|m| m.name == name)
-        .unwrap_or_else(|| panic!("the topology has no member {name}"));
-    let mut args = vec![
-        "join",
-        &m.name,
-        "--member-context",
-        &m.name,
-        "--hub-context",
-        &fed.topology.hub.name,
-    ];
-    let region;
-    let zone;
-    if let Some(r) = &m.region {
-        region = r.clone();
-        args.extend(["--region", &region]);
-    }
-    if let Some(z) = &m.zone {
-        zone = z.clone();
-        args.extend(["--zone", &zone]);
-    }
-    let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    for l in &labels {
-        args.extend(["--label", l]);
-    }
-    if m.mode == pinfed::api::federation::ClusterMode::Pull {
-        args.extend(["--mode", "pull"]);
-    }
-    let policy = member_policy_file();
-    args.extend(["--member-policy", &policy]);
-    args.extend(extra);
     // Joined some other way than `join_all_once` does: its next call joins it again.
     JOINED.lock().unwrap().remove(name);
-    let out = pinfed(fed, &args);
-    assert!(
-        out.status.success(),
-        "pinfed join {} failed: {}",
-        m.name,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fed.join(name, extra).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// A pinfed long-running process (hub, agent) that dies with the test process
@@ -427,40 +315,21 @@ pub use testkit::Daemon;
 
 /// Starts `pinfed ARGS`; a hub or an agent runs as the ServiceAccount `deploy/` ships
 /// for it, under the shipped roles (see `identity`). `PINFED_TEST_DAEMON_LOG` overrides
-/// its `RUST_LOG` (e.g. `info,pinfed::controller::leader=debug` to follow an election).
+/// its `RUST_LOG`.
 pub fn spawn_daemon(fed: &Federation, name: &str, args: &[String]) -> Daemon {
-    let log = std::env::temp_dir().join(format!("{}.log", unique_name(name)));
     let kubeconfig = match identity::Daemon::of_args(args) {
         Some(daemon) => kubeconfig_as(fed, daemon),
         None => fed.kubeconfig.clone(),
     };
-    let mut cmd = std::process::Command::new(pinfed_bin());
-    cmd.args(args).env("KUBECONFIG", &kubeconfig).env(
-        "RUST_LOG",
-        std::env::var("PINFED_TEST_DAEMON_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
-    );
-    Daemon::spawn(name, cmd, &log).expect("spawn pinfed daemon")
+    fed.spawn_pinfed(name, args, &kubeconfig)
+        .unwrap_or_else(|e| panic!("spawn pinfed daemon: {e:#}"))
 }
 
 /// A hub as the e2e federations run it: on the topology's hub, no leader election, a
 /// heartbeat a second, metrics on a free port, then `extra` (grace periods and the like).
 pub fn spawn_hub(fed: &Federation, name: &str, extra: &[&str]) -> Daemon {
-    let mut args: Vec<String> = [
-        "hub",
-        "--context",
-        "hub",
-        "--no-leader-election",
-        "--heartbeat-secs",
-        "1",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
-    args.extend([
-        "--metrics-addr".into(),
-        format!("127.0.0.1:{}", free_port()),
-    ]);
+    let flags = [&["--no-leader-election", "--heartbeat-secs", "1"], extra].concat();
+    let args = fed.hub_args(&flags).expect("a free loopback port");
     spawn_daemon(fed, name, &args)
 }
 
@@ -483,7 +352,6 @@ pub async fn pull_agent_hub_client(fed: &Federation, member: &str) -> Client {
     Client::try_from(cfg).unwrap()
 }
 
-/// A free loopback port for a daemon's metrics server.
 /// One agent per member (no leader election, metrics on a free port), as the e2e
 /// federations run them.
 pub fn spawn_agents(fed: &Federation) -> Vec<Daemon> {
@@ -496,26 +364,10 @@ pub fn spawn_agents(fed: &Federation) -> Vec<Daemon> {
 /// The arguments of the agent of member `m` as the e2e federations run it (no leader
 /// election, metrics on a free port, `--mode pull` for a pull member of the topology).
 pub fn agent_args(fed: &Federation, m: &str) -> Vec<String> {
-    let port = free_port().to_string();
-    let mut args: Vec<String> = [
-        "agent",
-        "--context",
-        m,
-        "--cluster-name",
-        m,
-        "--no-leader-election",
-        "--metrics-addr",
-        &format!("127.0.0.1:{port}"),
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    if fed.is_pull(m) {
-        args.extend(["--mode".to_string(), "pull".to_string()]);
-    }
-    args
+    fed.agent_args(m, &[]).expect("a free loopback port")
 }
 
+/// A free loopback port for a daemon's metrics server.
 pub fn free_port() -> u16 {
     testkit::free_port().expect("a free loopback port")
 }
@@ -538,12 +390,7 @@ pub async fn http_get(url: &str) -> String {
 
 /// The status (`True`/`False`/`Unknown`) of condition `t` in a status as JSON.
 pub fn condition(status: &serde_json::Value, t: &str) -> Option<String> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .and_then(|c| c["status"].as_str())
-        .map(String::from)
+    kit::condition(status, t).map(String::from)
 }
 
 /// The `status` of `name` as JSON (null when it cannot be read).
