@@ -501,7 +501,7 @@ async fn agent1k_run(
          `pinfed agent --no-leader-election` already running; no hub; {} other \
          PinterestServices in the member; {}",
         others,
-        fed.s.describe()
+        fed.describe()
     );
     println!("load: before {load_before}; after {}", load_line());
     println!(

@@ -21,7 +21,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let replicas: i64 = env_or("PINFED_BENCH_REPLICAS", 3)?;
     let rate: f64 = env_or("PINFED_BENCH_AGG_RATE", 20.0)?;
     let rounds: usize = env_or("PINFED_BENCH_AGG_ROUNDS", 2)?;
-    let spread = fed.s.members().len() as i64;
+    let spread = fed.member_names().len() as i64;
 
     progress(
         "aggregation: joining members and starting the hub (no agents: we write slice status)",
@@ -35,7 +35,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let pull_agents = fed.hub_only_agents().await?;
     fed.members_ready().await?;
     let ns = fed.create_namespace("bench-agg").await?;
-    let hub_api = fed.services(fed.s.hub_name(), &ns);
+    let hub_api = fed.services(fed.hub_name(), &ns);
 
     // (workload, member) → slice generation and replicas, from the members.
     type Slices = HashMap<(String, String), (i64, i64)>;
@@ -44,7 +44,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     type Seen = HashMap<(String, String), Vec<(Instant, Option<i64>)>>;
     let seen: Arc<Mutex<Seen>> = Default::default();
     let mut watches = AbortOnDrop(Vec::new());
-    for m in fed.s.members() {
+    for m in fed.member_names() {
         let slices = slices.clone();
         let member = m.clone();
         watches.0.push(watch_services(
@@ -66,7 +66,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         let seen = seen.clone();
         watches.0.push(watch_services(
             fed,
-            fed.s.hub_name(),
+            fed.hub_name(),
             &ns,
             None,
             move |o, at| {
@@ -121,7 +121,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
          as an agent would); {}",
         keys.len(),
         pull_agents.len(),
-        fed.s.describe()
+        fed.describe()
     );
     let load_before = load_line();
     let mut all = Vec::new();
@@ -185,7 +185,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         for mode in ["push", "pull"] {
             let of_mode: Vec<Duration> = patched
                 .iter()
-                .filter(|(k, _, _)| fed.s.mode_of(&k.1) == mode)
+                .filter(|(k, _, _)| fed.mode_of(&k.1) == mode)
                 .filter_map(|(k, at, v)| latency(&s, k, *at, *v))
                 .collect();
             if !of_mode.is_empty() && of_mode.len() < lat.len() {

@@ -23,8 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use testkit::Sample;
 
@@ -102,7 +101,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let sync_n: usize = env_or("PINFED_BENCH_COMPARE_SYNC_WORKLOADS", 10_000)?;
     let sync_timeout = Duration::from_secs(env_or("PINFED_BENCH_SCALE_TIMEOUT_SECS", 1800)?);
     let k = Karmada::connect(fed).await?;
-    let members = fed.s.members();
+    let members = fed.member_names();
     let b = Bench {
         fed,
         k: &k,
@@ -189,7 +188,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 impl Bench<'_> {
     fn workloads(&self, side: Side, ns: &str) -> Api<DynamicObject> {
         match side {
-            Side::Pinfed => self.fed.services(self.fed.s.hub_name(), ns),
+            Side::Pinfed => self.fed.services(self.fed.hub_name(), ns),
             Side::Karmada => self.k.deployments(ns),
         }
     }
@@ -206,14 +205,13 @@ impl Bench<'_> {
         match side {
             Side::Pinfed => self.fed.create_namespace(prefix).await,
             Side::Karmada => {
-                let name = testkit::unique_name(prefix);
-                let ns: Namespace = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": name, "labels": {"pinfed.dev/bench": "true"}}
-                }))?;
-                Api::<Namespace>::all(self.k.client.clone())
-                    .create(&PostParams::default(), &ns)
-                    .await
-                    .with_context(|| format!("creating namespace {name} on Karmada"))?;
+                let name = testkit::federation::create_namespace(
+                    &self.k.client,
+                    prefix,
+                    "pinfed.dev/bench",
+                )
+                .await
+                .context("on Karmada")?;
                 self.k.apply_policy(&name, &self.members).await?;
                 Ok(name)
             }

@@ -7,9 +7,7 @@ use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use testkit::{OnDrop, Sample};
-
-use crate::settings::Settings;
+use testkit::Sample;
 
 pub struct Daemon {
     inner: testkit::Daemon,
@@ -24,28 +22,17 @@ impl Deref for Daemon {
 }
 
 impl Daemon {
-    pub fn spawn(s: &Settings, name: &str, args: &[String]) -> anyhow::Result<Daemon> {
-        let log = s
-            .log_dir
-            .join(format!("{}.log", testkit::unique_name(name)));
-        let mut cmd = std::process::Command::new(&s.pinfed);
-        cmd.args(args)
-            .env("KUBECONFIG", &s.kubeconfig)
-            .env_remove("PINFED_CONTEXT")
-            .env("RUST_LOG", "info,kube=warn")
-            .env("NO_COLOR", "1");
-        let inner = testkit::Daemon::spawn(name, cmd, &log)
-            .with_context(|| format!("spawning {}", s.pinfed.display()))?
-            .on_drop(OnDrop::Stop(Duration::from_secs(10)));
+    /// `inner`, started with `args`, whose `--metrics-addr` it remembers.
+    pub fn new(inner: testkit::Daemon, args: &[String]) -> Daemon {
         let metrics_addr = args
             .iter()
             .position(|a| a == "--metrics-addr")
             .and_then(|i| args.get(i + 1))
             .cloned();
-        Ok(Daemon {
+        Daemon {
             inner,
             metrics_addr,
-        })
+        }
     }
 
     /// (VmHWM, VmRSS) in KiB.

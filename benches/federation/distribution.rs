@@ -35,7 +35,7 @@ struct DistObs {
 pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let n: usize = env_or("PINFED_BENCH_WORKLOADS", 200)?;
     let replicas: i64 = env_or("PINFED_BENCH_REPLICAS", 3)?;
-    let spread = fed.s.members().len() as i64;
+    let spread = fed.member_names().len() as i64;
     let rate: f64 = env_or("PINFED_BENCH_RATE", 20.0)?;
     let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
     // 0: no agents — the members only store slices, so the figures are the hub's own
@@ -77,9 +77,9 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         let ns = fed.create_namespace("bench-dist").await?;
         // One warm-up workload first, so the one-time namespace creation in each member is
         // not in the figures.
-        let warm = fed.services(fed.s.hub_name(), &ns);
+        let warm = fed.services(fed.hub_name(), &ns);
         create_service(&warm, &service("warm-up", replicas, Some(spread))).await?;
-        for m in fed.s.members() {
+        for m in fed.member_names() {
             let api = fed.services(&m, &ns);
             wait_for(fed.s.timeout, &format!("the warm-up slice in {m}"), || {
                 let api = api.clone();
@@ -90,7 +90,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 
         let obs = Arc::new(Mutex::new(DistObs::default()));
         let mut watches = AbortOnDrop(Vec::new());
-        for m in fed.s.members() {
+        for m in fed.member_names() {
             let obs = obs.clone();
             let member = m.clone();
             watches.0.push(watch_services(
@@ -117,7 +117,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             let obs = obs.clone();
             watches.0.push(watch_services(
                 fed,
-                fed.s.hub_name(),
+                fed.hub_name(),
                 &ns,
                 None,
                 move |o, at| {
@@ -156,7 +156,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         let load_before = load_line();
         let hub_cpu_before = hub.cpu_secs();
         let mut member_writes_before = Vec::new();
-        for m in fed.s.members() {
+        for m in fed.member_names() {
             member_writes_before.push((m.clone(), write_counts(&fed.client(&m)).await));
         }
         let took = create_all(&warm, objs, rate, concurrency, created.clone()).await?;
@@ -219,7 +219,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                 }
             }
         }
-        let per = (n * fed.s.members().len()) as f64;
+        let per = (n * fed.member_names().len()) as f64;
 
         let o = std::mem::take(&mut *obs.lock().unwrap());
         let since_created =
@@ -242,7 +242,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
                     Some(at) => {
                         slice_lat.extend(since_created(nm, *at));
                         slice_lat_by_mode
-                            .entry(fed.s.mode_of(m))
+                            .entry(fed.mode_of(m))
                             .or_default()
                             .extend(since_created(nm, *at));
                     }
@@ -277,7 +277,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             .filter(|(k, _)| names.contains(&k.0))
             .filter_map(|(k, at)| {
                 Some((
-                    fed.s.mode_of(&k.1),
+                    fed.mode_of(&k.1),
                     at.saturating_duration_since(*o.slice_available.get(k)?),
                 ))
             })
@@ -292,7 +292,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             "config: {n} PinterestServices × {replicas} replicas, Divided, spread minClusters \
              {spread}; hub (leader election on) + {} agents; {}",
             agents.len(),
-            fed.s.describe()
+            fed.describe()
         );
         println!("load: before {load_before}; after {load_after}");
         if let (Some(a), Some(b)) = (hub_cpu_before, hub_cpu_sliced) {
@@ -383,7 +383,6 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 /// and writes its report there; a push member's agent writes nothing on the hub.
 async fn idle_writes(fed: &Fed) {
     let Some(log) = fed
-        .s
         .kubeconfig
         .parent()
         .map(|d| d.join("logs/hub-audit.log"))
@@ -439,8 +438,11 @@ async fn idle_writes(fed: &Fed) {
     println!("\n== idle writes on the hub API server ({secs:.0} s, nothing submitted) ==");
     println!(
         "members: {} push, {} pull",
-        fed.s.members().iter().filter(|m| !fed.s.is_pull(m)).count(),
-        fed.s.members().iter().filter(|m| fed.s.is_pull(m)).count()
+        fed.member_names()
+            .iter()
+            .filter(|m| !fed.is_pull(m))
+            .count(),
+        fed.member_names().iter().filter(|m| fed.is_pull(m)).count()
     );
     for ((user, resource), n) in &by {
         println!("  {user:<60} {resource:<28} {:.2}/s", *n as f64 / secs);

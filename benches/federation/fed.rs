@@ -1,22 +1,31 @@
 //! The clusters of the running topology and the `pinfed` processes of a scenario.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Deref;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, ResourceExt};
+use testkit::OnDrop;
+pub use testkit::federation::condition;
+use testkit::federation::{self as kit, ClientTimeouts, DaemonStyle};
 
 use crate::daemon::Daemon;
 use crate::helpers::{progress, wait_for};
 use crate::settings::Settings;
 
+/// The running topology (testkit's, which this derefs to) and the benchmarks' settings.
 pub struct Fed {
+    kit: kit::Federation,
     pub s: Settings,
-    pub clients: BTreeMap<String, Client>,
+}
+
+impl Deref for Fed {
+    type Target = kit::Federation;
+    fn deref(&self) -> &kit::Federation {
+        &self.kit
+    }
 }
 
 pub fn service_resource() -> ApiResource {
@@ -26,97 +35,74 @@ pub fn service_resource() -> ApiResource {
     )
 }
 
-pub fn member_cluster_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("federation.pinterest.com", "v1alpha1", "MemberCluster"),
-        "memberclusters",
-    )
-}
-
 impl Fed {
-    pub async fn connect(s: Settings) -> anyhow::Result<Fed> {
-        let kc = Kubeconfig::read_from(&s.kubeconfig)
-            .with_context(|| format!("reading kubeconfig {}", s.kubeconfig.display()))?;
-        let mut clients = BTreeMap::new();
-        for name in s.topology.cluster_names() {
-            let opts = KubeConfigOptions {
-                context: Some(name.to_string()),
-                ..Default::default()
-            };
-            let mut cfg = kube::Config::from_custom_kubeconfig(kc.clone(), &opts)
-                .await
-                .with_context(|| format!("context {name} in {}", s.kubeconfig.display()))?;
-            cfg.connect_timeout = Some(Duration::from_secs(5));
-            let client = Client::try_from(cfg)?;
+    /// Connects to every cluster of the topology and checks that each answers.
+    pub async fn connect(mut s: Settings) -> anyhow::Result<Fed> {
+        let kit = kit::Federation::from_env(
+            env!("CARGO_BIN_EXE_pinfed"),
+            // kube's read timeout: a watch lasts minutes.
+            ClientTimeouts {
+                connect: Duration::from_secs(5),
+                read: None,
+            },
+            DaemonStyle {
+                log_dir: s.log_dir.clone(),
+                rust_log: "info,kube=warn".into(),
+                // Plain text: `report_logs` counts warnings by message.
+                no_color: true,
+                // A hub stopped gracefully releases its Lease for the next scenario.
+                on_drop: OnDrop::Stop(Duration::from_secs(10)),
+            },
+        )
+        .await?;
+        if !kit.pinfed.is_file() {
+            bail!(
+                "no pinfed binary at {} (build it with `cargo build --release --bin pinfed` \
+                 and set PINFED_BIN)",
+                kit.pinfed.display()
+            );
+        }
+        for (name, client) in kit.clients() {
             client
                 .apiserver_version()
                 .await
                 .with_context(|| format!("cluster {name} does not answer"))?;
-            clients.insert(name.to_string(), client);
         }
-        Ok(Fed { s, clients })
+        s.members = kit.member_names();
+        Ok(Fed { kit, s })
     }
 
-    pub fn client(&self, cluster: &str) -> Client {
-        self.clients[cluster].clone()
+    /// "push" or "pull", for figures split by mode.
+    pub fn mode_of(&self, m: &str) -> &'static str {
+        if self.is_pull(m) { "pull" } else { "push" }
     }
 
-    pub fn hub(&self) -> Client {
-        self.client(self.s.hub_name())
+    pub fn describe(&self) -> String {
+        let kind = if self.pinfed.components().any(|c| c.as_os_str() == "release") {
+            "release"
+        } else {
+            "NOT a release build"
+        };
+        format!(
+            "topology {} ({} members), pinfed {} ({kind}), hub flags: defaults{}",
+            self.topology_path.display(),
+            self.members().len(),
+            self.pinfed.display(),
+            if self.s.hub_args.is_empty() {
+                String::new()
+            } else {
+                format!(" + {}", self.s.hub_args.join(" "))
+            }
+        )
     }
 
     pub fn services(&self, cluster: &str, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client(cluster), ns, &service_resource())
     }
 
-    /// `pinfed join` of every member (idempotent), as tests/support does.
-    pub fn join_all(&self) -> anyhow::Result<()> {
-        for m in &self.s.topology.members {
-            let mut args: Vec<String> = vec![
-                "join".into(),
-                m.name.clone(),
-                "--member-context".into(),
-                m.name.clone(),
-                "--hub-context".into(),
-                self.s.hub_name().into(),
-            ];
-            if let Some(r) = &m.region {
-                args.extend(["--region".into(), r.clone()]);
-            }
-            if let Some(z) = &m.zone {
-                args.extend(["--zone".into(), z.clone()]);
-            }
-            for (k, v) in &m.labels {
-                args.extend(["--label".into(), format!("{k}={v}")]);
-            }
-            if self.s.is_pull(&m.name) {
-                args.extend(["--mode".into(), "pull".into()]);
-            }
-            // The member policy the e2e topologies use (its namespaces include the
-            // agent benchmark's).
-            args.extend([
-                "--member-policy".into(),
-                format!("{}/e2e/member-policy.yaml", env!("CARGO_MANIFEST_DIR")),
-            ]);
-            let out = std::process::Command::new(&self.s.pinfed)
-                .args(&args)
-                .env("KUBECONFIG", &self.s.kubeconfig)
-                .env_remove("PINFED_CONTEXT")
-                .output()
-                .with_context(|| format!("running {}", self.s.pinfed.display()))?;
-            if !out.status.success() {
-                bail!(
-                    "pinfed join {} failed: {}",
-                    m.name,
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        Ok(())
-    }
-
     pub fn spawn(&self, name: &str, args: &[String]) -> anyhow::Result<Daemon> {
-        Daemon::spawn(&self.s, name, args)
+        let inner = self.spawn_pinfed(name, args, &self.kubeconfig)?;
+        Ok(Daemon::new(inner, args))
     }
 
     /// A hub with leader election (the default), on a free loopback port.
@@ -126,26 +112,15 @@ impl Fed {
 
     /// A hub as [`Fed::spawn_hub`], with `extra` arguments after the scenario's own.
     pub fn spawn_hub_with(&self, identity: &str, extra: &[String]) -> anyhow::Result<Daemon> {
-        let mut args: Vec<String> = [
-            "hub",
-            "--context",
-            self.s.hub_name(),
-            "--identity",
-            identity,
-            "--metrics-addr",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.push(format!("127.0.0.1:{}", testkit::free_port()?));
-        args.extend(self.s.hub_args.iter().cloned());
-        args.extend(extra.iter().cloned());
-        self.spawn(identity, &args)
+        let flags: Vec<&str> = ["--identity", identity]
+            .into_iter()
+            .chain(self.s.hub_args.iter().chain(extra).map(String::as_str))
+            .collect();
+        self.spawn(identity, &self.hub_args(&flags)?)
     }
 
     pub fn spawn_agents(&self) -> anyhow::Result<Vec<Daemon>> {
-        self.s
-            .members()
+        self.member_names()
             .iter()
             .map(|m| self.spawn_agent(m))
             .collect()
@@ -164,8 +139,8 @@ impl Fed {
     /// hub. Returns those agents, ready.
     pub async fn hub_only_agents(&self) -> anyhow::Result<Vec<Daemon>> {
         let mut agents = Vec::new();
-        for m in self.s.members() {
-            if self.s.is_pull(&m) {
+        for m in self.member_names() {
+            if self.is_pull(&m) {
                 agents.push(self.spawn_agent_with(&m, &["--pull-only"])?);
                 continue;
             }
@@ -188,66 +163,28 @@ impl Fed {
 
     /// [`Fed::spawn_agent`] with extra flags.
     pub fn spawn_agent_with(&self, member: &str, extra: &[&str]) -> anyhow::Result<Daemon> {
-        let mut args: Vec<String> = vec![
-            "agent".into(),
-            "--context".into(),
-            member.into(),
-            "--cluster-name".into(),
-            member.into(),
-            "--no-leader-election".into(),
-            "--metrics-addr".into(),
-            format!("127.0.0.1:{}", testkit::free_port()?),
-        ];
-        if self.s.is_pull(member) {
-            args.extend(["--mode".into(), "pull".into()]);
-        }
-        args.extend(extra.iter().map(|a| a.to_string()));
-        self.spawn(&format!("agent-{member}"), &args)
+        self.spawn(&format!("agent-{member}"), &self.agent_args(member, extra)?)
     }
 
     /// Waits until every member's MemberCluster says Ready.
     pub async fn members_ready(&self) -> anyhow::Result<()> {
-        let api: Api<DynamicObject> = Api::all_with(self.hub(), &member_cluster_resource());
-        let want: BTreeSet<String> = self.s.members().into_iter().collect();
-        wait_for(self.s.timeout, "every MemberCluster Ready", || {
-            let api = api.clone();
-            let want = want.clone();
-            async move {
-                let Ok(list) = api.list(&ListParams::default()).await else {
-                    return false;
-                };
-                let ready: BTreeSet<String> = list
-                    .items
-                    .iter()
-                    .filter(|m| condition(&m.data["status"], "Ready") == Some("True"))
-                    .map(|m| m.name_any())
-                    .collect();
-                want.is_subset(&ready)
-            }
-        })
-        .await
+        Ok(self.kit.members_ready(self.s.timeout).await?)
     }
 
     pub async fn create_namespace(&self, prefix: &str) -> anyhow::Result<String> {
-        self.create_namespace_in(self.s.hub_name(), prefix).await
+        self.create_namespace_in(self.hub_name(), prefix).await
     }
 
     pub async fn create_namespace_in(&self, cluster: &str, prefix: &str) -> anyhow::Result<String> {
-        let name = testkit::unique_name(prefix);
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {"pinfed.dev/bench": "true"}}
-        }))?;
-        Api::<Namespace>::all(self.client(cluster))
-            .create(&PostParams::default(), &ns)
+        kit::create_namespace(&self.client(cluster), prefix, "pinfed.dev/bench")
             .await
-            .with_context(|| format!("creating namespace {name} in {cluster}"))?;
-        Ok(name)
+            .with_context(|| format!("in {cluster}"))
     }
 
     /// Deletes every PinterestService of `ns` on the hub (a hub must run to remove the
     /// slices and finalizers), waits until they are gone, then deletes the namespace.
     pub async fn clean_up(&self, ns: &str) {
-        let api = self.services(self.s.hub_name(), ns);
+        let api = self.services(self.hub_name(), ns);
         let _ = api
             .delete_collection(&DeleteParams::background(), &ListParams::default())
             .await;
@@ -267,18 +204,8 @@ impl Fed {
         if let Err(e) = gone {
             progress(&format!("clean-up of {ns}: {e:#}"));
         }
-        let _ = Api::<Namespace>::all(self.hub())
-            .delete(ns, &DeleteParams::default())
-            .await;
+        kit::delete_namespace(&self.hub(), ns).await;
     }
-}
-
-pub fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> Option<&'a str> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str())
 }
 
 pub fn service(name: &str, replicas: i64, spread: Option<i64>) -> serde_json::Value {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use testkit::Sample;
@@ -71,20 +70,10 @@ pub fn deployment(name: &str, replicas: i64) -> serde_json::Value {
 
 impl Karmada {
     pub async fn connect(fed: &Fed) -> anyhow::Result<Karmada> {
-        let kc = Kubeconfig::read_from(&fed.s.kubeconfig)?;
-        let opts = KubeConfigOptions {
-            context: Some(CONTEXT.to_string()),
-            ..Default::default()
-        };
-        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+        let mut cfg = fed
+            .config(CONTEXT)
             .await
-            .with_context(|| {
-                format!(
-                    "no context {CONTEXT:?} in {}: the topology needs `peers: {{karmada: true}}` \
-                     (clusters/compare.yaml)",
-                    fed.s.kubeconfig.display()
-                )
-            })?;
+            .context("the topology needs `peers: {karmada: true}` (clusters/compare.yaml)")?;
         cfg.connect_timeout = Some(Duration::from_secs(5));
         let client = Client::try_from(cfg)?;
         client
@@ -92,7 +81,6 @@ impl Karmada {
             .await
             .context("Karmada's API server does not answer")?;
         let state_dir = fed
-            .s
             .kubeconfig
             .parent()
             .context("the kubeconfig has no directory")?

@@ -156,7 +156,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(env_or("PINFED_BENCH_ROLLOUT_TIMEOUT_SECS", 1800)?);
     let quiet = Duration::from_secs(env_or("PINFED_BENCH_ROLLOUT_QUIET_SECS", 20)?);
     let back = env_or::<u8>("PINFED_BENCH_ROLLOUT_BACK", 1)? != 0;
-    let spread = fed.s.members().len() as i64;
+    let spread = fed.member_names().len() as i64;
 
     progress("rollout1k: joining members, starting the hub and one agent per member");
     fed.join_all()?;
@@ -189,7 +189,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         let obs = obs.clone();
         watches.0.push(watch_services(
             fed,
-            fed.s.hub_name(),
+            fed.hub_name(),
             &ns,
             None,
             move |o, at| obs.lock().unwrap().see(o, at),
@@ -205,7 +205,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         n,
         timeout,
         quiet,
-        state_dir: fed.s.kubeconfig.parent().map(PathBuf::from),
+        state_dir: fed.kubeconfig.parent().map(PathBuf::from),
     };
     // The profile is deleted whatever happens: a default profile left behind would be
     // every later workload's.
@@ -257,7 +257,7 @@ async fn scenario(
     let hub_cpu0 = r.hub.cpu_secs();
     let started = Instant::now();
     let took = create_all(
-        &fed.services(fed.s.hub_name(), ns),
+        &fed.services(fed.hub_name(), ns),
         objs,
         None,
         concurrency,
@@ -313,7 +313,7 @@ async fn scenario(
          minClusters {spread}, no spec.rollout (the hub's default rollout); hub (leader \
          election on) + {} agents; {}",
         r.agents.len(),
-        fed.s.describe()
+        fed.describe()
     );
     println!(
         "  creation: load before {load_before}; after {}",
@@ -475,7 +475,7 @@ async fn one_rollout(
     .max(0.0);
     let reads_before = request_counts(&hub_client, READ_VERBS).await;
     let mut members_before = BTreeMap::new();
-    for m in r.fed.s.members() {
+    for m in r.fed.member_names() {
         members_before.insert(m.clone(), write_counts(&r.fed.client(&m)).await);
     }
     r.obs.lock().unwrap().reset(revision);
@@ -548,7 +548,7 @@ async fn one_rollout(
     let after = request_counts(&hub_client, WRITE_VERBS).await;
     let reads_after = request_counts(&hub_client, READ_VERBS).await;
     let mut members_after = BTreeMap::new();
-    for m in r.fed.s.members() {
+    for m in r.fed.member_names() {
         members_after.insert(m.clone(), write_counts(&r.fed.client(&m)).await);
     }
 
@@ -811,7 +811,7 @@ async fn clean_up(r: &Run<'_>, ns: &str) {
         "rollout1k: deleting the {} services of {ns} (the hub and agents remove their slices)",
         r.n
     ));
-    let api = r.fed.services(r.fed.s.hub_name(), ns);
+    let api = r.fed.services(r.fed.hub_name(), ns);
     if let Err(e) = api
         .delete_collection(&DeleteParams::background(), &ListParams::default())
         .await

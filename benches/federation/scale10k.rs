@@ -24,7 +24,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     progress("scale10k: joining members (no hub runs while the workloads are created)");
     fed.join_all()?;
     let ns = fed.create_namespace("bench-10k").await?;
-    let hub_api = fed.services(fed.s.hub_name(), &ns);
+    let hub_api = fed.services(fed.hub_name(), &ns);
     let names: Vec<String> = (0..n).map(|i| format!("svc-{i:05}")).collect();
     let objs = names.iter().map(|nm| service(nm, 1, None)).collect();
     progress(&format!(
@@ -40,7 +40,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let placed: Arc<Mutex<(BTreeSet<String>, Option<Instant>)>> = Default::default();
     let slices: Arc<Mutex<BTreeSet<(String, String)>>> = Default::default();
     let mut watches = AbortOnDrop(Vec::new());
-    for m in fed.s.members() {
+    for m in fed.member_names() {
         let slices = slices.clone();
         let member = m.clone();
         watches.0.push(watch_services(
@@ -58,7 +58,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     }
     let hub_watch = {
         let placed = placed.clone();
-        watch_services(fed, fed.s.hub_name(), &ns, None, move |o, at| {
+        watch_services(fed, fed.hub_name(), &ns, None, move |o, at| {
             if placements(&o.data["status"]).is_some_and(|p| !p.is_empty()) {
                 let mut p = placed.lock().unwrap();
                 if p.0.insert(o.name_any()) && p.0.len() == n {
@@ -153,7 +153,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
          Divided, no spread; created {concurrency} at a time in {took:.1?} ({:.0}/s) with no \
          hub running; then one `pinfed hub` (leader election on) started; no agents; {}",
         n as f64 / took.as_secs_f64(),
-        fed.s.describe()
+        fed.describe()
     );
     println!("load: before {load_before}; after {}", load_line());
     println!(
@@ -225,7 +225,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         &hub_api,
         &names[..raw_n.min(n)],
         concurrency,
-        fed.s.hub_name(),
+        fed.hub_name(),
     )
     .await?;
     let mut per_workload_ms = 1000.0 / create_rate; // the Event, a create

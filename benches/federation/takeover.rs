@@ -36,7 +36,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let hub_args = ["--lease-duration-secs".to_string(), lease_secs.to_string()];
     let lease_ns: String = env_or("PINFED_BENCH_LEASE_NAMESPACE", "pinfed-system".to_string())?;
     let replicas: i64 = env_or("PINFED_BENCH_REPLICAS", 3)?;
-    let spread = fed.s.members().len() as i64;
+    let spread = fed.member_names().len() as i64;
     progress("takeover: joining members, starting two hubs with leader election");
     fed.join_all()?;
     let _agents = fed.hub_only_agents().await?;
@@ -65,9 +65,9 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         .await?;
     fed.members_ready().await?;
     let ns = fed.create_namespace("bench-takeover").await?;
-    let hub_api = fed.services(fed.s.hub_name(), &ns);
+    let hub_api = fed.services(fed.hub_name(), &ns);
     create_service(&hub_api, &service("warm-up", replicas, Some(spread))).await?;
-    for m in fed.s.members() {
+    for m in fed.member_names() {
         let api = fed.services(&m, &ns);
         wait_for(fed.s.timeout, &format!("the warm-up slice in {m}"), || {
             let api = api.clone();
@@ -84,7 +84,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
          the leader is killed with SIGKILL ({rounds} rounds) and then SIGTERM ({term_rounds} \
          rounds); after each kill a \
          PinterestService × {replicas} replicas (spread {spread}) is created at once; {}",
-        fed.s.describe()
+        fed.describe()
     );
     let mut lease_times = Vec::new();
     let mut slice_times = Vec::new();
@@ -102,7 +102,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         // Slices of the new workload, as they appear.
         let seen: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
         let mut watches = AbortOnDrop(Vec::new());
-        for m in fed.s.members() {
+        for m in fed.member_names() {
             let seen = seen.clone();
             let member = m.clone();
             let want = name.clone();
