@@ -80,7 +80,12 @@ mod members {
         use pinfed::api::federation::MemberCluster;
         let fed = Federation::connect().await;
         support::join_all_once(&fed).await;
-        let hub = support::spawn_hub(&fed, "hub-health", &["--member-grace-secs", "4"]);
+        // Every heartbeat recorded in the status, for the agent renewal read below.
+        let hub = support::spawn_hub(
+            &fed,
+            "hub-health",
+            &["--member-grace-secs", "4", "--heartbeat-record-secs", "1"],
+        );
         let _agents = support::spawn_agents(&fed);
         let member = fed.member_names()[1].clone();
         let api: kube::Api<MemberCluster> = kube::Api::all(fed.hub());

@@ -172,16 +172,21 @@ async fn run_connected(
     kubeconfig: &str,
 ) -> anyhow::Error {
     let ns = pull_namespace(cluster);
+    // The hub's watches get a client of their own whose read timeout outlasts a watch.
+    let watching = match tokens::watch_client_from_kubeconfig(kubeconfig).await {
+        Ok(c) => c,
+        Err(e) => return anyhow::anyhow!("a watch client for the hub: {e}"),
+    };
     // Whether the mirror has slices to write: their status reports wait for them.
     let (mirroring, mirror_busy) = tokio::sync::watch::channel(false);
     tokio::select! {
         e = renew_lease(hub, member, &ns, cluster, identity) => e,
         e = report(hub, member, cluster) => e,
-        e = mirror_slices(hub, member, &ns, &mirroring) => e,
+        e = mirror_slices(hub, &watching, member, &ns, &mirroring) => e,
         e = report_slice_status(hub, member, &ns, mirror_busy) => e,
-        e = mirror_bundles::<Secret>(hub, member, &ns) => e,
-        e = mirror_bundles::<ConfigMap>(hub, member, &ns) => e,
-        e = mirror_profiles(hub, member) => e,
+        e = mirror_bundles::<Secret>(&watching, member, &ns) => e,
+        e = mirror_bundles::<ConfigMap>(&watching, member, &ns) => e,
+        e = mirror_profiles(&watching, member) => e,
         e = renew_token(hub, member, &ns, kubeconfig) => e,
     }
 }
@@ -545,6 +550,7 @@ async fn mirror_one(
 /// each MemberSlice's changes in the order the watch brings them.
 async fn mirror_slices(
     hub: &Client,
+    watching: &Client,
     member: &Client,
     ns: &str,
     mirroring: &tokio::sync::watch::Sender<bool>,
@@ -552,8 +558,8 @@ async fn mirror_slices(
     use crate::controller::keyed_work::KeyedWork;
     use futures::stream::FuturesUnordered;
 
-    let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
-    let mut stream = watcher(api, watcher::Config::default())
+    let api: Api<MemberSlice> = Api::namespaced(watching.clone(), ns);
+    let mut stream = watcher(api, crate::controller::watch::config())
         .backoff(crate::controller::watch::backoff())
         .boxed();
     let mut listing: Option<BTreeSet<(WorkloadKind, String, String)>> = None;
@@ -849,7 +855,7 @@ where
 {
     let api: Api<K> = Api::namespaced(hub.clone(), ns);
     let into: Api<K> = Api::namespaced(member.clone(), DROP_NAMESPACE);
-    let mut stream = watcher(api, watcher::Config::default().labels(LABEL_BUNDLE))
+    let mut stream = watcher(api, crate::controller::watch::config().labels(LABEL_BUNDLE))
         .backoff(crate::controller::watch::backoff())
         .boxed();
     while let Some(ev) = stream.next().await {
@@ -894,7 +900,7 @@ async fn mirror_profiles(hub: &Client, member: &Client) -> anyhow::Error {
     let into: Api<RuntimeProfile> = Api::all(member.clone());
     let mut stream = watcher(
         Api::<RuntimeProfile>::all(hub.clone()),
-        watcher::Config::default(),
+        crate::controller::watch::config(),
     )
     .backoff(crate::controller::watch::backoff())
     .boxed();

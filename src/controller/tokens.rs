@@ -113,6 +113,21 @@ pub async fn who_am_i(client: &Client) -> Result<String, kube::Error> {
 /// A client from a kubeconfig text (its current context), behind the write gate, with
 /// timeouts that fail fast on a cluster out of reach.
 pub async fn client_from_kubeconfig(text: &str) -> Result<Client, String> {
+    client_with_read_timeout(text, std::time::Duration::from_secs(20)).await
+}
+
+/// A client from a kubeconfig text for watches only: its read timeout outlasts the watch's
+/// own server-side timeout (`controller::watch::config`), so an idle watch ends cleanly
+/// and resumes, where the 20 s of [`client_from_kubeconfig`] cut it with an error two or
+/// three times a minute on every watch of every member.
+pub async fn watch_client_from_kubeconfig(text: &str) -> Result<Client, String> {
+    client_with_read_timeout(text, crate::controller::watch::READ_TIMEOUT).await
+}
+
+async fn client_with_read_timeout(
+    text: &str,
+    read_timeout: std::time::Duration,
+) -> Result<Client, String> {
     let kc = Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
@@ -120,6 +135,6 @@ pub async fn client_from_kubeconfig(text: &str) -> Result<Client, String> {
     // A lost cluster must fail fast, not hang the loops that talk to it; but a loaded
     // one takes seconds to accept a TLS connection (3 s failed bursts of requests).
     cfg.connect_timeout = Some(std::time::Duration::from_secs(10));
-    cfg.read_timeout = Some(std::time::Duration::from_secs(20));
+    cfg.read_timeout = Some(read_timeout);
     crate::controller::write_gate::client(cfg).map_err(|e| e.to_string())
 }

@@ -23,6 +23,19 @@ pub const MAX_DELAY: Duration = Duration::from_secs(4);
 /// A watch that has not failed for this long starts again from `MIN_DELAY`.
 pub const RESET_AFTER: Duration = Duration::from_secs(30);
 
+/// How long the API server keeps a watch of a client from
+/// `tokens::watch_client_from_kubeconfig` open before ending it (the watcher resumes from
+/// where it was, no relist).
+pub const WATCH_SECS: u32 = 60;
+/// That client's read timeout: a watch's end (or a bookmark) comes before it, so only a
+/// connection that went silent (a cluster cut off without a reset) trips it.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECS as u64 + 15);
+
+/// The watch configuration for a client from `tokens::watch_client_from_kubeconfig`.
+pub fn config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_SECS)
+}
+
 /// The backoff for `WatchStreamExt::backoff`: exponential from `MIN_DELAY` to `MAX_DELAY`
 /// with jitter, reset on every event received and after `RESET_AFTER` without errors.
 pub fn backoff() -> ResetTimerBackoff<ExponentialBackoff> {

@@ -26,6 +26,8 @@ pub struct MemberLoop {
     /// A member without a successful heartbeat for this long is NotReady.
     pub grace: Duration,
     pub interval: Duration,
+    /// How often a status whose only news is the liveness times is written.
+    pub record_every: Duration,
     /// 1 when the member is Ready, else 0.
     pub health: Family<MemberLabels, Gauge>,
     /// Shared with the workload loops: serializes pending clean-up writes.
@@ -77,6 +79,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
             .await;
         crate::api::common::set_condition(&mut status.conditions, c);
     }
+    let status = members::hold_liveness_times(mc.status.as_ref(), status, now, ctx.record_every);
     let ready = member.as_ref().is_some_and(|m| m.is_ready(now, ctx.grace));
     ctx.health
         .get_or_create(&MemberLabels {
@@ -91,6 +94,7 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
     if !unchanged {
         members::write_status(&ctx.hub, &name, &status).await?;
     }
+    ctx.registry.mark_tried(&name);
     // Vouch for the member's job-set slices (`controller::fence`) — after the status
     // write, so the epoch is the one the workload loops will stamp.
     if let (true, Some(m)) = (ready, member.as_ref()) {
@@ -121,7 +125,8 @@ fn error_policy(_mc: Arc<MemberCluster>, e: &LoopError, ctx: Arc<MemberLoop>) ->
 }
 
 /// Waits (at most `limit`) until every MemberCluster has been tried once, so the first
-/// placements after a hub start see every member that is up.
+/// placements after a hub start see every member that is up — a member the status still
+/// records as lost (by an earlier hub) included: it may be back.
 pub async fn wait_first_pass(hub: &Client, registry: &MemberRegistry, limit: Duration) {
     let api: Api<MemberCluster> = Api::all(hub.clone());
     let deadline = tokio::time::Instant::now() + limit;
@@ -130,16 +135,14 @@ pub async fn wait_first_pass(hub: &Client, registry: &MemberRegistry, limit: Dur
             break;
         };
         let now = Timestamp::now();
+        // Connected: pending until Ready, unless its API server failed a heartbeat (down).
+        // Not connected: pending until the loop has tried it (a broken kubeconfig).
         let pending = list.items.iter().filter(|mc| {
-            let fresh_failure = mc.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| {
-                    c.type_ == "Ready" && c.status != crate::api::common::ConditionStatus::True
-                })
-            });
-            !fresh_failure
-                && !registry
-                    .get(&mc.name_any())
-                    .is_some_and(|m| m.is_ready(now, Duration::from_secs(3600)))
+            let name = mc.name_any();
+            match registry.get(&name) {
+                Some(m) => !m.is_ready(now, Duration::from_secs(3600)) && m.answered_last(),
+                None => !registry.was_tried(&name),
+            }
         });
         if pending.count() == 0 {
             return;

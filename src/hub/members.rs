@@ -4,7 +4,7 @@
 //! Ready with a reason, last heartbeat, Kubernetes version, capacity / allocatable /
 //! allocated / available. Other hub loops read members through [`MemberRegistry`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use crate::api::federation::{ClusterMode, MemberCluster, MemberClusterStatus};
 use crate::api::member_slice::{MemberSlice, agent_lease_name, pull_namespace};
 use crate::api::workload::WorkloadKind;
 use crate::controller::apply::HUB_FIELD_MANAGER;
+use crate::controller::watch;
 use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
@@ -275,6 +276,11 @@ impl Member {
         }
     }
 
+    /// When this connection was made.
+    pub fn connected_at(&self) -> Timestamp {
+        self.connected_at
+    }
+
     /// How long ago this connection was made.
     pub fn connected_for(&self, now: Timestamp) -> Duration {
         Duration::from_secs(
@@ -376,6 +382,8 @@ pub struct SliceEvent {
 pub struct MemberRegistry {
     members: Arc<Mutex<BTreeMap<String, Arc<Member>>>>,
     slice_events: tokio::sync::broadcast::Sender<SliceEvent>,
+    /// Members this process has connected to (or failed to) and heartbeated once.
+    tried: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Default for MemberRegistry {
@@ -383,6 +391,7 @@ impl Default for MemberRegistry {
         MemberRegistry {
             members: Default::default(),
             slice_events: tokio::sync::broadcast::channel(4096).0,
+            tried: Default::default(),
         }
     }
 }
@@ -396,6 +405,18 @@ impl MemberRegistry {
 
     pub fn get(&self, name: &str) -> Option<Arc<Member>> {
         self.members.lock().ok()?.get(name).cloned()
+    }
+
+    /// The member loop has been through `name` once in this process: connected (or
+    /// failed to) and heartbeated.
+    pub fn mark_tried(&self, name: &str) {
+        if let Ok(mut t) = self.tried.lock() {
+            t.insert(name.to_string());
+        }
+    }
+
+    pub fn was_tried(&self, name: &str) -> bool {
+        self.tried.lock().is_ok_and(|t| t.contains(name))
     }
     pub fn all(&self) -> Vec<Arc<Member>> {
         self.members
@@ -502,15 +523,22 @@ pub async fn ensure_member(
         return Ok(m);
     }
     let client = client_from_kubeconfig(&name, &text).await?;
+    // The watches get a client of their own whose read timeout outlasts a watch.
+    let watching = crate::controller::tokens::watch_client_from_kubeconfig(&text)
+        .await
+        .map_err(|message| MemberError::Kubeconfig {
+            member: name.clone(),
+            message,
+        })?;
     let (nodes, node_writer) = reflector::store();
     let (pods, pod_writer) = reflector::store();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .backoff(crate::controller::watch::backoff())
+    let node_stream = watcher(Api::<Node>::all(watching.clone()), watch::config())
+        .backoff(watch::backoff())
         .modify(capacity::trim_node)
         .reflect(node_writer)
         .for_each(|_| futures::future::ready(()));
-    let pod_stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .backoff(crate::controller::watch::backoff())
+    let pod_stream = watcher(Api::<Pod>::all(watching.clone()), watch::config())
+        .backoff(watch::backoff())
         .modify(capacity::trim_pod)
         .reflect(pod_writer)
         .for_each(|_| futures::future::ready(()));
@@ -530,10 +558,10 @@ pub async fn ensure_member(
         let cache = Arc::new(Mutex::new(SliceCache::default()));
         slices.insert(kind, cache.clone());
         let stream = watcher(
-            Api::<DynamicObject>::all_with(client.clone(), &ar),
-            watcher::Config::default().labels(LABEL_HUB_NAME),
+            Api::<DynamicObject>::all_with(watching.clone(), &ar),
+            watch::config().labels(LABEL_HUB_NAME),
         )
-        .backoff(crate::controller::watch::backoff())
+        .backoff(watch::backoff())
         .for_each(move |ev| {
             if let Ok(ev) = ev {
                 if let Ok(mut c) = cache.lock() {
@@ -629,7 +657,7 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
             Api::<MemberSlice>::namespaced(hub.clone(), &namespace),
             watcher::Config::default(),
         )
-        .backoff(crate::controller::watch::backoff())
+        .backoff(watch::backoff())
         .for_each(move |ev| {
             let Ok(ev) = ev else {
                 return futures::future::ready(());
@@ -950,6 +978,44 @@ pub fn member_status(
     s
 }
 
+/// `status` as it should be written over `previous`: a status that differs only in the
+/// times of the last heartbeat and of the agent's last renewal keeps the recorded times
+/// until they are `record_every` old. Liveness is judged in memory on every heartbeat;
+/// moving these two times in the status cost the hub's API server one write per member per
+/// heartbeat (issue 40), which grows with the fleet. Any other change (readiness, capacity,
+/// a condition, a time appearing) is written at once, with the fresh times.
+pub fn hold_liveness_times(
+    previous: Option<&MemberClusterStatus>,
+    status: MemberClusterStatus,
+    now: Timestamp,
+    record_every: Duration,
+) -> MemberClusterStatus {
+    let Some(prev) = previous else {
+        return status;
+    };
+    let age_ms = |t: &Option<Time>| {
+        t.as_ref()
+            .map(|t| now.as_millisecond() - t.0.as_millisecond())
+    };
+    let recent = age_ms(&prev.last_heartbeat_time)
+        .is_some_and(|ms| ms < i64::try_from(record_every.as_millis()).unwrap_or(i64::MAX));
+    let same_presence = prev.last_heartbeat_time.is_some() == status.last_heartbeat_time.is_some()
+        && prev.agent_renew_time.is_some() == status.agent_renew_time.is_some();
+    if !recent || !same_presence {
+        return status;
+    }
+    let held = MemberClusterStatus {
+        last_heartbeat_time: prev.last_heartbeat_time.clone(),
+        agent_renew_time: prev.agent_renew_time.clone(),
+        ..status.clone()
+    };
+    let stored = MemberClusterStatus {
+        pending_cleanups: Vec::new(),
+        ..prev.clone()
+    };
+    if held == stored { held } else { status }
+}
+
 /// Renews the hub's fence Lease in a push member (`controller::fence`) with the epoch
 /// `status` records, as of the member's last heartbeat (the hub counts its grace from
 /// it). A failure only delays the member's new shards; the next heartbeat tries again.
@@ -1036,6 +1102,71 @@ mod tests {
             share: Default::default(),
             report: Default::default(),
         })
+    }
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn live(heartbeat: i64, agent: Option<i64>) -> MemberClusterStatus {
+        MemberClusterStatus {
+            last_heartbeat_time: Some(Time(at(heartbeat))),
+            agent_renew_time: agent.map(|a| Time(at(a))),
+            nodes: Some(4),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn liveness_times_alone_are_recorded_once_a_minute() {
+        let every = Duration::from_secs(60);
+        let stored = live(1_000, Some(999));
+        // Five seconds on, only the times moved: the stored ones stay, nothing to write.
+        let held = hold_liveness_times(Some(&stored), live(1_005, Some(1_004)), at(1_005), every);
+        assert_eq!(held, stored);
+        // A minute after the recorded heartbeat they are written.
+        let fresh = hold_liveness_times(Some(&stored), live(1_060, Some(1_059)), at(1_060), every);
+        assert_eq!(fresh, live(1_060, Some(1_059)));
+    }
+
+    #[test]
+    fn any_other_change_is_written_at_once_with_fresh_times() {
+        let every = Duration::from_secs(60);
+        let stored = live(1_000, Some(999));
+        let mut changed = live(1_005, Some(1_004));
+        changed.nodes = Some(5);
+        assert_eq!(
+            hold_liveness_times(Some(&stored), changed.clone(), at(1_005), every),
+            changed
+        );
+        // The agent's first renewal appears at once.
+        let first = live(1_005, Some(1_004));
+        assert_eq!(
+            hold_liveness_times(Some(&live(1_000, None)), first.clone(), at(1_005), every),
+            first
+        );
+        // Pending clean-ups have their own writer and do not count as a change.
+        let mut with_cleanups = stored.clone();
+        with_cleanups.pending_cleanups = vec![crate::api::federation::PendingCleanup {
+            kind: "PinterestService".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            hub_uid: "u".into(),
+        }];
+        assert_eq!(
+            hold_liveness_times(
+                Some(&with_cleanups),
+                live(1_005, Some(1_004)),
+                at(1_005),
+                every
+            ),
+            stored
+        );
+        // No status yet: written as is.
+        assert_eq!(
+            hold_liveness_times(None, first.clone(), at(1_005), every),
+            first
+        );
     }
 
     /// A slice this process wrote is read in place of the watch's older copy until the

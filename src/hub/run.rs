@@ -84,6 +84,12 @@ pub struct HubArgs {
     /// How often each member is probed and its status written.
     #[arg(long, env = "PINFED_HEARTBEAT_SECS", default_value = "5")]
     pub heartbeat_secs: u64,
+    /// How often a MemberCluster's status records the last heartbeat and the agent's last
+    /// renewal when nothing else in it changed (seconds). Readiness is judged on every
+    /// heartbeat either way and written when it changes; this bounds the writes a member at
+    /// rest costs the hub's API server.
+    #[arg(long, env = "PINFED_HEARTBEAT_RECORD_SECS", default_value = "60")]
+    pub heartbeat_record_secs: u64,
     /// Member workload status older than this is stale (the hub then says Unknown).
     #[arg(long, env = "PINFED_STALE_AFTER_SECS", default_value = "60")]
     pub stale_after_secs: i64,
@@ -306,6 +312,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         registry: p.members.clone(),
         grace: Duration::from_secs(args.member_grace_secs),
         interval: Duration::from_secs(args.heartbeat_secs),
+        record_every: Duration::from_secs(args.heartbeat_record_secs),
         health: p.health.clone(),
         cleanup_lock: p.cleanup_lock.clone(),
         recorder: crate::controller::events::EventSink::new(
@@ -340,24 +347,14 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
 }
 
 /// Every hub RuntimeProfile into every Ready member: within a second of a change on the
-/// hub (a profile upgrade's first stage waits for it), and every 10 s for members that
-/// joined or missed one.
+/// hub (a profile upgrade's first stage waits for it), within 10 s for members that joined,
+/// came back or missed one, and every 5 minutes to each member regardless
+/// (`workloads::ProfileSync`).
 async fn profiles_loop(ctx: &HubContext) {
-    let seen = |ctx: &HubContext| -> Vec<(String, Option<String>)> {
-        ctx.profiles
-            .state()
-            .iter()
-            .map(|p| {
-                (
-                    kube::ResourceExt::name_any(p.as_ref()),
-                    p.metadata.resource_version.clone(),
-                )
-            })
-            .collect()
-    };
     let mut last = None;
     let mut since = std::time::Instant::now();
     let mut pruned = std::time::Instant::now();
+    let mut given = workloads::ProfileSync::default();
     // Each profile's version and content as first seen: an edit in place (same version,
     // other content) is a new revision of every workload that resolves to the profile,
     // rolled out stage by stage (revisions pin the exact content, which the hub
@@ -410,9 +407,9 @@ async fn profiles_loop(ctx: &HubContext) {
             workloads::prune_snapshots(ctx).await;
             pruned = std::time::Instant::now();
         }
-        let now = seen(ctx);
+        let now = workloads::profile_versions(ctx);
         if last.as_ref() != Some(&now) || since.elapsed() >= Duration::from_secs(10) {
-            workloads::propagate_profiles(ctx).await;
+            workloads::propagate_profiles(ctx, &mut given).await;
             last = Some(now);
             since = std::time::Instant::now();
         }

@@ -244,12 +244,7 @@ pub async fn watch_member_health(ctx: Arc<HubContext>) {
             .collect();
         // And the RuntimeProfiles: a new default (or a changed one) is a new revision of
         // every workload that resolves to it, rolled out stage by stage.
-        let profiles: Vec<(String, Option<String>)> = ctx
-            .profiles
-            .state()
-            .iter()
-            .map(|p| (p.name_any(), p.metadata.resource_version.clone()))
-            .collect();
+        let profiles = super::profiles::profile_versions(ctx);
         (
             recorded_health(ctx, Timestamp::now()),
             connected,

@@ -67,7 +67,7 @@ use crate::hub::quota_book::QuotaBook;
 use crate::placement::Ledger;
 
 pub use health::watch_member_health;
-pub use profiles::{propagate_profiles, prune_snapshots};
+pub use profiles::{ProfileSync, profile_versions, propagate_profiles, prune_snapshots};
 
 pub use crate::api::federation::{
     ANNOTATION_DRAINING, ANNOTATION_FAILED_OVER_FROM, ANNOTATION_FAILOVER_MESSAGE,

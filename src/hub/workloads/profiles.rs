@@ -13,18 +13,70 @@ use kube::core::ApiResource;
 use super::{HubContext, HubError};
 use crate::api::runtime_profile::{LABEL_PROFILE_DIGEST, RuntimeProfile};
 use crate::controller::apply::{HUB_FIELD_MANAGER, applied_by_and_not_in};
+use crate::hub::members::Member;
 
-/// Applies every hub RuntimeProfile into every Ready member (they are cluster-scoped and
-/// small; the agent in each member needs them to inject the same runtime support).
-pub async fn propagate_profiles(ctx: &HubContext) {
+/// What each member was last given of the hub's profiles: the profiles (name and resource
+/// version) and the connection they went through, and when. A member is given them again
+/// only when that changed, after it was not Ready, or once `RESYNC` has passed (a profile
+/// removed or edited in the member by hand comes back then): every member every 10 s cost
+/// a LIST and an apply per profile per member, which grows with the fleet.
+#[derive(Default)]
+pub struct ProfileSync {
+    given: std::collections::HashMap<String, Given>,
+}
+
+/// The profiles given (name, resource version), through which connection, when.
+type Given = (Vec<(String, Option<String>)>, Timestamp, std::time::Instant);
+
+impl ProfileSync {
+    /// How often a member is given the profiles though nothing changed.
+    pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
+
+    fn due(&self, m: &Member, profiles: &[(String, Option<String>)]) -> bool {
+        self.given.get(&m.name).is_none_or(|(given, conn, at)| {
+            given != profiles || *conn != m.connected_at() || at.elapsed() >= Self::RESYNC
+        })
+    }
+}
+
+/// The hub's RuntimeProfiles as name and resource version: what changes when any of them
+/// is created, changed or deleted.
+pub fn profile_versions(ctx: &HubContext) -> Vec<(String, Option<String>)> {
+    ctx.profiles
+        .state()
+        .iter()
+        .map(|p| (p.name_any(), p.metadata.resource_version.clone()))
+        .collect()
+}
+
+/// Applies every hub RuntimeProfile into every Ready member that `sync` says is owed them
+/// (they are cluster-scoped and small; the agent in each member needs them to inject the
+/// same runtime support), and removes from it those deleted on the hub.
+pub async fn propagate_profiles(ctx: &HubContext, sync: &mut ProfileSync) {
     let now = Timestamp::now();
     let ar = ApiResource::erase::<RuntimeProfile>(&());
-    for m in ctx
-        .registry
-        .all()
-        .into_iter()
-        .filter(|m| m.is_ready(now, ctx.member_grace))
+    let profiles = profile_versions(ctx);
+    let members = ctx.registry.all();
+    // A member that is not Ready is owed them again when it is back.
+    for m in members
+        .iter()
+        .filter(|m| !m.is_ready(now, ctx.member_grace))
     {
+        sync.given.remove(&m.name);
+    }
+    sync.given
+        .retain(|name, _| members.iter().any(|m| &m.name == name));
+    let due: Vec<_> = members
+        .into_iter()
+        .filter(|m| m.is_ready(now, ctx.member_grace) && sync.due(m, &profiles))
+        .collect();
+    for m in due {
+        // A pull member's agent reads the hub's profiles itself.
+        let Some(client) = m.push_client() else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let mut complete = true;
         for p in ctx.profiles.state() {
             let mut v = match serde_json::to_value(p.as_ref()) {
                 Ok(v) => v,
@@ -34,11 +86,6 @@ pub async fn propagate_profiles(ctx: &HubContext) {
                 meta.retain(|k, _| matches!(k.as_str(), "name" | "labels" | "annotations"));
             }
             v.as_object_mut().map(|o| o.remove("status"));
-            // A pull member's agent reads the hub's profiles itself.
-            let Some(client) = m.push_client() else {
-                continue;
-            };
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
             if let Err(e) = api
                 .patch(
                     &p.name_any(),
@@ -47,16 +94,13 @@ pub async fn propagate_profiles(ctx: &HubContext) {
                 )
                 .await
             {
+                complete = false;
                 tracing::debug!(member = %m.name, error = %e, "runtime profile not propagated yet");
             }
         }
-        let Some(client) = m.push_client() else {
-            continue;
-        };
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         // The hub's profiles are a cache loaded before the leadership term began (an
         // empty list here means the hub has none, not that it was not read).
-        let on_hub: BTreeSet<String> = ctx.profiles.state().iter().map(|p| p.name_any()).collect();
+        let on_hub: BTreeSet<String> = profiles.iter().map(|p| p.0.clone()).collect();
         match api.list(&ListParams::default()).await {
             Ok(list) => {
                 for name in applied_by_and_not_in(&list.items, HUB_FIELD_MANAGER, &on_hub) {
@@ -66,14 +110,26 @@ pub async fn propagate_profiles(ctx: &HubContext) {
                         }
                         Err(kube::Error::Api(e)) if e.code == 404 => {}
                         Err(e) => {
+                            complete = false;
                             tracing::warn!(member = %m.name, profile = %name, error = %e, "could not remove a runtime profile deleted on the hub");
                         }
                     }
                 }
             }
             Err(e) => {
+                complete = false;
                 tracing::debug!(member = %m.name, error = %e, "member runtime profiles not listed")
             }
+        }
+        if complete {
+            sync.given.insert(
+                m.name.clone(),
+                (
+                    profiles.clone(),
+                    m.connected_at(),
+                    std::time::Instant::now(),
+                ),
+            );
         }
     }
 }
