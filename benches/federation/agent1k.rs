@@ -58,8 +58,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let settle = Duration::from_secs(env_or("PINFED_BENCH_SETTLE_SECS", 30)?);
     let timeout = Duration::from_secs(env_or("PINFED_BENCH_AGENT_TIMEOUT_SECS", 900)?);
     let member = fed
-        .s
-        .members()
+        .member_names()
         .into_iter()
         .next()
         .context("the topology has no member")?;

@@ -37,7 +37,7 @@ pub fn service_resource() -> ApiResource {
 
 impl Fed {
     /// Connects to every cluster of the topology and checks that each answers.
-    pub async fn connect(mut s: Settings) -> anyhow::Result<Fed> {
+    pub async fn connect(s: Settings) -> anyhow::Result<Fed> {
         let kit = kit::Federation::from_env(
             env!("CARGO_BIN_EXE_pinfed"),
             // kube's read timeout: a watch lasts minutes.
@@ -68,7 +68,6 @@ impl Fed {
                 .await
                 .with_context(|| format!("cluster {name} does not answer"))?;
         }
-        s.members = kit.member_names();
         Ok(Fed { kit, s })
     }
 

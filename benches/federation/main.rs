@@ -29,6 +29,7 @@ mod compare;
 mod daemon;
 mod distribution;
 mod fed;
+mod heartbeat;
 mod helpers;
 mod karmada;
 mod rollout1k;
@@ -45,7 +46,7 @@ use crate::fed::Fed;
 use crate::helpers::{START, load_line};
 use crate::settings::Settings;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "distribution",
     "aggregation",
     "takeover",
@@ -53,6 +54,7 @@ const SCENARIOS: [&str; 7] = [
     "agent1k",
     "rollout1k",
     "compare",
+    "heartbeat",
 ];
 pub const LABEL_HUB_NAMESPACE: &str = "federation.pinterest.com/hub-namespace";
 pub const LEASE_NAME: &str = "pinfed-hub";
@@ -126,6 +128,7 @@ fn main() -> ExitCode {
                 "agent1k" => agent1k::run(&fed).await,
                 "rollout1k" => rollout1k::run(&fed).await,
                 "compare" => compare::run(&fed).await,
+                "heartbeat" => heartbeat::run(&fed).await,
                 _ => unreachable!("checked above"),
             }
             .with_context(|| format!("scenario {s}"))?;

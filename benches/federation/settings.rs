@@ -22,9 +22,6 @@ pub struct Settings {
     /// Extra flags for every `pinfed hub` (PINFED_BENCH_HUB_ARGS, split on whitespace).
     pub hub_args: Vec<String>,
     pub timeout: Duration,
-    /// The topology's members, as `Fed::member_names` gives them; filled by
-    /// `Fed::connect`.
-    pub(crate) members: Vec<String>,
 }
 
 impl Settings {
@@ -45,13 +42,6 @@ impl Settings {
             log_dir,
             hub_args,
             timeout: Duration::from_secs(env_or("PINFED_BENCH_TIMEOUT_SECS", 300)?),
-            members: Vec::new(),
         })
-    }
-
-    // For a scenario in progress that reads the members here; the others ask `Fed`.
-    #[allow(dead_code)]
-    pub fn members(&self) -> Vec<String> {
-        self.members.clone()
     }
 }
