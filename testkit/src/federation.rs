@@ -294,9 +294,20 @@ impl Federation {
 
     /// Joins every member of the topology to the hub (idempotent).
     pub fn join_all(&self) -> anyhow::Result<()> {
-        self.members
-            .iter()
-            .try_for_each(|m| self.join(&m.name, &[]))
+        // Four at a time: a join takes seconds of round trips, and a fleet has dozens.
+        for batch in self.members.chunks(4) {
+            std::thread::scope(|scope| {
+                let joins: Vec<_> = batch
+                    .iter()
+                    .map(|m| scope.spawn(move || self.join(&m.name, &[])))
+                    .collect();
+                joins.into_iter().try_for_each(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a join thread panicked")))
+                })
+            })?;
+        }
+        Ok(())
     }
 
     /// `pinfed hub` on the topology's hub with its metrics on a free loopback port, then
