@@ -81,7 +81,7 @@ pub struct HubArgs {
     /// (20 s) a lost member's work starts moving 40 s after its last heartbeat.
     #[arg(long, env = "PINFED_MEMBER_GRACE_SECS", default_value = "20")]
     pub member_grace_secs: u64,
-    /// How often each member is probed and its status written.
+    /// How often each member is probed (at most a quarter of `--member-grace-secs`).
     #[arg(long, env = "PINFED_HEARTBEAT_SECS", default_value = "5")]
     pub heartbeat_secs: u64,
     /// How often a MemberCluster's status records the last heartbeat and the agent's last
@@ -311,7 +311,7 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         hub: client.clone(),
         registry: p.members.clone(),
         grace: Duration::from_secs(args.member_grace_secs),
-        interval: Duration::from_secs(args.heartbeat_secs),
+        interval: heartbeat_interval(args.heartbeat_secs, args.member_grace_secs),
         record_every: Duration::from_secs(args.heartbeat_record_secs),
         health: p.health.clone(),
         cleanup_lock: p.cleanup_lock.clone(),
@@ -344,6 +344,18 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     };
     tokio::join!(member_loop, workload_loops);
     Ok(())
+}
+
+/// How often each member is heartbeated: `--heartbeat-secs`, but never fewer than four
+/// heartbeats within the member grace (a grace of 5 s with 5 s heartbeats would call a
+/// healthy member NotReady at the end of every interval). Heartbeats used to come every
+/// ~2 s whatever the flag, because each status write woke the member loop again; the
+/// status is no longer written with every heartbeat.
+fn heartbeat_interval(heartbeat_secs: u64, grace_secs: u64) -> Duration {
+    let quarter = Duration::from_millis(grace_secs.saturating_mul(1000) / 4);
+    Duration::from_secs(heartbeat_secs)
+        .min(quarter)
+        .max(Duration::from_millis(500))
 }
 
 /// Every hub RuntimeProfile into every Ready member: within a second of a change on the
@@ -459,5 +471,21 @@ fn positive_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
         _ => Err(format!("{s:?} is not a rate above zero (moves per second)")),
+    }
+}
+
+#[cfg(test)]
+mod heartbeat_tests {
+    use super::*;
+
+    #[test]
+    fn four_heartbeats_fit_in_the_member_grace() {
+        // The defaults: 5 s heartbeats, 20 s grace.
+        assert_eq!(heartbeat_interval(5, 20), Duration::from_secs(5));
+        // A short grace gets faster heartbeats, never below half a second.
+        assert_eq!(heartbeat_interval(5, 5), Duration::from_millis(1250));
+        assert_eq!(heartbeat_interval(5, 1), Duration::from_millis(500));
+        // A longer grace does not slow the heartbeat asked for.
+        assert_eq!(heartbeat_interval(1, 60), Duration::from_secs(1));
     }
 }
