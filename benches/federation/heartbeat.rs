@@ -14,7 +14,7 @@ use pinfed::api::federation::MemberCluster;
 
 use crate::daemon::report_logs;
 use crate::fed::Fed;
-use crate::helpers::{load_line, progress, request_counts, wait_for, write_counts};
+use crate::helpers::{counts_since, load_line, progress, request_counts, wait_for, write_counts};
 use crate::settings::env_or;
 
 /// Every verb a client can send, for the members' side of the cost.
@@ -44,8 +44,8 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         members_requests(fed, &members).await,
     );
     tokio::time::sleep(base_secs).await;
-    let base_hub = delta(&b_hub0, &write_counts(&fed.hub()).await);
-    let base_mem = delta(&b_mem0, &members_requests(fed, &members).await);
+    let base_hub = counts_since(&b_hub0, &write_counts(&fed.hub()).await);
+    let base_mem = counts_since(&b_mem0, &members_requests(fed, &members).await);
 
     let started = k8s_openapi::jiff::Timestamp::now().as_second();
     let hub = fed.spawn_hub("hub-heartbeat")?;
@@ -65,12 +65,12 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let cpu = hub.cpu_secs().unwrap_or(0.0) - cpu0;
     let scale = secs / base_secs.as_secs_f64();
     let hub_writes = less(
-        delta(&hub_writes0, &write_counts(&fed.hub()).await),
+        counts_since(&hub_writes0, &write_counts(&fed.hub()).await),
         &base_hub,
         scale,
     );
     let member_reqs = less(
-        delta(&member_reqs0, &members_requests(fed, &members).await),
+        counts_since(&member_reqs0, &members_requests(fed, &members).await),
         &base_mem,
         scale,
     );
@@ -162,13 +162,6 @@ async fn members_requests(fed: &Fed, members: &[String]) -> BTreeMap<String, f64
         }
     }
     out
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .collect()
 }
 
 /// `counts` less `base` scaled to the same window, never below 0.

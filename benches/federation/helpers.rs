@@ -206,6 +206,17 @@ pub async fn create_all(
     Ok(start.elapsed())
 }
 
+/// What each counter of `after` grew by since `before` (a counter new in `after` from 0).
+pub fn counts_since(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
+}
+
 /// The API server's mutating requests so far (`apiserver_request_total`), by
 /// `resource[/subresource] VERB`.
 pub async fn write_counts(client: &Client) -> BTreeMap<String, f64> {

@@ -11,8 +11,8 @@ use crate::LABEL_HUB_NAMESPACE;
 use crate::daemon::{http_status, report_logs};
 use crate::fed::{Fed, service};
 use crate::helpers::{
-    AbortOnDrop, cpu_by_component, cpu_used_line, create_all, load_line, placements, progress,
-    raw_write_rates, wait_for, watch_services, write_counts,
+    AbortOnDrop, counts_since, cpu_by_component, cpu_used_line, create_all, load_line, placements,
+    progress, raw_write_rates, wait_for, watch_services, write_counts,
 };
 use crate::settings::env_or;
 
@@ -190,9 +190,8 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     // The hub API server's ceiling, measured in this run: the bench's own creates of the
     // same objects (no hub running). The first sync's writes as a fraction of it.
     let create_rate = n as f64 / took.as_secs_f64();
-    let mut sync_writes: Vec<(String, f64)> = writes_at_sync
-        .iter()
-        .map(|(k, v)| (k.clone(), v - writes_before.get(k).copied().unwrap_or(0.0)))
+    let mut sync_writes: Vec<(String, f64)> = counts_since(&writes_before, &writes_at_sync)
+        .into_iter()
         .filter(|(_, d)| *d >= 1.0)
         .collect();
     sync_writes.sort_by(|a, b| b.1.total_cmp(&a.1));
