@@ -74,12 +74,12 @@ pub fn lean_args() -> Vec<String> {
     ]
 }
 
-/// The environment of a light member's API server (see [`lean_args`]).
+/// The environment of a light member's API server (see [`lean_args`]): Go's collector
+/// against a memory limit, `PINFED_MEMBER_GOMEMLIMIT` (200MiB unless set; a 100-member
+/// fleet trades some CPU for a lower one, docs/benchmarks.md).
 pub fn lean_env() -> Vec<(String, String)> {
-    vec![
-        ("GOGC".into(), "100".into()),
-        ("GOMEMLIMIT".into(), "200MiB".into()),
-    ]
+    let limit = std::env::var("PINFED_MEMBER_GOMEMLIMIT").unwrap_or_else(|_| "200MiB".to_string());
+    vec![("GOGC".into(), "100".into()), ("GOMEMLIMIT".into(), limit)]
 }
 
 /// The API server of cluster `name` on 127.0.0.1:`api`, storing under `/pinfed-e2e/NAME`.

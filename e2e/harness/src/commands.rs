@@ -26,6 +26,7 @@ pub async fn up(
     file: &Path,
     bin_dir: Option<PathBuf>,
     timeout: Duration,
+    start_batch: usize,
 ) -> anyhow::Result<()> {
     let p = Progress(Instant::now());
     // Validate before anything starts.
@@ -95,6 +96,7 @@ pub async fn up(
         &bin,
         karmada_dirs.as_ref(),
         timeout,
+        start_batch,
     )
     .await;
     if result.is_err() {
@@ -138,6 +140,7 @@ async fn bring_up(
     bin: &Path,
     karmada_dirs: Option<&karmada::Dirs>,
     timeout: Duration,
+    start_batch: usize,
 ) -> anyhow::Result<()> {
     let pki = Pki::ensure(&dir.join("pki"))?;
     let logs = dir.join("logs");
@@ -261,33 +264,49 @@ async fn bring_up(
     })
     .await?;
 
-    for c in state.clusters.values_mut() {
-        p.say(format!(
-            "starting kube-apiserver for {} ({}) on https://127.0.0.1:{}",
-            c.name, c.role, c.apiserver_port
-        ));
-        let api = &mut c.components[0];
-        api.pid = Some(spawn_control_plane(api)?);
-    }
-    state.save(dir)?;
+    // API servers start `start_batch` at a time, each batch once the last is ready: the
+    // first seconds of an API server (its caches, bootstrap objects, post-start hooks) are
+    // CPU-bound, and fifty at once on two cores missed a 300 s readiness limit.
     let clients = apiserver::clients(&kubeconfig, &client_names).await?;
-    futures::future::try_join_all(names.iter().map(|n| {
-        let client = clients[*n].clone();
-        let c = &state.clusters[*n];
-        async move {
-            apiserver::wait_ready(&client, timeout)
-                .await
-                .with_context(|| {
-                    format!(
-                        "kube-apiserver of {n} did not become ready; see {}",
-                        c.components[0].log.display()
-                    )
-                })?;
-            p.say(format!("kube-apiserver of {n} is ready"));
-            anyhow::Ok(())
+    let order: Vec<String> = state.clusters.keys().cloned().collect();
+    let batches = order.len().div_ceil(start_batch);
+    for (i, batch) in order.chunks(start_batch).enumerate() {
+        for name in batch {
+            let c = state
+                .clusters
+                .get_mut(name)
+                .expect("a cluster of the state");
+            p.say(format!(
+                "starting kube-apiserver for {} ({}) on https://127.0.0.1:{}",
+                c.name, c.role, c.apiserver_port
+            ));
+            let api = &mut c.components[0];
+            api.pid = Some(spawn_control_plane(api)?);
         }
-    }))
-    .await?;
+        state.save(dir)?;
+        // The Karmada peer's API server is waited for in karmada::bring_up.
+        let ours = batch.iter().filter(|n| names.contains(&n.as_str()));
+        futures::future::try_join_all(ours.map(|n| {
+            let client = clients[n.as_str()].clone();
+            let c = &state.clusters[n];
+            async move {
+                apiserver::wait_ready(&client, timeout)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "kube-apiserver of {n} did not become ready; see {}",
+                            c.components[0].log.display()
+                        )
+                    })?;
+                p.say(format!("kube-apiserver of {n} is ready"));
+                anyhow::Ok(())
+            }
+        }))
+        .await?;
+        if batches > 1 {
+            p.say(format!("API servers: batch {} of {batches} ready", i + 1));
+        }
+    }
 
     for c in state.clusters.values_mut() {
         if c.role == karmada::ROLE {

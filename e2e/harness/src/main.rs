@@ -55,6 +55,10 @@ enum Cmd {
         /// How long to wait for API servers and nodes to become ready.
         #[arg(long, default_value = "300")]
         timeout_secs: u64,
+        /// How many API servers start at once; the next batch starts when these are ready
+        /// (a fleet of light members all starting together starves two cores).
+        #[arg(long, env = "PINFED_E2E_START_BATCH", default_value = "8", value_parser = clap::value_parser!(u16).range(1..))]
+        start_batch: u16,
     },
     /// Stop everything and remove all state.
     Down,
@@ -93,11 +97,13 @@ fn main() {
             file,
             bin_dir,
             timeout_secs,
+            start_batch,
         } => run_async(commands::up(
             &dir,
             &file,
             bin_dir,
             Duration::from_secs(timeout_secs),
+            usize::from(start_batch),
         )),
         Cmd::Down => commands::down(&dir),
         Cmd::Status => commands::status(&dir),
