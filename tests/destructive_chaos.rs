@@ -44,13 +44,10 @@ fn knob(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn hub_args(identity: &str, lease: &str) -> Vec<String> {
+fn hub_args(fed: &Federation, identity: &str, lease: &str) -> Vec<String> {
     let lease_secs = knob("PINFED_CHAOS_LEASE_SECS", 4).to_string();
     let grace = knob("PINFED_CHAOS_MEMBER_GRACE_SECS", 6).to_string();
-    [
-        "hub",
-        "--context",
-        "hub",
+    fed.hub_args(&[
         "--heartbeat-secs",
         "1",
         "--member-grace-secs",
@@ -63,12 +60,8 @@ fn hub_args(identity: &str, lease: &str) -> Vec<String> {
         lease,
         "--identity",
         identity,
-        "--metrics-addr",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("127.0.0.1:{}", support::free_port())])
-    .collect()
+    ])
+    .expect("a free loopback port")
 }
 
 fn container(cpu: &str) -> Value {
@@ -372,7 +365,7 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
     let mut spawn_hub = |hubs: &mut BTreeMap<String, Daemon>| {
         let id = format!("chaos-hub-{next_id}");
         next_id += 1;
-        let d = spawn_daemon(&fed, &id, &hub_args(&id, &lease));
+        let d = spawn_daemon(&fed, &id, &hub_args(&fed, &id, &lease));
         hub_logs.push((id.clone(), d.log.clone()));
         hubs.insert(id.clone(), d);
     };

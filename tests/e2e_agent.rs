@@ -19,20 +19,18 @@ use support::{Daemon, Federation, TestNamespace, eventually, join_all, spawn_dae
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn agent_args(cluster: &str, port: u16) -> Vec<String> {
-    [
-        "agent",
-        "--context",
-        cluster,
-        "--cluster-name",
-        cluster,
-        "--no-leader-election",
-        "--metrics-addr",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("127.0.0.1:{port}")])
-    .collect()
+/// `pinfed agent` of `member` as the kit starts one (push or pull as the topology says).
+fn agent_args(fed: &Federation, member: &str) -> Vec<String> {
+    fed.agent_args(member, &[]).expect("a free loopback port")
+}
+
+/// The agent's `/metrics` URL.
+fn metrics_url(agent: &Daemon) -> String {
+    let addr = agent
+        .metrics_addr
+        .as_deref()
+        .expect("the agent serves metrics");
+    format!("http://{addr}/metrics")
 }
 
 /// `<workload>-stray`: a ConfigMap with the workload's labels and controller owner
@@ -58,15 +56,11 @@ fn stray_config_map(
 }
 
 /// One agent for the first member, shared by the tests of this file.
-fn shared_agent(fed: &Federation) -> &'static (Daemon, u16) {
-    static AGENT: OnceLock<(Daemon, u16)> = OnceLock::new();
+fn shared_agent(fed: &Federation) -> &'static Daemon {
+    static AGENT: OnceLock<Daemon> = OnceLock::new();
     AGENT.get_or_init(|| {
         join_all(fed); // installs the CRDs into every member
-        let port = support::free_port();
-        (
-            spawn_daemon(fed, "agent", &agent_args(&fed.member_names()[0], port)),
-            port,
-        )
+        spawn_daemon(fed, "agent", &agent_args(fed, &fed.member_names()[0]))
     })
 }
 
@@ -123,7 +117,7 @@ async fn wait_service_ready(
 #[tokio::test]
 async fn a_service_is_expanded_applied_and_reports_ready() {
     let fed = Federation::connect().await;
-    let (agent, port) = shared_agent(&fed);
+    let agent = shared_agent(&fed);
     let client = fed.client(&fed.member_names()[0]);
     let ns = TestNamespace::create(&client, "agent-svc").await;
     let api: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
@@ -293,7 +287,7 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
     .await;
 
     // Metrics count reconciliations.
-    let metrics = support::http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
+    let metrics = support::http_get(&metrics_url(agent)).await;
     assert!(
         metrics.contains("pinfed_agent_reconciles_total{kind=\"PinterestService\",outcome=\"ok\"}"),
         "{metrics}"
@@ -322,7 +316,7 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
 #[tokio::test]
 async fn an_invalid_resource_gets_an_invalid_condition_and_an_event_without_a_hot_loop() {
     let fed = Federation::connect().await;
-    let (agent, port) = shared_agent(&fed);
+    let agent = shared_agent(&fed);
     let client = fed.client(&fed.member_names()[0]);
     let ns = TestNamespace::create(&client, "agent-invalid").await;
     let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
@@ -383,7 +377,7 @@ async fn an_invalid_resource_gets_an_invalid_condition_and_an_event_without_a_ho
     );
     // No hot loop: the error counter for this kind stays flat while nothing changes.
     let count = || async move {
-        let m = support::http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
+        let m = support::http_get(&metrics_url(agent)).await;
         m.lines()
             .filter(|l| l.starts_with("pinfed_agent_reconciles_total{kind=\"PinterestJobSet\""))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
@@ -405,8 +399,7 @@ async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
     shared_agent(&fed); // CRDs installed
     let member = fed.member_names()[1].clone();
     let client = fed.client(&member);
-    let port = support::free_port();
-    let agent = spawn_daemon(&fed, "agent-jobset", &agent_args(&member, port));
+    let agent = spawn_daemon(&fed, "agent-jobset", &agent_args(&fed, &member));
     let ns = TestNamespace::create(&client, "agent-jobset").await;
     let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
     let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
@@ -506,11 +499,7 @@ async fn job_set_shards_complete_exactly_once_across_agent_restarts() {
         .create(&PostParams::default(), &stray)
         .await
         .unwrap();
-    let agent2 = spawn_daemon(
-        &fed,
-        "agent-jobset-2",
-        &agent_args(&member, support::free_port()),
-    );
+    let agent2 = spawn_daemon(&fed, "agent-jobset-2", &agent_args(&fed, &member));
     eventually(
         Duration::from_secs(30),
         &format!(
@@ -573,9 +562,9 @@ fn sample(metrics: &str, family: &str, kind: &str) -> Option<i64> {
 #[tokio::test]
 async fn queue_depth_is_reported_per_kind_and_drains_after_a_burst() {
     let fed = Federation::connect().await;
-    let (agent, port) = shared_agent(&fed);
+    let agent = shared_agent(&fed);
     let client = fed.client(&fed.member_names()[0]);
-    let url = format!("http://127.0.0.1:{port}/metrics");
+    let url = metrics_url(agent);
     let family = "pinfed_agent_queue_depth";
 
     // The family is there for every kind from the start, with its definition.
@@ -657,11 +646,7 @@ async fn completed_shard_jobs_are_left_to_their_ttl_and_never_recreated() {
     // of the invalid-resource test.
     let member = fed.member_names()[2].clone();
     let client = fed.client(&member);
-    let agent = spawn_daemon(
-        &fed,
-        "agent-ttl",
-        &agent_args(&member, support::free_port()),
-    );
+    let agent = spawn_daemon(&fed, "agent-ttl", &agent_args(&fed, &member));
     let ns = TestNamespace::create(&client, "agent-ttl").await;
     let api: Api<PinterestJobSet> = Api::namespaced(client.clone(), &ns.name);
     let js: PinterestJobSet = serde_json::from_value(serde_json::json!({
@@ -789,7 +774,7 @@ async fn a_tensorflow_job_writes_its_cluster_spec_once_and_every_pod_refers_to_i
     use k8s_openapi::api::core::v1::ConfigMap;
     use pinfed::api::training::PinterestTrainingJob;
     let fed = Federation::connect().await;
-    let (agent, _) = shared_agent(&fed);
+    let agent = shared_agent(&fed);
     let client = fed.client(&fed.member_names()[0]);
     let ns = TestNamespace::create(&client, "agent-tf").await;
     let api: Api<PinterestTrainingJob> = Api::namespaced(client.clone(), &ns.name);

@@ -21,11 +21,8 @@ const WORKLOADS: usize = 40;
 /// two leaders at once (one per test) would both reconcile every workload of the hub.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn hub_args(identity: &str, lease: &str) -> Vec<String> {
-    [
-        "hub",
-        "--context",
-        "hub",
+fn hub_args(fed: &Federation, identity: &str, lease: &str) -> Vec<String> {
+    fed.hub_args(&[
         "--heartbeat-secs",
         "1",
         "--lease-name",
@@ -37,12 +34,8 @@ fn hub_args(identity: &str, lease: &str) -> Vec<String> {
         // within the test).
         "--resync-secs",
         "20",
-        "--metrics-addr",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([format!("127.0.0.1:{}", support::free_port())])
-    .collect()
+    ])
+    .expect("a free loopback port")
 }
 
 async fn holder(leases: &Api<Lease>, lease: &str) -> Option<String> {
@@ -96,14 +89,14 @@ async fn a_standby_hub_finishes_a_rollout_after_the_leader_is_killed() {
     // no other hub of the suite takes part in this election.
     let lease = unique_name("ha-lease");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
-    let leader = spawn_daemon(&fed, "hub-ha-a", &hub_args("hub-a", &lease));
+    let leader = spawn_daemon(&fed, "hub-ha-a", &hub_args(&fed, "hub-a", &lease));
     eventually(
         Duration::from_secs(30),
         &format!("hub-a leads\n{}", leader.log_tail()),
         || async { holder(&leases, &lease).await.as_deref() == Some("hub-a") },
     )
     .await;
-    let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args("hub-b", &lease));
+    let standby = spawn_daemon(&fed, "hub-ha-b", &hub_args(&fed, "hub-b", &lease));
     // Agents make slices available: a slice that left a placement goes only once its
     // replacement is available.
     agents(&fed);
@@ -273,14 +266,14 @@ async fn a_leader_stopped_past_its_lease_writes_nothing_after_it_runs_again() {
     let lease = unique_name("stop-lease");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
     agents(&fed);
-    let leader = spawn_daemon(&fed, "hub-stop-a", &hub_args("hub-a", &lease));
+    let leader = spawn_daemon(&fed, "hub-stop-a", &hub_args(&fed, "hub-a", &lease));
     eventually(
         Duration::from_secs(30),
         &format!("hub-a leads\n{}", leader.log_tail()),
         || async { holder(&leases, &lease).await.as_deref() == Some("hub-a") },
     )
     .await;
-    let standby = spawn_daemon(&fed, "hub-stop-b", &hub_args("hub-b", &lease));
+    let standby = spawn_daemon(&fed, "hub-stop-b", &hub_args(&fed, "hub-b", &lease));
     let ns = TestNamespace::create(&hub, "one-writer").await;
     let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
     let make = |name: String, replicas: i32| -> PinterestService {
@@ -499,7 +492,7 @@ async fn a_leader_that_shuts_down_hands_the_lease_to_the_standby_at_once() {
     let lease = unique_name("term-lease");
     let leases: Api<Lease> = Api::namespaced(hub.clone(), support::SYSTEM_NAMESPACE);
     let args = |id: &str| {
-        let mut a = hub_args(id, &lease);
+        let mut a = hub_args(&fed, id, &lease);
         a.extend(["--lease-duration-secs".to_string(), "60".to_string()]);
         a
     };

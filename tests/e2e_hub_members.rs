@@ -9,30 +9,13 @@ use kube::api::Api;
 use pinfed::api::federation::MemberCluster;
 use pinfed::api::quantity::Milli;
 use pinfed::topology::Topology;
-use support::{Federation, eventually, join_all, spawn_daemon};
+use support::{Federation, eventually, join_all};
 
 #[tokio::test]
 async fn joined_members_report_ready_version_and_capacity() {
     let fed = Federation::connect().await;
     join_all(&fed);
-    let port = support::free_port();
-    let hub = spawn_daemon(
-        &fed,
-        "hub-members",
-        &[
-            "hub",
-            "--context",
-            "hub",
-            "--no-leader-election",
-            "--heartbeat-secs",
-            "1",
-            "--metrics-addr",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("127.0.0.1:{port}")])
-        .collect::<Vec<_>>(),
-    );
+    let hub = support::spawn_hub(&fed, "hub-members", &[]);
     // Every member's agent renews the Lease the hub reads as its sign of life; a pull
     // member's agent is also the only source of its capacity and version.
     let _agents = support::spawn_agents(&fed);
@@ -112,7 +95,8 @@ async fn joined_members_report_ready_version_and_capacity() {
         }
     }
     // The hub serves its metrics, including per-member health.
-    let url = format!("http://127.0.0.1:{port}/metrics");
+    let addr = hub.metrics_addr.clone().expect("the hub serves metrics");
+    let url = format!("http://{addr}/metrics");
     eventually(Duration::from_secs(20), "the member_ready metric", || {
         let url = url.clone();
         async move {
@@ -129,7 +113,7 @@ async fn joined_members_report_ready_version_and_capacity() {
         assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
     }
     assert!(
-        support::http_get(&format!("http://127.0.0.1:{port}/healthz"))
+        support::http_get(&format!("http://{addr}/healthz"))
             .await
             .ends_with("ok")
     );

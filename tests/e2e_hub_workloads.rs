@@ -17,7 +17,7 @@ use pinfed::api::jobset::PinterestJobSet;
 use pinfed::api::ranges::RangeSet;
 use pinfed::api::service::PinterestService;
 use pinfed::api::training::PinterestTrainingJob;
-use support::{Daemon, Federation, TestNamespace, condition, eventually, join_all, spawn_daemon};
+use support::{Daemon, Federation, TestNamespace, condition, eventually, join_all};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// Twenty shards at a parallelism of 6 run one after another through each member's Job
@@ -27,34 +27,12 @@ const WAIT: Duration = Duration::from_secs(90);
 const JOB_SET_WAIT: Duration = Duration::from_secs(300);
 
 /// One hub and one agent per member, shared by the tests of this file.
-/// The hub's metrics port (set by `federation_running`).
-static HUB_METRICS_PORT: OnceLock<u16> = OnceLock::new();
-
 fn federation_running(fed: &Federation) -> &'static Vec<Daemon> {
     static DAEMONS: OnceLock<Vec<Daemon>> = OnceLock::new();
     DAEMONS.get_or_init(|| {
-        let metrics_port = *HUB_METRICS_PORT.get_or_init(support::free_port);
         join_all(fed);
-        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let mut daemons = vec![spawn_daemon(
-            fed,
-            "hub",
-            &[
-                s(&[
-                    "hub",
-                    "--context",
-                    "hub",
-                    "--no-leader-election",
-                    "--heartbeat-secs",
-                    "1",
-                    // Bundles nothing references go within two sweeps (4 s here).
-                    "--bundle-gc-secs",
-                    "2",
-                ]),
-                vec!["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")],
-            ]
-            .concat(),
-        )];
+        // Bundles nothing references go within two sweeps (4 s here).
+        let mut daemons = vec![support::spawn_hub(fed, "hub", &["--bundle-gc-secs", "2"])];
         daemons.extend(support::spawn_agents(fed));
         daemons
     })
@@ -859,11 +837,11 @@ async fn a_refused_slice_removal_keeps_the_finalizer_and_foreign_slices_are_left
         },
     )
     .await;
-    let metrics = support::http_get(&format!(
-        "http://127.0.0.1:{}/metrics",
-        HUB_METRICS_PORT.get().unwrap()
-    ))
-    .await;
+    let hub_metrics = federation_running(&fed)[0]
+        .metrics_addr
+        .clone()
+        .expect("the shared hub serves metrics");
+    let metrics = support::http_get(&format!("http://{hub_metrics}/metrics")).await;
     let failures: f64 = metrics
         .lines()
         .find(|l| {

@@ -11,7 +11,6 @@ use testkit::Sample;
 
 pub struct Daemon {
     inner: testkit::Daemon,
-    pub metrics_addr: Option<String>,
 }
 
 impl Deref for Daemon {
@@ -22,17 +21,8 @@ impl Deref for Daemon {
 }
 
 impl Daemon {
-    /// `inner`, started with `args`, whose `--metrics-addr` it remembers.
-    pub fn new(inner: testkit::Daemon, args: &[String]) -> Daemon {
-        let metrics_addr = args
-            .iter()
-            .position(|a| a == "--metrics-addr")
-            .and_then(|i| args.get(i + 1))
-            .cloned();
-        Daemon {
-            inner,
-            metrics_addr,
-        }
+    pub fn new(inner: testkit::Daemon) -> Daemon {
+        Daemon { inner }
     }
 
     /// (VmHWM, VmRSS) in KiB.

@@ -101,7 +101,7 @@ impl Fed {
 
     pub fn spawn(&self, name: &str, args: &[String]) -> anyhow::Result<Daemon> {
         let inner = self.spawn_pinfed(name, args, &self.kubeconfig)?;
-        Ok(Daemon::new(inner, args))
+        Ok(Daemon::new(inner))
     }
 
     /// A hub with leader election (the default), on a free loopback port.

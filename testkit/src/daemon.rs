@@ -25,8 +25,18 @@ pub struct Daemon {
     pub name: String,
     pub pid: u32,
     pub log: PathBuf,
+    /// The value of its `--metrics-addr` flag, when started with one.
+    pub metrics_addr: Option<String>,
     exited: Arc<AtomicBool>,
     on_drop: OnDrop,
+}
+
+/// The value after `flag` in `args` (`--flag value`).
+pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 impl Daemon {
@@ -50,6 +60,11 @@ impl Daemon {
             });
         }
         let program = cmd.get_program().to_string_lossy().into_owned();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let metrics_addr = flag_value(&args, "--metrics-addr");
         let exited = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let flag = exited.clone();
@@ -79,6 +94,7 @@ impl Daemon {
             name: name.to_string(),
             pid,
             log: log.to_path_buf(),
+            metrics_addr,
             exited,
             on_drop: OnDrop::Kill,
         })
