@@ -9,7 +9,6 @@
 //! keeps it, so that the patch has its object.
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{Ctx, Out};
@@ -41,10 +40,7 @@ pub(super) fn add(
         metadata: ctx.meta(name, &[]),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(max_unavailable),
-            selector: Some(LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            }),
+            selector: Some(ctx.label_selector()),
             ..Default::default()
         }),
         status: None,

@@ -3,7 +3,6 @@
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::names;
 use super::{BuildError, Ctx, Out, runtime};
@@ -29,10 +28,7 @@ pub(crate) fn expand(ctx: &Ctx<'_>, d: &PinterestDaemon, out: &mut Out) -> Resul
     out.push(DaemonSet {
         metadata: ctx.meta(names::object_name(ctx.name), &[]),
         spec: Some(DaemonSetSpec {
-            selector: LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            },
+            selector: ctx.label_selector(),
             template: pod,
             update_strategy,
             ..Default::default()

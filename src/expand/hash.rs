@@ -71,6 +71,29 @@ impl Encoder<'_> {
     }
 }
 
+/// Narrow numbers are encoded as the widest of their family, so `1u8` and `1u64` hash alike.
+macro_rules! widen {
+    ($($($narrow:ident($from:ty)),+ => $wide:ident($to:ty);)+) => {
+        $($(
+            fn $narrow(self, v: $from) -> Result<(), Error> {
+                self.$wide(<$to>::from(v))
+            }
+        )+)+
+    };
+}
+
+/// A number written as a tag byte and its little-endian bytes.
+macro_rules! tagged {
+    ($($name:ident($t:ty, $tag:expr, $bytes:expr);)+) => {
+        $(
+            fn $name(mut self, v: $t) -> Result<(), Error> {
+                self.tagged($tag, &($bytes)(v));
+                Ok(())
+            }
+        )+
+    };
+}
+
 impl<'a> ser::Serializer for Encoder<'a> {
     type Ok = ();
     type Error = Error;
@@ -86,46 +109,17 @@ impl<'a> ser::Serializer for Encoder<'a> {
         self.tagged(b'b', &[u8::from(v)]);
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
+    widen! {
+        serialize_i8(i8), serialize_i16(i16), serialize_i32(i32) => serialize_i64(i64);
+        serialize_u8(u8), serialize_u16(u16), serialize_u32(u32) => serialize_u64(u64);
+        serialize_f32(f32) => serialize_f64(f64);
     }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i64(mut self, v: i64) -> Result<(), Error> {
-        self.tagged(b'i', &v.to_le_bytes());
-        Ok(())
-    }
-    fn serialize_i128(mut self, v: i128) -> Result<(), Error> {
-        self.tagged(b'I', &v.to_le_bytes());
-        Ok(())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u64(mut self, v: u64) -> Result<(), Error> {
-        self.tagged(b'u', &v.to_le_bytes());
-        Ok(())
-    }
-    fn serialize_u128(mut self, v: u128) -> Result<(), Error> {
-        self.tagged(b'U', &v.to_le_bytes());
-        Ok(())
-    }
-    fn serialize_f32(self, v: f32) -> Result<(), Error> {
-        self.serialize_f64(f64::from(v))
-    }
-    fn serialize_f64(mut self, v: f64) -> Result<(), Error> {
-        self.tagged(b'f', &v.to_bits().to_le_bytes());
-        Ok(())
+    tagged! {
+        serialize_i64(i64, b'i', |v: i64| v.to_le_bytes());
+        serialize_i128(i128, b'I', |v: i128| v.to_le_bytes());
+        serialize_u64(u64, b'u', |v: u64| v.to_le_bytes());
+        serialize_u128(u128, b'U', |v: u128| v.to_le_bytes());
+        serialize_f64(f64, b'f', |v: f64| v.to_bits().to_le_bytes());
     }
     fn serialize_char(mut self, v: char) -> Result<(), Error> {
         self.str(v.encode_utf8(&mut [0; 4]));

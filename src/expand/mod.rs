@@ -12,7 +12,7 @@ use crate::overrides;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::core::Resource;
 use serde::Serialize;
@@ -283,6 +283,14 @@ impl<'a> Ctx<'a> {
             workload_meta: meta,
             priority_class: w.priority_class_name(),
             admitted_shards: input.admitted_shards,
+        }
+    }
+
+    /// The selector of a generated controller: this workload's pods, by [`Ctx::selector`].
+    pub fn label_selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(self.selector.clone()),
+            match_expressions: None,
         }
     }
 

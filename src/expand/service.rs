@@ -11,7 +11,6 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names::{self, MAX_NAME};
@@ -75,10 +74,7 @@ pub(crate) fn expand(ctx: &Ctx<'_>, s: &PinterestService, out: &mut Out) -> Resu
         metadata: ctx.meta(name.clone(), &[]),
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas),
-            selector: LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            },
+            selector: ctx.label_selector(),
             template: pod,
             ..Default::default()
         }),

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names::{self, MAX_NAME, MAX_STATEFULSET_NAME};
@@ -75,10 +75,7 @@ pub(crate) fn expand(
         metadata: ctx.meta(name.clone(), &[]),
         spec: Some(StatefulSetSpec {
             replicas: Some(spec.replicas),
-            selector: LabelSelector {
-                match_labels: Some(ctx.selector.clone()),
-                match_expressions: None,
-            },
+            selector: ctx.label_selector(),
             service_name: Some(svc_name),
             template: pod,
             volume_claim_templates: if claims.is_empty() {
