@@ -443,24 +443,15 @@ mod tests {
             )
             .is_ok()
         );
-        let r = admit_deployments(
-            &p,
-            "infra-logs",
-            false,
-            WorkloadKind::Service,
-            &[as_sa("admin")],
-        )
-        .unwrap_err();
-        assert!(r.to_string().contains("serviceAccountName"), "{r}");
-        let r = admit_deployments(
-            &p,
-            "team-a",
-            true,
-            WorkloadKind::Service,
-            &[as_sa("shipper")],
-        )
-        .unwrap_err();
-        assert!(r.to_string().contains("serviceAccountName"), "{r}");
+        // An account the rule does not list, and a listed one where no rule lists it.
+        for (ns, created, sa) in [("infra-logs", false, "admin"), ("team-a", true, "shipper")] {
+            let r = admit_deployments(&p, ns, created, WorkloadKind::Service, &[as_sa(sa)])
+                .unwrap_err();
+            assert!(
+                r.to_string().contains("serviceAccountName"),
+                "{ns} {sa}: {r}"
+            );
+        }
         let pinned =
             deployment(json!({"nodeName": "node-1", "containers": [{"name": "a", "image": "a"}]}));
         assert!(

@@ -436,6 +436,12 @@ mod tests {
             .collect()
     }
 
+    /// `found` is `want`, in order: (field, rule) pairs.
+    fn assert_rules(found: Vec<(String, &'static str)>, want: &[(&str, &'static str)]) {
+        let want: Vec<_> = want.iter().map(|(f, r)| (f.to_string(), *r)).collect();
+        assert_eq!(found, want);
+    }
+
     fn restricted_pod() -> Value {
         json!({"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
             "volumes": [{"name": "c", "configMap": {"name": "c"}}],
@@ -501,12 +507,7 @@ mod tests {
                 "seLinuxOptions",
             ),
         ];
-        assert_eq!(
-            found,
-            want.iter()
-                .map(|(f, r)| (f.to_string(), *r))
-                .collect::<Vec<_>>()
-        );
+        assert_rules(found, &want);
     }
 
     #[test]
@@ -550,12 +551,7 @@ mod tests {
                 "capabilities",
             ),
         ];
-        assert_eq!(
-            found,
-            want.iter()
-                .map(|(f, r)| (f.to_string(), *r))
-                .collect::<Vec<_>>()
-        );
+        assert_rules(found, &want);
     }
 
     #[test]

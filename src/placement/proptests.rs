@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::Strategy as Placing;
+use super::tests::run;
 use super::{
     Bounds, ClusterView, Count, Decision, Demand, GangRole, Ledger, Limits, NodeRoom, Outcome,
-    PlacementPolicy, PlanInput, PodShape, QuotaUse, QuotaView, Resources, Spread, Taint,
-    TaintEffect, Toleration, TolerationOperator, plan,
+    PlacementPolicy, PodShape, QuotaUse, QuotaView, Resources, Spread, Taint, TaintEffect,
+    Toleration, TolerationOperator,
 };
 use crate::api::quantity::Milli;
 
@@ -144,22 +145,6 @@ fn arb_quota() -> impl proptest::strategy::Strategy<Value = Option<QuotaView>> {
                 clusters: BTreeMap::new(),
             }),
     )
-}
-
-fn run(
-    clusters: &[ClusterView],
-    policy: &PlacementPolicy,
-    demand: &Demand,
-    quota: Option<&QuotaView>,
-    current: Option<&Decision>,
-) -> Outcome {
-    plan(&PlanInput {
-        clusters,
-        policy,
-        demand,
-        quota,
-        current,
-    })
 }
 
 /// Replays the bindings onto the nodes: nothing overfilled, and each cluster's bound pods

@@ -61,7 +61,8 @@ fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
     }
 }
 
-fn run(
+/// One plan from these inputs (the property tests use it too).
+pub(super) fn run(
     clusters: &[ClusterView],
     policy: &PlacementPolicy,
     demand: &Demand,
