@@ -66,6 +66,13 @@ impl Encoder<'_> {
         self.0.push(tag);
         self.0.extend_from_slice(bytes);
     }
+    /// Opens a variant's fields: its tag, its name and the bracket that opens them.
+    fn variant(mut self, tag: u8, name: &str, open: u8) -> Self {
+        self.0.push(tag);
+        self.str(name);
+        self.0.push(open);
+        self
+    }
     fn reborrow(&mut self) -> Encoder<'_> {
         Encoder(self.0)
     }
@@ -189,16 +196,13 @@ impl<'a> ser::Serializer for Encoder<'a> {
         self.serialize_seq(Some(len))
     }
     fn serialize_tuple_variant(
-        mut self,
+        self,
         _: &'static str,
         _: u32,
         variant: &'static str,
         _: usize,
     ) -> Result<Self, Error> {
-        self.0.push(b'T');
-        self.str(variant);
-        self.0.push(b'[');
-        Ok(self)
+        Ok(self.variant(b'T', variant, b'['))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Self, Error> {
         self.0.push(b'{');
@@ -208,16 +212,13 @@ impl<'a> ser::Serializer for Encoder<'a> {
         self.serialize_map(None)
     }
     fn serialize_struct_variant(
-        mut self,
+        self,
         _: &'static str,
         _: u32,
         variant: &'static str,
         _: usize,
     ) -> Result<Self, Error> {
-        self.0.push(b'W');
-        self.str(variant);
-        self.0.push(b'{');
-        Ok(self)
+        Ok(self.variant(b'W', variant, b'{'))
     }
 }
 

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, ContainerPort, PodTemplateSpec, Service, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -176,9 +177,30 @@ pub(crate) fn service_ports(s: &PinterestService) -> Vec<ServicePort> {
             })
             .collect();
     }
-    let mut ports: Vec<ServicePort> = Vec::new();
     let mut names = BTreeSet::new();
-    for c in s.spec.template.spec.iter().flat_map(|p| &p.containers) {
+    let ports = declared_ports(&s.spec.template, |p, protocol| {
+        let fallback = format!("{}-{}", protocol.to_lowercase(), p.container_port);
+        let name = match &p.name {
+            Some(n) if !names.contains(n) => n.clone(),
+            _ => fallback,
+        };
+        names.insert(name.clone());
+        name
+    });
+    // In declaration order: the first declared port is the primary one (Ingress backend,
+    // traffic registration).
+    ports
+}
+
+/// A Service port for each port number and protocol the template's containers declare,
+/// the first declaration winning, in declaration order; `name` names each from its
+/// declaration and protocol (TCP unless declared).
+pub(super) fn declared_ports(
+    template: &PodTemplateSpec,
+    mut name: impl FnMut(&ContainerPort, &str) -> String,
+) -> Vec<ServicePort> {
+    let mut ports: Vec<ServicePort> = Vec::new();
+    for c in template.spec.iter().flat_map(|p| &p.containers) {
         for p in c.ports.iter().flatten() {
             let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".to_string());
             if ports
@@ -187,14 +209,8 @@ pub(crate) fn service_ports(s: &PinterestService) -> Vec<ServicePort> {
             {
                 continue;
             }
-            let fallback = format!("{}-{}", protocol.to_lowercase(), p.container_port);
-            let name = match &p.name {
-                Some(n) if !names.contains(n) => n.clone(),
-                _ => fallback,
-            };
-            names.insert(name.clone());
             ports.push(ServicePort {
-                name: Some(name),
+                name: Some(name(p, &protocol)),
                 port: p.container_port,
                 target_port: Some(IntOrString::Int(p.container_port)),
                 protocol: Some(protocol),
@@ -202,7 +218,5 @@ pub(crate) fn service_ports(s: &PinterestService) -> Vec<ServicePort> {
             });
         }
     }
-    // In declaration order: the first declared port is the primary one (Ingress backend,
-    // traffic registration).
     ports
 }

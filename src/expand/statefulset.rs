@@ -2,12 +2,11 @@
 //! PodDisruptionBudget.
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names::{self, MAX_NAME, MAX_STATEFULSET_NAME};
-use super::{BuildError, Ctx, Out, runtime};
+use super::{BuildError, Ctx, Out, runtime, service};
 use crate::api::statefulset::PinterestStatefulSet;
 
 pub(crate) fn expand(
@@ -20,25 +19,9 @@ pub(crate) fn expand(
     let name = names::child_name(ctx.name, "", MAX_STATEFULSET_NAME, false);
 
     // Headless Service giving each pod a stable DNS name; ports are informational.
-    let mut ports: Vec<ServicePort> = Vec::new();
-    for c in spec.template.spec.iter().flat_map(|p| &p.containers) {
-        for p in c.ports.iter().flatten() {
-            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".to_string());
-            if ports
-                .iter()
-                .any(|x| x.port == p.container_port && x.protocol.as_ref() == Some(&protocol))
-            {
-                continue;
-            }
-            ports.push(ServicePort {
-                name: Some(format!("{}-{}", protocol.to_lowercase(), p.container_port)),
-                port: p.container_port,
-                target_port: Some(IntOrString::Int(p.container_port)),
-                protocol: Some(protocol),
-                ..Default::default()
-            });
-        }
-    }
+    let ports = service::declared_ports(&spec.template, |p, protocol| {
+        format!("{}-{}", protocol.to_lowercase(), p.container_port)
+    });
     out.push(Service {
         metadata: ctx.meta(svc_name.clone(), &[]),
         spec: Some(ServiceSpec {
