@@ -540,11 +540,7 @@ fn quota_applies_to_gangs_all_or_nothing() {
         member_pods: Default::default(),
         member_roles: Default::default(),
         pod: gpu_pod(8),
-        count: Count::Gang(vec![GangRole {
-            role: "Worker".into(),
-            replicas: 2,
-            pod: None,
-        }]),
+        count: Count::Gang(vec![role("Worker", 2, None)]),
     };
     let o = run(&local3(), &divided(), &gang, Some(&quota), None);
     assert!(o.decision.placements.is_empty());
@@ -738,23 +734,21 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
 
 // ---------------------------------------------------------------- gangs, single, duplicated
 
+/// A gang role of `replicas` pods, shaped as the demand's pod unless `pod` says otherwise.
+fn role(name: &str, replicas: u32, pod: Option<PodShape>) -> GangRole {
+    GangRole {
+        role: name.into(),
+        replicas,
+        pod,
+    }
+}
+
 fn training(workers: u32, gpus: i64) -> Demand {
     Demand {
         member_pods: Default::default(),
         member_roles: Default::default(),
         pod: gpu_pod(gpus),
-        count: Count::Gang(vec![
-            GangRole {
-                role: "Master".into(),
-                replicas: 1,
-                pod: None,
-            },
-            GangRole {
-                role: "Worker".into(),
-                replicas: workers,
-                pod: None,
-            },
-        ]),
+        count: Count::Gang(vec![role("Master", 1, None), role("Worker", workers, None)]),
     }
 }
 
@@ -802,11 +796,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
         "z",
         vec![gpu_node("n1", 5), gpu_node("n2", 3)],
     )];
-    let role = |name: &str, n, gpus| GangRole {
-        role: name.into(),
-        replicas: n,
-        pod: Some(pod("1", "1Gi", gpus)),
-    };
+    let role = |name: &str, n, gpus| role(name, n, Some(pod("1", "1Gi", gpus)));
     let gang = Demand {
         member_pods: Default::default(),
         member_roles: Default::default(),
@@ -1392,16 +1382,8 @@ fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_cha
     // a pod there does not (4 × 8 = 32).
     let mut d = training(3, 4);
     let big = Count::Gang(vec![
-        GangRole {
-            role: "Master".into(),
-            replicas: 1,
-            pod: Some(gpu_pod(8)),
-        },
-        GangRole {
-            role: "Worker".into(),
-            replicas: 3,
-            pod: Some(gpu_pod(8)),
-        },
+        role("Master", 1, Some(gpu_pod(8))),
+        role("Worker", 3, Some(gpu_pod(8))),
     ]);
     let Count::Gang(roles) = big else {
         unreachable!()

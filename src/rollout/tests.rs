@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::step::{Input, MemberFacts, Outcome, step};
-use crate::api::rollout::{OnFailure, RolloutPolicy, RolloutStage, RolloutStatus, gate, phase};
+use crate::api::rollout::{
+    OnFailure, RolloutMember, RolloutPolicy, RolloutStage, RolloutStatus, gate, phase,
+};
 
 fn t(s: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + s).unwrap())
@@ -93,15 +95,14 @@ impl World {
     }
 
     /// The rollout's record of member `m`.
-    fn member(&self, m: &str) -> &crate::api::rollout::RolloutMember {
-        self.status
-            .as_ref()
-            .unwrap()
-            .members
-            .iter()
-            .find(|x| x.cluster == m)
-            .unwrap()
+    fn member(&self, m: &str) -> &RolloutMember {
+        member_of(self.status.as_ref().unwrap(), m)
     }
+}
+
+/// `status`'s record of member `m`.
+fn member_of<'a>(status: &'a RolloutStatus, m: &str) -> &'a RolloutMember {
+    status.members.iter().find(|x| x.cluster == m).unwrap()
 }
 
 fn canary(soak: i64, approval: bool) -> RolloutPolicy {
@@ -235,12 +236,7 @@ fn a_stale_report_never_passes() {
         paused: false,
         now: &now,
     });
-    let a = out
-        .status
-        .members
-        .iter()
-        .find(|m| m.cluster == "a")
-        .unwrap();
+    let a = member_of(&out.status, "a");
     assert_eq!(a.state, gate::UPDATING);
     assert_eq!(out.assign["b"], 1);
 }
@@ -306,12 +302,7 @@ fn a_change_during_a_rollout_starts_over_from_the_last_healthy_revision() {
     assert_eq!(out.status.revision, 3);
     assert_eq!(out.assign["a"], 3);
     assert_eq!(out.assign["b"], 1);
-    let a = out
-        .status
-        .members
-        .iter()
-        .find(|m| m.cluster == "a")
-        .unwrap();
+    let a = member_of(&out.status, "a");
     assert_eq!(
         a.from_revision, 1,
         "rolling 3 back returns a to 1, not to unproven 2"

@@ -81,41 +81,34 @@ fn dims(hard: &Limits, used: &Resources, need: &Resources) -> Vec<Dim> {
     fn memory(v: i128) -> String {
         Milli(v).format_memory()
     }
-    let mut out = Vec::new();
-    let mut add = |name, hard: Option<i128>, used: i128, need: i128, show| {
-        if let Some(h) = hard {
-            out.push(Dim {
+    // Hard (if limited), used and needed, in one unit.
+    type Amounts = (Option<i128>, i128, i128);
+    let milli = |h: Option<Milli>, u: Milli, n: Milli| -> Amounts { (h.map(|m| m.0), u.0, n.0) };
+    let count =
+        |h: Option<i64>, u: i64, n: i64| -> Amounts { (h.map(i128::from), u.into(), n.into()) };
+    type Show = fn(i128) -> String;
+    let table: [(&str, Amounts, Show); 4] = [
+        ("cpu", milli(hard.cpu, used.cpu, need.cpu), cpu),
+        (
+            "memory",
+            milli(hard.memory, used.memory, need.memory),
+            memory,
+        ),
+        ("gpu", count(hard.gpu, used.gpu, need.gpu), plain),
+        ("pods", count(hard.pods, used.pods, need.pods), plain),
+    ];
+    table
+        .into_iter()
+        .filter_map(|(name, (hard, used, need), show)| {
+            hard.map(|h| Dim {
                 name,
                 hard: h,
                 left: h.saturating_sub(used),
                 need,
                 show,
-            });
-        }
-    };
-    add("cpu", hard.cpu.map(|m| m.0), used.cpu.0, need.cpu.0, cpu);
-    add(
-        "memory",
-        hard.memory.map(|m| m.0),
-        used.memory.0,
-        need.memory.0,
-        memory,
-    );
-    add(
-        "gpu",
-        hard.gpu.map(i128::from),
-        i128::from(used.gpu),
-        i128::from(need.gpu),
-        plain,
-    );
-    add(
-        "pods",
-        hard.pods.map(i128::from),
-        i128::from(used.pods),
-        i128::from(need.pods),
-        plain,
-    );
-    out
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
