@@ -101,6 +101,23 @@ macro_rules! tagged {
     };
 }
 
+/// A variant with fields: its tag, its name, then the bracket its fields open.
+macro_rules! variant_like {
+    ($($name:ident => $tag:expr, $open:expr;)+) => {
+        $(
+            fn $name(
+                self,
+                _: &'static str,
+                _: u32,
+                variant: &'static str,
+                _: usize,
+            ) -> Result<Self, Error> {
+                Ok(self.variant($tag, variant, $open))
+            }
+        )+
+    };
+}
+
 impl<'a> ser::Serializer for Encoder<'a> {
     type Ok = ();
     type Error = Error;
@@ -195,14 +212,9 @@ impl<'a> ser::Serializer for Encoder<'a> {
     fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Self, Error> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Self, Error> {
-        Ok(self.variant(b'T', variant, b'['))
+    variant_like! {
+        serialize_tuple_variant => b'T', b'[';
+        serialize_struct_variant => b'W', b'{';
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Self, Error> {
         self.0.push(b'{');
@@ -210,15 +222,6 @@ impl<'a> ser::Serializer for Encoder<'a> {
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, Error> {
         self.serialize_map(None)
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Self, Error> {
-        Ok(self.variant(b'W', variant, b'{'))
     }
 }
 

@@ -543,6 +543,41 @@ mod tests {
         })
     }
 
+    /// [`split_shards`] of a's and b's (state, completed shards, failed shards), and
+    /// the shards completed before (`""`: none reported, none before).
+    fn shards_of(
+        a: (&str, &str, &str),
+        b: (&str, &str, &str),
+        b_holds: Option<&str>,
+        prev: &str,
+    ) -> Aggregate {
+        let reported = |r: &str| (!r.is_empty()).then(|| r.to_string());
+        let status =
+            |cluster, (state, completed, failed): (&str, &str, &str)| MemberWorkloadStatus {
+                completed_shards: reported(completed),
+                failed_shards: reported(failed),
+                ..status(cluster, 0, 0, state)
+            };
+        let prev = RangeSet::parse(prev).unwrap();
+        split_shards(status("a", a), status("b", b), b_holds, &prev)
+    }
+
+    /// Ten shards split a 0-4, b 5-9, both ready; `b_holds`: what b's slice holds
+    /// instead of 5-9 (after a move).
+    fn split_shards(
+        sa: MemberWorkloadStatus,
+        sb: MemberWorkloadStatus,
+        b_holds: Option<&str>,
+        prev: &RangeSet,
+    ) -> Aggregate {
+        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
+        let mut ob = obs("b", true, Some(sb), 1);
+        if let Some(held) = b_holds {
+            ob.held_shards = Some(held.into());
+        }
+        aggregate_shards(&d, &[obs("a", true, Some(sa), 1), ob], prev, 10)
+    }
+
     fn get<'a>(a: &'a Aggregate, t: &str) -> &'a Condition {
         a.conditions.iter().find(|c| c.type_ == t).unwrap()
     }
@@ -668,14 +703,12 @@ mod tests {
 
     #[test]
     fn completed_shards_are_a_union_and_never_forgotten() {
-        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
-        let mut sa = status("a", 0, 0, "Progressing");
-        sa.completed_shards = Some("0-2".into());
-        let mut sb = status("b", 0, 0, "Complete");
-        sb.completed_shards = Some("2,5-9".into());
-        let prev = RangeSet::parse("3").unwrap();
-        let members = [obs("a", true, Some(sa), 1), obs("b", true, Some(sb), 1)];
-        let a = aggregate_shards(&d, &members, &prev, 10);
+        let a = shards_of(
+            ("Progressing", "0-2", ""),
+            ("Complete", "2,5-9", ""),
+            None,
+            "3",
+        );
         assert_eq!(a.totals.completed_shards.to_string(), "0-3,5-9");
         assert_eq!(
             a.totals.shards_succeeded, 9,
@@ -686,32 +719,24 @@ mod tests {
 
     #[test]
     fn a_member_completes_only_shards_it_holds_or_held() {
-        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
         // a claims b's shards too; b's slice still holds 3 from before a move.
-        let mut sa = status("a", 0, 0, "Complete");
-        sa.completed_shards = Some("0-9".into());
-        let mut sb = status("b", 0, 0, "Progressing");
-        sb.completed_shards = Some("3,5".into());
-        let mut ob = obs("b", true, Some(sb), 1);
-        ob.held_shards = Some("3,5-9".into());
-        let members = [obs("a", true, Some(sa), 1), ob];
-        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
+        let a = shards_of(
+            ("Complete", "0-9", ""),
+            ("Progressing", "3,5", ""),
+            Some("3,5-9"),
+            "",
+        );
         assert_eq!(a.totals.completed_shards.to_string(), "0-5");
         assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
     }
 
     #[test]
     fn a_member_that_refused_its_slice_degrades_the_workload_and_fails_nothing() {
-        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
         let sa = MemberWorkloadStatus {
             message: Some("PodPolicyDenied: privileged is not allowed".into()),
             ..status("a", 0, 0, "Refused")
         };
-        let members = [
-            obs("a", true, Some(sa), 1),
-            obs("b", true, Some(status("b", 0, 0, "Progressing")), 1),
-        ];
-        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
+        let a = split_shards(sa, status("b", 0, 0, "Progressing"), None, &RangeSet::new());
         let degraded = get(&a, "Degraded");
         assert_eq!(
             (degraded.status, degraded.reason.as_str()),
@@ -730,18 +755,14 @@ mod tests {
 
     #[test]
     fn failed_shards_are_a_members_own_and_done_once_completed_elsewhere() {
-        let d = shard_decision(&[("a", "0-4"), ("b", "5-9")]);
         // a failed 1 and 2, and claims b's 7 failed too; b completed 2 after a move
         // (its slice holds it) and failed 8.
-        let mut sa = status("a", 0, 0, "Failed");
-        sa.failed_shards = Some("1-2,7".into());
-        let mut sb = status("b", 0, 0, "Progressing");
-        sb.completed_shards = Some("2".into());
-        sb.failed_shards = Some("8".into());
-        let mut ob = obs("b", true, Some(sb), 1);
-        ob.held_shards = Some("2,5-9".into());
-        let members = [obs("a", true, Some(sa), 1), ob];
-        let a = aggregate_shards(&d, &members, &RangeSet::new(), 10);
+        let a = shards_of(
+            ("Failed", "", "1-2,7"),
+            ("Progressing", "2", "8"),
+            Some("2,5-9"),
+            "",
+        );
         assert_eq!(a.totals.failed_shards.to_string(), "1,8");
         assert_eq!(a.totals.completed_shards.to_string(), "2");
     }
