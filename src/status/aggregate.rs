@@ -487,36 +487,29 @@ mod tests {
     }
 
     fn decision(parts: &[(&str, i32)]) -> PlacementDecision {
-        PlacementDecision {
-            strategy: None,
-            placements: parts
-                .iter()
-                .map(|(c, r)| ClusterPlacement {
-                    cluster: c.to_string(),
-                    replicas: Some(*r),
-                    shards: None,
-                    pods: None,
-                })
-                .collect(),
-            unplaced: 0,
-            reason: None,
-            ..Default::default()
-        }
+        placed(parts.iter().map(|(c, r)| ClusterPlacement {
+            cluster: c.to_string(),
+            replicas: Some(*r),
+            shards: None,
+            pods: None,
+        }))
     }
 
     /// A job set's decision: (cluster, shard range) per member.
     fn shard_decision(parts: &[(&str, &str)]) -> PlacementDecision {
+        placed(parts.iter().map(|(c, r)| ClusterPlacement {
+            cluster: c.to_string(),
+            replicas: None,
+            shards: Some(r.to_string()),
+            pods: None,
+        }))
+    }
+
+    /// A decision that places these, with nothing unplaced.
+    fn placed(placements: impl Iterator<Item = ClusterPlacement>) -> PlacementDecision {
         PlacementDecision {
             strategy: None,
-            placements: parts
-                .iter()
-                .map(|(c, r)| ClusterPlacement {
-                    cluster: c.to_string(),
-                    replicas: None,
-                    shards: Some(r.to_string()),
-                    pods: None,
-                })
-                .collect(),
+            placements: placements.collect(),
             unplaced: 0,
             reason: None,
             ..Default::default()
@@ -578,6 +571,17 @@ mod tests {
         aggregate_shards(&d, &[obs("a", true, Some(sa), 1), ob], prev, 10)
     }
 
+    /// a runs 6 replicas and b 4, both reporting Ready at hub generation 2, looked at
+    /// 10 s on; `b_ready`: whether b's member is Ready.
+    fn six_and_four(b_ready: bool) -> Aggregate {
+        let d = decision(&[("a", 6), ("b", 4)]);
+        let m = [
+            obs("a", true, Some(status("a", 0, 6, "Ready")), 2),
+            obs("b", b_ready, Some(status("b", 0, 4, "Ready")), 2),
+        ];
+        run(&m, &d, 10, 2)
+    }
+
     fn get<'a>(a: &'a Aggregate, t: &str) -> &'a Condition {
         a.conditions.iter().find(|c| c.type_ == t).unwrap()
     }
@@ -633,12 +637,7 @@ mod tests {
 
     #[test]
     fn fresh_caught_up_members_at_target_are_ready() {
-        let d = decision(&[("a", 6), ("b", 4)]);
-        let m = [
-            obs("a", true, Some(status("a", 0, 6, "Ready")), 2),
-            obs("b", true, Some(status("b", 0, 4, "Ready")), 2),
-        ];
-        let a = run(&m, &d, 10, 2);
+        let a = six_and_four(true);
         assert_eq!(a.totals.available_replicas, 10);
         assert_eq!(get(&a, "Ready").status, ConditionStatus::True);
         assert_eq!(get(&a, "Degraded").status, ConditionStatus::False);
@@ -648,12 +647,7 @@ mod tests {
 
     #[test]
     fn a_not_ready_member_is_never_reported_ready() {
-        let d = decision(&[("a", 6), ("b", 4)]);
-        let m = [
-            obs("a", true, Some(status("a", 0, 6, "Ready")), 2),
-            obs("b", false, Some(status("b", 0, 4, "Ready")), 2),
-        ];
-        let a = run(&m, &d, 10, 2);
+        let a = six_and_four(false);
         assert_eq!(get(&a, "Ready").status, ConditionStatus::Unknown);
         assert_eq!(get(&a, "Degraded").status, ConditionStatus::True);
         assert!(get(&a, "Degraded").message.contains("b is NotReady"));
@@ -718,19 +712,6 @@ mod tests {
     }
 
     #[test]
-    fn a_member_completes_only_shards_it_holds_or_held() {
-        // a claims b's shards too; b's slice still holds 3 from before a move.
-        let a = shards_of(
-            ("Complete", "0-9", ""),
-            ("Progressing", "3,5", ""),
-            Some("3,5-9"),
-            "",
-        );
-        assert_eq!(a.totals.completed_shards.to_string(), "0-5");
-        assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
-    }
-
-    #[test]
     fn a_member_that_refused_its_slice_degrades_the_workload_and_fails_nothing() {
         let sa = MemberWorkloadStatus {
             message: Some("PodPolicyDenied: privileged is not allowed".into()),
@@ -754,17 +735,37 @@ mod tests {
     }
 
     #[test]
-    fn failed_shards_are_a_members_own_and_done_once_completed_elsewhere() {
-        // a failed 1 and 2, and claims b's 7 failed too; b completed 2 after a move
-        // (its slice holds it) and failed 8.
-        let a = shards_of(
-            ("Failed", "", "1-2,7"),
-            ("Progressing", "2", "8"),
-            Some("2,5-9"),
-            "",
-        );
-        assert_eq!(a.totals.failed_shards.to_string(), "1,8");
-        assert_eq!(a.totals.completed_shards.to_string(), "2");
+    fn a_member_completes_and_fails_only_shards_it_holds_or_held() {
+        // (a's report, b's report, what b's slice holds, completed, failed)
+        let cases = [
+            // a claims b's shards too; b's slice still holds 3 from before a move.
+            (
+                ("Complete", "0-9", ""),
+                ("Progressing", "3,5", ""),
+                "3,5-9",
+                "0-5",
+                "",
+            ),
+            // a failed 1 and 2, and claims b's 7 failed too; b completed 2 after a move
+            // (its slice holds it) and failed 8.
+            (
+                ("Failed", "", "1-2,7"),
+                ("Progressing", "2", "8"),
+                "2,5-9",
+                "2",
+                "1,8",
+            ),
+        ];
+        for (ra, rb, b_holds, completed, failed) in cases {
+            let a = shards_of(ra, rb, Some(b_holds), "");
+            assert_eq!(
+                a.totals.completed_shards.to_string(),
+                completed,
+                "{ra:?} {rb:?}"
+            );
+            assert_eq!(a.totals.failed_shards.to_string(), failed, "{ra:?} {rb:?}");
+            assert_eq!(get(&a, "Complete").status, ConditionStatus::False);
+        }
     }
 
     #[test]
