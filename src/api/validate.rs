@@ -457,22 +457,36 @@ pub(crate) fn pod_template(
             ),
         );
     }
+    volume_names(
+        e,
+        spec.volumes.iter().flatten().map(|v| &v.name),
+        &format!("{path}.spec.volumes"),
+    );
+}
+
+/// Checks each volume's name (a DNS label, and once only) and returns the names.
+fn volume_names<'a>(
+    e: &mut Errors,
+    names: impl Iterator<Item = &'a String>,
+    path: &str,
+) -> BTreeSet<String> {
     let mut volumes = BTreeSet::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let f = format!("{path}.spec.volumes[{i}].name");
+    for (i, name) in names.enumerate() {
+        let f = format!("{path}[{i}].name");
         check!(
             e,
-            is_dns_label(&v.name),
+            is_dns_label(name),
             &f,
-            format!("{:?} is not a valid volume name", v.name),
+            format!("{name:?} is not a valid volume name"),
         );
         check!(
             e,
-            volumes.insert(v.name.clone()),
+            volumes.insert(name.clone()),
             &f,
-            format!("duplicate volume {:?}", v.name),
+            format!("duplicate volume {name:?}"),
         );
     }
+    volumes
 }
 
 fn container(e: &mut Errors, c: &Container, f: &str, names: &mut BTreeSet<String>) {
@@ -1032,22 +1046,7 @@ pub fn runtime_profile(p: &RuntimeProfile) -> Result<(), Invalid> {
             &mut names,
         );
     }
-    let mut volumes = BTreeSet::new();
-    for (i, v) in spec.volumes.iter().enumerate() {
-        let f = format!("spec.volumes[{i}].name");
-        check!(
-            e,
-            is_dns_label(&v.name),
-            &f,
-            format!("{:?} is not a valid volume name", v.name),
-        );
-        check!(
-            e,
-            volumes.insert(v.name.clone()),
-            &f,
-            format!("duplicate volume {:?}", v.name),
-        );
-    }
+    let volumes = volume_names(&mut e, spec.volumes.iter().map(|v| &v.name), "spec.volumes");
     for (i, m) in spec.volume_mounts.iter().enumerate() {
         check!(
             e,
