@@ -775,6 +775,14 @@ mod tests {
         }
     }
 
+    /// Members a and b, each with one full node (a1, b1) of 10 pod slots.
+    fn two_full_clusters() -> Vec<ClusterView> {
+        vec![
+            cluster("a", vec![node("a1", 0, 10)]),
+            cluster("b", vec![node("b1", 0, 10)]),
+        ]
+    }
+
     fn on(node: &str, milli: i128) -> VictimPod {
         VictimPod {
             node: node.into(),
@@ -798,6 +806,12 @@ mod tests {
             created: 0,
             pods,
         }
+    }
+
+    /// `key`'s shards 0 to `n - 1` at `priority`, each `milli` milli-cores on `node`.
+    fn shard_job(key: &str, priority: i32, node: &str, milli: i128, n: u32) -> Candidate {
+        let pods = (0..n).map(|k| shard(node, milli, k)).collect();
+        victim(key, priority, VictimKind::Shards, pods)
     }
 
     fn member(name: &str, candidates: Vec<Candidate>) -> MemberCandidates {
@@ -944,10 +958,7 @@ mod tests {
     #[test]
     fn shards_go_before_replicas_of_equal_priority() {
         // "a" would win on the name; the shards in "b" are cheaper.
-        let clusters = vec![
-            cluster("a", vec![node("a1", 0, 10)]),
-            cluster("b", vec![node("b1", 0, 10)]),
-        ];
+        let clusters = two_full_clusters();
         let members = vec![
             member(
                 "a",
@@ -1009,10 +1020,7 @@ mod tests {
 
     #[test]
     fn fewer_pods_win_over_the_name_and_lower_priority_over_fewer_pods() {
-        let clusters = vec![
-            cluster("a", vec![node("a1", 0, 10)]),
-            cluster("b", vec![node("b1", 0, 10)]),
-        ];
+        let clusters = two_full_clusters();
         // "a" needs two small shards, "b" one big one: "b" is cheaper.
         let members = vec![
             member(
@@ -1089,24 +1097,8 @@ mod tests {
             cluster("y", vec![node("y1", 0, 10)]),
         ];
         let members = vec![
-            member(
-                "x",
-                vec![victim(
-                    "ns/JobSet/x",
-                    1,
-                    VictimKind::Shards,
-                    (0..4).map(|k| shard("x1", 1000, k)).collect(),
-                )],
-            ),
-            member(
-                "y",
-                vec![victim(
-                    "ns/JobSet/y",
-                    1,
-                    VictimKind::Shards,
-                    (0..3).map(|k| shard("y1", 1000, k)).collect(),
-                )],
-            ),
+            member("x", vec![shard_job("ns/JobSet/x", 1, "x1", 1000, 4)]),
+            member("y", vec![shard_job("ns/JobSet/y", 1, "y1", 1000, 3)]),
         ];
         let policy = PlacementPolicy::default();
         // A gang of 4: x has 1 free plus 4 to free, y only 3.
@@ -1293,18 +1285,8 @@ mod tests {
         let members = vec![member(
             "a",
             vec![
-                victim(
-                    "ns/JobSet/tiny",
-                    5,
-                    VictimKind::Shards,
-                    (0..3).map(|k| shard("a2", 100, k)).collect(),
-                ),
-                victim(
-                    "ns/JobSet/work",
-                    10,
-                    VictimKind::Shards,
-                    (0..10).map(|k| shard("a1", 1000, k)).collect(),
-                ),
+                shard_job("ns/JobSet/tiny", 5, "a2", 100, 3),
+                shard_job("ns/JobSet/work", 10, "a1", 1000, 10),
             ],
         )];
         let policy = PlacementPolicy::default();
@@ -1368,10 +1350,7 @@ mod tests {
 
     #[test]
     fn excluded_and_unready_members_are_skipped() {
-        let mut clusters = vec![
-            cluster("a", vec![node("a1", 0, 10)]),
-            cluster("b", vec![node("b1", 0, 10)]),
-        ];
+        let mut clusters = two_full_clusters();
         clusters[1].ready = false;
         let v = |key: &str, n: &str| victim(key, 1, VictimKind::Shards, vec![shard(n, 1000, 0)]);
         let members = vec![
@@ -1450,12 +1429,7 @@ mod tests {
         let clusters = vec![cluster("a", vec![node("a1", 0, 5000)])];
         let members = vec![member(
             "a",
-            vec![victim(
-                "ns/JobSet/many",
-                1,
-                VictimKind::Shards,
-                (0..3000).map(|k| shard("a1", 10, k)).collect(),
-            )],
+            vec![shard_job("ns/JobSet/many", 1, "a1", 10, 3000)],
         )];
         let policy = PlacementPolicy::default();
         let d = demand(10_000, Count::Replicas(1));
@@ -1475,12 +1449,7 @@ mod tests {
         let clusters = vec![cluster("a", vec![node("a1", 0, 10)])];
         let members = vec![member(
             "a",
-            vec![victim(
-                "ns/JobSet/j",
-                1,
-                VictimKind::Shards,
-                (0..4).map(|k| shard("a1", 1000, k)).collect(),
-            )],
+            vec![shard_job("ns/JobSet/j", 1, "a1", 1000, 4)],
         )];
         let policy = PlacementPolicy::default();
         let d = demand(1000, Count::Replicas(4));
