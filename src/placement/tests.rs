@@ -39,26 +39,35 @@ fn gpu_pod(gpus: i64) -> PodShape {
     }
 }
 
-fn replicas(pod: PodShape, n: u32) -> Demand {
+fn demand(pod: PodShape, count: Count) -> Demand {
     Demand {
         member_pods: Default::default(),
         member_roles: Default::default(),
         pod,
-        count: Count::Replicas(n),
+        count,
     }
 }
 
+fn replicas(pod: PodShape, n: u32) -> Demand {
+    demand(pod, Count::Replicas(n))
+}
+
 fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
-    Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
+    demand(
         pod,
-        count: Count::Shards {
+        Count::Shards {
             total,
             completed: completed.iter().copied().collect(),
             parallelism: None,
         },
-    }
+    )
+}
+
+/// Nothing is placed: all `unplaced` wait, for `reason`.
+fn assert_nothing_placed(o: &Outcome, unplaced: u32, reason: &str) {
+    assert!(o.decision.placements.is_empty());
+    assert_eq!(o.decision.unplaced, unplaced);
+    assert_eq!(o.decision.reason.as_deref(), Some(reason));
 }
 
 /// One plan from these inputs (the property tests use it too).
@@ -536,18 +545,12 @@ fn quota_applies_to_gangs_all_or_nothing() {
         },
         clusters: BTreeMap::new(),
     };
-    let gang = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: gpu_pod(8),
-        count: Count::Gang(vec![role("Worker", 2, None)]),
-    };
+    let gang = demand(gpu_pod(8), Count::Gang(vec![role("Worker", 2, None)]));
     let o = run(&local3(), &divided(), &gang, Some(&quota), None);
-    assert!(o.decision.placements.is_empty());
-    assert_eq!(o.decision.unplaced, 2);
-    assert_eq!(
-        o.decision.reason.as_deref(),
-        Some("QuotaExceeded: quota ml: the gang of 2 replicas needs gpu 16, 12 of 16 left")
+    assert_nothing_placed(
+        &o,
+        2,
+        "QuotaExceeded: quota ml: the gang of 2 replicas needs gpu 16, 12 of 16 left",
     );
 }
 
@@ -639,15 +642,15 @@ fn completed_shards_shrink_the_work_without_moving_anything() {
 
 #[test]
 fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once() {
-    let bounded = |completed: &[u32]| Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("2", "1Gi", 0),
-        count: Count::Shards {
-            total: 1000,
-            completed: completed.iter().copied().collect(),
-            parallelism: Some(10),
-        },
+    let bounded = |completed: &[u32]| {
+        demand(
+            pod("2", "1Gi", 0),
+            Count::Shards {
+                total: 1000,
+                completed: completed.iter().copied().collect(),
+                parallelism: Some(10),
+            },
+        )
     };
     // A quota of 20 cpu holds 10 pods of 2 cpu at once: every one of 1,000 shards is
     // placed, in proportion to room, and the quota is charged 10 pods.
@@ -708,16 +711,14 @@ fn a_job_set_with_parallelism_waits_for_room_instead_of_dropping_shards() {
         cluster("a", "z1", vec![node("n", "2", 10)]),
         cluster("b", "z2", vec![node("n", "4", 10)]),
     ];
-    let d = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("2", "1Gi", 0),
-        count: Count::Shards {
+    let d = demand(
+        pod("2", "1Gi", 0),
+        Count::Shards {
             total: 30,
             completed: BTreeSet::new(),
             parallelism: Some(8),
         },
-    };
+    );
     let o = run(&small, &divided(), &d, None, None);
     assert_eq!(o.decision.unplaced, 0);
     assert_eq!(
@@ -744,12 +745,10 @@ fn role(name: &str, replicas: u32, pod: Option<PodShape>) -> GangRole {
 }
 
 fn training(workers: u32, gpus: i64) -> Demand {
-    Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: gpu_pod(gpus),
-        count: Count::Gang(vec![role("Master", 1, None), role("Worker", workers, None)]),
-    }
+    demand(
+        gpu_pod(gpus),
+        Count::Gang(vec![role("Master", 1, None), role("Worker", workers, None)]),
+    )
 }
 
 #[test]
@@ -767,12 +766,11 @@ fn a_gang_lands_whole_where_it_fits() {
 #[test]
 fn a_gang_that_fits_nowhere_waits_with_a_reason() {
     let o = run(&local3(), &divided(), &training(8, 4), None, None);
-    assert!(o.decision.placements.is_empty());
-    assert_eq!(o.decision.unplaced, 9);
     // use1a and use1b are eligible clusters but have no GPU node: they fit none.
-    assert_eq!(
-        o.decision.reason.as_deref(),
-        Some("InsufficientCapacity: no cluster fits all 9 replicas (largest fit: use1c 4)")
+    assert_nothing_placed(
+        &o,
+        9,
+        "InsufficientCapacity: no cluster fits all 9 replicas (largest fit: use1c 4)",
     );
 }
 
@@ -797,12 +795,10 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
         vec![gpu_node("n1", 5), gpu_node("n2", 3)],
     )];
     let role = |name: &str, n, gpus| role(name, n, Some(pod("1", "1Gi", gpus)));
-    let gang = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("1", "1Gi", 0),
-        count: Count::Gang(vec![role("Worker", 1, 2), role("Master", 2, 3)]),
-    };
+    let gang = demand(
+        pod("1", "1Gi", 0),
+        Count::Gang(vec![role("Worker", 1, 2), role("Master", 2, 3)]),
+    );
     let o = run(&clusters, &divided(), &gang, None, None);
     assert_eq!(o.decision.shares()["c"], 3);
     let by_node: BTreeMap<_, _> = o
@@ -812,12 +808,10 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
         .collect();
     assert_eq!(by_node, BTreeMap::from([("n1", 5), ("n2", 3)]));
     // One more 2-GPU worker does not fit: all or nothing.
-    let gang = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("1", "1Gi", 0),
-        count: Count::Gang(vec![role("Worker", 2, 2), role("Master", 2, 3)]),
-    };
+    let gang = demand(
+        pod("1", "1Gi", 0),
+        Count::Gang(vec![role("Worker", 2, 2), role("Master", 2, 3)]),
+    );
     let o = run(&clusters, &divided(), &gang, None, None);
     assert_eq!((o.decision.placements.len(), o.decision.unplaced), (0, 4));
     assert!(o.bindings.is_empty());
@@ -826,12 +820,7 @@ fn gang_roles_of_different_sizes_are_packed_largest_first() {
 #[test]
 fn single_is_sticky_while_the_cluster_stays_eligible() {
     let mut clusters = local3();
-    let cron = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("1", "1Gi", 0),
-        count: Count::Whole,
-    };
+    let cron = demand(pod("1", "1Gi", 0), Count::Whole);
     let single = PlacementPolicy::with_strategy(Strategy::Single);
     let first = run(&clusters, &single, &cron, None, None).decision;
     assert_eq!(
@@ -875,12 +864,7 @@ fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
 
 #[test]
 fn daemons_go_to_every_selected_cluster() {
-    let daemon = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("100m", "128Mi", 0),
-        count: Count::Whole,
-    };
+    let daemon = demand(pod("100m", "128Mi", 0), Count::Whole);
     let o = run(&local3(), &divided(), &daemon, None, None);
     assert_eq!(
         json(&o),
@@ -903,12 +887,7 @@ fn daemons_go_to_every_selected_cluster() {
 
 #[test]
 fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
-    let daemon = Demand {
-        member_pods: Default::default(),
-        member_roles: Default::default(),
-        pod: pod("500m", "128Mi", 0),
-        count: Count::Whole,
-    };
+    let daemon = demand(pod("500m", "128Mi", 0), Count::Whole);
     // a: 3 nodes with room; b: 5 with room, one full and one whose label the pod's node
     // selector does not match.
     let in_pool = |name: String, cpu: &str, pool: &str| {
