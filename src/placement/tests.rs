@@ -70,6 +70,11 @@ fn assert_nothing_placed(o: &Outcome, unplaced: u32, reason: &str) {
     assert_eq!(o.decision.reason.as_deref(), Some(reason));
 }
 
+/// The plan of `demand` divided over local3, without quota or a decision in force.
+fn divided_on_local3(demand: &Demand) -> Outcome {
+    run(&local3(), &divided(), demand, None, None)
+}
+
 /// One plan from these inputs (the property tests use it too).
 pub(super) fn run(
     clusters: &[ClusterView],
@@ -128,13 +133,7 @@ fn cluster(name: &str, zone: &str, nodes: Vec<NodeRoom>) -> ClusterView {
 fn service_is_split_by_room_on_local3() {
     // Room for 1 cpu / 1Gi pods: use1a 4×8 = 32, use1b 2×8 + 2×16 = 48, use1c 3×8 = 24
     // (its GPU nodes are tainted). Webster over 32:48:24 gives 9, 14, 7.
-    let o = run(
-        &local3(),
-        &divided(),
-        &replicas(pod("1", "1Gi", 0), 30),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 30));
     assert_eq!(
         json(&o),
         r#"{"strategy":"Divided","placements":[{"cluster":"use1a","replicas":9},{"cluster":"use1b","replicas":14},{"cluster":"use1c","replicas":7}],"unplaced":0,"reason":null}"#
@@ -219,17 +218,17 @@ fn min_and_max_per_cluster() {
         min: Some(3),
         max: None,
     };
-    let o = run(
-        &clusters,
-        &policy,
-        &replicas(pod("1", "1Gi", 0), 12),
-        None,
-        None,
-    );
-    assert_eq!(
-        o.decision.shares().values().copied().collect::<Vec<_>>(),
-        [6, 3, 3]
-    );
+    let shares = |policy: &PlacementPolicy| {
+        let o = run(
+            &clusters,
+            policy,
+            &replicas(pod("1", "1Gi", 0), 12),
+            None,
+            None,
+        );
+        o.decision.shares().values().copied().collect::<Vec<_>>()
+    };
+    assert_eq!(shares(&policy), [6, 3, 3]);
     policy.cluster_limits.insert(
         "use1a".into(),
         Bounds {
@@ -237,17 +236,7 @@ fn min_and_max_per_cluster() {
             max: Some(4),
         },
     );
-    let o = run(
-        &clusters,
-        &policy,
-        &replicas(pod("1", "1Gi", 0), 12),
-        None,
-        None,
-    );
-    assert_eq!(
-        o.decision.shares().values().copied().collect::<Vec<_>>(),
-        [4, 5, 3]
-    );
+    assert_eq!(shares(&policy), [4, 5, 3]);
 }
 
 #[test]
@@ -284,13 +273,7 @@ fn spread_over_zones_and_clusters() {
 
 #[test]
 fn not_enough_room_leaves_the_rest_unplaced_with_numbers() {
-    let o = run(
-        &local3(),
-        &divided(),
-        &replicas(pod("4", "1Gi", 0), 40),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(pod("4", "1Gi", 0), 40));
     // 4-cpu pods: use1a 4×2 = 8, use1b 2×2 + 2×4 = 12, use1c 3×2 = 6.
     assert_eq!(o.decision.unplaced, 14);
     assert_eq!(o.cause, Some(Cause::InsufficientCapacity));
@@ -394,13 +377,7 @@ fn selector_expressions_and_affinity_use_zone_and_region() {
 #[test]
 fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
     // 12 cpu fits only the highmem nodes of use1b (16 cpu), one per node.
-    let o = run(
-        &local3(),
-        &divided(),
-        &replicas(pod("12", "1Gi", 0), 3),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(pod("12", "1Gi", 0), 3));
     assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 2)]));
     assert_eq!(o.decision.unplaced, 1);
     let why: Vec<_> = o.excluded.iter().map(|e| e.why.as_str()).collect();
@@ -413,17 +390,11 @@ fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
         "excluded for room alone: preemption may free it"
     );
     // GPU pods go only to use1c's tainted GPU pool, and only when they tolerate it.
-    let o = run(&local3(), &divided(), &replicas(gpu_pod(1), 4), None, None);
+    let o = divided_on_local3(&replicas(gpu_pod(1), 4));
     assert_eq!(o.decision.shares(), BTreeMap::from([("use1c".into(), 4)]));
     let mut untolerating = gpu_pod(1);
     untolerating.tolerations.clear();
-    let o = run(
-        &local3(),
-        &divided(),
-        &replicas(untolerating, 4),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(untolerating, 4));
     assert_eq!(o.cause, Some(Cause::NoEligibleCluster));
     assert!(
         o.excluded.iter().all(|e| !e.full),
@@ -558,13 +529,7 @@ fn quota_applies_to_gangs_all_or_nothing() {
 
 #[test]
 fn job_set_is_split_by_contiguous_index_ranges() {
-    let o = run(
-        &local3(),
-        &divided(),
-        &shards(pod("1", "1Gi", 0), 100, &[]),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&shards(pod("1", "1Gi", 0), 100, &[]));
     assert_eq!(
         json(&o),
         r#"{"strategy":"Divided","placements":[{"cluster":"use1a","shards":"0-30"},{"cluster":"use1b","shards":"31-76"},{"cluster":"use1c","shards":"77-99"}],"unplaced":0,"reason":null}"#
@@ -688,7 +653,7 @@ fn a_job_set_with_parallelism_is_charged_and_bounded_by_the_pods_it_runs_at_once
     assert_eq!(o.cause, Some(Cause::QuotaExceeded));
     assert_eq!(o.decision.unplaced, 991);
     // A re-plan keeps every shard where it is; completed shards leave their cluster.
-    let first = run(&local3(), &divided(), &bounded(&[]), None, None).decision;
+    let first = divided_on_local3(&bounded(&[])).decision;
     assert_eq!(
         run(&local3(), &divided(), &bounded(&[]), None, Some(&first)).decision,
         first
@@ -754,7 +719,7 @@ fn training(workers: u32, gpus: i64) -> Demand {
 #[test]
 fn a_gang_lands_whole_where_it_fits() {
     // use1c has 2 GPU nodes × 8 GPUs: a master and 3 workers of 4 GPUs fit.
-    let o = run(&local3(), &divided(), &training(3, 4), None, None);
+    let o = divided_on_local3(&training(3, 4));
     assert_eq!(
         json(&o),
         r#"{"strategy":"Single","placements":[{"cluster":"use1c","replicas":4}],"unplaced":0,"reason":null}"#
@@ -765,7 +730,7 @@ fn a_gang_lands_whole_where_it_fits() {
 
 #[test]
 fn a_gang_that_fits_nowhere_waits_with_a_reason() {
-    let o = run(&local3(), &divided(), &training(8, 4), None, None);
+    let o = divided_on_local3(&training(8, 4));
     // use1a and use1b are eligible clusters but have no GPU node: they fit none.
     assert_nothing_placed(
         &o,
@@ -865,7 +830,7 @@ fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
 #[test]
 fn daemons_go_to_every_selected_cluster() {
     let daemon = demand(pod("100m", "128Mi", 0), Count::Whole);
-    let o = run(&local3(), &divided(), &daemon, None, None);
+    let o = divided_on_local3(&daemon);
     assert_eq!(
         json(&o),
         r#"{"strategy":"Duplicated","placements":[{"cluster":"use1a"},{"cluster":"use1b"},{"cluster":"use1c"}],"unplaced":0,"reason":null}"#
@@ -1368,7 +1333,7 @@ fn a_gang_its_overrides_make_too_big_for_a_member_is_not_placed_there_and_is_cha
         unreachable!()
     };
     d.member_roles.insert("use1c".into(), roles);
-    let o = run(&local3(), &divided(), &d, None, None);
+    let o = divided_on_local3(&d);
     assert_eq!(o.decision.unplaced, 4, "{}", json(&o));
     assert!(
         o.decision
