@@ -342,36 +342,21 @@ fn selector_expressions_and_affinity_use_zone_and_region() {
         values: vec!["us-east-1a".into()],
     });
     let demand = replicas(pod("1", "1Gi", 0), 4);
-    let o = run(&clusters, &policy, &demand, None, None);
-    assert_eq!(o.decision.clusters(), ["use1b", "use1c"]);
+    let placed_in = |policy: &PlacementPolicy| run(&clusters, policy, &demand, None, None);
+    assert_eq!(placed_in(&policy).decision.clusters(), ["use1b", "use1c"]);
     let mut policy = divided();
     policy.zones = vec!["us-east-1c".into()];
-    assert_eq!(
-        run(&clusters, &policy, &demand, None, None)
-            .decision
-            .clusters(),
-        ["use1c"]
-    );
+    assert_eq!(placed_in(&policy).decision.clusters(), ["use1c"]);
     let mut policy = divided();
     policy.cluster_names = vec!["use1a".into()];
-    assert_eq!(
-        run(&clusters, &policy, &demand, None, None)
-            .decision
-            .clusters(),
-        ["use1a"]
-    );
+    assert_eq!(placed_in(&policy).decision.clusters(), ["use1a"]);
     let mut policy = divided();
     policy.cluster_selector.match_expressions.push(Requirement {
         key: "accelerators".into(),
         operator: SelectorOperator::Exists,
         values: vec![],
     });
-    assert_eq!(
-        run(&clusters, &policy, &demand, None, None)
-            .decision
-            .clusters(),
-        ["use1c"]
-    );
+    assert_eq!(placed_in(&policy).decision.clusters(), ["use1c"]);
 }
 
 #[test]
