@@ -70,9 +70,14 @@ fn assert_nothing_placed(o: &Outcome, unplaced: u32, reason: &str) {
     assert_eq!(o.decision.reason.as_deref(), Some(reason));
 }
 
-/// The plan of `demand` divided over local3, without quota or a decision in force.
+/// The plan of `demand` over local3 by `policy`, without quota or a decision in force.
+fn on_local3(policy: &PlacementPolicy, demand: &Demand) -> Outcome {
+    run(&local3(), policy, demand, None, None)
+}
+
+/// [`on_local3`], divided.
 fn divided_on_local3(demand: &Demand) -> Outcome {
-    run(&local3(), &divided(), demand, None, None)
+    on_local3(&divided(), demand)
 }
 
 /// One plan from these inputs (the property tests use it too).
@@ -792,22 +797,10 @@ fn single_is_sticky_while_the_cluster_stays_eligible() {
 #[test]
 fn stateful_set_goes_to_one_cluster_that_holds_all_replicas() {
     let single = PlacementPolicy::with_strategy(Strategy::Single);
-    let o = run(
-        &local3(),
-        &single,
-        &replicas(pod("4", "1Gi", 0), 10),
-        None,
-        None,
-    );
+    let o = on_local3(&single, &replicas(pod("4", "1Gi", 0), 10));
     // Rooms for 4 cpu: 8, 12, 6 — only use1b holds 10.
     assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 10)]));
-    let o = run(
-        &local3(),
-        &single,
-        &replicas(pod("4", "1Gi", 0), 20),
-        None,
-        None,
-    );
+    let o = on_local3(&single, &replicas(pod("4", "1Gi", 0), 20));
     assert_eq!(o.decision.shares(), BTreeMap::from([("use1b".into(), 12)]));
     assert_eq!(o.decision.unplaced, 8);
 }
@@ -827,12 +820,7 @@ fn daemons_go_to_every_selected_cluster() {
         .cluster_selector
         .match_labels
         .insert("accelerators".into(), "gpu".into());
-    assert_eq!(
-        run(&local3(), &policy, &daemon, None, None)
-            .decision
-            .clusters(),
-        ["use1c"]
-    );
+    assert_eq!(on_local3(&policy, &daemon).decision.clusters(), ["use1c"]);
 }
 
 #[test]
@@ -888,13 +876,7 @@ fn a_daemon_is_charged_its_pods_on_every_node_it_runs_on() {
 #[test]
 fn duplicated_replicas_run_a_full_copy_per_cluster() {
     let policy = PlacementPolicy::with_strategy(Strategy::Duplicated);
-    let o = run(
-        &local3(),
-        &policy,
-        &replicas(pod("4", "1Gi", 0), 7),
-        None,
-        None,
-    );
+    let o = on_local3(&policy, &replicas(pod("4", "1Gi", 0), 7));
     // use1c holds only 6 pods of 4 cpu.
     assert_eq!(o.decision.clusters(), ["use1a", "use1b"]);
     assert_eq!(o.decision.unplaced, 7);
@@ -957,13 +939,7 @@ fn a_burst_of_decisions_does_not_pile_onto_one_cluster() {
 #[test]
 fn ledger_reservations_per_cluster_and_totals() {
     let clusters = local3();
-    let o = run(
-        &clusters,
-        &divided(),
-        &replicas(pod("1", "1Gi", 0), 30),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 30));
     let mut ledger = Ledger::new();
     ledger.reserve("ns/web", &o, SystemTime::UNIX_EPOCH);
     assert_eq!(ledger.reserved(|w| w.starts_with("ns/")).cpu, q("30"));
@@ -982,14 +958,7 @@ fn ledger_reservations_per_cluster_and_totals() {
 /// Expiry takes only reservations made before the cut, a replaced one by its new time.
 #[test]
 fn ledger_expiry_follows_the_latest_reservation() {
-    let clusters = local3();
-    let o = run(
-        &clusters,
-        &divided(),
-        &replicas(pod("1", "1Gi", 0), 3),
-        None,
-        None,
-    );
+    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 3));
     let t = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
     let mut ledger = Ledger::new();
     ledger.reserve("ns/a", &o, t(10));
@@ -1075,7 +1044,7 @@ fn empty_and_degenerate_inputs_do_not_panic() {
         };
         let o = run(&[], &policy, &demand, None, None);
         let _ = o.decision.to_json();
-        let o = run(&local3(), &policy, &demand, None, None);
+        let o = on_local3(&policy, &demand);
         let _ = o.decision.to_json();
     }
 }
