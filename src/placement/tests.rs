@@ -52,6 +52,11 @@ fn replicas(pod: PodShape, n: u32) -> Demand {
     demand(pod, Count::Replicas(n))
 }
 
+/// `n` replicas of 1 cpu and 1Gi.
+fn small_replicas(n: u32) -> Demand {
+    replicas(pod("1", "1Gi", 0), n)
+}
+
 fn shards(pod: PodShape, total: u32, completed: &[u32]) -> Demand {
     demand(
         pod,
@@ -138,7 +143,7 @@ fn cluster(name: &str, zone: &str, nodes: Vec<NodeRoom>) -> ClusterView {
 fn service_is_split_by_room_on_local3() {
     // Room for 1 cpu / 1Gi pods: use1a 4×8 = 32, use1b 2×8 + 2×16 = 48, use1c 3×8 = 24
     // (its GPU nodes are tainted). Webster over 32:48:24 gives 9, 14, 7.
-    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 30));
+    let o = divided_on_local3(&small_replicas(30));
     assert_eq!(
         json(&o),
         r#"{"strategy":"Divided","placements":[{"cluster":"use1a","replicas":9},{"cluster":"use1b","replicas":14},{"cluster":"use1c","replicas":7}],"unplaced":0,"reason":null}"#
@@ -149,14 +154,7 @@ fn service_is_split_by_room_on_local3() {
 fn scaling_up_and_back_moves_as_little_as_possible() {
     let clusters = local3();
     let at = |n, current: Option<&Decision>| {
-        run(
-            &clusters,
-            &divided(),
-            &replicas(pod("1", "1Gi", 0), n),
-            None,
-            current,
-        )
-        .decision
+        run(&clusters, &divided(), &small_replicas(n), None, current).decision
     };
     let d30 = at(30, None);
     let d45 = at(45, Some(&d30));
@@ -185,13 +183,7 @@ fn scaling_up_and_back_moves_as_little_as_possible() {
 fn weights_and_policy_weights_scale_shares() {
     let mut clusters = local3();
     clusters[0].weight = 3; // use1a: 3 × 32 = 96 vs 48 and 24
-    let o = run(
-        &clusters,
-        &divided(),
-        &replicas(pod("1", "1Gi", 0), 14),
-        None,
-        None,
-    );
+    let o = run(&clusters, &divided(), &small_replicas(14), None, None);
     assert_eq!(
         o.decision.shares(),
         BTreeMap::from([
@@ -202,13 +194,7 @@ fn weights_and_policy_weights_scale_shares() {
     );
     let mut policy = divided();
     policy.weights.insert("use1a".into(), 0);
-    let o = run(
-        &clusters,
-        &policy,
-        &replicas(pod("1", "1Gi", 0), 14),
-        None,
-        None,
-    );
+    let o = run(&clusters, &policy, &small_replicas(14), None, None);
     assert!(!o.decision.shares().contains_key("use1a"));
     assert_eq!(o.excluded[0].why, "weight 0");
 }
@@ -224,13 +210,7 @@ fn min_and_max_per_cluster() {
         max: None,
     };
     let shares = |policy: &PlacementPolicy| {
-        let o = run(
-            &clusters,
-            policy,
-            &replicas(pod("1", "1Gi", 0), 12),
-            None,
-            None,
-        );
+        let o = run(&clusters, policy, &small_replicas(12), None, None);
         o.decision.shares().values().copied().collect::<Vec<_>>()
     };
     assert_eq!(shares(&policy), [6, 3, 3]);
@@ -251,7 +231,7 @@ fn spread_over_zones_and_clusters() {
         cluster("a2", "za", vec![node("n", "100", 200)]),
         cluster("b1", "zb", vec![node("n", "2", 200)]),
     ];
-    let demand = replicas(pod("1", "1Gi", 0), 6);
+    let demand = small_replicas(6);
     let o = run(&clusters, &divided(), &demand, None, None);
     assert!(
         !o.decision.shares().contains_key("b1"),
@@ -305,13 +285,7 @@ fn no_eligible_cluster_names_why_each_was_excluded() {
         .match_labels
         .insert("tier".into(), "prod".into());
     clusters[2].labels.insert("tier".into(), "dev".into());
-    let o = run(
-        &clusters,
-        &policy,
-        &replicas(pod("1", "1Gi", 0), 3),
-        None,
-        None,
-    );
+    let o = run(&clusters, &policy, &small_replicas(3), None, None);
     assert_eq!(o.decision.unplaced, 3);
     assert_eq!(
         o.decision.reason.as_deref(),
@@ -327,13 +301,7 @@ fn no_eligible_cluster_names_why_each_was_excluded() {
         operator: TolerationOperator::Exists,
         ..Toleration::default()
     });
-    let o = run(
-        &clusters,
-        &policy,
-        &replicas(pod("1", "1Gi", 0), 3),
-        None,
-        None,
-    );
+    let o = run(&clusters, &policy, &small_replicas(3), None, None);
     assert_eq!(o.decision.clusters(), ["use1b"]);
 }
 
@@ -346,7 +314,7 @@ fn selector_expressions_and_affinity_use_zone_and_region() {
         operator: SelectorOperator::NotIn,
         values: vec!["us-east-1a".into()],
     });
-    let demand = replicas(pod("1", "1Gi", 0), 4);
+    let demand = small_replicas(4);
     let placed_in = |policy: &PlacementPolicy| run(&clusters, policy, &demand, None, None);
     assert_eq!(placed_in(&policy).decision.clusters(), ["use1b", "use1c"]);
     let mut policy = divided();
@@ -401,7 +369,7 @@ fn a_pod_must_fit_on_one_node_with_matching_labels_and_tolerated_taints() {
 #[test]
 fn losing_a_cluster_moves_only_its_replicas() {
     let mut clusters = local3();
-    let demand = replicas(pod("1", "1Gi", 0), 30);
+    let demand = small_replicas(30);
     let before = run(&clusters, &divided(), &demand, None, None).decision;
     clusters[1].ready = false;
     let after = run(&clusters, &divided(), &demand, None, Some(&before)).decision;
@@ -471,7 +439,7 @@ fn per_cluster_quota_caps_a_cluster() {
     let o = run(
         &local3(),
         &divided(),
-        &replicas(pod("1", "1Gi", 0), 30),
+        &small_replicas(30),
         Some(&quota),
         None,
     );
@@ -480,7 +448,7 @@ fn per_cluster_quota_caps_a_cluster() {
     let o = run(
         &local3(),
         &divided(),
-        &replicas(pod("1", "1Gi", 0), 60),
+        &small_replicas(60),
         Some(&quota),
         None,
     );
@@ -939,7 +907,7 @@ fn a_burst_of_decisions_does_not_pile_onto_one_cluster() {
 #[test]
 fn ledger_reservations_per_cluster_and_totals() {
     let clusters = local3();
-    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 30));
+    let o = divided_on_local3(&small_replicas(30));
     let mut ledger = Ledger::new();
     ledger.reserve("ns/web", &o, SystemTime::UNIX_EPOCH);
     assert_eq!(ledger.reserved(|w| w.starts_with("ns/")).cpu, q("30"));
@@ -958,7 +926,7 @@ fn ledger_reservations_per_cluster_and_totals() {
 /// Expiry takes only reservations made before the cut, a replaced one by its new time.
 #[test]
 fn ledger_expiry_follows_the_latest_reservation() {
-    let o = divided_on_local3(&replicas(pod("1", "1Gi", 0), 3));
+    let o = divided_on_local3(&small_replicas(3));
     let t = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
     let mut ledger = Ledger::new();
     ledger.reserve("ns/a", &o, t(10));
