@@ -42,13 +42,7 @@ impl KubeArgs {
         };
         let mut config = match &self.kubeconfig {
             Some(path) => {
-                // $KUBECONFIG may list several files; the first one is used.
-                let first = path
-                    .to_string_lossy()
-                    .split(':')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+                let first = first_file(path);
                 let kc = Kubeconfig::read_from(&first)
                     .with_context(|| format!("reading kubeconfig {first}"))?;
                 kube::Config::from_custom_kubeconfig(kc, &opts)
@@ -72,12 +66,7 @@ impl KubeArgs {
         };
         let config = match &self.kubeconfig {
             Some(path) => {
-                let first = path
-                    .to_string_lossy()
-                    .split(':')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+                let first = first_file(path);
                 kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&first)?, &opts).await?
             }
             None => kube::Config::from_kubeconfig(&opts).await?,
@@ -109,4 +98,13 @@ fn der_to_pem(der: &[u8]) -> Vec<u8> {
     }
     pem.push_str("-----END CERTIFICATE-----\n");
     pem.into_bytes()
+}
+
+/// $KUBECONFIG may list several files; the first one is used.
+fn first_file(path: &std::path::Path) -> String {
+    path.to_string_lossy()
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }

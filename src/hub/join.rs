@@ -557,10 +557,14 @@ pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::R
     apply_all(hub, &hub_objects(req, &member_kubeconfig(req, &token)))
         .await
         .context("registering the member on the hub")?;
-    // Joining again means using the member again: an unfinished unjoin's mark goes.
+    clear_draining(hub, &req.name).await
+}
+
+/// Joining again means using the member again: an unfinished unjoin's mark goes.
+pub(crate) async fn clear_draining(hub: &Client, member: &str) -> anyhow::Result<()> {
     let undrain = serde_json::json!({"metadata": {"annotations": {crate::hub::workloads::ANNOTATION_DRAINING: null}}});
     Api::<crate::api::federation::MemberCluster>::all(hub.clone())
-        .patch(&req.name, &PatchParams::default(), &Patch::Merge(&undrain))
+        .patch(member, &PatchParams::default(), &Patch::Merge(&undrain))
         .await
         .context("clearing a draining mark")?;
     Ok(())

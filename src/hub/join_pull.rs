@@ -11,7 +11,7 @@
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 use crate::api::member_slice::{agent_lease_name, pull_namespace};
 use crate::controller::apply::apply_json;
@@ -363,13 +363,7 @@ pub async fn join_pull(
     )
     .await
     .context("leaving the agent's hub kubeconfig in the member")?;
-    // Joining again means using the member again: an unfinished unjoin's mark goes.
-    let undrain = serde_json::json!({"metadata": {"annotations": {crate::hub::workloads::ANNOTATION_DRAINING: null}}});
-    Api::<crate::api::federation::MemberCluster>::all(hub.clone())
-        .patch(&req.name, &PatchParams::default(), &Patch::Merge(&undrain))
-        .await
-        .context("clearing a draining mark")?;
-    Ok(())
+    crate::hub::join::clear_draining(hub, &req.name).await
 }
 
 /// Removes a pull member's registration: its namespace on the hub (MemberSlices,

@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::ApiResource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -547,13 +546,7 @@ pub async fn ensure_member(
     // Slice changes trigger the hub resource's reconcile at once, so aggregated status
     // follows the member within a watch round-trip rather than a resync period.
     for kind in WorkloadKind::ALL {
-        let ar = ApiResource {
-            group: "compute.pinterest.com".into(),
-            version: "v1alpha1".into(),
-            api_version: "compute.pinterest.com/v1alpha1".into(),
-            kind: kind.as_str().into(),
-            plural: format!("{}s", kind.as_str().to_lowercase()),
-        };
+        let ar = crate::api::kind::api_resource(kind);
         let events = registry.slice_events.clone();
         let cache = Arc::new(Mutex::new(SliceCache::default()));
         slices.insert(kind, cache.clone());

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 
 use crate::api::common::{Condition, ConditionStatus, PlacementDecision, set_condition};
@@ -120,13 +119,7 @@ pub async fn seed_namespace(
         return Ok(());
     }
     for kind in WorkloadKind::ALL {
-        let ar = ApiResource {
-            group: "compute.pinterest.com".into(),
-            version: "v1alpha1".into(),
-            api_version: "compute.pinterest.com/v1alpha1".into(),
-            kind: kind.as_str().into(),
-            plural: format!("{}s", kind.as_str().to_lowercase()),
-        };
+        let ar = crate::api::kind::api_resource(kind);
         let list = Api::<DynamicObject>::namespaced_with(hub.clone(), ns, &ar)
             .list(&ListParams::default())
             .await?;

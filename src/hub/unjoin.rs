@@ -14,6 +14,7 @@ use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 
 use crate::api::federation::{MemberCluster, PendingCleanup};
+use crate::api::kind::api_resource;
 use crate::api::workload::WorkloadKind;
 use crate::hub::join::{HUB_MEMBER_ROLE, HUB_SERVICE_ACCOUNT, MEMBER_NAMESPACE};
 use crate::hub::members::{self, HUB_NAMESPACE};
@@ -29,32 +30,17 @@ pub struct Unjoined {
     pub still_placed: Vec<String>,
 }
 
-fn workload_resource(kind: WorkloadKind) -> ApiResource {
-    ApiResource {
-        group: "compute.pinterest.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "compute.pinterest.com/v1alpha1".into(),
-        kind: kind.as_str().into(),
-        plural: format!("{}s", kind.as_str().to_lowercase()),
-    }
-}
-
 /// Hub workloads whose placement still names `member`.
 pub async fn placed_on(hub: &Client, member: &str) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     for kind in WorkloadKind::ALL {
-        let api: Api<DynamicObject> = Api::all_with(hub.clone(), &workload_resource(kind));
+        let api: Api<DynamicObject> = Api::all_with(hub.clone(), &api_resource(kind));
         for o in api.list(&ListParams::default()).await?.items {
             let placed = o.data["status"]["placement"]["placements"]
                 .as_array()
                 .is_some_and(|ps| ps.iter().any(|p| p["cluster"] == member));
             if placed {
-                out.push(format!(
-                    "{}/{}/{}",
-                    kind.as_str(),
-                    o.namespace().unwrap_or_default(),
-                    o.name_any()
-                ));
+                out.push(workload_path(kind, &o));
             }
         }
     }
@@ -65,21 +51,26 @@ pub async fn placed_on(hub: &Client, member: &str) -> anyhow::Result<Vec<String>
 async fn slices_in(member: &Client) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     for kind in WorkloadKind::ALL {
-        let api: Api<DynamicObject> = Api::all_with(member.clone(), &workload_resource(kind));
+        let api: Api<DynamicObject> = Api::all_with(member.clone(), &api_resource(kind));
         for o in api
             .list(&ListParams::default().labels(LABEL_HUB_UID))
             .await?
             .items
         {
-            out.push(format!(
-                "{}/{}/{}",
-                kind.as_str(),
-                o.namespace().unwrap_or_default(),
-                o.name_any()
-            ));
+            out.push(workload_path(kind, &o));
         }
     }
     Ok(out)
+}
+
+/// `Kind/namespace/name`, as the unjoin reports what is left.
+fn workload_path(kind: WorkloadKind, o: &DynamicObject) -> String {
+    format!(
+        "{}/{}/{}",
+        kind.as_str(),
+        o.namespace().unwrap_or_default(),
+        o.name_any()
+    )
 }
 
 fn is_pull(mc: &MemberCluster) -> bool {

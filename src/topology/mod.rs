@@ -3,7 +3,6 @@
 //! as the capacity model. Pure: parsing and validation only.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,18 +118,9 @@ pub struct Taint {
     pub effect: String,
 }
 
-/// One problem in a topology file, with the path of the field it is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+/// One problem in a topology file, with the path of the field it is about (the API's
+/// field error: the same path and message, printed the same way).
+pub use crate::api::validate::FieldError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
