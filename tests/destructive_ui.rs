@@ -191,7 +191,7 @@ async fn destructive_an_admin_drains_a_member_from_the_fleet_page_and_its_work_m
     b.click_id(&format!("drain-{member}")).await;
     b.wait_js(
         "the drained flash",
-        "return !!document.getElementById('flash')",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('is draining') >= 0",
         Duration::from_secs(30),
     )
     .await;

@@ -631,9 +631,11 @@ async fn delete_and_rebalance_work_for_the_owner_team_and_are_refused_for_anothe
     .await;
     b.click_id("delete-open").await;
     b.click_id("delete").await;
+    // The page still shows the rebalance's flash until the delete's answer replaces it:
+    // wait for the delete's own words, not for any flash.
     b.wait_js(
-        "back on the workloads page",
-        "return !!document.getElementById('flash')",
+        "back on the workloads page with the delete's flash",
+        "var f = document.getElementById('flash'); return !!f && f.innerText.indexOf('Deleted ') >= 0",
         WAIT,
     )
     .await;
