@@ -220,17 +220,7 @@ mod members {
         let agent = support::spawn_daemon(
             &fed,
             "agent-restarts",
-            &[
-                "agent",
-                "--context",
-                &member,
-                "--cluster-name",
-                &member,
-                "--no-leader-election",
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", support::free_port()),
-            ]
-            .map(String::from),
+            &fed.agent_args(&member, &[]).expect("a free loopback port"),
         );
         let ns = support::TestNamespace::create(&client, "restarts").await;
         let services: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
