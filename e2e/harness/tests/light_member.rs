@@ -41,10 +41,21 @@ fn a_light_member_runs_only_its_api_server_and_its_nodes_are_ready() {
         "hub: {name: hub}\nmembers:\n  - name: lite\n    light: true\n    nodePools:\n      - {name: general, count: 3, cpu: \"8\", memory: 32Gi, pods: 110}\n",
     )
     .unwrap();
-    let up = harness(&state, &["up", file.to_str().unwrap()]);
+    // One API server at a time: the hub's batch, then the member's (a fleet's bring-up).
+    let up = harness(
+        &state,
+        &["up", file.to_str().unwrap(), "--start-batch", "1"],
+    );
     let result = std::panic::catch_unwind(|| {
         let err = String::from_utf8_lossy(&up.stderr);
         assert!(up.status.success(), "up failed: {err}");
+        let first = err.find("API servers: batch 1 of 2 ready").expect(&err);
+        let second = err.find("API servers: batch 2 of 2 ready").expect(&err);
+        let member_started = err.find("starting kube-apiserver for lite").expect(&err);
+        assert!(
+            first < member_started && member_started < second,
+            "the member's API server starts after the first batch is ready:\n{err}"
+        );
         assert!(
             err.contains("registered 3 Ready nodes in lite (light)"),
             "{err}"
