@@ -569,3 +569,189 @@ async fn a_leader_that_shuts_down_hands_the_lease_to_the_standby_at_once() {
     standby.stop(Duration::from_secs(10));
     let _ = leases.delete(&lease, &Default::default()).await;
 }
+
+/// A leader whose renewals are refused for longer than its lease keeps its work when a
+/// renewal lands again in the same term (nobody else led meanwhile: the renewal is written
+/// on the record it last saw); a term someone else takes ends the work, and the next term
+/// starts it anew. `run_as_leader` in this process against the hub's API server; the
+/// renewals are refused by RBAC (the elector's user loses `create`/`update` on Leases).
+#[tokio::test]
+async fn a_late_renewal_in_the_same_term_keeps_the_work_and_a_lost_term_restarts_it() {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use pinfed::controller::leader::{LeaderConfig, run_as_leader};
+    use pinfed::controller::write_gate;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    let fed = Federation::connect().await;
+    let admin = fed.hub();
+    let ns = TestNamespace::create(&admin, "lapse").await;
+    let user = unique_name("elector");
+    let post = PostParams::default();
+    for (role, verbs) in [
+        ("lease-read", vec!["get", "list", "watch"]),
+        ("lease-write", vec!["create", "update"]),
+    ] {
+        let r: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs}],
+        }))
+        .unwrap();
+        Api::namespaced(admin.clone(), &ns.name)
+            .create(&post, &r)
+            .await
+            .unwrap();
+    }
+    let binding = |role: &str| -> RoleBinding {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))
+        .unwrap()
+    };
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns.name);
+    bindings
+        .create(&post, &binding("lease-read"))
+        .await
+        .unwrap();
+    bindings
+        .create(&post, &binding("lease-write"))
+        .await
+        .unwrap();
+    let revoke = || async {
+        bindings
+            .delete("lease-write", &Default::default())
+            .await
+            .unwrap();
+    };
+    let grant = || async {
+        bindings
+            .create(&post, &binding("lease-write"))
+            .await
+            .unwrap();
+    };
+
+    // The work counts its starts and, when aborted (its future dropped), its stops.
+    struct Stopped(Arc<AtomicUsize>);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let (starts, stops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let work = {
+        let (starts, stops) = (starts.clone(), stops.clone());
+        move || {
+            starts.fetch_add(1, SeqCst);
+            let stopped = Stopped(stops.clone());
+            async move {
+                let _stopped = stopped;
+                std::future::pending::<anyhow::Result<()>>().await
+            }
+        }
+    };
+    let client = fed.client_as_user(&fed.topology.hub.name, &user).await;
+    let cfg = LeaderConfig {
+        namespace: ns.name.clone(),
+        lease_name: "lapse".into(),
+        identity: "elector-a".into(),
+        duration_secs: 2,
+        renew_every: Duration::from_millis(500),
+    };
+    let (shut, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let election = tokio::spawn(run_as_leader(
+        client,
+        cfg,
+        async {
+            let _ = shutdown.await;
+        },
+        work,
+    ));
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    let gate = write_gate::gate();
+    let counts = || (starts.load(SeqCst), stops.load(SeqCst));
+    eventually(Duration::from_secs(30), "elector-a leads", || async {
+        gate.is_open() && counts() == (1, 0)
+    })
+    .await;
+
+    // 1. Renewals refused past the lease: writes held back, the work kept.
+    revoke().await;
+    eventually(
+        Duration::from_secs(30),
+        "the last renewal is more than a lease (2 s) old",
+        || async {
+            let renewed = leases
+                .get("lapse")
+                .await
+                .ok()
+                .and_then(|l| l.spec?.renew_time)
+                .map(|t| t.0);
+            renewed.is_some_and(|t| {
+                k8s_openapi::jiff::Timestamp::now().duration_since(t)
+                    > k8s_openapi::jiff::SignedDuration::from_secs(3)
+            })
+        },
+    )
+    .await;
+    assert!(
+        !gate.is_open(),
+        "the write gate is shut once the renewal ran out"
+    );
+    assert_eq!(counts(), (1, 0), "a lapse stops nothing");
+    grant().await;
+    eventually(Duration::from_secs(30), "a renewal lands again", || async {
+        gate.is_open()
+    })
+    .await;
+    assert_eq!(
+        counts(),
+        (1, 0),
+        "a renewal in the same term keeps the work: it was not started again"
+    );
+    assert_eq!(holder(&leases, "lapse").await.as_deref(), Some("elector-a"));
+
+    // 2. Lapsed again, and someone else takes the Lease meanwhile: the term is over.
+    revoke().await;
+    eventually(Duration::from_secs(30), "the gate shuts", || async {
+        !gate.is_open()
+    })
+    .await;
+    let mut lease = leases.get("lapse").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("elector-b".into());
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases.replace("lapse", &post, &lease).await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the work stops when the Lease is someone else's",
+        || async { counts() == (1, 1) },
+    )
+    .await;
+
+    // 3. The Lease gone, the right back: a new term, and the work starts anew.
+    leases.delete("lapse", &Default::default()).await.unwrap();
+    grant().await;
+    eventually(
+        Duration::from_secs(30),
+        "a new term starts the work again",
+        || async { gate.is_open() && counts() == (2, 1) },
+    )
+    .await;
+
+    let _ = shut.send(());
+    election
+        .await
+        .expect("the election task")
+        .expect("run_as_leader ends cleanly on shutdown");
+    assert_eq!(counts(), (2, 2), "shutdown stops the work");
+    assert_eq!(
+        holder(&leases, "lapse").await,
+        None,
+        "the Lease is released on shutdown"
+    );
+}

@@ -10,6 +10,10 @@
 //!   act on the same record only one succeeds.
 //! - The holder renews every `renew_every` and keeps the process's write gate open until
 //!   the end of its last renewal (by its own clock, from when the renewal was sent).
+//! - A holder whose renewals stop landing in time (a loaded API server) has **lapsed**:
+//!   its gate is shut, but its term goes on if a later renewal lands on the record it
+//!   last saw. That write succeeds only if nobody wrote the Lease in between, so nobody
+//!   else led: the work under it can keep its caches and queues ([`Leadership`]).
 //!
 //! [`next_step`] decides; [`spawn`] is the loop around it.
 
@@ -110,19 +114,46 @@ pub fn next_step(
     }
 }
 
-/// Whether we lead: the record names us and our last renewal has not run out.
-pub fn leads(
+/// Where this process stands in the election, as the work under it needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    /// Someone else holds the Lease, or nobody does (or we have not renewed it yet).
+    Standby,
+    /// We hold it and the last renewal has not run out. `term` counts the terms this
+    /// process has begun: a new one after the Lease was someone else's (or nobody's).
+    Leading { term: u64 },
+    /// The record still names us, in the same term, but the last renewal has run out:
+    /// writes wait. If a renewal lands, the term goes on (`Leading` with the same
+    /// `term`); if someone else takes the Lease, it ends (`Standby`).
+    Lapsed { term: u64 },
+}
+
+impl Leadership {
+    pub fn leads(self) -> bool {
+        matches!(self, Leadership::Leading { .. })
+    }
+}
+
+/// Where we stand: leading while the record names us and our last renewal (in this
+/// term) has not run out, lapsed once it has.
+pub fn leadership(
     seen: Option<&Record>,
     renewed: Option<Instant>,
     me: &str,
     now: Instant,
     t: Timing,
-) -> bool {
-    seen.is_some_and(|r| r.holder.as_deref() == Some(me))
-        && renewed.is_some_and(|at| now + GATE_MARGIN < at + t.duration)
+    term: u64,
+) -> Leadership {
+    let named = seen.is_some_and(|r| r.holder.as_deref() == Some(me));
+    match renewed {
+        Some(at) if named && now + GATE_MARGIN < at + t.duration => Leadership::Leading { term },
+        Some(_) if named => Leadership::Lapsed { term },
+        _ => Leadership::Standby,
+    }
 }
 
-/// A running election: `leading` follows it; [`Election::release`] ends it.
+/// A running election: the receiver [`spawn`] returns follows it; [`Election::release`]
+/// ends it.
 pub struct Election {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
@@ -145,7 +176,12 @@ struct Elector {
     lease: Option<Lease>,
     record: Option<Record>,
     observed: Instant,
+    /// When our last renewal in the current term was sent; None outside a term.
     renewed: Option<Instant>,
+    /// Terms begun by this process, and the Lease's `leaseTransitions` when the current
+    /// one began: a record that names us with another count was taken anew meanwhile.
+    term: u64,
+    term_transitions: Option<i32>,
 }
 
 /// Starts electing on Lease `name` in `api`'s namespace as `identity`. The process's
@@ -155,8 +191,8 @@ pub fn spawn(
     name: &str,
     identity: &str,
     timing: Timing,
-) -> (watch::Receiver<bool>, Election) {
-    let (tx, rx) = watch::channel(false);
+) -> (watch::Receiver<Leadership>, Election) {
+    let (tx, rx) = watch::channel(Leadership::Standby);
     let (stop, stopped) = oneshot::channel();
     let elector = Elector {
         api,
@@ -167,13 +203,15 @@ pub fn spawn(
         record: None,
         observed: Instant::now(),
         renewed: None,
+        term: 0,
+        term_transitions: None,
     };
     let task = tokio::spawn(elector.run(tx, stopped));
     (rx, Election { stop, task })
 }
 
 impl Elector {
-    async fn run(mut self, leading: watch::Sender<bool>, mut stopped: oneshot::Receiver<()>) {
+    async fn run(mut self, leading: watch::Sender<Leadership>, mut stopped: oneshot::Receiver<()>) {
         let gate = write_gate::gate();
         gate.close();
         let events = watcher(
@@ -215,7 +253,7 @@ impl Elector {
                 .renewed
                 .map(|at| (at + self.timing.duration).saturating_duration_since(now + GATE_MARGIN));
             let wait = lead_end
-                .filter(|_| *leading.borrow())
+                .filter(|_| leading.borrow().leads())
                 .map_or(wait, |e| wait.min(e));
             self.publish(&leading);
             if wait > Duration::ZERO {
@@ -240,23 +278,24 @@ impl Elector {
             }
         }
         gate.close();
-        let _ = leading.send(false);
+        let _ = leading.send(Leadership::Standby);
         self.release().await;
     }
 
     /// Tells the work whether it leads; the write gate follows.
-    fn publish(&self, leading: &watch::Sender<bool>) {
+    fn publish(&self, leading: &watch::Sender<Leadership>) {
         let now = Instant::now();
-        let lead = leads(
+        let lead = leadership(
             self.record.as_ref(),
             self.renewed,
             &self.me,
             now,
             self.timing,
+            self.term,
         );
         let gate = write_gate::gate();
         match (lead, self.renewed) {
-            (true, Some(at)) => {
+            (Leadership::Leading { .. }, Some(at)) => {
                 gate.open_until(at + self.timing.duration - GATE_MARGIN);
             }
             _ => gate.close(),
@@ -281,7 +320,12 @@ impl Elector {
         if changed {
             self.observed = Instant::now();
         }
-        if record.as_ref().and_then(|r| r.holder.as_deref()) != Some(self.me.as_str()) {
+        // Our term goes on only while the record names us with the count of takes it had
+        // when the term began.
+        let named = record.as_ref().and_then(|r| r.holder.as_deref()) == Some(self.me.as_str());
+        let retaken = self.term_transitions.is_some()
+            && lease.as_ref().and_then(transitions) != self.term_transitions;
+        if !named || retaken {
             self.renewed = None;
         }
         self.record = record;
@@ -330,7 +374,16 @@ impl Elector {
         };
         match result {
             Ok(lease) => {
+                let begins = self.renewed.is_none();
+                let count = transitions(&lease);
+                if begins {
+                    self.term_transitions = None;
+                }
                 self.ingest(Some(lease));
+                if begins {
+                    self.term += 1;
+                    self.term_transitions = count;
+                }
                 self.renewed = Some(sent);
                 if step != Step::Renew {
                     tracing::info!(lease = %self.name, identity = %self.me, "took the lease");
@@ -367,6 +420,11 @@ impl Elector {
             Err(e) => tracing::warn!(lease = %self.name, error = %e, "could not release the lease"),
         }
     }
+}
+
+/// The Lease's count of takes (`leaseTransitions`).
+fn transitions(l: &Lease) -> Option<i32> {
+    l.spec.as_ref()?.lease_transitions
 }
 
 /// The resourceVersion as a number where it is one (etcd revisions are), to order a
@@ -456,24 +514,32 @@ mod tests {
     }
 
     #[test]
-    fn leadership_ends_with_the_last_renewal_not_with_the_record() {
+    fn leadership_lapses_with_the_last_renewal_and_ends_with_the_record() {
         let at = Instant::now();
         let r = held_by("a");
-        assert!(leads(
-            Some(&r),
-            Some(at),
-            "a",
-            at + Duration::from_secs(7),
-            T
-        ));
-        assert!(!leads(
-            Some(&r),
-            Some(at),
-            "a",
-            at + Duration::from_secs(8),
-            T
-        ));
-        assert!(!leads(Some(&r), None, "a", at, T));
-        assert!(!leads(Some(&held_by("b")), Some(at), "a", at, T));
+        let after = |s| at + Duration::from_secs(s);
+        assert_eq!(
+            leadership(Some(&r), Some(at), "a", after(7), T, 3),
+            Leadership::Leading { term: 3 }
+        );
+        // The renewal ran out but the record still names us: the same term, lapsed.
+        assert_eq!(
+            leadership(Some(&r), Some(at), "a", after(8), T, 3),
+            Leadership::Lapsed { term: 3 }
+        );
+        assert!(!Leadership::Lapsed { term: 3 }.leads());
+        // Not renewed by this process, or someone else's: no term of ours.
+        assert_eq!(
+            leadership(Some(&r), None, "a", at, T, 3),
+            Leadership::Standby
+        );
+        assert_eq!(
+            leadership(Some(&held_by("b")), Some(at), "a", at, T, 3),
+            Leadership::Standby
+        );
+        assert_eq!(
+            leadership(None, Some(at), "a", at, T, 3),
+            Leadership::Standby
+        );
     }
 }

@@ -1,6 +1,12 @@
 //! Leader election with a Lease ([`super::election`]): the work runs only while this
 //! process holds the lease, stops when it is lost, and the lease is released on shutdown
 //! so a standby takes over at once instead of waiting for it to expire.
+//!
+//! A renewal that lands late (a loaded API server) shuts the write gate but does not stop
+//! the work: if the next renewal lands in the same term nobody else led meanwhile, and
+//! the work goes on with its caches and queues instead of listing everything again (at 50
+//! members a restart of the hub's controllers costs minutes). Only a term that ends (the
+//! Lease someone else's) or a new one stops or restarts it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,7 +17,7 @@ use kube::Client;
 use kube::api::Api;
 use tokio::task::JoinHandle;
 
-use super::election::{self, Timing};
+use super::election::{self, Leadership, Timing};
 
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -32,7 +38,8 @@ pub fn default_identity() -> String {
 }
 
 /// Runs `work()` whenever this process becomes leader, until `shutdown` resolves or the
-/// work itself returns. `work` is started anew after each re-acquisition.
+/// work itself returns. `work` is started anew for each term; a lapse within a term (writes
+/// held back until a renewal lands) keeps it running.
 pub async fn run_as_leader<W, Fut>(
     client: Client,
     cfg: LeaderConfig,
@@ -57,23 +64,40 @@ where
             renew_every: cfg.renew_every,
         },
     );
-    let mut running: Option<JoinHandle<anyhow::Result<()>>> = None;
+    // The work of the current term, and its term.
+    let mut running: Option<(u64, JoinHandle<anyhow::Result<()>>)> = None;
+    let mut lapsed_at: Option<std::time::Instant> = None;
     tokio::pin!(shutdown);
     let outcome = loop {
-        let is_leader = *leading.borrow_and_update();
-        match (is_leader, running.is_some()) {
-            (true, false) => {
-                tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "acquired the lease; starting");
-                running = Some(tokio::spawn(work()));
+        let state = *leading.borrow_and_update();
+        match state {
+            Leadership::Leading { term } => {
+                if let Some((t, task)) = running.take_if(|(t, _)| *t != term) {
+                    tracing::warn!(lease = %cfg.lease_name, old = t, new = term, "a new term; restarting");
+                    task.abort();
+                }
+                if running.is_none() {
+                    tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, term, "acquired the lease; starting");
+                    running = Some((term, tokio::spawn(work())));
+                } else if let Some(since) = lapsed_at {
+                    tracing::info!(lease = %cfg.lease_name, term, lapse = ?since.elapsed(), "the lease renewal landed in the same term; writes resume, the controllers kept");
+                }
+                lapsed_at = None;
             }
-            (false, true) => {
+            Leadership::Lapsed { term } => {
+                if lapsed_at.is_none() && running.is_some() {
+                    tracing::warn!(lease = %cfg.lease_name, term, "the lease renewal is late; writes held back until it lands (the controllers keep running)");
+                }
+                lapsed_at.get_or_insert_with(std::time::Instant::now);
+            }
+            Leadership::Standby => {
                 gate.close();
-                tracing::warn!(lease = %cfg.lease_name, "lost the lease; stopping");
-                if let Some(task) = running.take() {
+                lapsed_at = None;
+                if let Some((_, task)) = running.take() {
+                    tracing::warn!(lease = %cfg.lease_name, "lost the lease; stopping");
                     task.abort();
                 }
             }
-            _ => {}
         }
         tokio::select! {
             changed = leading.changed() => {
@@ -81,7 +105,7 @@ where
                     break Err(anyhow::anyhow!("the election stopped"));
                 }
             }
-            result = async { running.as_mut().expect("guarded by the branch condition").await }, if running.is_some() => {
+            result = async { (&mut running.as_mut().expect("guarded by the branch condition").1).await }, if running.is_some() => {
                 running = None;
                 break match result {
                     Ok(Ok(())) => Ok(()),
@@ -93,7 +117,7 @@ where
         }
     };
     gate.close();
-    if let Some(task) = running.take() {
+    if let Some((_, task)) = running.take() {
         task.abort();
         // The work's writes end before the lease is handed over.
         let _ = task.await;
