@@ -228,6 +228,13 @@ pub fn error_policy<K: AgentKind>(object: &str, err: &AgentError, ctx: &Context)
         tracing::debug!(kind = %K::KIND, object = %object, "namespace terminating; waiting for the workload's deletion");
         return Action::requeue(NAMESPACE_TERMINATING_RETRY);
     }
+    if crate::controller::write_gate::refused(err) {
+        // Not this slice's failure: under leader election the lease's renewal is late, and
+        // writes wait at the gate until it lands (controller/leader.rs). No backoff, so the
+        // slice goes on as soon as the term does.
+        tracing::debug!(kind = %K::KIND, object = %object, "write held back until the lease is renewed");
+        return Action::requeue(std::time::Duration::from_secs(1));
+    }
     let delay = ctx.retries.failed(&format!("{}/{object}", K::KIND));
     tracing::warn!(kind = %K::KIND, object = %object, error = %crate::controller::Chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
