@@ -19,6 +19,8 @@ use crate::settings::Settings;
 pub struct Fed {
     kit: kit::Federation,
     pub s: Settings,
+    /// Every member joined by an earlier scenario of this run.
+    joined: std::sync::OnceLock<()>,
 }
 
 impl Deref for Fed {
@@ -68,7 +70,22 @@ impl Fed {
                 .await
                 .with_context(|| format!("cluster {name} does not answer"))?;
         }
-        Ok(Fed { kit, s })
+        Ok(Fed {
+            kit,
+            s,
+            joined: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Joins every member, once a run: a join is idempotent but costs seconds of round
+    /// trips a member (3 to 4 minutes at 50), no scenario unjoins, and a scenario's own
+    /// hub finds the members as the last one left them.
+    pub fn join_all(&self) -> anyhow::Result<()> {
+        if self.joined.get().is_none() {
+            self.kit.join_all()?;
+            let _ = self.joined.set(());
+        }
+        Ok(())
     }
 
     /// "push" or "pull", for figures split by mode.
