@@ -120,7 +120,13 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<MemberLoop>) -> Result<Actio
 }
 
 fn error_policy(_mc: Arc<MemberCluster>, e: &LoopError, ctx: Arc<MemberLoop>) -> Action {
-    tracing::warn!(error = %e, "member status update failed");
+    if crate::controller::write_gate::refused(e) {
+        // The hub's lease renewal is late (controller/leader.rs): the next heartbeat
+        // writes it, no failure of the member's.
+        tracing::debug!(error = %e, "member status held back until the lease is renewed");
+    } else {
+        tracing::warn!(error = %e, "member status update failed");
+    }
     Action::requeue(ctx.interval)
 }
 
@@ -180,5 +186,20 @@ pub async fn run(ctx: MemberLoop) {
     tokio::select! {
         () = run => {},
         () = janitor => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_held_back_at_the_gate_is_told_apart_from_a_failure() {
+        let held = LoopError(kube::Error::Service(Box::new(
+            crate::controller::write_gate::NotLeading,
+        )));
+        assert!(crate::controller::write_gate::refused(&held));
+        let failed = LoopError(kube::Error::Service("connection refused".into()));
+        assert!(!crate::controller::write_gate::refused(&failed));
     }
 }

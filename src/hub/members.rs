@@ -1050,6 +1050,10 @@ pub async fn renew_fence(
         Ok(Err(kube::Error::Api(e))) if e.code == 403 || e.code == 404 => {
             tracing::warn!(member = %member.name, error = %e.message, "the fence Lease was not renewed: the hub's identity in the member lacks the Lease or its rights, which `pinfed join` makes (join it again)")
         }
+        // Held back at the write gate: the hub's own lease renewal is late.
+        Ok(Err(e)) if crate::controller::write_gate::refused(&e) => {
+            tracing::debug!(member = %member.name, "the fence Lease renewal waits for the hub's lease")
+        }
         Ok(Err(e)) => {
             tracing::warn!(member = %member.name, error = %crate::controller::Chain(&e), "the fence Lease was not renewed")
         }
