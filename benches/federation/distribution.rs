@@ -11,8 +11,8 @@ use crate::LABEL_HUB_NAMESPACE;
 use crate::daemon::report_logs;
 use crate::fed::{Fed, condition, create_service, service};
 use crate::helpers::{
-    AbortOnDrop, Dist, create_all, load_line, placements, progress, wait_for, watch_services,
-    write_counts,
+    AbortOnDrop, Dist, counts_since, create_all, load_line, placements, progress, wait_for,
+    watch_services, write_counts,
 };
 use crate::settings::env_or;
 
@@ -155,6 +155,7 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         ));
         let load_before = load_line();
         let hub_cpu_before = hub.cpu_secs();
+        let hub_writes_before = write_counts(&fed.client(fed.hub_name())).await;
         let mut member_writes_before = Vec::new();
         for m in fed.member_names() {
             member_writes_before.push((m.clone(), write_counts(&fed.client(&m)).await));
@@ -220,6 +221,12 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             }
         }
         let per = (n * fed.member_names().len()) as f64;
+        // The hub API server's writes from every writer (the bench's creates, the hub's
+        // revisions and statuses, pull agents' slice statuses and Leases) per workload.
+        let hub_writes = counts_since(
+            &hub_writes_before,
+            &write_counts(&fed.client(fed.hub_name())).await,
+        );
 
         let o = std::mem::take(&mut *obs.lock().unwrap());
         let since_created =
@@ -360,6 +367,19 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             println!(
                 "  members' API server writes per workload per member until hub Ready: {:.2} ({})",
                 total / per,
+                rows.join(", ")
+            );
+        }
+        if with_agents {
+            let total: f64 = hub_writes.values().sum();
+            let rows: Vec<String> = hub_writes
+                .iter()
+                .filter(|(_, v)| **v / n as f64 >= 0.05)
+                .map(|(k, v)| format!("{k} {:.2}", v / n as f64))
+                .collect();
+            println!(
+                "  hub API server writes per workload until hub Ready: {:.2} ({})",
+                total / n as f64,
                 rows.join(", ")
             );
         }

@@ -49,7 +49,10 @@ impl Fed {
             },
             DaemonStyle {
                 log_dir: s.log_dir.clone(),
-                rust_log: "info,kube=warn".into(),
+                // PINFED_BENCH_RUST_LOG: the daemons' log filter, e.g. to read why the
+                // hub writes each status (`pinfed::hub::workloads::write=debug`).
+                rust_log: std::env::var("PINFED_BENCH_RUST_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
                 // Plain text: `report_logs` counts warnings by message.
                 no_color: true,
                 // A hub stopped gracefully releases its Lease for the next scenario.

@@ -85,7 +85,7 @@ pub struct AgentArgs {
     /// before it is written; a later one replaces it meanwhile, and Ready, Degraded or a
     /// failure is written at once. Fewer writes on the member's API server (0: every
     /// change written as it is seen).
-    #[arg(long, env = "PINFED_AGENT_STATUS_HOLD_MS", default_value = "2000")]
+    #[arg(long, env = "PINFED_AGENT_STATUS_HOLD_MS", default_value = "20000")]
     pub status_hold_ms: u64,
     /// push: the hub writes this member's slices. pull: the agent fetches them from the
     /// hub with the kubeconfig in the Secret pinfed-system/pinfed-hub-kubeconfig (left

@@ -723,6 +723,27 @@ pub fn slice_report(o: &DynamicObject, now: Timestamp) -> MemberSliceStatus {
     }
 }
 
+/// Of the latest report per MemberSlice, those to write: what changed since the last
+/// write. A slice the agent has not reported on yet (no status) is not news for the hub:
+/// its first report comes with the slice's first status (one write per slice in a first
+/// sync, not two).
+fn due_reports(
+    latest: HashMap<String, MemberSliceStatus>,
+    written: &HashMap<String, MemberSliceStatus>,
+) -> Vec<(String, MemberSliceStatus)> {
+    latest
+        .into_iter()
+        .filter(|(name, status)| match written.get(name) {
+            None => status.slice.is_some(),
+            Some(old) => {
+                old.slice != status.slice
+                    || old.slice_generation != status.slice_generation
+                    || old.hub_generation != status.hub_generation
+            }
+        })
+        .collect()
+}
+
 /// Writes the status of every hub-written slice in the member into its MemberSlice, when
 /// it changed (the agent's Lease, not a rewrite, says the report is current). Changes are
 /// taken in batches, the latest per slice, and written 16 at a time: one by one, a burst
@@ -781,16 +802,7 @@ async fn report_slice_status(
             );
             latest.insert(name, slice_report(&o, Timestamp::now()));
         }
-        let due: Vec<(String, MemberSliceStatus)> = latest
-            .into_iter()
-            .filter(|(name, status)| {
-                !written.get(name).is_some_and(|old| {
-                    old.slice == status.slice
-                        && old.slice_generation == status.slice_generation
-                        && old.hub_generation == status.hub_generation
-                })
-            })
-            .collect();
+        let due = due_reports(latest, &written);
         let results: Vec<_> = futures::stream::iter(due.into_iter().map(|(name, status)| {
             let api = api.clone();
             async move {
@@ -1059,6 +1071,57 @@ mod tests {
             "{e}"
         );
         assert!(check_identity("use1c", "kubernetes-admin").is_err());
+    }
+
+    #[test]
+    fn a_report_is_written_once_the_slice_has_a_status_and_again_only_when_it_changes() {
+        let report = |status: Option<serde_json::Value>, generation| MemberSliceStatus {
+            slice: status,
+            slice_generation: Some(generation),
+            hub_generation: Some(1),
+            reported_time: None,
+            error: None,
+        };
+        let due = |latest: Vec<(&str, MemberSliceStatus)>,
+                   written: &HashMap<String, MemberSliceStatus>| {
+            let mut names: Vec<String> = due_reports(
+                latest
+                    .into_iter()
+                    .map(|(n, s)| (n.to_string(), s))
+                    .collect(),
+                written,
+            )
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+            names.sort();
+            names
+        };
+        let ready = serde_json::json!({"readyReplicas": 2});
+        let mut written = HashMap::new();
+        assert!(
+            due(vec![("new", report(None, 1))], &written).is_empty(),
+            "copied, no status yet"
+        );
+        assert_eq!(
+            due(vec![("new", report(Some(ready.clone()), 1))], &written),
+            ["new"]
+        );
+        written.insert("new".to_string(), report(Some(ready.clone()), 1));
+        assert!(
+            due(vec![("new", report(Some(ready.clone()), 1))], &written).is_empty(),
+            "unchanged"
+        );
+        assert_eq!(
+            due(vec![("new", report(Some(ready.clone()), 2))], &written),
+            ["new"],
+            "a new generation of the slice"
+        );
+        assert_eq!(
+            due(vec![("new", report(None, 1))], &written),
+            ["new"],
+            "a status gone after one was reported is news"
+        );
     }
 
     #[test]

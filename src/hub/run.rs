@@ -113,6 +113,13 @@ pub struct HubArgs {
     /// burst, slices reach the members first. Member reports are written at once.
     #[arg(long, env = "PINFED_HUB_STATUS_DEFER_MS", default_value = "2000")]
     pub status_defer_ms: u64,
+    /// A service's, stateful set's or daemon's status change that only updates what its
+    /// members report (counts, messages; its conditions, generation, placement and
+    /// rollout position as they were) is written at most once in this long
+    /// (milliseconds; 0: every report at once). One after a quiet spell goes at once, the
+    /// ones close behind it fold into one write; a condition's change goes at once.
+    #[arg(long, env = "PINFED_HUB_REPORT_PACE_MS", default_value = "5000")]
+    pub report_pace_ms: u64,
     /// How long a member that came back must stay Ready before workloads fail back to
     /// it and its stale slices are resized or removed (seconds).
     #[arg(long, env = "PINFED_FAILBACK_WINDOW_SECS", default_value = "120")]
@@ -268,6 +275,9 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
         own_writes: Default::default(),
         status_deferrals: workloads::status_defer::StatusDeferrals::new(Duration::from_millis(
             args.status_defer_ms,
+        )),
+        report_pace: workloads::report_pace::ReportPace::new(Duration::from_millis(
+            args.report_pace_ms,
         )),
         workload_caches: Default::default(),
         queues: crate::api::workload::WorkloadKind::ALL

@@ -23,6 +23,7 @@ pub async fn remove_slices<K: PinterestKind>(
     let key = workload_key(obj);
     // Owed Events of a workload being deleted are not written.
     let _ = ctx.status_deferrals.done(&key);
+    ctx.report_pace.forget(&key);
     // Out of the queue, never a victim; the room it held goes to the first waiting.
     ctx.priority.forget(&key);
     ctx.priority.wake_first(Timestamp::now().as_second(), 3);

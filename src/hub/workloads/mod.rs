@@ -29,6 +29,7 @@ pub mod hosts;
 pub mod priority;
 mod profiles;
 mod read;
+pub mod report_pace;
 mod revisions;
 mod rollout;
 mod staged;
@@ -129,6 +130,8 @@ pub struct HubMetrics {
     pub application_failovers: prometheus_client::metrics::counter::Counter,
     /// Workloads held because another one holds their ingress host.
     pub host_holds: prometheus_client::metrics::counter::Counter,
+    /// Status writes of members' reports held back to fold into one (`--report-pace-ms`).
+    pub reports_paced: prometheus_client::metrics::counter::Counter,
     /// Workloads waiting for the fleet's budget of moves off tainted members.
     pub taint_moves_waiting: prometheus_client::metrics::gauge::Gauge,
 }
@@ -197,6 +200,7 @@ impl HubMetrics {
             queue_waiting: Default::default(),
             application_failovers: Default::default(),
             host_holds: Default::default(),
+            reports_paced: Default::default(),
             taint_moves_waiting: Default::default(),
         };
         registry.register(
@@ -260,6 +264,11 @@ impl HubMetrics {
             m.host_holds.clone(),
         );
         registry.register(
+            "status_reports_paced",
+            "Status changes of members' reports held back to be written with the next (--report-pace-ms)",
+            m.reports_paced.clone(),
+        );
+        registry.register(
             "preemptions",
             "Workloads that gave up pods in a member to a higher-priority one",
             m.preemptions.clone(),
@@ -310,6 +319,8 @@ pub struct HubContext {
     pub own_writes: own_writes::OwnWrites,
     /// Status writes held back while other workloads wait for their slices.
     pub status_deferrals: status_defer::StatusDeferrals,
+    /// Members' reports folded into fewer status writes.
+    pub report_pace: report_pace::ReportPace,
     /// Each kind's cache of its workloads, for readers of every workload (the bundle
     /// sweep) that would otherwise list them all from the API server.
     pub workload_caches: Mutex<BTreeMap<WorkloadKind, crate::controller::compact::UntypedBodies>>,

@@ -1,6 +1,7 @@
 //! Stage 5, **aggregate and write**: the members' slices folded into the kind's typed hub
 //! status (pure: [`crate::status::hub_status`]), written when it changed (a status that
-//! carries a new placement may wait under a burst: [`super::status_defer`]), then the
+//! carries a new placement may wait under a burst: [`super::status_defer`]; one that only
+//! reports the members, for reports close behind it: [`super::report_pace`]), then the
 //! Events and metrics the stages left for it.
 
 use std::collections::BTreeSet;
@@ -20,6 +21,7 @@ use super::{
     write_hub_status,
 };
 use crate::api::kind::PinterestKind;
+use crate::api::workload::Counted;
 use crate::status::AggregateInput;
 use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
 
@@ -123,6 +125,16 @@ pub(super) async fn write<K: PinterestKind>(
     {
         return Ok(Action::requeue(requeue.min(left)));
     }
+    // One that only updates what the members report may wait for others close behind it
+    // (a service's, stateful set's or daemon's: a job's shard records go at once).
+    let routine = status.as_ref().is_some_and(|st| {
+        matches!(K::KIND.counted(), Counted::Replicas | Counted::Nodes)
+            && super::report_pace::routine(&stored_part, &K::hub_part(st))
+    });
+    if routine && let Some(left) = ctx.report_pace.wait(&key, std::time::Instant::now()) {
+        ctx.hub_metrics.reports_paced.inc();
+        return Ok(Action::requeue(requeue.min(left)));
+    }
     let events = ctx.status_deferrals.done(&key);
     let written = match status {
         Some(st) => {
@@ -133,9 +145,13 @@ pub(super) async fn write<K: PinterestKind>(
                 );
                 tracing::debug!(workload = %key, ?changed, "writing the hub status");
             }
-            write_hub_status(ctx, obj, decided.written.as_deref(), &st)
+            let written = write_hub_status(ctx, obj, decided.written.as_deref(), &st)
                 .instrument(tracing::trace_span!(target: "pinfed::trace", "write_status"))
-                .await
+                .await;
+            if written.is_ok() {
+                ctx.report_pace.wrote(&key, std::time::Instant::now());
+            }
+            written
         }
         None => Ok(()),
     };
