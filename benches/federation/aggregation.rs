@@ -27,12 +27,14 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         "aggregation: joining members and starting the hub (no agents: we write slice status)",
     );
     fed.join_all()?;
-    let hub = fed.spawn_hub("bench-hub")?;
-    hub.wait_http("/readyz", fed.s.timeout).await?;
     // A pull member's slices reach it and their status reaches the hub only through its
     // agent: run it mirroring only (--pull-only), so it expands nothing and the bench
-    // writes the status there as for the others.
+    // writes the status there as for the others. Before the hub: this also removes the
+    // agent Leases an earlier scenario left in the push members, which the hub would
+    // otherwise read as agents lost (failing every workload over to the pull member).
     let pull_agents = fed.hub_only_agents().await?;
+    let hub = fed.spawn_hub("bench-hub")?;
+    hub.wait_http("/readyz", fed.s.timeout).await?;
     fed.members_ready().await?;
     let ns = fed.create_namespace("bench-agg").await?;
     let hub_api = fed.services(fed.hub_name(), &ns);

@@ -54,14 +54,16 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         "distribution: joining members, starting the hub (no agents: PINFED_BENCH_AGENTS=0)"
     });
     fed.join_all()?;
-    let hub = fed.spawn_hub("bench-hub")?;
     // Without agents, a pull member still gets one that only mirrors (`--pull-only`): its
-    // only link to the hub, so its slices arrive through it.
+    // only link to the hub, so its slices arrive through it. Started before the hub, so
+    // that the hub never reads an agent Lease an earlier scenario left in a push member
+    // (it would judge that member's agent lost and fail its workloads over).
     let agents = if with_agents {
         fed.spawn_agents()?
     } else {
         fed.hub_only_agents().await?
     };
+    let hub = fed.spawn_hub("bench-hub")?;
     hub.wait_http("/readyz", fed.s.timeout).await?;
     for a in &agents {
         a.wait_http("/readyz", fed.s.timeout).await?;

@@ -50,22 +50,43 @@ impl StatusHold {
     }
 
     /// For a changed status of slice `uid` of `kind`, seen at `now`: write it now, or
-    /// look again later. A `Write` forgets the slice's hold.
-    pub fn decide(&self, uid: &str, kind: WorkloadKind, health: &Health, now: Instant) -> Hold {
+    /// look again later. A `Write` forgets the slice's hold. Only progress towards Ready
+    /// waits: a slice whose last written status was Ready (`was_ready`) and is no longer
+    /// is written at once. `cap` shortens the hold for this slice (a workload whose
+    /// application failover tolerates less than the hold).
+    pub fn decide(
+        &self,
+        uid: &str,
+        kind: WorkloadKind,
+        health: &Health,
+        was_ready: bool,
+        cap: Option<Duration>,
+        now: Instant,
+    ) -> Hold {
         let mut since = self.since.lock().expect("status hold lock");
         let held = matches!(kind.counted(), Counted::Replicas | Counted::Nodes);
-        if !held || self.hold.is_zero() || settles(health) {
+        let hold = cap.map_or(self.hold, |c| c.min(self.hold));
+        if !held || hold.is_zero() || settles(health) || was_ready {
             since.remove(uid);
             return Hold::Write;
         }
         let first = *since.entry(uid.to_string()).or_insert(now);
         let waited = now.saturating_duration_since(first);
-        if waited >= self.hold {
+        if waited >= hold {
             since.remove(uid);
             Hold::Write
         } else {
-            Hold::Wait(self.hold - waited)
+            Hold::Wait(hold - waited)
         }
+    }
+
+    /// Since when slice `uid` has had an unwritten in-progress status, if it has.
+    pub fn since(&self, uid: &str) -> Option<Instant> {
+        self.since
+            .lock()
+            .expect("status hold lock")
+            .get(uid)
+            .copied()
     }
 
     /// A deleted slice: nothing held for it any more.
@@ -97,22 +118,43 @@ mod tests {
         let t0 = Instant::now();
         let svc = WorkloadKind::Service;
         assert_eq!(
-            h.decide("a", svc, &progressing(), t0),
+            h.decide("a", svc, &progressing(), false, None, t0),
             Hold::Wait(Duration::from_secs(2))
         );
         // A later in-progress status waits for what is left of the first one's hold.
         assert_eq!(
-            h.decide("a", svc, &progressing(), t0 + Duration::from_millis(500)),
+            h.decide(
+                "a",
+                svc,
+                &progressing(),
+                false,
+                None,
+                t0 + Duration::from_millis(500)
+            ),
             Hold::Wait(Duration::from_millis(1500))
         );
         assert_eq!(
-            h.decide("a", svc, &progressing(), t0 + Duration::from_secs(2)),
+            h.decide(
+                "a",
+                svc,
+                &progressing(),
+                false,
+                None,
+                t0 + Duration::from_secs(2)
+            ),
             Hold::Write
         );
         assert_eq!(h.held(), 0, "a write forgets the hold");
         // The next in-progress status starts a hold of its own.
         assert_eq!(
-            h.decide("a", svc, &progressing(), t0 + Duration::from_secs(3)),
+            h.decide(
+                "a",
+                svc,
+                &progressing(),
+                false,
+                None,
+                t0 + Duration::from_secs(3)
+            ),
             Hold::Wait(Duration::from_secs(2))
         );
         // Ready ends it at once.
@@ -121,7 +163,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            h.decide("a", svc, &ready, t0 + Duration::from_secs(3)),
+            h.decide("a", svc, &ready, false, None, t0 + Duration::from_secs(3)),
             Hold::Write
         );
         assert_eq!(h.held(), 0);
@@ -132,9 +174,34 @@ mod tests {
             ..Default::default()
         };
         assert!(settles(&degraded));
-        h.decide("b", svc, &progressing(), t0);
+        h.decide("b", svc, &progressing(), false, None, t0);
         h.forget("b");
         assert_eq!(h.held(), 0);
+        // A slice that was Ready and lost pods is no progress towards Ready: written at
+        // once, for the hub's failovers.
+        assert_eq!(
+            h.decide("c", svc, &progressing(), true, None, t0),
+            Hold::Write,
+            "a drop from Ready"
+        );
+        assert_eq!(h.held(), 0);
+        // A cap shortens the hold for that slice.
+        let cap = Some(Duration::from_millis(500));
+        assert_eq!(
+            h.decide("d", svc, &progressing(), false, cap, t0),
+            Hold::Wait(Duration::from_millis(500))
+        );
+        assert_eq!(
+            h.decide(
+                "d",
+                svc,
+                &progressing(),
+                false,
+                cap,
+                t0 + Duration::from_millis(500)
+            ),
+            Hold::Write
+        );
     }
 
     #[test]
@@ -147,20 +214,20 @@ mod tests {
             WorkloadKind::CronJob,
         ] {
             assert_eq!(
-                h.decide("x", kind, &progressing(), now),
+                h.decide("x", kind, &progressing(), false, None, now),
                 Hold::Write,
                 "{kind:?}"
             );
         }
         for kind in [WorkloadKind::StatefulSet, WorkloadKind::Daemon] {
             assert!(matches!(
-                h.decide("y", kind, &progressing(), now),
+                h.decide("y", kind, &progressing(), false, None, now),
                 Hold::Wait(_)
             ));
         }
         let off = StatusHold::new(Duration::ZERO);
         assert_eq!(
-            off.decide("z", WorkloadKind::Service, &progressing(), now),
+            off.decide("z", WorkloadKind::Service, &progressing(), false, None, now),
             Hold::Write
         );
     }

@@ -31,17 +31,41 @@ pub(super) async fn report<K: AgentKind>(
         &slice.now,
     );
     // A changed status that only says the pods are still coming up may wait a moment: a
-    // later one replaces it, and the end of the progress is written at once.
+    // later one replaces it, and the end of the progress is written at once — and so is
+    // a slice that was Ready and is no longer (the hub's failovers act on that).
+    let was_ready = slice.stored.status.as_ref().is_some_and(|s| {
+        K::conditions_of(s)
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True)
+    });
+    // An application failover that tolerates less than the hold needs the report sooner:
+    // at half its toleration at the latest.
+    let cap = obj
+        .placement()
+        .failover
+        .as_ref()
+        .and_then(|f| f.application.as_ref())
+        .map(|a| Duration::from_secs(u64::try_from(a.toleration_seconds() / 2).unwrap_or(0)));
+    let held_since = ctx.status_hold.since(&uid);
     if slice.stored.status.as_ref() != Some(&slice.status)
-        && let Hold::Wait(after) = ctx
-            .status_hold
-            .decide(&uid, K::KIND, &health, Instant::now())
+        && let Hold::Wait(after) =
+            ctx.status_hold
+                .decide(&uid, K::KIND, &health, was_ready, cap, Instant::now())
     {
         let kind = crate::controller::metrics::KindLabels {
             kind: K::KIND.as_str().to_string(),
         };
         ctx.metrics.statuses_held.get_or_create(&kind).inc();
         return Ok(Action::requeue(after));
+    }
+    // Written when its hold ran out, still in progress: its conditions turned when the
+    // progress was first seen, not now (an application failover's toleration counts
+    // from there).
+    if let Some(first) = held_since
+        && !crate::agent::status_hold::settles(&health)
+    {
+        let ago = Instant::now().saturating_duration_since(first);
+        backdate(K::conditions(&mut slice.status), &slice.now, ago);
     }
     slice
         .stored
@@ -58,6 +82,21 @@ pub(super) async fn report<K: AgentKind>(
         Ok(Action::requeue(Duration::from_secs(300)))
     } else {
         Ok(Action::requeue(Duration::from_secs(5)))
+    }
+}
+
+/// Moves the transition time of each condition that turned at `now` back by `ago`.
+fn backdate(conditions: &mut [crate::api::common::Condition], now: &Time, ago: Duration) {
+    let Ok(ago) = k8s_openapi::jiff::SignedDuration::try_from(ago) else {
+        return;
+    };
+    let Ok(then) = now.0.checked_sub(ago) else {
+        return;
+    };
+    for c in conditions {
+        if c.last_transition_time == *now {
+            c.last_transition_time = Time(then);
+        }
     }
 }
 
@@ -85,5 +124,46 @@ fn raise_to_applied(book: &crate::agent::applied::AppliedBook, uid: &str, observ
     }
     for d in &mut observed.daemonsets {
         raise(book, uid, "DaemonSet", &mut d.metadata);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::Condition;
+
+    #[test]
+    fn a_held_status_keeps_when_its_conditions_turned_not_when_it_was_written() {
+        let t = |s: i64| Time(Timestamp::from_second(s).unwrap());
+        let now = t(1_000);
+        let mut conditions = vec![
+            Condition::new(
+                "Ready",
+                ConditionStatus::False,
+                "Progressing",
+                "",
+                None,
+                &now,
+            ),
+            Condition::new(
+                "Degraded",
+                ConditionStatus::False,
+                "Healthy",
+                "",
+                None,
+                &t(500),
+            ),
+        ];
+        backdate(&mut conditions, &now, Duration::from_secs(20));
+        assert_eq!(
+            conditions[0].last_transition_time,
+            t(980),
+            "turned in the hold"
+        );
+        assert_eq!(
+            conditions[1].last_transition_time,
+            t(500),
+            "turned before: as it was"
+        );
     }
 }
