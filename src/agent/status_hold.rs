@@ -116,54 +116,26 @@ mod tests {
     fn an_in_progress_status_waits_at_most_the_hold_and_a_settled_one_goes_at_once() {
         let h = StatusHold::new(Duration::from_secs(2));
         let t0 = Instant::now();
+        let ms = Duration::from_millis;
         let svc = WorkloadKind::Service;
-        assert_eq!(
-            h.decide("a", svc, &progressing(), false, None, t0),
-            Hold::Wait(Duration::from_secs(2))
-        );
+        // An in-progress status of slice `uid` seen `at` ms after t0.
+        let in_progress = |uid: &str, was_ready, cap, at| {
+            h.decide(uid, svc, &progressing(), was_ready, cap, t0 + ms(at))
+        };
+        assert_eq!(in_progress("a", false, None, 0), Hold::Wait(ms(2000)));
         // A later in-progress status waits for what is left of the first one's hold.
-        assert_eq!(
-            h.decide(
-                "a",
-                svc,
-                &progressing(),
-                false,
-                None,
-                t0 + Duration::from_millis(500)
-            ),
-            Hold::Wait(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            h.decide(
-                "a",
-                svc,
-                &progressing(),
-                false,
-                None,
-                t0 + Duration::from_secs(2)
-            ),
-            Hold::Write
-        );
+        assert_eq!(in_progress("a", false, None, 500), Hold::Wait(ms(1500)));
+        assert_eq!(in_progress("a", false, None, 2000), Hold::Write);
         assert_eq!(h.held(), 0, "a write forgets the hold");
         // The next in-progress status starts a hold of its own.
-        assert_eq!(
-            h.decide(
-                "a",
-                svc,
-                &progressing(),
-                false,
-                None,
-                t0 + Duration::from_secs(3)
-            ),
-            Hold::Wait(Duration::from_secs(2))
-        );
+        assert_eq!(in_progress("a", false, None, 3000), Hold::Wait(ms(2000)));
         // Ready ends it at once.
         let ready = Health {
             ready: true,
             ..Default::default()
         };
         assert_eq!(
-            h.decide("a", svc, &ready, false, None, t0 + Duration::from_secs(3)),
+            h.decide("a", svc, &ready, false, None, t0 + ms(3000)),
             Hold::Write
         );
         assert_eq!(h.held(), 0);
@@ -174,34 +146,23 @@ mod tests {
             ..Default::default()
         };
         assert!(settles(&degraded));
-        h.decide("b", svc, &progressing(), false, None, t0);
+        in_progress("b", false, None, 0);
         h.forget("b");
         assert_eq!(h.held(), 0);
         // A slice that was Ready and lost pods is no progress towards Ready: written at
         // once, for the hub's failovers.
         assert_eq!(
-            h.decide("c", svc, &progressing(), true, None, t0),
+            in_progress("c", true, None, 0),
             Hold::Write,
             "a drop from Ready"
         );
         assert_eq!(h.held(), 0);
         // A cap shortens the hold for that slice.
-        let cap = Some(Duration::from_millis(500));
         assert_eq!(
-            h.decide("d", svc, &progressing(), false, cap, t0),
-            Hold::Wait(Duration::from_millis(500))
+            in_progress("d", false, Some(ms(500)), 0),
+            Hold::Wait(ms(500))
         );
-        assert_eq!(
-            h.decide(
-                "d",
-                svc,
-                &progressing(),
-                false,
-                cap,
-                t0 + Duration::from_millis(500)
-            ),
-            Hold::Write
-        );
+        assert_eq!(in_progress("d", false, Some(ms(500)), 500), Hold::Write);
     }
 
     #[test]
