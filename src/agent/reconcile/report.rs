@@ -34,9 +34,8 @@ pub(super) async fn report<K: AgentKind>(
     // later one replaces it, and the end of the progress is written at once — and so is
     // a slice that was Ready and is no longer (the hub's failovers act on that).
     let was_ready = slice.stored.status.as_ref().is_some_and(|s| {
-        K::conditions_of(s)
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == crate::api::common::ConditionStatus::True)
+        find_condition(K::conditions_of(s), ct::READY)
+            .is_some_and(|c| c.status == ConditionStatus::True)
     });
     // An application failover that tolerates less than the hold needs the report sooner:
     // at half its toleration at the latest.
