@@ -317,6 +317,112 @@ async fn shard_story(fed: &Federation, ns: &str, set: &str, shard: &str) -> Stri
     out.join("\n")
 }
 
+/// Where a job set that never completed stands: its hub status, each member's slice
+/// (shards, epoch, generation against observed, shard records), that member's fence
+/// Lease and Jobs, a pull member's MemberSlice report, and what the hubs logged of it.
+async fn job_set_story(
+    fed: &Federation,
+    ns: &str,
+    set: &str,
+    hub_logs: &[(String, std::path::PathBuf)],
+) -> String {
+    use k8s_openapi::api::batch::v1::Job;
+    use pinfed::api::member_slice::MemberSlice;
+    let mut out = Vec::new();
+    let hub_obj = api(&fed.hub(), ns, WorkloadKind::JobSet)
+        .get_opt(set)
+        .await
+        .ok()
+        .flatten();
+    out.push(format!(
+        "hub: generation {:?} status {}",
+        hub_obj.as_ref().and_then(|o| o.metadata.generation),
+        hub_obj
+            .as_ref()
+            .map(|o| o.data["status"].to_string())
+            .unwrap_or_default()
+    ));
+    for m in fed.member_names() {
+        let c = fed.client(&m);
+        let lease = Api::<Lease>::namespaced(c.clone(), pinfed::controller::fence::FENCE_NAMESPACE)
+            .get_opt(pinfed::controller::fence::FENCE_LEASE)
+            .await
+            .ok()
+            .flatten();
+        out.push(format!(
+            "{m}: fence epoch {:?} renewed {:?} for {:?}s",
+            lease.as_ref().and_then(|l| l
+                .annotations()
+                .get(pinfed::controller::fence::ANNOTATION_MEMBER_EPOCH)
+                .cloned()),
+            lease.as_ref().and_then(|l| l
+                .spec
+                .as_ref()?
+                .renew_time
+                .as_ref()
+                .map(|t| t.0.to_string())),
+            lease
+                .as_ref()
+                .and_then(|l| l.spec.as_ref()?.lease_duration_seconds),
+        ));
+        match api(&c, ns, WorkloadKind::JobSet).get_opt(set).await {
+            Ok(Some(o)) => out.push(format!(
+                "{m}: slice generation {:?} epoch {:?} shards {} status {}",
+                o.metadata.generation,
+                o.annotations()
+                    .get(pinfed::controller::fence::ANNOTATION_MEMBER_EPOCH),
+                o.data["spec"]["shards"],
+                o.data["status"]
+            )),
+            Ok(None) => out.push(format!("{m}: no slice")),
+            Err(e) => out.push(format!("{m}: slice unreadable: {e}")),
+        }
+        let lp =
+            ListParams::default().labels(&format!("{}={set}", pinfed::api::common::LABEL_WORKLOAD));
+        for j in Api::<Job>::namespaced(c.clone(), ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let st = j.status.clone().unwrap_or_default();
+            out.push(format!(
+                "{m}: Job {} active {:?} succeeded {:?} failed {:?}",
+                j.name_any(),
+                st.active,
+                st.succeeded,
+                st.failed
+            ));
+        }
+        if fed.is_pull(&m) {
+            let name = pinfed::api::member_slice::member_slice_name(WorkloadKind::JobSet, ns, set);
+            let ms = Api::<MemberSlice>::namespaced(
+                fed.hub(),
+                &pinfed::api::member_slice::pull_namespace(&m),
+            )
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten();
+            out.push(format!(
+                "{m}: MemberSlice generation {:?} report {}",
+                ms.as_ref().and_then(|s| s.metadata.generation),
+                ms.as_ref()
+                    .map(|s| serde_json::to_string(&s.status).unwrap_or_default())
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    for (id, log) in hub_logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(set)).collect();
+        for line in &lines[lines.len().saturating_sub(8)..] {
+            out.push(format!("{id}: {line}"));
+        }
+    }
+    out.join("\n")
+}
+
 /// Shards whose Job completed in more than one member: (job set, shard, members).
 async fn shards_completed_twice(fed: &Federation, ns: &str) -> Vec<(String, String, Vec<String>)> {
     use k8s_openapi::api::batch::v1::Job;
@@ -533,29 +639,54 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
 
     // Every job set finishes, each shard completed once on the hub; completions in two
     // members are the cut-offs the spec allows (a member restarted under a running shard).
-    eventually(
+    let incomplete = std::sync::Mutex::new(Vec::<String>::new());
+    let completed = eventually(
         Duration::from_secs(240),
         "every job set complete",
         || async {
-            api(&hub, &ns.name, WorkloadKind::JobSet)
+            let Ok(list) = api(&hub, &ns.name, WorkloadKind::JobSet)
                 .list(&ListParams::default())
                 .await
-                .map(|l| {
-                    l.items.iter().all(|o| {
-                        pinfed::api::common::find_condition(
-                            &serde_json::from_value::<Vec<pinfed::api::common::Condition>>(
-                                o.data["status"]["conditions"].clone(),
-                            )
-                            .unwrap_or_default(),
-                            "Complete",
+            else {
+                return false;
+            };
+            let left: Vec<String> = list
+                .items
+                .iter()
+                .filter(|o| {
+                    !pinfed::api::common::find_condition(
+                        &serde_json::from_value::<Vec<pinfed::api::common::Condition>>(
+                            o.data["status"]["conditions"].clone(),
                         )
-                        .is_some_and(|c| c.status == pinfed::api::common::ConditionStatus::True)
-                    })
+                        .unwrap_or_default(),
+                        "Complete",
+                    )
+                    .is_some_and(|c| c.status == pinfed::api::common::ConditionStatus::True)
                 })
-                .unwrap_or(false)
+                .map(|o| o.name_any())
+                .collect();
+            let done = left.is_empty();
+            *incomplete.lock().unwrap() = left;
+            done
         },
-    )
-    .await;
+    );
+    if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(completed))
+        .await
+        .is_err()
+    {
+        let left = incomplete.lock().unwrap().clone();
+        let mut stories = String::new();
+        for set in left.iter().take(3) {
+            stories.push_str(&format!(
+                "--- {set} ---\n{}\n",
+                job_set_story(&fed, &ns.name, set, &hub_logs).await
+            ));
+        }
+        panic!(
+            "after the chaos, {} job sets never completed: {left:?}\n{stories}",
+            left.len()
+        );
+    }
     let twice = shards_completed_twice(&fed, &ns.name).await;
     let restarted: BTreeSet<&String> = members.iter().collect();
     for (set, shard, ms) in &twice {

@@ -409,6 +409,38 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
         copies_refuse_an_editor(&fed, cluster, &ns.name).await;
     }
 
+    // A MemberSlice that loses its report (made again by the hub after a failover and a
+    // failback, or cleared) gets the agent's last one again, though the slice in the
+    // member does not change: without it the hub waited for that member forever.
+    let carried = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
+        fed.hub(),
+        &pinfed::api::member_slice::pull_namespace(&pull),
+    );
+    let carried_name = pinfed::api::member_slice::member_slice_name(
+        pinfed::api::workload::WorkloadKind::Service,
+        &ns.name,
+        "web",
+    );
+    carried
+        .patch_status(
+            &carried_name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": null})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the pull agent's report of web again after its MemberSlice lost it",
+        || async {
+            carried.get(&carried_name).await.is_ok_and(|ms| {
+                ms.status
+                    .is_some_and(|s| s.slice.is_some() && s.slice_generation.is_some())
+            })
+        },
+    )
+    .await;
+
     // Scale up: observedGeneration follows once every slice caught up.
     api.patch(
         "web",

@@ -179,11 +179,13 @@ async fn run_connected(
     };
     // Whether the mirror has slices to write: their status reports wait for them.
     let (mirroring, mirror_busy) = tokio::sync::watch::channel(false);
+    // MemberSlices the hub (re)wrote without a report: their last report is sent again.
+    let (unreported, unreported_rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::select! {
         e = renew_lease(hub, member, &ns, cluster, identity) => e,
         e = report(hub, member, cluster) => e,
-        e = mirror_slices(hub, &watching, member, &ns, &mirroring) => e,
-        e = report_slice_status(hub, member, &ns, mirror_busy) => e,
+        e = mirror_slices(hub, &watching, member, &ns, &mirroring, &unreported) => e,
+        e = report_slice_status(hub, member, &ns, mirror_busy, unreported_rx) => e,
         e = mirror_bundles::<Secret>(&watching, member, &ns) => e,
         e = mirror_bundles::<ConfigMap>(&watching, member, &ns) => e,
         e = mirror_profiles(&watching, member) => e,
@@ -554,6 +556,7 @@ async fn mirror_slices(
     member: &Client,
     ns: &str,
     mirroring: &tokio::sync::watch::Sender<bool>,
+    unreported: &tokio::sync::mpsc::UnboundedSender<String>,
 ) -> anyhow::Error {
     use crate::controller::keyed_work::KeyedWork;
     use futures::stream::FuturesUnordered;
@@ -624,6 +627,18 @@ async fn mirror_slices(
                 continue;
             }
         };
+        // A MemberSlice without a report (the hub made it again after removing it, or its
+        // status was cleared) gets the last one again: a slice in the member that did not
+        // change since brings no event of its own to report.
+        if let Ok(watcher::Event::Apply(ms) | watcher::Event::InitApply(ms)) = &ev
+            && ms
+                .status
+                .as_ref()
+                .and_then(|s| s.slice_generation)
+                .is_none()
+        {
+            let _ = unreported.send(ms.name_any());
+        }
         match ev {
             Ok(watcher::Event::Init) => listing = Some(BTreeSet::new()),
             Ok(watcher::Event::InitApply(ms)) => {
@@ -744,6 +759,21 @@ fn due_reports(
         .collect()
 }
 
+/// A MemberSlice that has no report while one was written for its name (the hub removed
+/// it and made it again, or its status was cleared): the last report is due again, as of
+/// `now` (the slice has not changed since, or an event would have brought a newer one).
+fn report_again(
+    name: String,
+    written: &mut HashMap<String, MemberSliceStatus>,
+    due: &mut HashMap<String, MemberSliceStatus>,
+    now: Timestamp,
+) {
+    if let Some(mut last) = written.remove(&name) {
+        last.reported_time = Some(Time(now));
+        due.entry(name).or_insert(last);
+    }
+}
+
 /// Writes the status of every hub-written slice in the member into its MemberSlice, when
 /// it changed (the agent's Lease, not a rewrite, says the report is current). Changes are
 /// taken in batches, the latest per slice, and written 16 at a time: one by one, a burst
@@ -756,6 +786,7 @@ async fn report_slice_status(
     member: &Client,
     ns: &str,
     mut mirror_busy: tokio::sync::watch::Receiver<bool>,
+    mut unreported: tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> anyhow::Error {
     use futures::FutureExt as _;
     let mut written: HashMap<String, MemberSliceStatus> = HashMap::new();
@@ -774,13 +805,16 @@ async fn report_slice_status(
     let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
     let mut retry: HashMap<String, MemberSliceStatus> = HashMap::new();
     loop {
-        let batch = if retry.is_empty() {
-            batches.next().await
-        } else {
-            tokio::select! {
-                b = batches.next() => b,
-                () = tokio::time::sleep(Duration::from_secs(2)) => Some(Vec::new()),
+        let batch = tokio::select! {
+            b = batches.next() => b,
+            Some(name) = unreported.recv() => {
+                report_again(name, &mut written, &mut retry, Timestamp::now());
+                while let Ok(name) = unreported.try_recv() {
+                    report_again(name, &mut written, &mut retry, Timestamp::now());
+                }
+                Some(Vec::new())
             }
+            () = tokio::time::sleep(Duration::from_secs(2)), if !retry.is_empty() => Some(Vec::new()),
         };
         let Some(mut batch) = batch else { break };
         let deadline = tokio::time::Instant::now() + REPORTS_WAIT_FOR_SLICES;
@@ -1122,6 +1156,33 @@ mod tests {
             ["new"],
             "a status gone after one was reported is news"
         );
+    }
+
+    #[test]
+    fn a_member_slice_made_again_without_a_report_gets_the_last_one_again() {
+        let last = MemberSliceStatus {
+            slice: Some(serde_json::json!({"completedShards": "4-5"})),
+            slice_generation: Some(3),
+            hub_generation: Some(1),
+            reported_time: Some(Time(Timestamp::from_second(100).unwrap())),
+            error: None,
+        };
+        let mut written = HashMap::from([("js".to_string(), last.clone())]);
+        let mut retry = HashMap::new();
+        // Unchanged in the member: nothing would be due from the slice's own events.
+        assert!(
+            due_reports(HashMap::from([("js".to_string(), last.clone())]), &written).is_empty()
+        );
+        let now = Timestamp::from_second(200).unwrap();
+        report_again("js".to_string(), &mut written, &mut retry, now);
+        report_again("never-reported".to_string(), &mut written, &mut retry, now);
+        let due = due_reports(retry, &written);
+        assert_eq!(due.len(), 1, "only what was reported before: {due:?}");
+        let (name, report) = &due[0];
+        assert_eq!(name, "js");
+        assert_eq!(report.slice, last.slice);
+        assert_eq!(report.slice_generation, Some(3));
+        assert_eq!(report.reported_time, Some(Time(now)), "as of now");
     }
 
     #[test]
