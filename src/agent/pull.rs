@@ -759,9 +759,11 @@ fn due_reports(
         .collect()
 }
 
-/// A MemberSlice that has no report while one was written for its name (the hub removed
-/// it and made it again, or its status was cleared): the last report is due again, as of
+/// A MemberSlice that has no report while one was made for its name (the hub removed it
+/// and made it again, or its status was cleared): the last report is due again, as of
 /// `now` (the slice has not changed since, or an event would have brought a newer one).
+/// The last report is the last one written, or the last one the hub answered with
+/// "no such MemberSlice" (a shard completed while its MemberSlice was away).
 fn report_again(
     name: String,
     written: &mut HashMap<String, MemberSliceStatus>,
@@ -789,6 +791,7 @@ async fn report_slice_status(
     mut unreported: tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> anyhow::Error {
     use futures::FutureExt as _;
+    // Per MemberSlice, the last report written (or refused for want of the MemberSlice).
     let mut written: HashMap<String, MemberSliceStatus> = HashMap::new();
     let streams = WorkloadKind::ALL.into_iter().map(|kind| {
         watcher(
@@ -867,8 +870,12 @@ async fn report_slice_status(
                 Ok(_) => {
                     written.insert(name, status);
                 }
-                // The hub removed the MemberSlice: the slice goes too (mirror_slices).
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // The hub removed the MemberSlice: the slice goes too (mirror_slices), or
+                // the hub makes it again (a failback) and gets this report then
+                // (`report_again`): kept as the last report of the slice.
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    written.insert(name, status);
+                }
                 Err(kube::Error::Api(s)) if s.code == 401 => {
                     return anyhow::anyhow!(
                         "the hub refused the agent's credential: {}",
