@@ -161,6 +161,10 @@ pub fn spec_digest(spec: Option<&serde_json::Value>) -> u64 {
     h.finish()
 }
 
+/// What the hub says of a slice it wrote whose agent has not reported it yet.
+pub const NOT_REPORTED_YET: &str =
+    "written; its agent reports it once its pods settle or its status hold ends";
+
 /// The summary of a slice as a member stores it.
 pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
     let spec = serde_json::to_value(slice).ok();
@@ -179,8 +183,11 @@ pub fn summarize<K: PinterestKind>(slice: &K) -> SliceSummary {
                 counts: slice.slice_counts(st),
             }
         }
+        // Written, but its agent has not reported it: it reports a new slice once its pods
+        // settle (`--status-hold-ms`), so this can last a while without anything wrong.
         None => SliceReport {
             state: member_state::PROGRESSING,
+            message: Some(NOT_REPORTED_YET.into()),
             ..Default::default()
         },
     };
@@ -555,6 +562,12 @@ mod tests {
                 m.message.as_deref()
             ),
             (Some("Ready"), Some(3), Some("3/3 available"))
+        );
+        let unreported = member_workload_status("a", &summarize(&service(3)), &t);
+        assert_eq!(
+            (unreported.state.as_deref(), unreported.message.as_deref()),
+            (Some("Progressing"), Some(NOT_REPORTED_YET)),
+            "a slice with no status yet"
         );
         slice.metadata.generation = Some(3);
         let behind = summarize(&slice);
