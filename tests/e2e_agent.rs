@@ -313,6 +313,94 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
     ns.delete().await;
 }
 
+/// A slice removed and made again (a failover, then a failback) finds its earlier
+/// incarnation's objects until the member's garbage collector removes them: made by
+/// pinfed for the same workload, owned by something else. The agent waits for them
+/// instead of reporting a conflict (an Invalid status the hub would act on) and applies
+/// once they are gone. Here the earlier owner is a ConfigMap that stays until the test
+/// deletes it, so the wait is seen and its end is the garbage collector's.
+#[tokio::test]
+async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_conflict() {
+    let fed = Federation::connect().await;
+    let agent = shared_agent(&fed);
+    let client = fed.client(&fed.member_names()[0]);
+    let ns = TestNamespace::create(&client, "agent-leftover").await;
+    let holder: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "earlier-owner"}})).unwrap();
+    let holder = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &holder)
+        .await
+        .unwrap();
+    let labels = serde_json::json!({"app.kubernetes.io/managed-by": "pinfed",
+        "pinterest.com/kind": "PinterestService", "pinterest.com/workload": "web"});
+    let leftover: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "labels": labels, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "earlier-owner",
+            "uid": holder.metadata.uid.clone().unwrap()}]},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"left": "over"}},
+            "template": {"metadata": {"labels": {"left": "over"}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/old:1"}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    deployments
+        .create(&PostParams::default(), &leftover)
+        .await
+        .unwrap();
+    let api: Api<PinterestService> = Api::namespaced(client.clone(), &ns.name);
+    let slice = api
+        .create(&PostParams::default(), &service("web", 1, false))
+        .await
+        .unwrap();
+    let waiting = format!("{}/web", ns.name);
+    eventually(
+        WAIT,
+        &format!(
+            "the agent waiting for the earlier slice's objects\n{}",
+            agent.log_tail()
+        ),
+        || async {
+            std::fs::read_to_string(&agent.log).is_ok_and(|l| {
+                l.lines()
+                    .any(|l| l.contains("garbage-collected") && l.contains(&waiting))
+            })
+        },
+    )
+    .await;
+    let invalid = |s: &Option<pinfed::api::service::PinterestServiceStatus>| {
+        s.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Invalid" && c.status == ConditionStatus::True)
+        })
+    };
+    assert!(
+        !invalid(&api.get("web").await.unwrap().status),
+        "waiting is not a conflict: {:?}",
+        api.get("web").await.unwrap().status
+    );
+    // The earlier owner goes; the garbage collector takes its Deployment, and the
+    // agent applies its own.
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .delete("earlier-owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_service_ready(&api, "web", 1, agent).await;
+    let owners: Vec<String> = deployments
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| o.uid)
+        .collect();
+    assert_eq!(owners, [slice.metadata.uid.clone().unwrap()]);
+    assert!(!invalid(&api.get("web").await.unwrap().status));
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn an_invalid_resource_gets_an_invalid_condition_and_an_event_without_a_hot_loop() {
     let fed = Federation::connect().await;

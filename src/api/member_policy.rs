@@ -47,6 +47,11 @@ pub enum Ownership {
     Ours,
     /// Someone else's, handed over with [`ADOPT_ANNOTATION`] naming this workload.
     Adoptable,
+    /// Made by pinfed for a workload of this kind and name (its labels) but owned by
+    /// another object: an earlier slice of that name, removed and made again (a failover
+    /// and a failback), whose objects the member's garbage collector has not removed yet.
+    /// Not a conflict: the agent waits for them to go, and takes none over.
+    Leftover,
     /// Someone else's: the agent leaves it alone and reports a conflict.
     Foreign,
 }
@@ -84,9 +89,19 @@ pub fn ownership(
         .is_some_and(|a| a == workload)
     {
         Ownership::Adoptable
+    } else if !owners.is_empty() && made_by_pinfed_for(labels, workload) {
+        Ownership::Leftover
     } else {
         Ownership::Foreign
     }
+}
+
+/// Whether an object's labels say pinfed generated it for `workload` (`KIND/NAME`).
+fn made_by_pinfed_for(labels: &std::collections::BTreeMap<String, String>, workload: &str) -> bool {
+    use crate::api::common::{LABEL_KIND, LABEL_MANAGED_BY, LABEL_WORKLOAD, MANAGED_BY};
+    let label = |k: &str| labels.get(k).map(String::as_str);
+    label(LABEL_MANAGED_BY) == Some(MANAGED_BY)
+        && workload.split_once('/') == label(LABEL_KIND).zip(label(LABEL_WORKLOAD))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -535,6 +550,36 @@ mod tests {
         assert_eq!(
             ownership(at(&[], &shared, &none), "u1", w, Some(("p", "true"))),
             Ownership::Ours
+        );
+        // Generated for web by pinfed, owned by an earlier slice of web: left over.
+        let generated: BTreeMap<String, String> = [
+            ("app.kubernetes.io/managed-by".into(), "pinfed".into()),
+            ("pinterest.com/kind".into(), "PinterestService".into()),
+            ("pinterest.com/workload".into(), "web".into()),
+        ]
+        .into();
+        let earlier = ["u0".to_string()];
+        let earlier = || {
+            Some(Existing {
+                owners: &earlier,
+                labels: &generated,
+                annotations: &none,
+            })
+        };
+        assert_eq!(ownership(earlier(), "u1", w, None), Ownership::Leftover);
+        // The same labels on an object of another workload, or with no owner (someone
+        // made it by hand, labels and all): foreign.
+        assert_eq!(
+            ownership(earlier(), "u1", "PinterestService/api", None),
+            Ownership::Foreign
+        );
+        assert_eq!(
+            ownership(earlier(), "u1", "PinterestJobSet/web", None),
+            Ownership::Foreign
+        );
+        assert_eq!(
+            ownership(at(&[], &generated, &none), "u1", w, None),
+            Ownership::Foreign
         );
     }
 

@@ -23,11 +23,17 @@ pub(super) async fn apply<K: AgentKind>(
         // Nothing of someone else's is overwritten: a clash refuses the whole workload
         // before any object is applied.
         let adopted = match claim_objects(ctx, obj, &slice.ns, &objects).await? {
-            Ok(adopted) => adopted,
-            Err(clash) => {
+            Claim::Adopt(adopted) => adopted,
+            Claim::Clash(clash) => {
                 ctx.metrics.refused(K::KIND.as_str(), "Conflict");
                 slice.invalid(ctx, "Conflict", &clash).await?;
                 return Ok(Step::Done(Action::requeue(CONFLICT_RECHECK)));
+            }
+            // Not the workload's fault, and gone in moments: no Invalid status for the
+            // hub to act on, only a short wait (no watch brings the old objects' end).
+            Claim::Leftover(what) => {
+                tracing::info!(kind = %K::KIND, object = %key(obj), %what, "waiting for the objects of an earlier slice of this name to be garbage-collected");
+                return Ok(Step::Done(Action::requeue(LEFTOVER_RECHECK)));
             }
         };
         let keep = apply_objects(ctx, &uid, &slice.ns, &objects, &adopted)
@@ -48,15 +54,29 @@ pub(super) async fn apply<K: AgentKind>(
 /// (the other object has none of our labels, so no watch brings its deletion).
 pub(super) const CONFLICT_RECHECK: Duration = Duration::from_secs(10);
 
+/// How soon a workload whose objects of an earlier slice of its name are still there (the
+/// member's garbage collector removes them) looks again.
+const LEFTOVER_RECHECK: Duration = Duration::from_secs(2);
+
+/// Whether a workload may apply its objects.
+enum Claim {
+    /// Yes; these (kind, name) are adopted first.
+    Adopt(BTreeSet<(String, String)>),
+    /// No: an object of one of its names is someone else's (to report; nothing written).
+    Clash(String),
+    /// Not yet: an object of one of its names is left from an earlier slice of this
+    /// workload, removed and made again, and its garbage collection is pending.
+    Leftover(String),
+}
+
 /// Checks that every object about to be applied is this workload's, new, or handed over
-/// by the member's admin (`ADOPT_ANNOTATION`: adopted, with an Event). Ok: the names of
-/// the objects to adopt. Err: the clash, to report; nothing was written.
+/// by the member's admin (`ADOPT_ANNOTATION`: adopted, with an Event).
 async fn claim_objects<K: AgentKind>(
     ctx: &Context,
     obj: &K,
     ns: &str,
     objects: &[DynamicObject],
-) -> Result<Result<BTreeSet<(String, String)>, String>, AgentError> {
+) -> Result<Claim, AgentError> {
     use crate::api::member_policy::{ADOPT_ANNOTATION, Ownership, ownership};
     let uid = obj.uid().unwrap_or_default();
     let workload = format!("{}/{}", K::KIND.as_str(), obj.name_any());
@@ -94,8 +114,11 @@ async fn claim_objects<K: AgentKind>(
             Ownership::Adoptable => {
                 adopted.insert((ar.kind.clone(), name));
             }
+            Ownership::Leftover => {
+                return Ok(Claim::Leftover(format!("{}/{name}", ar.kind)));
+            }
             Ownership::Foreign => {
-                return Ok(Err(format!(
+                return Ok(Claim::Clash(format!(
                     "{}/{name} already exists in namespace {ns} and was not created by pinfed for {workload}: \
                      pinfed does not take it over (nothing was applied). Rename the workload, delete that object, \
                      or let a member admin hand it over: `pinfed adopt {}/{name} -n {ns} --to {workload}` \
@@ -119,7 +142,7 @@ async fn claim_objects<K: AgentKind>(
         )
         .await;
     }
-    Ok(Ok(adopted))
+    Ok(Claim::Adopt(adopted))
 }
 
 /// Makes an adopted object exactly the generated one: replaced whole (what the API
