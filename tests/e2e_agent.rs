@@ -315,28 +315,23 @@ async fn a_service_is_expanded_applied_and_reports_ready() {
 
 /// A slice removed and made again (a failover, then a failback) finds its earlier
 /// incarnation's objects until the member's garbage collector removes them: made by
-/// pinfed for the same workload, owned by something else. The agent waits for them
-/// instead of reporting a conflict (an Invalid status the hub would act on) and applies
-/// once they are gone. Here the earlier owner is a ConfigMap that stays until the test
-/// deletes it, so the wait is seen and its end is the garbage collector's.
+/// pinfed for the same workload, owned by an earlier slice of its name. The agent waits
+/// for them instead of reporting a conflict (an Invalid status the hub would act on) and
+/// applies once they are gone. Here a finalizer holds the leftover Deployment after the
+/// collector deleted it, so the wait is seen; removing the finalizer ends it.
 #[tokio::test]
 async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_conflict() {
     let fed = Federation::connect().await;
     let agent = shared_agent(&fed);
     let client = fed.client(&fed.member_names()[0]);
     let ns = TestNamespace::create(&client, "agent-leftover").await;
-    let holder: ConfigMap =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "earlier-owner"}})).unwrap();
-    let holder = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-        .create(&PostParams::default(), &holder)
-        .await
-        .unwrap();
+    const HOLD: &str = "e2e.pinfed.dev/hold";
     let labels = serde_json::json!({"app.kubernetes.io/managed-by": "pinfed",
         "pinterest.com/kind": "PinterestService", "pinterest.com/workload": "web"});
     let leftover: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web", "labels": labels, "ownerReferences": [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "earlier-owner",
-            "uid": holder.metadata.uid.clone().unwrap()}]},
+        "metadata": {"name": "web", "labels": labels, "finalizers": [HOLD], "ownerReferences": [{
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "name": "web", "uid": "0a6d1f3e-0000-4000-8000-00000000e5e1", "controller": true}]},
         "spec": {"replicas": 0, "selector": {"matchLabels": {"left": "over"}},
             "template": {"metadata": {"labels": {"left": "over"}},
                 "spec": {"containers": [{"name": "app", "image": "registry.example/old:1"}]}}}
@@ -379,10 +374,21 @@ async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_
         "waiting is not a conflict: {:?}",
         api.get("web").await.unwrap().status
     );
-    // The earlier owner goes; the garbage collector takes its Deployment, and the
-    // agent applies its own.
-    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-        .delete("earlier-owner", &DeleteParams::default())
+    // The member's garbage collector deletes the leftover (its owner is gone); the
+    // finalizer let go, it is removed and the agent applies its own.
+    eventually(WAIT, "the collector deleting the leftover", || async {
+        deployments
+            .get("web")
+            .await
+            .is_ok_and(|d| d.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .unwrap();
     wait_service_ready(&api, "web", 1, agent).await;

@@ -18,6 +18,7 @@
 //! Without the ConfigMap: pinfed's own namespaces at `baseline`, no daemons, no other
 //! namespace.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -58,8 +59,8 @@ pub enum Ownership {
 
 /// What [`ownership`] reads of an existing object.
 pub struct Existing<'a> {
-    /// Its owner references' uids.
-    pub owners: &'a [String],
+    /// Its owner references.
+    pub owners: &'a [OwnerReference],
     pub labels: &'a std::collections::BTreeMap<String, String>,
     pub annotations: &'a std::collections::BTreeMap<String, String>,
 }
@@ -80,7 +81,7 @@ pub fn ownership(
     else {
         return Ownership::Absent;
     };
-    if owners.iter().any(|o| o == uid)
+    if owners.iter().any(|o| o.uid == uid)
         || shared.is_some_and(|(k, v)| labels.get(k).is_some_and(|l| l == v))
     {
         Ownership::Ours
@@ -89,11 +90,21 @@ pub fn ownership(
         .is_some_and(|a| a == workload)
     {
         Ownership::Adoptable
-    } else if !owners.is_empty() && made_by_pinfed_for(labels, workload) {
+    } else if !owners.is_empty()
+        && owners.iter().all(|o| earlier_slice(o, uid, workload))
+        && made_by_pinfed_for(labels, workload)
+    {
         Ownership::Leftover
     } else {
         Ownership::Foreign
     }
+}
+
+/// Whether `owner` is a slice of `workload` (`KIND/NAME`) other than the one of `uid`:
+/// an earlier one of that name, gone (names are unique), so the garbage collector owes
+/// the removal of what it owned.
+fn earlier_slice(owner: &OwnerReference, uid: &str, workload: &str) -> bool {
+    owner.uid != uid && workload.split_once('/') == Some((&owner.kind, &owner.name))
 }
 
 /// Whether an object's labels say pinfed generated it for `workload` (`KIND/NAME`).
@@ -518,8 +529,14 @@ mod tests {
         let adopt: BTreeMap<String, String> =
             [(ADOPT_ANNOTATION.into(), "PinterestService/web".into())].into();
         let shared: BTreeMap<String, String> = [("p".into(), "true".into())].into();
-        let ours = ["u1".to_string()];
-        let at = |owners: &'static [String], labels, annotations| {
+        let owner = |kind: &str, name: &str, uid: &str| OwnerReference {
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            ..Default::default()
+        };
+        let ours = [owner("PinterestService", "web", "u1")];
+        let at = |owners: &'static [OwnerReference], labels, annotations| {
             Some(Existing {
                 owners,
                 labels,
@@ -558,29 +575,40 @@ mod tests {
             ("pinterest.com/workload".into(), "web".into()),
         ]
         .into();
-        let earlier = ["u0".to_string()];
-        let earlier = || {
+        let earlier = [owner("PinterestService", "web", "u0")];
+        let owned_by = |owners| {
             Some(Existing {
-                owners: &earlier,
+                owners,
                 labels: &generated,
                 annotations: &none,
             })
         };
-        assert_eq!(ownership(earlier(), "u1", w, None), Ownership::Leftover);
-        // The same labels on an object of another workload, or with no owner (someone
-        // made it by hand, labels and all): foreign.
         assert_eq!(
-            ownership(earlier(), "u1", "PinterestService/api", None),
+            ownership(owned_by(&earlier), "u1", w, None),
+            Ownership::Leftover
+        );
+        // The same labels on an object of another workload, owned by anything but an
+        // earlier slice of this one, or by nothing (someone made it, labels and all):
+        // foreign.
+        assert_eq!(
+            ownership(owned_by(&earlier), "u1", "PinterestService/api", None),
             Ownership::Foreign
         );
         assert_eq!(
-            ownership(earlier(), "u1", "PinterestJobSet/web", None),
+            ownership(owned_by(&earlier), "u1", "PinterestJobSet/web", None),
             Ownership::Foreign
         );
+        let other = [owner("ConfigMap", "web", "u0")];
         assert_eq!(
-            ownership(at(&[], &generated, &none), "u1", w, None),
+            ownership(owned_by(&other), "u1", w, None),
             Ownership::Foreign
         );
+        let also_other = [earlier[0].clone(), owner("ConfigMap", "keep", "u2")];
+        assert_eq!(
+            ownership(owned_by(&also_other), "u1", w, None),
+            Ownership::Foreign
+        );
+        assert_eq!(ownership(owned_by(&[]), "u1", w, None), Ownership::Foreign);
     }
 
     #[test]

@@ -96,10 +96,10 @@ async fn claim_objects<K: AgentKind>(
             .get_metadata_opt(&name)
             .await
             .map_err(AgentError::Observe)?;
-        let owners: Vec<String> = existing
+        let owners: Vec<_> = existing
             .iter()
             .flat_map(|m| m.metadata.owner_references.iter().flatten())
-            .map(|r| r.uid.clone())
+            .cloned()
             .collect();
         let empty = Default::default();
         let view = existing
