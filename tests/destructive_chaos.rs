@@ -6,6 +6,7 @@
 //!   anywhere else (no slice whose hub workload is gone);
 //! - no native object in a member without the slice (or CronJob) that owns it;
 //! - no pending clean-up left on any MemberCluster;
+//! - every job set complete, every service, stateful set and daemon Ready;
 //! - no job-set shard completed twice; a completion cut off by a member's restart (its
 //!   Job finished there before the fence arrived) is counted and named, as the spec allows.
 //!
@@ -317,23 +318,20 @@ async fn shard_story(fed: &Federation, ns: &str, set: &str, shard: &str) -> Stri
     out.join("\n")
 }
 
-/// Where a job set that never completed stands: its hub status, each member's slice
-/// (shards, epoch, generation against observed, shard records), that member's fence
-/// Lease and Jobs, a pull member's MemberSlice report, and what the hubs logged of it.
-async fn job_set_story(
+/// Where a workload that never settled stands: its hub status, each member's slice
+/// (shards, epoch, generation against observed, status), that member's fence Lease and
+/// a job set's Jobs, a pull member's MemberSlice report, and what the hubs logged of it.
+async fn workload_story(
     fed: &Federation,
     ns: &str,
+    kind: WorkloadKind,
     set: &str,
     hub_logs: &[(String, std::path::PathBuf)],
 ) -> String {
     use k8s_openapi::api::batch::v1::Job;
     use pinfed::api::member_slice::MemberSlice;
     let mut out = Vec::new();
-    let hub_obj = api(&fed.hub(), ns, WorkloadKind::JobSet)
-        .get_opt(set)
-        .await
-        .ok()
-        .flatten();
+    let hub_obj = api(&fed.hub(), ns, kind).get_opt(set).await.ok().flatten();
     out.push(format!(
         "hub: generation {:?} status {}",
         hub_obj.as_ref().and_then(|o| o.metadata.generation),
@@ -365,7 +363,7 @@ async fn job_set_story(
                 .as_ref()
                 .and_then(|l| l.spec.as_ref()?.lease_duration_seconds),
         ));
-        match api(&c, ns, WorkloadKind::JobSet).get_opt(set).await {
+        match api(&c, ns, kind).get_opt(set).await {
             Ok(Some(o)) => out.push(format!(
                 "{m}: slice generation {:?} epoch {:?} shards {} status {}",
                 o.metadata.generation,
@@ -395,7 +393,7 @@ async fn job_set_story(
             ));
         }
         if fed.is_pull(&m) {
-            let name = pinfed::api::member_slice::member_slice_name(WorkloadKind::JobSet, ns, set);
+            let name = pinfed::api::member_slice::member_slice_name(kind, ns, set);
             let ms = Api::<MemberSlice>::namespaced(
                 fed.hub(),
                 &pinfed::api::member_slice::pull_namespace(&m),
@@ -639,51 +637,59 @@ async fn destructive_chaos_every_slice_where_its_placement_says_after_kills_and_
 
     // Every job set finishes, each shard completed once on the hub; completions in two
     // members are the cut-offs the spec allows (a member restarted under a running shard).
-    let incomplete = std::sync::Mutex::new(Vec::<String>::new());
-    let completed = eventually(
+    // Every service, stateful set and daemon is Ready again (a slice made again in a
+    // member once met its earlier incarnation's Deployment there and reported a conflict).
+    let settled_as = [
+        (WorkloadKind::JobSet, "Complete"),
+        (WorkloadKind::Service, "Ready"),
+        (WorkloadKind::StatefulSet, "Ready"),
+        (WorkloadKind::Daemon, "Ready"),
+    ];
+    let unsettled = std::sync::Mutex::new(Vec::<(WorkloadKind, String)>::new());
+    let settled = eventually(
         Duration::from_secs(240),
-        "every job set complete",
+        "every job set complete, every service, stateful set and daemon Ready",
         || async {
-            let Ok(list) = api(&hub, &ns.name, WorkloadKind::JobSet)
-                .list(&ListParams::default())
-                .await
-            else {
-                return false;
-            };
-            let left: Vec<String> = list
-                .items
-                .iter()
-                .filter(|o| {
-                    !pinfed::api::common::find_condition(
-                        &serde_json::from_value::<Vec<pinfed::api::common::Condition>>(
-                            o.data["status"]["conditions"].clone(),
-                        )
-                        .unwrap_or_default(),
-                        "Complete",
-                    )
-                    .is_some_and(|c| c.status == pinfed::api::common::ConditionStatus::True)
-                })
-                .map(|o| o.name_any())
-                .collect();
+            let mut left = Vec::new();
+            for (kind, condition) in settled_as {
+                let Ok(list) = api(&hub, &ns.name, kind).list(&ListParams::default()).await else {
+                    return false;
+                };
+                left.extend(
+                    list.items
+                        .iter()
+                        .filter(|o| {
+                            !pinfed::api::common::find_condition(
+                                &serde_json::from_value::<Vec<pinfed::api::common::Condition>>(
+                                    o.data["status"]["conditions"].clone(),
+                                )
+                                .unwrap_or_default(),
+                                condition,
+                            )
+                            .is_some_and(|c| c.status == pinfed::api::common::ConditionStatus::True)
+                        })
+                        .map(|o| (kind, o.name_any())),
+                );
+            }
             let done = left.is_empty();
-            *incomplete.lock().unwrap() = left;
+            *unsettled.lock().unwrap() = left;
             done
         },
     );
-    if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(completed))
+    if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(settled))
         .await
         .is_err()
     {
-        let left = incomplete.lock().unwrap().clone();
+        let left = unsettled.lock().unwrap().clone();
         let mut stories = String::new();
-        for set in left.iter().take(3) {
+        for (kind, name) in left.iter().take(3) {
             stories.push_str(&format!(
-                "--- {set} ---\n{}\n",
-                job_set_story(&fed, &ns.name, set, &hub_logs).await
+                "--- {kind}/{name} ---\n{}\n",
+                workload_story(&fed, &ns.name, *kind, name, &hub_logs).await
             ));
         }
         panic!(
-            "after the chaos, {} job sets never completed: {left:?}\n{stories}",
+            "after the chaos, {} workloads never settled: {left:?}\n{stories}",
             left.len()
         );
     }
