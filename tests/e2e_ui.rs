@@ -1161,12 +1161,7 @@ async fn a_staged_rollout_is_approved_paused_and_undone_from_its_page_by_its_tea
     // Undo to revision 1, chosen in the select: the spec runs its image again, and the
     // hub rolls it out as revision 3 (whose first stage waits for approval again).
     b.click_id("rollout-undo-open").await;
-    b.c.find(fantoccini::Locator::Id("undo-revision"))
-        .await
-        .unwrap()
-        .select_by_value("1")
-        .await
-        .unwrap();
+    b.select_id("undo-revision", "1").await;
     b.click_id("rollout-undo-submit").await;
     b.wait_js(
         "the undo's flash message",

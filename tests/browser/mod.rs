@@ -313,6 +313,26 @@ impl Browser {
         }
     }
 
+    /// Chooses `value` in the select `#id`, again if the page replaced the element
+    /// between finding and choosing (a live page re-renders its parts).
+    pub async fn select_id(&self, id: &str, value: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let chosen = match self.c.find(Locator::Id(id)).await {
+                Ok(e) => e.select_by_value(value).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match chosen {
+                Ok(()) => return,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("choosing {value} in #{id}: {e}"),
+            }
+        }
+    }
+
     pub async fn path(&self) -> String {
         let u = self.c.current_url().await.unwrap();
         match u.query() {
