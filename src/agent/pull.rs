@@ -759,6 +759,27 @@ fn due_reports(
         .collect()
 }
 
+/// Folds the slices' changes (per MemberSlice name, the slice's report, or `None`: the
+/// slice was deleted in the member) into the latest reports to write; a deleted slice's
+/// last report is forgotten too.
+fn fold_changes(
+    latest: &mut HashMap<String, MemberSliceStatus>,
+    written: &mut HashMap<String, MemberSliceStatus>,
+    changes: impl IntoIterator<Item = (String, Option<MemberSliceStatus>)>,
+) {
+    for (name, report) in changes {
+        match report {
+            Some(r) => {
+                latest.insert(name, r);
+            }
+            None => {
+                latest.remove(&name);
+                written.remove(&name);
+            }
+        }
+    }
+}
+
 /// A MemberSlice that has no report while one was made for its name (the hub removed it
 /// and made it again, or its status was cleared): the last report is due again, as of
 /// `now` (the slice has not changed since, or an event would have brought a newer one).
@@ -799,9 +820,17 @@ async fn report_slice_status(
             watcher::Config::default().labels(crate::api::member_slice::LABEL_HUB_NAME),
         )
         .backoff(crate::controller::watch::backoff())
-        .applied_objects()
-        .filter_map(|o| futures::future::ready(o.ok()))
-        .map(move |o| (kind, o))
+        .filter_map(move |ev| {
+            // A slice deleted in the member: its last report is forgotten (a long-lived
+            // agent would otherwise keep one for every slice it ever held).
+            futures::future::ready(match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    Some((kind, o, true))
+                }
+                Ok(watcher::Event::Delete(o)) => Some((kind, o, false)),
+                _ => None,
+            })
+        })
         .boxed()
     });
     let mut batches = futures::stream::select_all(streams).ready_chunks(256);
@@ -831,14 +860,18 @@ async fn report_slice_status(
             batch.extend(more);
         }
         let mut latest = std::mem::take(&mut retry);
-        for (kind, o) in batch {
-            let name = crate::api::member_slice::member_slice_name(
-                kind,
-                &o.namespace().unwrap_or_default(),
-                &o.name_any(),
-            );
-            latest.insert(name, slice_report(&o, Timestamp::now()));
-        }
+        fold_changes(
+            &mut latest,
+            &mut written,
+            batch.into_iter().map(|(kind, o, present)| {
+                let name = crate::api::member_slice::member_slice_name(
+                    kind,
+                    &o.namespace().unwrap_or_default(),
+                    &o.name_any(),
+                );
+                (name, present.then(|| slice_report(&o, Timestamp::now())))
+            }),
+        );
         let due = due_reports(latest, &written);
         let results: Vec<_> = futures::stream::iter(due.into_iter().map(|(name, status)| {
             let api = api.clone();
@@ -1163,6 +1196,23 @@ mod tests {
             ["new"],
             "a status gone after one was reported is news"
         );
+    }
+
+    #[test]
+    fn a_slice_deleted_in_the_member_leaves_no_report_behind() {
+        let r = |g| MemberSliceStatus {
+            slice_generation: Some(g),
+            ..Default::default()
+        };
+        let mut written = HashMap::from([("gone".to_string(), r(1)), ("kept".to_string(), r(1))]);
+        let mut latest = HashMap::from([("gone".to_string(), r(2))]);
+        fold_changes(
+            &mut latest,
+            &mut written,
+            [("gone".to_string(), None), ("kept".to_string(), Some(r(2)))],
+        );
+        assert_eq!(latest.keys().collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(written.keys().collect::<Vec<_>>(), ["kept"]);
     }
 
     #[test]
