@@ -58,6 +58,18 @@ pub(super) const CONFLICT_RECHECK: Duration = Duration::from_secs(10);
 /// member's garbage collector removes them) looks again.
 const LEFTOVER_RECHECK: Duration = Duration::from_secs(2);
 
+/// How long after a slice was made the objects of an earlier slice of its name are waited
+/// for; past it they are a conflict.
+const LEFTOVER_PATIENCE: Duration = Duration::from_secs(300);
+
+/// Whether slice `obj` was made longer than [`LEFTOVER_PATIENCE`] before `now`.
+fn leftover_outlasted<K: AgentKind>(obj: &K, now: Timestamp) -> bool {
+    obj.meta().creation_timestamp.as_ref().is_some_and(|t| {
+        now.as_millisecond() - t.0.as_millisecond()
+            > i64::try_from(LEFTOVER_PATIENCE.as_millis()).unwrap_or(i64::MAX)
+    })
+}
+
 /// Whether a workload may apply its objects.
 enum Claim {
     /// Yes; these (kind, name) are adopted first.
@@ -113,6 +125,17 @@ async fn claim_objects<K: AgentKind>(
             Ownership::Absent | Ownership::Ours => {}
             Ownership::Adoptable => {
                 adopted.insert((ar.kind.clone(), name));
+            }
+            // Past the patience the collector is not coming (a finalizer holds it): a
+            // conflict the member's admin must see.
+            Ownership::Leftover if leftover_outlasted(obj, Timestamp::now()) => {
+                return Ok(Claim::Clash(format!(
+                    "{}/{name} in namespace {ns}, made by pinfed for an earlier {workload}, is still there \
+                     {} s after this one was made: the member's garbage collector has not removed it \
+                     (a finalizer may hold it). Nothing was applied.",
+                    ar.kind,
+                    LEFTOVER_PATIENCE.as_secs()
+                )));
             }
             Ownership::Leftover => {
                 return Ok(Claim::Leftover(format!("{}/{name}", ar.kind)));
@@ -377,4 +400,37 @@ fn api_resource(o: &DynamicObject) -> kube::core::ApiResource {
                 .unwrap_or(("", &types.api_version));
             kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(g, v, &types.kind))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::service::PinterestService;
+
+    #[test]
+    fn leftovers_are_waited_for_five_minutes_after_the_slice_was_made() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let mut slice: PinterestService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+            "metadata": {"name": "web", "creationTimestamp": "2026-11-30T10:00:00Z"},
+            "spec": {"owner": {"team": "t", "contact": "c"},
+                     "template": {"spec": {"containers": [{"name": "a", "image": "a:1"}]}}}
+        }))
+        .unwrap();
+        let made = slice
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .unwrap()
+            .0
+            .as_second();
+        assert!(!leftover_outlasted(&slice, at(made + 10)));
+        assert!(!leftover_outlasted(&slice, at(made + 300)));
+        assert!(leftover_outlasted(&slice, at(made + 301)));
+        slice.metadata.creation_timestamp = None;
+        assert!(
+            !leftover_outlasted(&slice, at(made + 3_000)),
+            "no age: waited for"
+        );
+    }
 }
