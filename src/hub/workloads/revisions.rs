@@ -18,18 +18,27 @@ use crate::api::kind::PinterestKind;
 use crate::api::rollout::LABEL_REVISION_OF;
 use crate::api::runtime_profile::LABEL_PROFILE_DIGEST;
 
-/// Contents read or written, by (workload uid, revision).
+/// Revisions this process recorded or read, and the contents it read back.
 #[derive(Default)]
 pub struct RevisionCache {
+    /// Contents read back from the hub (a rollout's older revisions), by (workload uid,
+    /// revision). Not those written: a first sync of 10,000 kept ~40 MiB of contents no
+    /// reconcile read again.
     contents: Mutex<BTreeMap<(String, i64), Arc<serde_json::Value>>>,
+    /// (workload uid, revision) of every revision known to be on the hub: written or read
+    /// by this process.
+    known: Mutex<BTreeSet<(String, i64)>>,
     /// Digests of the RuntimeProfile contents snapshotted on the hub by this process (or
     /// seen there): a burst of revisions on one profile makes its snapshot once.
     snapshots: Mutex<BTreeSet<String>>,
 }
 
-/// Entries past this are dropped all at once (they are re-read on demand): rollouts in
+/// Contents past this are dropped all at once (they are re-read on demand): rollouts in
 /// flight at once are few, a cache of every workload's revisions is not needed.
 const CACHE_LIMIT: usize = 4096;
+/// Known revisions past this are forgotten all at once (a forgotten one costs a LIST or a
+/// 409 at most): ~100 bytes each.
+const KNOWN_LIMIT: usize = 65_536;
 
 impl RevisionCache {
     fn get(&self, uid: &str, revision: i64) -> Option<Arc<serde_json::Value>> {
@@ -41,9 +50,25 @@ impl RevisionCache {
     }
 
     fn has_any(&self, uid: &str) -> bool {
-        self.contents
+        let (from, to) = ((uid.to_string(), i64::MIN), (uid.to_string(), i64::MAX));
+        self.known
             .lock()
-            .is_ok_and(|c| c.keys().any(|(u, _)| u == uid))
+            .is_ok_and(|k| k.range(from..=to).next().is_some())
+    }
+
+    fn is_known(&self, uid: &str, revision: i64) -> bool {
+        self.known
+            .lock()
+            .is_ok_and(|k| k.contains(&(uid.to_string(), revision)))
+    }
+
+    fn known(&self, uid: &str, revision: i64) {
+        if let Ok(mut k) = self.known.lock() {
+            if k.len() >= KNOWN_LIMIT {
+                k.clear();
+            }
+            k.insert((uid.to_string(), revision));
+        }
     }
 
     pub fn snapshot_known(&self, digest: &str) -> bool {
@@ -61,6 +86,7 @@ impl RevisionCache {
     }
 
     fn put(&self, uid: &str, revision: i64, content: Arc<serde_json::Value>) {
+        self.known(uid, revision);
         if let Ok(mut c) = self.contents.lock() {
             if c.len() >= CACHE_LIMIT {
                 c.clear();
@@ -97,7 +123,7 @@ pub async fn record<K: PinterestKind>(
     // Written (or read back) by this process already: a reconcile that runs before the
     // status naming the revision is written or seen would otherwise create it again and
     // be refused (409) — under a burst, two wasted writes per workload.
-    if ctx.revisions.get(&uid, revision).is_some() {
+    if ctx.revisions.is_known(&uid, revision) {
         return Ok(());
     }
     let owner = OwnerReference {
@@ -136,7 +162,7 @@ pub async fn record<K: PinterestKind>(
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(HubError::RecordRevision(e)),
     }
-    ctx.revisions.put(&uid, revision, Arc::new(content.clone()));
+    ctx.revisions.known(&uid, revision);
     prune(ctx, &ns, &uid, revision, limit, in_use).await;
     Ok(())
 }
@@ -233,6 +259,28 @@ pub async fn content<K: PinterestKind>(
 mod tests {
     use super::*;
     use crate::api::service::PinterestService;
+
+    #[test]
+    fn written_revisions_are_known_by_key_and_only_contents_read_are_kept() {
+        let c = RevisionCache::default();
+        assert!(!c.has_any("u1") && !c.is_known("u1", 1));
+        c.known("u1", 1);
+        assert!(c.has_any("u1") && c.is_known("u1", 1) && !c.is_known("u1", 2));
+        assert!(
+            c.get("u1", 1).is_none(),
+            "a written revision keeps no content"
+        );
+        assert!(
+            !c.has_any("u0") && !c.has_any("u10"),
+            "by uid, not by prefix"
+        );
+        c.put("u2", 3, Arc::new(serde_json::json!({"image": "a:1"})));
+        assert!(c.is_known("u2", 3) && c.has_any("u2"));
+        assert_eq!(
+            c.get("u2", 3).as_deref(),
+            Some(&serde_json::json!({"image": "a:1"}))
+        );
+    }
 
     #[test]
     fn revision_names_are_valid_and_end_with_the_revision() {
