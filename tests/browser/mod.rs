@@ -292,45 +292,45 @@ impl Browser {
             .unwrap_or_else(|e| panic!("opening {path}: {e}"));
     }
 
-    /// Clicks the element with `id`. A live page swaps its content when the federation
-    /// changes, which can replace the element between finding and clicking it ("stale
-    /// element"): find it again, for up to 10 s.
-    pub async fn click_id(&self, id: &str) {
+    /// Finds the element with `id` and does `act` with it. A live page swaps its content
+    /// when the federation changes, which can replace the element between finding and
+    /// acting on it ("stale element"): find it again, for up to 10 s; then panic with
+    /// `what` and the last error.
+    async fn on_id<F, Fut>(&self, id: &str, what: &str, act: F)
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+    {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let clicked = match self.c.find(Locator::Id(id)).await {
-                Ok(e) => e.click().await.map(|_| ()),
+            let done = match self.c.find(Locator::Id(id)).await {
+                Ok(e) => act(e).await,
                 Err(e) => Err(e),
             };
-            match clicked {
+            match done {
                 Ok(()) => return,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
+                Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(e) => panic!("clicking #{id}: {e}"),
+                Err(e) => panic!("{what}: {e}"),
             }
         }
     }
 
-    /// Chooses `value` in the select `#id`, again if the page replaced the element
-    /// between finding and choosing (a live page re-renders its parts).
+    /// Clicks the element with `id` (found again if the live page replaced it).
+    pub async fn click_id(&self, id: &str) {
+        self.on_id(id, &format!("clicking #{id}"), |e| async move {
+            e.click().await.map(|_| ())
+        })
+        .await
+    }
+
+    /// Chooses `value` in the select `#id` (found again if the live page replaced it).
     pub async fn select_id(&self, id: &str, value: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let chosen = match self.c.find(Locator::Id(id)).await {
-                Ok(e) => e.select_by_value(value).await.map(|_| ()),
-                Err(e) => Err(e),
-            };
-            match chosen {
-                Ok(()) => return,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("choosing {value} in #{id}: {e}"),
-            }
-        }
+        self.on_id(id, &format!("choosing {value} in #{id}"), |e| async move {
+            e.select_by_value(value).await.map(|_| ())
+        })
+        .await
     }
 
     pub async fn path(&self) -> String {
