@@ -437,6 +437,102 @@ mod members {
         ns.delete().await;
         b.stop(Duration::from_secs(10));
     }
+
+    /// `pinfed join` returns once the hub's finalizer policy is in force: the API server
+    /// loads a policy a moment after storing it, and workloads created right after a join
+    /// used to miss the finalizer (the first ~7% of a scale benchmark's 10,000, each a
+    /// metadata patch more for the hub). Destructive: it removes the policy for a moment.
+    #[tokio::test]
+    async fn destructive_workloads_created_right_after_a_join_have_the_hubs_finalizer() {
+        use kube::api::{DeleteParams, DynamicObject};
+        use kube::core::{ApiResource, GroupVersionKind};
+        let fed = Federation::connect().await;
+        let hub = fed.hub();
+        for (kind, plural) in [
+            (
+                "MutatingAdmissionPolicyBinding",
+                "mutatingadmissionpolicybindings",
+            ),
+            ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+        ] {
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+                plural,
+            );
+            let api = Api::<DynamicObject>::all_with(hub.clone(), &ar);
+            match api
+                .delete("pinfed-hub-finalizer", &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => panic!("deleting {kind} pinfed-hub-finalizer: {e}"),
+            }
+        }
+        let ns = TestNamespace::create(&hub, "joinfin").await;
+        let services: Api<pinfed::api::service::PinterestService> =
+            Api::namespaced(hub.clone(), &ns.name);
+        let has_finalizer = |o: &pinfed::api::service::PinterestService| {
+            o.metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == "federation.pinterest.com/slices")
+        };
+        // The policy's removal takes a moment to be in force too: wait for it, or the
+        // join below would find the policy still loaded.
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        support::eventually(Duration::from_secs(10), "the finalizer policy gone", || {
+            let (services, dry_run) = (services.clone(), dry_run.clone());
+            async move {
+                let probe = one_replica_service("probe");
+                services
+                    .create(&dry_run, &probe)
+                    .await
+                    .is_ok_and(|o| !has_finalizer(&o))
+            }
+        })
+        .await;
+        let member = fed.member_names()[0].clone();
+        support::join_member(&fed, &member, &[]);
+        let mut missing = Vec::new();
+        for i in 0..3 {
+            let name = format!("right-after-join-{i}");
+            let created = services
+                .create(&PostParams::default(), &one_replica_service(&name))
+                .await
+                .unwrap();
+            if !created
+                .metadata
+                .finalizers
+                .unwrap_or_default()
+                .iter()
+                .any(|f| f == "federation.pinterest.com/slices")
+            {
+                missing.push(name);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "created right after `pinfed join {member}` without the hub's finalizer: {missing:?}"
+        );
+        // No hub runs to release them: the namespace goes with its workloads.
+        for i in 0..3 {
+            let release = serde_json::json!({"metadata": {"finalizers": null}});
+            services
+                .patch(
+                    &format!("right-after-join-{i}"),
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&release),
+                )
+                .await
+                .unwrap();
+        }
+        ns.delete().await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
