@@ -9,10 +9,10 @@ use kube::ResourceExt;
 
 use crate::LABEL_HUB_NAMESPACE;
 use crate::daemon::{http_status, report_logs};
-use crate::fed::{Fed, service};
+use crate::fed::{Fed, condition, service};
 use crate::helpers::{
     AbortOnDrop, counts_since, cpu_by_component, cpu_used_line, create_all, load_line, placements,
-    progress, raw_write_rates, wait_for, watch_services, write_counts,
+    progress, raw_write_rates, wait_for, watch_objects, watch_services, write_counts,
 };
 use crate::settings::env_or;
 
@@ -21,6 +21,10 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let concurrency: usize = env_or("PINFED_BENCH_CONCURRENCY", 32)?;
     let settle = Duration::from_secs(env_or("PINFED_BENCH_SETTLE_SECS", 30)?);
     let timeout = Duration::from_secs(env_or("PINFED_BENCH_SCALE_TIMEOUT_SECS", 1800)?);
+    // PINFED_BENCH_SCALE_AGENTS=1: an agent in each member, started before the hub (as
+    // after a hub restart): the first sync then ends with every workload Ready on the hub
+    // (its Deployment expanded by the agent, kwok's pod running, the status reported back).
+    let with_agents = env_or::<u8>("PINFED_BENCH_SCALE_AGENTS", 0)? != 0;
     progress("scale10k: joining members (no hub runs while the workloads are created)");
     fed.join_all()?;
     let ns = fed.create_namespace("bench-10k").await?;
@@ -36,8 +40,11 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         n as f64 / took.as_secs_f64()
     ));
 
-    // Counters fed by watches: placed on the hub, slices in the members.
+    // Counters fed by watches: placed on the hub, slices in the members; with agents,
+    // Ready on the hub and the agents' Deployments in the members.
     let placed: Arc<Mutex<(BTreeSet<String>, Option<Instant>)>> = Default::default();
+    let ready: Arc<Mutex<(BTreeSet<String>, Option<Instant>)>> = Default::default();
+    let deployments: Arc<Mutex<BTreeSet<(String, String)>>> = Default::default();
     let slices: Arc<Mutex<BTreeSet<(String, String)>>> = Default::default();
     let mut watches = AbortOnDrop(Vec::new());
     for m in fed.member_names() {
@@ -56,21 +63,55 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             },
         ));
     }
+    if with_agents {
+        for m in fed.member_names() {
+            let deployments = deployments.clone();
+            let member = m.clone();
+            let api = kube::Api::namespaced_with(fed.client(&m), &ns, &deployment_resource());
+            watches.0.push(watch_objects(api, &m, None, move |o, _| {
+                deployments
+                    .lock()
+                    .unwrap()
+                    .insert((o.name_any(), member.clone()));
+            }));
+        }
+    }
     let hub_watch = {
-        let placed = placed.clone();
+        let (placed, ready) = (placed.clone(), ready.clone());
         watch_services(fed, fed.hub_name(), &ns, None, move |o, at| {
-            if placements(&o.data["status"]).is_some_and(|p| !p.is_empty()) {
+            let status = &o.data["status"];
+            if placements(status).is_some_and(|p| !p.is_empty()) {
                 let mut p = placed.lock().unwrap();
                 if p.0.insert(o.name_any()) && p.0.len() == n {
                     p.1 = Some(at);
+                }
+            }
+            if condition(status, "Ready") == Some("True") {
+                let mut r = ready.lock().unwrap();
+                if r.0.insert(o.name_any()) && r.0.len() == n {
+                    r.1 = Some(at);
                 }
             }
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let _agents = fed.hub_only_agents().await?;
+    let agents = if with_agents {
+        progress("scale10k: starting an agent in each member");
+        let agents = fed.spawn_agents()?;
+        for a in &agents {
+            a.wait_http("/readyz", fed.s.timeout).await?;
+        }
+        agents
+    } else {
+        fed.hub_only_agents().await?
+    };
+    let agents_cpu_before: f64 = agents.iter().filter_map(|a| a.cpu_secs()).sum();
     let writes_before = write_counts(&fed.hub()).await;
+    let mut member_writes_before = Vec::new();
+    for m in fed.member_names() {
+        member_writes_before.push((m.clone(), write_counts(&fed.client(&m)).await));
+    }
     let cpu_before = cpu_by_component();
     let load_before = load_line();
     let started = Instant::now();
@@ -107,16 +148,17 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         if last.elapsed() > Duration::from_secs(10) {
             last = Instant::now();
             progress(&format!(
-                "scale10k: {:.0?} after start: {} placed, {} slices, RSS {} MiB",
+                "scale10k: {:.0?} after start: {} placed, {} slices, {} Deployments, {} Ready, RSS {} MiB",
                 started.elapsed(),
                 placed.lock().unwrap().0.len(),
                 slices.lock().unwrap().len(),
+                deployments.lock().unwrap().len(),
+                ready.lock().unwrap().0.len(),
                 hub.memory_kib().map(|m| m.1 / 1024).unwrap_or(0)
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    hub_watch.abort();
     let writes_at_sync = write_counts(&fed.hub()).await;
     let cpu_at_first_sync = cpu_by_component();
     let at_sync = hub.memory_kib();
@@ -130,6 +172,80 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     if slices_at.is_none() && slices.lock().unwrap().len() >= n {
         slices_at = Some(started.elapsed());
     }
+    // With agents: every Deployment in the members, then every workload Ready on the hub.
+    let mut agents_line = None;
+    if with_agents {
+        let mut deployments_at = None;
+        let mut last = Instant::now();
+        loop {
+            if let Some((_, rss)) = hub.memory_kib() {
+                peak_rss = peak_rss.max(rss);
+            }
+            if deployments_at.is_none() && deployments.lock().unwrap().len() >= n {
+                deployments_at = Some(started.elapsed());
+            }
+            if ready.lock().unwrap().1.is_some() || started.elapsed() > timeout {
+                break;
+            }
+            if last.elapsed() > Duration::from_secs(10) {
+                last = Instant::now();
+                progress(&format!(
+                    "scale10k: {:.0?} after start: {} Deployments in the members, {} Ready on the hub",
+                    started.elapsed(),
+                    deployments.lock().unwrap().len(),
+                    ready.lock().unwrap().0.len(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let ready_all = ready.lock().unwrap().1.map(|at| at - started);
+        let mut member_writes = std::collections::BTreeMap::<String, f64>::new();
+        for (m, before) in &member_writes_before {
+            for (key, d) in counts_since(before, &write_counts(&fed.client(m)).await) {
+                *member_writes.entry(key).or_default() += d;
+            }
+        }
+        let hub_writes = counts_since(&writes_before, &write_counts(&fed.hub()).await);
+        let per = |w: &std::collections::BTreeMap<String, f64>| {
+            let total: f64 = w.values().sum();
+            let rows: Vec<String> = w
+                .iter()
+                .filter(|(_, v)| **v / n as f64 >= 0.05)
+                .map(|(k, v)| format!("{k} {:.2}", v / n as f64))
+                .collect();
+            format!("{:.2} ({})", total / n as f64, rows.join(", "))
+        };
+        let agents_cpu: f64 =
+            agents.iter().filter_map(|a| a.cpu_secs()).sum::<f64>() - agents_cpu_before;
+        let agents_rss: Vec<String> = agents
+            .iter()
+            .map(|a| {
+                a.memory_kib()
+                    .map(|m| format!("{:.0}", m.1 as f64 / 1024.0))
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect();
+        let secs = |d: Option<Duration>| {
+            d.map(|d| format!("{:.1} s", d.as_secs_f64()))
+                .unwrap_or_else(|| "not reached".into())
+        };
+        agents_line = Some(format!(
+            "  with agents: hub start → every agent's Deployment in the members: {} ({} of {n}); \
+             → every workload Ready on the hub (first sync with agents): {} ({} of {n})\n  \
+             agents' CPU until then {agents_cpu:.1} s, their RSS {} MiB\n  \
+             until every workload Ready: hub API server writes per workload {}\n  \
+             members' API servers' writes per workload (every writer, summed over the members; \
+             each workload has one slice): {}",
+            secs(deployments_at),
+            deployments.lock().unwrap().len(),
+            secs(ready_all),
+            ready.lock().unwrap().0.len(),
+            agents_rss.join(" / "),
+            per(&hub_writes),
+            per(&member_writes),
+        ));
+    }
+    hub_watch.abort();
     progress(&format!(
         "scale10k: first sync done; settling for {settle:?}"
     ));
@@ -151,8 +267,13 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     println!(
         "config: {n} PinterestServices × 1 replica (10m cpu, 16Mi + runtime sidecars), \
          Divided, no spread; created {concurrency} at a time in {took:.1?} ({:.0}/s) with no \
-         hub running; then one `pinfed hub` (leader election on) started; no agents; {}",
+         hub running; then one `pinfed hub` (leader election on) started; {}; {}",
         n as f64 / took.as_secs_f64(),
+        if with_agents {
+            "an agent in each member, started before the hub"
+        } else {
+            "no agents"
+        },
         fed.describe()
     );
     println!("load: before {load_before}; after {}", load_line());
@@ -213,8 +334,12 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
         "  CPU of the topology's processes from hub start to first sync: {}",
         cpu_used_line(&cpu_before, &cpu_at_first_sync)
     );
+    if let Some(line) = agents_line {
+        println!("{line}");
+    }
     drop(watches);
     report_logs(&[&hub]);
+    drop(agents);
     // The same API server's raw rate for the hub's two kinds of writes on these objects,
     // with the hub stopped: what one placed workload costs there at the least.
     let raw_n: usize = env_or("PINFED_BENCH_RAW_WRITES", 1_000)?;
@@ -254,4 +379,9 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
          finalizers); e2e/bench throws the topology away"
     );
     Ok(())
+}
+
+/// apps/v1 Deployments, as the agents write them.
+fn deployment_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&())
 }
