@@ -84,8 +84,13 @@ pub struct SliceCache {
 const WRITTEN_FOR_AT_MOST: Duration = Duration::from_secs(30);
 
 impl SliceCache {
-    /// Takes in one watch event of a push member's slices.
-    pub fn ingest(&mut self, kind: WorkloadKind, event: &watcher::Event<DynamicObject>) {
+    /// Takes in one watch event of a push member's slices; returns the slices whose
+    /// workloads it concerns (to reconcile), each once the cache holds what it says.
+    pub fn ingest(
+        &mut self,
+        kind: WorkloadKind,
+        event: &watcher::Event<DynamicObject>,
+    ) -> Vec<(String, String)> {
         let key = |o: &DynamicObject| {
             (
                 o.metadata.namespace.clone().unwrap_or_default(),
@@ -94,11 +99,23 @@ impl SliceCache {
         };
         let summary = |o: &DynamicObject| Arc::new(slices::summarize_dynamic(kind, o));
         match event {
-            watcher::Event::Init => self.begin_relist(),
-            watcher::Event::InitApply(o) => self.relisted(key(o), summary(o)),
+            watcher::Event::Init => {
+                self.begin_relist();
+                Vec::new()
+            }
+            watcher::Event::InitApply(o) => {
+                self.relisted(key(o), summary(o));
+                Vec::new()
+            }
             watcher::Event::InitDone => self.end_relist(),
-            watcher::Event::Apply(o) => self.insert(key(o), summary(o)),
-            watcher::Event::Delete(o) => self.remove(&key(o)),
+            watcher::Event::Apply(o) => {
+                self.insert(key(o), summary(o));
+                vec![key(o)]
+            }
+            watcher::Event::Delete(o) => {
+                self.remove(&key(o));
+                vec![key(o)]
+            }
         }
     }
 
@@ -111,11 +128,30 @@ impl SliceCache {
             .get_or_insert_with(HashMap::new)
             .insert(key, summary);
     }
-    fn end_relist(&mut self) {
-        if let Some(fresh) = self.relisting.take() {
-            self.slices = fresh;
-        }
+    /// A (re)list is complete: it replaces what the cache held. Returns the slices it
+    /// changed (new, different or gone): after a watch gap, the list is the only news of
+    /// what happened meanwhile, and it is in the cache only now — a reconcile triggered by
+    /// each listed slice as it came would have read the copy from before the gap, and
+    /// nothing would trigger one again (a workload waited for a report it had).
+    fn end_relist(&mut self) -> Vec<(String, String)> {
+        let Some(fresh) = self.relisting.take() else {
+            self.listed = true;
+            return Vec::new();
+        };
+        let mut changed: Vec<(String, String)> = fresh
+            .iter()
+            .filter(|(k, s)| self.slices.get(*k) != Some(*s))
+            .map(|(k, _)| k.clone())
+            .collect();
+        changed.extend(
+            self.slices
+                .keys()
+                .filter(|k| !fresh.contains_key(*k))
+                .cloned(),
+        );
+        self.slices = fresh;
         self.listed = true;
+        changed
     }
     fn insert(&mut self, key: (String, String), summary: Arc<SliceSummary>) {
         self.written.remove(&key);
@@ -126,12 +162,23 @@ impl SliceCache {
         self.slices.remove(key);
     }
 
-    /// Records a slice this process just wrote, as the member returned it.
+    /// Records a slice this process just wrote, as the member returned it — unless the
+    /// watch has reported that write already (the same generation and spec: a write's
+    /// answer can be handled after the watch's events for it and for later status
+    /// changes; standing in then would hide those changes for up to
+    /// [`WRITTEN_FOR_AT_MOST`], and nothing would bring them back).
     pub fn wrote(&mut self, key: (String, String), stored: Arc<SliceSummary>) {
         let now = std::time::Instant::now();
         self.written
             .retain(|_, (_, at)| now.duration_since(*at) < WRITTEN_FOR_AT_MOST);
-        self.written.insert(key, (stored, now));
+        let seen = self.slices.get(&key).is_some_and(|watched| {
+            watched.generation == stored.generation && watched.spec_digest == stored.spec_digest
+        });
+        if seen {
+            self.written.remove(&key);
+        } else {
+            self.written.insert(key, (stored, now));
+        }
     }
 
     /// The slice as this process last knows it: its own write the watch has not reported
@@ -557,24 +604,18 @@ pub async fn ensure_member(
         .backoff(watch::backoff())
         .for_each(move |ev| {
             if let Ok(ev) = ev {
-                if let Ok(mut c) = cache.lock() {
-                    c.ingest(kind, &ev);
-                }
-                if let watcher::Event::Apply(o)
-                | watcher::Event::InitApply(o)
-                | watcher::Event::Delete(o) = &ev
-                {
-                    // A slice has its hub resource's name and namespace (the hub-name label
-                    // may be shortened to fit a label value).
-                    if let (Some(name), Some(namespace)) =
-                        (o.metadata.name.as_ref(), o.metadata.namespace.as_ref())
-                    {
-                        let _ = events.send(SliceEvent {
-                            kind,
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                        });
-                    }
+                let due = cache
+                    .lock()
+                    .map(|mut c| c.ingest(kind, &ev))
+                    .unwrap_or_default();
+                // A slice has its hub resource's name and namespace (the hub-name label
+                // may be shortened to fit a label value).
+                for (namespace, name) in due {
+                    let _ = events.send(SliceEvent {
+                        kind,
+                        namespace,
+                        name,
+                    });
                 }
             }
             futures::future::ready(())
@@ -655,32 +696,45 @@ fn ensure_pull_member(hub: &Client, registry: &MemberRegistry, mc: &MemberCluste
             let Ok(ev) = ev else {
                 return futures::future::ready(());
             };
-            let each = |f: &dyn Fn(&mut SliceCache)| {
-                for c in caches.values() {
-                    if let Ok(mut c) = c.lock() {
-                        f(&mut c);
-                    }
-                }
+            let trigger = |kind, (namespace, name)| {
+                let _ = events.send(SliceEvent {
+                    kind,
+                    namespace,
+                    name,
+                });
             };
-            let one = |ms: &MemberSlice, f: CacheStep<'_>| {
+            let one = |ms: &MemberSlice, f: CacheStep<'_>, now: bool| {
                 if let Some((kind, key)) = carried(ms) {
                     let summary = Arc::new(slices::summarize_member_slice(kind, ms));
                     if let Some(Ok(mut c)) = caches.get(&kind).map(|c| c.lock()) {
                         f(&mut c, key.clone(), summary);
                     }
-                    let _ = events.send(SliceEvent {
-                        kind,
-                        namespace: key.0,
-                        name: key.1,
-                    });
+                    if now {
+                        trigger(kind, key);
+                    }
                 }
             };
             match &ev {
-                watcher::Event::Init => each(&|c| c.begin_relist()),
-                watcher::Event::InitApply(ms) => one(ms, &|c, k, s| c.relisted(k, s)),
-                watcher::Event::InitDone => each(&|c| c.end_relist()),
-                watcher::Event::Apply(ms) => one(ms, &|c, k, s| c.insert(k, s)),
-                watcher::Event::Delete(ms) => one(ms, &|c, k, _| c.remove(&k)),
+                watcher::Event::Init => {
+                    for c in caches.values() {
+                        if let Ok(mut c) = c.lock() {
+                            c.begin_relist();
+                        }
+                    }
+                }
+                // A (re)list's slices trigger their workloads once all are in the caches,
+                // and only those it changed (`end_relist`).
+                watcher::Event::InitApply(ms) => one(ms, &|c, k, s| c.relisted(k, s), false),
+                watcher::Event::InitDone => {
+                    for (kind, c) in &caches {
+                        let due = c.lock().map(|mut c| c.end_relist()).unwrap_or_default();
+                        for key in due {
+                            trigger(*kind, key);
+                        }
+                    }
+                }
+                watcher::Event::Apply(ms) => one(ms, &|c, k, s| c.insert(k, s), true),
+                watcher::Event::Delete(ms) => one(ms, &|c, k, _| c.remove(&k), true),
             }
             futures::future::ready(())
         })
@@ -1164,6 +1218,74 @@ mod tests {
             hold_liveness_times(None, first.clone(), at(1_005), every),
             first
         );
+    }
+
+    /// After a watch gap the re-list is the only news: its slices trigger their
+    /// workloads once the cache holds the list (not as each comes, when a reconcile would
+    /// read the copy from before the gap), and only those it changed.
+    #[test]
+    fn a_relist_triggers_what_it_changed_once_the_cache_has_it() {
+        let slice = |name: &str, generation: i64| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
+                "metadata": {"name": name, "namespace": "ns", "generation": generation},
+                "spec": {"replicas": 1},
+            }))
+            .unwrap()
+        };
+        let kind = WorkloadKind::Service;
+        let key = |n: &str| ("ns".to_string(), n.to_string());
+        let generation = |c: &SliceCache, n: &str| c.get(&key(n)).and_then(|s| s.generation);
+        let mut cache = SliceCache::default();
+        assert!(cache.ingest(kind, &watcher::Event::Init).is_empty());
+        for o in [slice("same", 1), slice("changed", 1), slice("gone", 1)] {
+            assert!(cache.ingest(kind, &watcher::Event::InitApply(o)).is_empty());
+        }
+        let mut first = cache.ingest(kind, &watcher::Event::InitDone);
+        first.sort();
+        assert_eq!(
+            first,
+            [key("changed"), key("gone"), key("same")],
+            "the first list: all new"
+        );
+        // A gap: `changed` moved on, `gone` was deleted, `new` was made.
+        assert!(cache.ingest(kind, &watcher::Event::Init).is_empty());
+        for o in [slice("same", 1), slice("changed", 2), slice("new", 1)] {
+            assert!(cache.ingest(kind, &watcher::Event::InitApply(o)).is_empty());
+        }
+        assert_eq!(
+            generation(&cache, "changed"),
+            Some(1),
+            "not before the list is done"
+        );
+        let mut due = cache.ingest(kind, &watcher::Event::InitDone);
+        due.sort();
+        assert_eq!(due, [key("changed"), key("gone"), key("new")]);
+        assert_eq!(generation(&cache, "changed"), Some(2));
+        assert!(cache.get(&key("gone")).is_none());
+        // Events between lists trigger at once.
+        assert_eq!(
+            cache.ingest(kind, &watcher::Event::Apply(slice("same", 2))),
+            [key("same")]
+        );
+    }
+
+    /// The answer to a write handled after the watch reported that write (and what the
+    /// agent wrote since): no stand-in, or it would hide the agent's report.
+    #[test]
+    fn a_write_the_watch_reported_first_does_not_stand_in() {
+        let key = ("ns".to_string(), "web".to_string());
+        let mut cache = SliceCache::default();
+        let reported = Arc::new(SliceSummary {
+            report: slices::SliceReport {
+                state: "Ready",
+                ..Default::default()
+            },
+            ..(*summary(1)).clone()
+        });
+        cache.insert(key.clone(), reported.clone());
+        cache.wrote(key.clone(), summary(1));
+        assert_eq!(cache.get(&key), Some(reported));
     }
 
     /// A slice this process wrote is read in place of the watch's older copy until the
