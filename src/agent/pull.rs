@@ -759,22 +759,67 @@ fn due_reports(
         .collect()
 }
 
-/// Folds the slices' changes (per MemberSlice name, the slice's report, or `None`: the
-/// slice was deleted in the member) into the latest reports to write; a deleted slice's
-/// last report is forgotten too.
+/// What the member's slice watches say, per MemberSlice name.
+#[derive(Debug)]
+enum SliceEvent {
+    /// A slice as it is now; `relisting`: one of a watch's (re)list.
+    Seen {
+        kind: WorkloadKind,
+        name: String,
+        report: MemberSliceStatus,
+        relisting: bool,
+    },
+    /// A slice deleted in the member.
+    Deleted(String),
+    /// The watch of `kind`'s slices (re)lists them: after a watch gap, a slice deleted
+    /// meanwhile brings no event, only its absence from the list.
+    Relist(WorkloadKind),
+    /// That (re)list is complete.
+    Relisted(WorkloadKind),
+}
+
+/// The slices each watch has (re)listed so far, while it (re)lists.
+type Relisting = HashMap<WorkloadKind, std::collections::HashSet<String>>;
+
+/// Folds the slices' events into the latest reports to write. A deleted slice's last
+/// report is forgotten too (a long-lived agent would otherwise keep one for every slice it
+/// ever held), and so is that of a slice a watch's re-list no longer shows (deleted while
+/// the watch was away).
 fn fold_changes(
     latest: &mut HashMap<String, MemberSliceStatus>,
     written: &mut HashMap<String, MemberSliceStatus>,
-    changes: impl IntoIterator<Item = (String, Option<MemberSliceStatus>)>,
+    relisting: &mut Relisting,
+    events: impl IntoIterator<Item = SliceEvent>,
 ) {
-    for (name, report) in changes {
-        match report {
-            Some(r) => {
-                latest.insert(name, r);
+    for event in events {
+        match event {
+            SliceEvent::Seen {
+                kind,
+                name,
+                report,
+                relisting: in_list,
+            } => {
+                if in_list && let Some(seen) = relisting.get_mut(&kind) {
+                    seen.insert(name.clone());
+                }
+                latest.insert(name, report);
             }
-            None => {
+            SliceEvent::Deleted(name) => {
                 latest.remove(&name);
                 written.remove(&name);
+            }
+            SliceEvent::Relist(kind) => {
+                relisting.insert(kind, Default::default());
+            }
+            SliceEvent::Relisted(kind) => {
+                let Some(seen) = relisting.remove(&kind) else {
+                    continue;
+                };
+                // MemberSlice names start with their kind (`member_slice_name`).
+                let prefix = format!("{}.", kind.as_str().to_lowercase());
+                let listed = |name: &String| !name.starts_with(&prefix) || seen.contains(name);
+                latest.retain(|name, _| listed(name));
+                written.retain(|name, _| listed(name));
             }
         }
     }
@@ -821,14 +866,26 @@ async fn report_slice_status(
         )
         .backoff(crate::controller::watch::backoff())
         .filter_map(move |ev| {
-            // A slice deleted in the member: its last report is forgotten (a long-lived
-            // agent would otherwise keep one for every slice it ever held).
+            let name = |o: &DynamicObject| {
+                crate::api::member_slice::member_slice_name(
+                    kind,
+                    &o.namespace().unwrap_or_default(),
+                    &o.name_any(),
+                )
+            };
+            let seen = |o: DynamicObject, relisting| SliceEvent::Seen {
+                kind,
+                name: name(&o),
+                report: slice_report(&o, Timestamp::now()),
+                relisting,
+            };
             futures::future::ready(match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    Some((kind, o, true))
-                }
-                Ok(watcher::Event::Delete(o)) => Some((kind, o, false)),
-                _ => None,
+                Ok(watcher::Event::Apply(o)) => Some(seen(o, false)),
+                Ok(watcher::Event::InitApply(o)) => Some(seen(o, true)),
+                Ok(watcher::Event::Delete(o)) => Some(SliceEvent::Deleted(name(&o))),
+                Ok(watcher::Event::Init) => Some(SliceEvent::Relist(kind)),
+                Ok(watcher::Event::InitDone) => Some(SliceEvent::Relisted(kind)),
+                Err(_) => None,
             })
         })
         .boxed()
@@ -836,6 +893,7 @@ async fn report_slice_status(
     let mut batches = futures::stream::select_all(streams).ready_chunks(256);
     let api: Api<MemberSlice> = Api::namespaced(hub.clone(), ns);
     let mut retry: HashMap<String, MemberSliceStatus> = HashMap::new();
+    let mut relisting = Relisting::new();
     loop {
         let batch = tokio::select! {
             b = batches.next() => b,
@@ -860,18 +918,7 @@ async fn report_slice_status(
             batch.extend(more);
         }
         let mut latest = std::mem::take(&mut retry);
-        fold_changes(
-            &mut latest,
-            &mut written,
-            batch.into_iter().map(|(kind, o, present)| {
-                let name = crate::api::member_slice::member_slice_name(
-                    kind,
-                    &o.namespace().unwrap_or_default(),
-                    &o.name_any(),
-                );
-                (name, present.then(|| slice_report(&o, Timestamp::now())))
-            }),
-        );
+        fold_changes(&mut latest, &mut written, &mut relisting, batch);
         let due = due_reports(latest, &written);
         let results: Vec<_> = futures::stream::iter(due.into_iter().map(|(name, status)| {
             let api = api.clone();
@@ -1209,10 +1256,74 @@ mod tests {
         fold_changes(
             &mut latest,
             &mut written,
-            [("gone".to_string(), None), ("kept".to_string(), Some(r(2)))],
+            &mut Relisting::new(),
+            [
+                SliceEvent::Deleted("gone".to_string()),
+                SliceEvent::Seen {
+                    kind: WorkloadKind::Service,
+                    name: "kept".to_string(),
+                    report: r(2),
+                    relisting: false,
+                },
+            ],
         );
         assert_eq!(latest.keys().collect::<Vec<_>>(), ["kept"]);
         assert_eq!(written.keys().collect::<Vec<_>>(), ["kept"]);
+    }
+
+    /// A slice deleted while a watch was away brings no Delete event: the watch's re-list
+    /// no longer shows it, and its last report goes then — only that watch's kind.
+    #[test]
+    fn a_slice_missing_from_a_re_list_leaves_no_report_behind() {
+        use crate::api::member_slice::member_slice_name;
+        let r = |g| MemberSliceStatus {
+            slice_generation: Some(g),
+            ..Default::default()
+        };
+        let svc = |n| member_slice_name(WorkloadKind::Service, "ads", n);
+        let jobs = member_slice_name(WorkloadKind::JobSet, "ads", "gone-too");
+        let mut written = HashMap::from([
+            (svc("listed"), r(1)),
+            (svc("deleted-meanwhile"), r(1)),
+            (jobs.clone(), r(1)),
+        ]);
+        let mut latest = HashMap::from([(svc("deleted-meanwhile"), r(2))]);
+        let mut relisting = Relisting::new();
+        let seen = |name: String| SliceEvent::Seen {
+            kind: WorkloadKind::Service,
+            name,
+            report: r(1),
+            relisting: true,
+        };
+        // Split over two batches, as `ready_chunks` may deliver a re-list.
+        fold_changes(
+            &mut latest,
+            &mut written,
+            &mut relisting,
+            [
+                SliceEvent::Relist(WorkloadKind::Service),
+                seen(svc("listed")),
+            ],
+        );
+        assert!(
+            written.contains_key(&svc("deleted-meanwhile")),
+            "not before the list ends"
+        );
+        fold_changes(
+            &mut latest,
+            &mut written,
+            &mut relisting,
+            [SliceEvent::Relisted(WorkloadKind::Service)],
+        );
+        let mut kept: Vec<_> = written.keys().cloned().collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            [jobs, svc("listed")],
+            "another kind's watch did not re-list"
+        );
+        assert_eq!(latest.keys().cloned().collect::<Vec<_>>(), [svc("listed")]);
+        assert!(relisting.is_empty());
     }
 
     #[test]
