@@ -347,21 +347,43 @@ async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_
         .create(&PostParams::default(), &service("web", 1, false))
         .await
         .unwrap();
-    let waiting = format!("{}/web", ns.name);
+    // The wait shows as one Normal Event on the slice (however often the agent looks
+    // again) and in the agent's metrics.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let waits = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("WaitingForLeftovers")
+                    && e.involved_object.name.as_deref() == Some("web")
+                    && e.involved_object.uid == slice.metadata.uid
+            })
+            .map(|e| e.type_.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
     eventually(
         WAIT,
         &format!(
-            "the agent waiting for the earlier slice's objects\n{}",
+            "a WaitingForLeftovers Event: the agent waiting for the earlier slice's objects\n{}",
             agent.log_tail()
         ),
-        || async {
-            std::fs::read_to_string(&agent.log).is_ok_and(|l| {
-                l.lines()
-                    .any(|l| l.contains("garbage-collected") && l.contains(&waiting))
-            })
-        },
+        || async { !waits().await.is_empty() },
     )
     .await;
+    let waited = support::http_get(&metrics_url(agent))
+        .await
+        .lines()
+        .filter(|l| l.starts_with("pinfed_agent_leftover_waits_total{kind=\"PinterestService\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum::<u64>();
+    assert!(
+        waited >= 1,
+        "the wait counted in pinfed_agent_leftover_waits_total"
+    );
     let invalid = |s: &Option<pinfed::api::service::PinterestServiceStatus>| {
         s.as_ref().is_some_and(|s| {
             s.conditions
@@ -404,6 +426,7 @@ async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_
         .collect();
     assert_eq!(owners, [slice.metadata.uid.clone().unwrap()]);
     assert!(!invalid(&api.get("web").await.unwrap().status));
+    assert_eq!(waits().await, ["Normal"], "one Event for the whole wait");
     ns.delete().await;
 }
 

@@ -42,6 +42,9 @@ pub struct ReconcileMetrics {
     /// Agent: slice status writes held back while the pods come up (`--status-hold-ms`),
     /// by kind; each is a write that a later status replaced or that waited.
     pub statuses_held: Family<KindLabels, Counter>,
+    /// Agent: reconciles that waited for an earlier slice's objects of the same name to
+    /// be garbage-collected, by kind.
+    pub leftover_waits: Family<KindLabels, Counter>,
 }
 
 impl ReconcileMetrics {
@@ -57,6 +60,7 @@ impl ReconcileMetrics {
             refusals: Family::default(),
             drift: Family::default(),
             statuses_held: Family::default(),
+            leftover_waits: Family::default(),
         };
         registry.register(
             "reconciles",
@@ -92,6 +96,11 @@ impl ReconcileMetrics {
             "status_writes_held",
             "Agent: slice status writes held back while the pods come up (--status-hold-ms), by kind",
             m.statuses_held.clone(),
+        );
+        registry.register(
+            "leftover_waits",
+            "Agent: reconciles that waited for an earlier slice's objects of the same name to be garbage-collected, by kind",
+            m.leftover_waits.clone(),
         );
         m
     }

@@ -22,7 +22,13 @@ pub(super) async fn apply<K: AgentKind>(
     } else {
         // Nothing of someone else's is overwritten: a clash refuses the whole workload
         // before any object is applied.
-        let adopted = match claim_objects(ctx, obj, &slice.ns, &objects).await? {
+        let claim = claim_objects(ctx, obj, &slice.ns, &objects).await?;
+        if !matches!(claim, Claim::Leftover(_))
+            && let Ok(mut waits) = ctx.leftover_waits.lock()
+        {
+            waits.remove(&uid);
+        }
+        let adopted = match claim {
             Claim::Adopt(adopted) => adopted,
             Claim::Clash(clash) => {
                 ctx.metrics.refused(K::KIND.as_str(), "Conflict");
@@ -33,6 +39,31 @@ pub(super) async fn apply<K: AgentKind>(
             // hub to act on, only a short wait (no watch brings the old objects' end).
             Claim::Leftover(what) => {
                 tracing::info!(kind = %K::KIND, object = %key(obj), %what, "waiting for the objects of an earlier slice of this name to be garbage-collected");
+                ctx.metrics
+                    .leftover_waits
+                    .get_or_create(&crate::controller::metrics::KindLabels {
+                        kind: K::KIND.as_str().to_string(),
+                    })
+                    .inc();
+                let first_look = ctx
+                    .leftover_waits
+                    .lock()
+                    .is_ok_and(|mut waits| waits.insert(uid.clone()));
+                if first_look {
+                    publish(
+                        ctx,
+                        obj,
+                        EventType::Normal,
+                        "WaitingForLeftovers",
+                        format!(
+                            "{what} was made by pinfed for an earlier slice of this name, now gone; waiting for the \
+                             member's garbage collector to remove it before applying (a Conflict if it is still \
+                             there {} s after this slice was made)",
+                            LEFTOVER_PATIENCE.as_secs()
+                        ),
+                    )
+                    .await;
+                }
                 return Ok(Step::Done(Action::requeue(LEFTOVER_RECHECK)));
             }
         };

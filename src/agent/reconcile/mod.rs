@@ -94,6 +94,9 @@ pub struct Context {
     pub deployments: Store<Deployment>,
     /// Its writer, until the services' controller takes it for that watch.
     pub deployments_writer: Mutex<Option<reflector::store::Writer<Deployment>>>,
+    /// Slices (uid) waiting for an earlier slice's objects of their name to go, whose wait
+    /// has had its Event: one per wait, not one per look.
+    pub leftover_waits: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -127,6 +130,7 @@ impl Context {
             queues,
             deployments,
             deployments_writer: Mutex::new(Some(writer)),
+            leftover_waits: Default::default(),
             retries: RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(300)),
             owned: Default::default(),
             applied: Default::default(),
