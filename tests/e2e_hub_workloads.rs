@@ -42,6 +42,20 @@ fn logs(d: &[Daemon]) -> String {
     d[0].log_tail()
 }
 
+/// The MemberSlices on the hub of pull member `member`, and the name of the one carrying
+/// PinterestService `web` of namespace `ns`.
+fn web_member_slice(
+    fed: &Federation,
+    member: &str,
+    ns: &str,
+) -> (Api<pinfed::api::member_slice::MemberSlice>, String) {
+    use pinfed::api::member_slice::{member_slice_name, pull_namespace};
+    (
+        Api::namespaced(fed.hub(), &pull_namespace(member)),
+        member_slice_name(pinfed::api::workload::WorkloadKind::Service, ns, "web"),
+    )
+}
+
 fn service(name: &str, replicas: i32) -> PinterestService {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
@@ -146,15 +160,7 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     let watch = tokio::spawn({
         use futures::StreamExt;
         use kube::runtime::watcher::{self, Event};
-        let slices = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
-            hub.clone(),
-            &pinfed::api::member_slice::pull_namespace(&pull),
-        );
-        let name = pinfed::api::member_slice::member_slice_name(
-            pinfed::api::workload::WorkloadKind::Service,
-            &ns.name,
-            "web",
-        );
+        let (slices, name) = web_member_slice(&fed, &pull, &ns.name);
         let reports = reports.clone();
         async move {
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -340,17 +346,8 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
                 managers.contains(&"pinfed-agent-pull".into()),
                 "{managers:?}"
             );
-            let carried = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
-                fed.hub(),
-                &pinfed::api::member_slice::pull_namespace(cluster),
-            )
-            .get(&pinfed::api::member_slice::member_slice_name(
-                pinfed::api::workload::WorkloadKind::Service,
-                &ns.name,
-                "web",
-            ))
-            .await
-            .unwrap();
+            let (slices, name) = web_member_slice(&fed, cluster, &ns.name);
+            let carried = slices.get(&name).await.unwrap();
             assert_eq!(carried.spec.slice["spec"]["replicas"], p["replicas"]);
             let reported = carried.status.unwrap();
             assert!(reported.reported_time.is_some() && reported.slice.is_some());
@@ -412,15 +409,7 @@ async fn a_service_is_split_over_members_and_reported_as_one_status() {
     // A MemberSlice that loses its report (made again by the hub after a failover and a
     // failback, or cleared) gets the agent's last one again, though the slice in the
     // member does not change: without it the hub waited for that member forever.
-    let carried = Api::<pinfed::api::member_slice::MemberSlice>::namespaced(
-        fed.hub(),
-        &pinfed::api::member_slice::pull_namespace(&pull),
-    );
-    let carried_name = pinfed::api::member_slice::member_slice_name(
-        pinfed::api::workload::WorkloadKind::Service,
-        &ns.name,
-        "web",
-    );
+    let (carried, carried_name) = web_member_slice(&fed, &pull, &ns.name);
     carried
         .patch_status(
             &carried_name,
