@@ -19,9 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 
-use crate::api::common::{
-    Condition, ConditionStatus, LABEL_KIND, LABEL_WORKLOAD, condition_types as ct, set_condition,
-};
+use crate::api::common::{Condition, ConditionStatus, condition_types as ct, set_condition};
 use crate::api::federation::{ClusterMode, MemberCluster, MemberClusterStatus};
 use crate::api::member_slice::{MemberSlice, agent_lease_name, pull_namespace};
 use crate::api::workload::WorkloadKind;
@@ -30,6 +28,7 @@ use crate::controller::watch;
 use crate::hub::slice_target::SliceTarget;
 use crate::hub::slices::{self, LABEL_HUB_NAME, SliceSummary};
 use crate::placement::capacity::{self, NodeUsage};
+use crate::placement::pod_book::PodBook;
 use crate::placement::report_guard::{ReportGuard, ReportLimits, Verdict};
 
 /// Namespace on the hub where member kubeconfig Secrets live by default.
@@ -225,7 +224,7 @@ enum Link {
     Push {
         client: Client,
         nodes: Store<Node>,
-        pods: Store<Pod>,
+        pods: Arc<Mutex<PodBook>>,
         secret_version: String,
         kubeconfig: String,
     },
@@ -369,8 +368,13 @@ impl Member {
     /// A pull member reports per-node allocation, not pods: its own pods are counted
     /// (a re-plan there is conservative).
     pub fn node_usage_without(&self, workload: Option<(&str, &str, &str)>) -> Vec<NodeUsage> {
-        let (nodes, pods) = match &self.link {
-            Link::Push { nodes, pods, .. } => (nodes.state(), pods.state()),
+        let (nodes, allocated) = match &self.link {
+            Link::Push { nodes, pods, .. } => (
+                nodes.state(),
+                pods.lock()
+                    .map(|b| b.allocated_without(workload))
+                    .unwrap_or_default(),
+            ),
             Link::Pull { report } => {
                 return report
                     .lock()
@@ -379,17 +383,7 @@ impl Member {
                     .unwrap_or_default();
             }
         };
-        let own = |p: &Pod| {
-            workload.is_some_and(|(ns, kind, name)| {
-                p.metadata.namespace.as_deref() == Some(ns)
-                    && p.labels().get(LABEL_WORKLOAD).map(String::as_str) == Some(name)
-                    && p.labels().get(LABEL_KIND).map(String::as_str) == Some(kind)
-            })
-        };
-        capacity::node_usage(
-            nodes.iter().map(|n| n.as_ref()),
-            pods.iter().map(|p| p.as_ref()).filter(|p| !own(p)),
-        )
+        capacity::node_usage_from(nodes.iter().map(|n| n.as_ref()), &allocated)
     }
 }
 
@@ -401,11 +395,7 @@ impl Member {
     /// report the guard accepted).
     pub fn workload_pods(&self) -> Vec<WorkloadPod> {
         match &self.link {
-            Link::Push { pods, .. } => pods
-                .state()
-                .iter()
-                .filter_map(|p| capacity::workload_pod(p))
-                .collect(),
+            Link::Push { pods, .. } => pods.lock().map(|b| b.workload_pods()).unwrap_or_default(),
             Link::Pull { report } => report
                 .lock()
                 .ok()
@@ -577,17 +567,24 @@ pub async fn ensure_member(
             message,
         })?;
     let (nodes, node_writer) = reflector::store();
-    let (pods, pod_writer) = reflector::store();
+    let pods = Arc::new(Mutex::new(PodBook::default()));
     let node_stream = watcher(Api::<Node>::all(watching.clone()), watch::config())
         .backoff(watch::backoff())
         .modify(capacity::trim_node)
         .reflect(node_writer)
         .for_each(|_| futures::future::ready(()));
-    let pod_stream = watcher(Api::<Pod>::all(watching.clone()), watch::config())
-        .backoff(watch::backoff())
-        .modify(capacity::trim_pod)
-        .reflect(pod_writer)
-        .for_each(|_| futures::future::ready(()));
+    // Pods are summed per node as they come (`PodBook`), not kept.
+    let pod_stream = {
+        let pods = pods.clone();
+        watcher(Api::<Pod>::all(watching.clone()), watch::config())
+            .backoff(watch::backoff())
+            .for_each(move |ev| {
+                if let (Ok(ev), Ok(mut book)) = (ev, pods.lock()) {
+                    book.ingest(&ev);
+                }
+                futures::future::ready(())
+            })
+    };
     let mut tasks = vec![tokio::spawn(node_stream), tokio::spawn(pod_stream)];
     let mut slices = BTreeMap::new();
     // Slice changes trigger the hub resource's reconcile at once, so aggregated status
@@ -644,7 +641,9 @@ pub async fn ensure_member(
     let synced = tokio::time::timeout(Duration::from_secs(15), async {
         if let Link::Push { nodes, pods, .. } = &member.link {
             let _ = nodes.wait_until_ready().await;
-            let _ = pods.wait_until_ready().await;
+            while !pods.lock().is_ok_and(|b| b.listed()) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     })
     .await

@@ -264,13 +264,22 @@ pub fn node_usage<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     pods: impl IntoIterator<Item = &'a Pod>,
 ) -> Vec<NodeUsage> {
-    let mut allocated: BTreeMap<&str, Res> = BTreeMap::new();
+    let mut allocated: BTreeMap<String, Res> = BTreeMap::new();
     for p in pods.into_iter().filter(|p| pod_is_active(p)) {
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            let e = allocated.entry(node).or_default();
+            let e = allocated.entry(node.to_string()).or_default();
             *e = e.plus(pod_requests(p));
         }
     }
+    node_usage_from(nodes, &allocated)
+}
+
+/// Per-node usage from the nodes of a member and what its pods request on each
+/// (`allocated`, by node name), sorted by node name.
+pub fn node_usage_from<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    allocated: &BTreeMap<String, Res>,
+) -> Vec<NodeUsage> {
     let mut out: Vec<NodeUsage> = nodes
         .into_iter()
         .map(|n| {
@@ -330,40 +339,51 @@ pub fn totals(nodes: &[NodeUsage]) -> Totals {
     })
 }
 
-/// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror.
+/// Keeps only what capacity needs, so a member with 100k pods stays cheap to mirror: its
+/// namespace, name and workload labels, node, phase and deletion mark, and its requests
+/// as the scheduler counts them ([`pod_requests`]) folded into one container. (A
+/// `Container` alone is 2 KiB before any of its strings: the five of a Pinterest pod with
+/// its sidecars were most of a hub's memory with 10,000 pods in its members.)
 pub fn trim_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    p.metadata.annotations = None;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let requests = pod_requests(p);
+    let m = &mut p.metadata;
+    m.managed_fields = None;
+    m.annotations = None;
+    m.owner_references = None;
+    m.generate_name = None;
     // Which workload a pod belongs to is kept: re-plans do not count a workload's own pods;
     // and a job set's shard, which preemption takes back one by one.
-    if let Some(l) = p.metadata.labels.as_mut() {
+    if let Some(l) = m.labels.as_mut() {
         l.retain(|k, _| k == LABEL_WORKLOAD || k == LABEL_KIND || k == LABEL_SHARD);
     }
-    p.metadata.owner_references = None;
-    if let Some(spec) = p.spec.as_mut() {
-        spec.volumes = None;
-        spec.affinity = None;
-        spec.tolerations = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.command = None;
-            c.args = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
+    p.spec = p.spec.take().map(|spec| {
+        let quantity = |v: Milli| Quantity(format!("{}m", v.0));
+        let mut amounts = BTreeMap::from([
+            ("cpu".to_string(), quantity(requests.cpu)),
+            ("memory".to_string(), quantity(requests.memory)),
+        ]);
+        if requests.gpus != Milli::ZERO {
+            amounts.insert(GPU.to_string(), quantity(requests.gpus));
         }
-    }
-    if let Some(s) = p.status.as_mut() {
-        s.conditions = None;
-        s.container_statuses = None;
-        s.init_container_statuses = None;
-    }
+        PodSpec {
+            node_name: spec.node_name,
+            containers: vec![Container {
+                name: "requests".to_string(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(amounts),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    });
+    p.status = p.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        ..Default::default()
+    });
 }
 
 pub fn trim_node(n: &mut Node) {
@@ -652,6 +672,59 @@ mod tests {
         let usage = node_usage(&nodes, &pods);
         assert_eq!(usage[0].free(), Res::default());
         assert_eq!(usage[1].free().cpu, Milli::ZERO);
+    }
+
+    /// A trimmed pod counts as the whole one did: its requests (apps, native sidecars, the
+    /// peak of one-shot init containers, overhead, GPUs given as limits), its node, phase,
+    /// workload and shard — and keeps one container, none of the rest.
+    #[test]
+    fn a_trimmed_pod_counts_as_the_whole_one() {
+        let whole = |phase: &str, init_cpu: &str| {
+            let mut p = labelled(
+                pod("n1", phase, "1500m", Some("250m"), Some("2")),
+                "ml",
+                "train",
+                Some(7),
+            );
+            let spec = p.spec.as_mut().unwrap();
+            spec.init_containers.get_or_insert_with(Vec::new).push(
+                serde_json::from_value(serde_json::json!({"name": "init",
+                    "resources": {"requests": {"cpu": init_cpu, "memory": "3Gi"}}}))
+                .unwrap(),
+            );
+            spec.overhead = Some(BTreeMap::from([(
+                "memory".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("64Mi".into()),
+            )]));
+            p.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
+            p
+        };
+        for (phase, init_cpu) in [("Running", "100m"), ("Running", "4"), ("Succeeded", "1")] {
+            let original = whole(phase, init_cpu);
+            let mut trimmed = original.clone();
+            trim_pod(&mut trimmed);
+            assert_eq!(
+                pod_requests(&trimmed),
+                pod_requests(&original),
+                "{phase} {init_cpu}"
+            );
+            assert_eq!(
+                workload_pod(&trimmed),
+                workload_pod(&original),
+                "{phase} {init_cpu}"
+            );
+            assert_eq!(pod_is_active(&trimmed), pod_is_active(&original));
+            let spec = trimmed.spec.as_ref().unwrap();
+            assert_eq!(spec.containers.len(), 1);
+            assert!(spec.init_containers.is_none() && spec.overhead.is_none());
+            assert!(trimmed.metadata.annotations.is_none());
+        }
+        assert_eq!(
+            pod_requests(&whole("Running", "4")).cpu,
+            Milli(4250),
+            "the peak"
+        );
+        assert_eq!(pod_requests(&whole("Running", "4")).gpus, Milli(2000));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod from_workload;
 mod ledger;
 pub mod model;
 pub mod move_budget;
+pub mod pod_book;
 pub mod preempt;
 pub mod priority;
 pub mod quota;
