@@ -27,6 +27,13 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     let with_agents = env_or::<u8>("PINFED_BENCH_SCALE_AGENTS", 0)? != 0;
     progress("scale10k: joining members (no hub runs while the workloads are created)");
     fed.join_all()?;
+    // With agents, the same-run floor first: what the members take for these workloads'
+    // Deployments with no pinfed at all (PINFED_BENCH_SCALE_FLOOR=0 skips it).
+    let floor = if with_agents && env_or::<u8>("PINFED_BENCH_SCALE_FLOOR", 1)? != 0 {
+        Some(native_floor(fed, n, concurrency, timeout).await?)
+    } else {
+        None
+    };
     let ns = fed.create_namespace("bench-10k").await?;
     let hub_api = fed.services(fed.hub_name(), &ns);
     let names: Vec<String> = (0..n).map(|i| format!("svc-{i:05}")).collect();
@@ -229,9 +236,17 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
             d.map(|d| format!("{:.1} s", d.as_secs_f64()))
                 .unwrap_or_else(|| "not reached".into())
         };
+        let against_floor = match (ready_all, floor.as_ref().and_then(|f| f.1)) {
+            (Some(r), Some(f)) => format!(
+                ", {:.2}× the floor below ({:.1} s)",
+                r.as_secs_f64() / f.as_secs_f64(),
+                f.as_secs_f64()
+            ),
+            _ => String::new(),
+        };
         agents_line = Some(format!(
             "  with agents: hub start → every agent's Deployment in the members: {} ({} of {n}); \
-             → every workload Ready on the hub (first sync with agents): {} ({} of {n})\n  \
+             → every workload Ready on the hub (first sync with agents): {} ({} of {n}){against_floor}\n  \
              agents' CPU until then {agents_cpu:.1} s, their RSS {} MiB\n  \
              until every workload Ready: hub API server writes per workload {}\n  \
              members' API servers' writes per workload (every writer, summed over the members; \
@@ -337,6 +352,9 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
     if let Some(line) = agents_line {
         println!("{line}");
     }
+    if let Some((line, _)) = &floor {
+        println!("{line}");
+    }
     drop(watches);
     report_logs(&[&hub]);
     drop(agents);
@@ -384,4 +402,106 @@ pub async fn run(fed: &Fed) -> anyhow::Result<()> {
 /// apps/v1 Deployments, as the agents write them.
 fn deployment_resource() -> kube::api::ApiResource {
     kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&())
+}
+
+/// The first sync's floor with agents, measured in the same topology before pinfed runs:
+/// each of the `n` workloads' Deployment as the agent expands it (the same pod template,
+/// its four sidecars included), created straight into the members (round robin, as the
+/// hub spreads one-replica services) `concurrency` at a time, until every one is
+/// available — the members' API servers, controller-managers, schedulers and kwok doing
+/// what they must for these pods, with no pinfed. Its namespaces are then deleted and
+/// waited for. Returns the lines to print.
+async fn native_floor(
+    fed: &Fed,
+    n: usize,
+    concurrency: usize,
+    timeout: Duration,
+) -> anyhow::Result<(String, Option<Duration>)> {
+    use pinfed::expand::{ExpandInput, expand};
+    let svc: pinfed::api::service::PinterestService =
+        serde_json::from_value(service("floor-00000", 1, None))?;
+    let deployment = expand(&ExpandInput::new(&svc))?
+        .into_iter()
+        .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
+        .ok_or_else(|| anyhow::anyhow!("the expansion has no Deployment"))?;
+    let template = serde_json::to_string(&deployment)?;
+    let members = fed.member_names();
+    let load_before = load_line();
+    let cpu_before = cpu_by_component();
+    let mut namespaces = Vec::new();
+    let mut per_member: Vec<Vec<serde_json::Value>> = vec![Vec::new(); members.len()];
+    for i in 0..n {
+        // Each its own name and labels (selectors must not overlap).
+        let one: serde_json::Value =
+            serde_json::from_str(&template.replace("floor-00000", &format!("floor-{i:05}")))?;
+        per_member[i % members.len()].push(one);
+    }
+    let available: Arc<Mutex<BTreeSet<(String, String)>>> = Default::default();
+    let mut watches = AbortOnDrop(Vec::new());
+    for m in &members {
+        let ns = fed.create_namespace_in(m, "bench-floor").await?;
+        let api = kube::Api::namespaced_with(fed.client(m), &ns, &deployment_resource());
+        let (available, member) = (available.clone(), m.clone());
+        watches.0.push(watch_objects(api, m, None, move |o, _| {
+            if o.data["status"]["availableReplicas"].as_i64() >= Some(1) {
+                available
+                    .lock()
+                    .unwrap()
+                    .insert((member.clone(), o.name_any()));
+            }
+        }));
+        namespaces.push(ns);
+    }
+    progress(&format!(
+        "scale10k: the floor: {n} Deployments straight into the members, no pinfed"
+    ));
+    let started = Instant::now();
+    let width = concurrency.div_ceil(members.len()).max(1);
+    let creates = members
+        .iter()
+        .zip(&namespaces)
+        .zip(per_member)
+        .map(|((m, ns), objs)| {
+            let api = kube::Api::namespaced_with(fed.client(m), ns, &deployment_resource());
+            async move { create_all(&api, objs, None, width, Default::default()).await }
+        });
+    let created = futures::future::try_join_all(creates).await?;
+    let created_in = created.into_iter().max().unwrap_or_default();
+    let mut last = Instant::now();
+    while available.lock().unwrap().len() < n && started.elapsed() < timeout {
+        if last.elapsed() > Duration::from_secs(10) {
+            last = Instant::now();
+            progress(&format!(
+                "scale10k: the floor: {:.0?}: {} of {n} Deployments available",
+                started.elapsed(),
+                available.lock().unwrap().len()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let took = started.elapsed();
+    let done = available.lock().unwrap().len();
+    let cpu = cpu_used_line(&cpu_before, &cpu_by_component());
+    let load_after = load_line();
+    drop(watches);
+    progress("scale10k: the floor: deleting its namespaces (and waiting for its pods to go)");
+    for (m, ns) in members.iter().zip(&namespaces) {
+        testkit::federation::delete_namespace_and_wait(&fed.client(m), ns, timeout)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let line = format!(
+        "  the floor, measured first in the same topology: {n} Deployments (the agent's expansion \
+         of these services, sidecars included) created straight into the members, no pinfed: \
+         created in {:.1} s, every one available after {} ({done} of {n}); load before {load_before}, \
+         after {load_after}\n  CPU of the topology's processes during the floor: {cpu}",
+        created_in.as_secs_f64(),
+        if done >= n {
+            format!("{:.1} s", took.as_secs_f64())
+        } else {
+            format!("not reached in {:.0} s", took.as_secs_f64())
+        },
+    );
+    progress(line.trim_start());
+    Ok((line, (done >= n).then_some(took)))
 }
