@@ -44,6 +44,15 @@ impl Res {
             gpus: s(self.gpus, o.gpus),
         }
     }
+    /// `self - o` exactly (a running sum goes back to zero when what it added goes).
+    pub fn less(self, o: Res) -> Res {
+        Res {
+            cpu: self.cpu - o.cpu,
+            memory: self.memory - o.memory,
+            pods: self.pods - o.pods,
+            gpus: self.gpus - o.gpus,
+        }
+    }
     fn max(self, o: Res) -> Res {
         Res {
             cpu: self.cpu.max(o.cpu),
@@ -146,7 +155,8 @@ pub fn pod_requests(pod: &Pod) -> Res {
     total
 }
 
-fn pod_is_active(p: &Pod) -> bool {
+/// Whether a pod still holds its node's room (not Succeeded or Failed).
+pub fn pod_is_active(p: &Pod) -> bool {
     !matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")

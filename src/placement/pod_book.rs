@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::capacity::{Res, WorkloadPod, pod_requests, workload_pod};
+use super::capacity::{Res, WorkloadPod, pod_is_active, pod_requests, workload_pod};
 use crate::api::common::{LABEL_KIND, LABEL_WORKLOAD};
 
 /// A pod by namespace and name.
@@ -30,10 +30,7 @@ struct Entry {
 
 impl Entry {
     fn of(p: &Pod) -> Entry {
-        let active = !matches!(
-            p.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded") | Some("Failed")
-        );
+        let active = pod_is_active(p);
         let labels = p.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).cloned();
         Entry {
@@ -69,16 +66,6 @@ fn key(p: &Pod) -> PodKey {
         p.metadata.namespace.clone().unwrap_or_default(),
         p.metadata.name.clone().unwrap_or_default(),
     )
-}
-
-/// `a - b` exactly (a node's sum goes back to zero when its pods go).
-fn less(a: Res, b: Res) -> Res {
-    Res {
-        cpu: a.cpu - b.cpu,
-        memory: a.memory - b.memory,
-        pods: a.pods - b.pods,
-        gpus: a.gpus - b.gpus,
-    }
 }
 
 impl PodBook {
@@ -132,7 +119,7 @@ impl PodBook {
         if let Some(node) = &e.counted_on
             && let Some(sum) = self.by_node.get_mut(node)
         {
-            *sum = less(*sum, e.requests);
+            *sum = sum.less(e.requests);
             if *sum == Res::default() {
                 self.by_node.remove(node);
             }
@@ -170,7 +157,7 @@ impl PodBook {
                 && let Some(node) = &e.counted_on
                 && let Some(sum) = out.get_mut(node)
             {
-                *sum = less(*sum, e.requests);
+                *sum = sum.less(e.requests);
             }
         }
         out
