@@ -1,6 +1,6 @@
 //! Member registry and health. For every MemberCluster the hub keeps a client built from
-//! its kubeconfig Secret, watches the member's nodes and pods (trimmed to what capacity
-//! needs), sends a heartbeat (`/version`) on a timer and writes the MemberCluster status:
+//! its kubeconfig Secret, watches the member's nodes (trimmed to what capacity needs) and
+//! pods (summed per node as they come, `PodBook`), sends a heartbeat (`/version`) on a timer and writes the MemberCluster status:
 //! Ready with a reason, last heartbeat, Kubernetes version, capacity / allocatable /
 //! allocated / available. Other hub loops read members through [`MemberRegistry`].
 
@@ -391,7 +391,7 @@ pub use crate::placement::capacity::WorkloadPod;
 
 impl Member {
     /// The pods of Pinterest workloads bound to a node and not finished: a push member's
-    /// from the hub's pod cache, a pull member's as its agent last reported them (the
+    /// from the hub's pod book, a pull member's as its agent last reported them (the
     /// report the guard accepted).
     pub fn workload_pods(&self) -> Vec<WorkloadPod> {
         match &self.link {
