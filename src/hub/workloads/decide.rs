@@ -1312,7 +1312,7 @@ async fn quotas_of(
 pub(super) async fn stage<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
-    read: &super::read::Read<K>,
+    read: &mut super::read::Read<K>,
 ) -> Result<super::Step<Box<Placed>>, HubError> {
     use super::Step;
     use kube::runtime::controller::Action;
@@ -1356,7 +1356,42 @@ pub(super) async fn stage<K: PinterestKind>(
         }
         Outcome::Decided(d) => d,
     };
+    let mut decided = decided;
+    if records_first(
+        K::KIND.runs_to_completion(),
+        read.stored_part.placement.as_ref(),
+        &decided.decision,
+    ) {
+        // The status as stored, with the new decision: what runs stays reported.
+        let placement =
+            super::write::recorded_decision(obj, &read.stored_part, &decided, &read.now_time);
+        let mut status = serde_json::to_value(&read.stored_status)?;
+        if let Some(s) = status.as_object_mut() {
+            s.insert("placement".into(), serde_json::to_value(placement)?);
+        }
+        let status: K::Status = serde_json::from_value(status)?;
+        decided.written = super::write_hub_status(ctx, obj, decided.written.as_deref(), &status)
+            .instrument(tracing::trace_span!(target: "pinfed::trace", "record_decision"))
+            .await?;
+        read.stored_part = K::hub_part(&status);
+        read.stored_status = status;
+    }
     Ok(Step::Next(decided))
+}
+
+/// Whether a decision is recorded in the status before any slice moves, rather than with
+/// the status that follows the slices (which waits under a burst). Work that runs to
+/// completion, when the decision changes one the status records: a leader stopped
+/// between the slices and that write left the next one a decision older than the slices,
+/// which it rolled back out — a shard the newer decision had moved and that finished
+/// there was then counted nowhere and run nowhere. (A first decision needs no record
+/// first: a leader that finds none plans from the slices out in the members.)
+fn records_first(
+    runs_to_completion: bool,
+    stored: Option<&crate::api::common::PlacementDecision>,
+    decision: &Decision,
+) -> bool {
+    runs_to_completion && stored.is_some_and(|s| recorded::from_status(s) != *decision)
 }
 
 #[cfg(test)]
@@ -1403,6 +1438,44 @@ mod tests {
             changed,
             newly_held,
         }
+    }
+
+    #[test]
+    fn a_changed_decision_of_work_that_runs_to_completion_is_recorded_before_its_slices_move() {
+        let shards = |a: &str, b: &str| Decision {
+            strategy: placement::model::Strategy::Divided,
+            placements: [("use1a", a), ("use1b", b)]
+                .into_iter()
+                .map(|(c, s)| Placement {
+                    cluster: c.into(),
+                    replicas: None,
+                    shards: Some(s.into()),
+                    pods: None,
+                })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        };
+        let before = shards("0-2", "3-5");
+        let stored = recorded::to_status(&before);
+        // A failover moved shard 5: recorded first.
+        assert!(records_first(true, Some(&stored), &shards("0-2,5", "3-4")));
+        // Kept as recorded: nothing to write.
+        assert!(!records_first(true, Some(&stored), &before));
+        // Recorded with its generation and reasons, the placements alone decide.
+        let with_more = PlacementDecision {
+            generation: Some(3),
+            ..stored.clone()
+        };
+        assert!(!records_first(true, Some(&with_more), &before));
+        // A first decision: a leader that finds none plans from the slices.
+        assert!(!records_first(true, None, &before));
+        // Replicas move back and forth without harm: recorded with the status.
+        assert!(!records_first(
+            false,
+            Some(&stored),
+            &shards("0-2,5", "3-4")
+        ));
     }
 
     #[test]

@@ -596,7 +596,7 @@ async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result
         return deletion::remove_slices(obj, ctx).await;
     }
     let mut read = next!(read::read(ctx, obj).await?);
-    let decided = next!(decide::stage(ctx, obj, &read).await?);
+    let decided = next!(decide::stage(ctx, obj, &mut read).await?);
     let rolled = rollout::stage(ctx, obj, &mut read, &decided).await?;
     write::write(ctx, obj, read, &decided, rolled).await
 }
@@ -624,7 +624,7 @@ async fn write_invalid<K: PinterestKind>(
         ..Default::default()
     };
     let status = K::hub_status(part, &Default::default());
-    write_hub_status(ctx, obj, None, &status).await
+    write_hub_status(ctx, obj, None, &status).await.map(|_| ())
 }
 
 /// Sets one condition on the hub resource, best effort: the
@@ -672,13 +672,13 @@ pub(super) async fn write_condition<K: PinterestKind>(
 }
 
 /// Applies the whole status the hub owns (fields left out are dropped); `over`: the
-/// version this reconcile's earlier write returned, if any.
+/// version this reconcile's earlier write returned, if any. Returns the version written.
 async fn write_hub_status<K: PinterestKind>(
     ctx: &HubContext,
     obj: &K,
     over: Option<&str>,
     status: &K::Status,
-) -> Result<(), HubError> {
+) -> Result<Option<String>, HubError> {
     let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
     let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
     let stored = api
@@ -690,8 +690,7 @@ async fn write_hub_status<K: PinterestKind>(
         .await
         .map_err(HubError::WriteStatus)?;
     let status = patch.get("status").cloned().unwrap_or_default();
-    ctx.record_write(obj, over, &stored, own_writes::Wrote::Status(status));
-    Ok(())
+    Ok(ctx.record_write(obj, over, &stored, own_writes::Wrote::Status(status)))
 }
 
 /// Runs the loop for one kind.

@@ -20,7 +20,7 @@ use super::{
     HubContext, HubError, RolloutLabels, hub_api, priority, rollout, staged, workload_key,
     write_hub_status,
 };
-use crate::api::kind::PinterestKind;
+use crate::api::kind::{HubPart, PinterestKind};
 use crate::api::workload::Counted;
 use crate::status::AggregateInput;
 use crate::status::hub_status::{FailoverView, HubStatusInput, hub_status};
@@ -59,23 +59,7 @@ pub(super) async fn write<K: PinterestKind>(
         &agent_times,
         &now_time,
     );
-    let api_decision = crate::api::common::PlacementDecision {
-        // Kept or made, a decision of this reconcile is for the generation it read.
-        generation: obj.meta().generation,
-        members: decided.reasons.clone(),
-        queue: decided.queue.clone(),
-        preemptions: priority::records(
-            stored_part
-                .placement
-                .as_ref()
-                .map_or(&[][..], |p| p.preemptions.as_slice()),
-            &decided.evicted,
-            &now_time,
-        ),
-        rebalanced: decided.rebalanced.clone(),
-        application_failovers: decided.application_failovers.clone(),
-        ..crate::placement::recorded::to_status(&decided.decision)
-    };
+    let api_decision = recorded_decision(obj, &stored_part, decided, &now_time);
     // Completed shards as recorded, never beyond the job set's shard count.
     let shards = match obj.progress() {
         crate::api::kind::Progress::Shards { total } => total,
@@ -147,7 +131,8 @@ pub(super) async fn write<K: PinterestKind>(
             }
             let written = write_hub_status(ctx, obj, decided.written.as_deref(), &st)
                 .instrument(tracing::trace_span!(target: "pinfed::trace", "write_status"))
-                .await;
+                .await
+                .map(|_| ());
             if written.is_ok() {
                 ctx.report_pace.wrote(&key, std::time::Instant::now());
             }
@@ -187,6 +172,32 @@ pub(super) async fn write<K: PinterestKind>(
         .aggregation_seconds
         .observe(started.elapsed().as_secs_f64());
     Ok(Action::requeue(requeue))
+}
+
+/// The decision as the status records it: kept or made, a decision of this reconcile is
+/// for the generation it read, with the evictions it applied.
+pub(super) fn recorded_decision<K: PinterestKind>(
+    obj: &K,
+    stored_part: &HubPart,
+    decided: &Placed,
+    now_time: &Time,
+) -> crate::api::common::PlacementDecision {
+    crate::api::common::PlacementDecision {
+        generation: obj.meta().generation,
+        members: decided.reasons.clone(),
+        queue: decided.queue.clone(),
+        preemptions: priority::records(
+            stored_part
+                .placement
+                .as_ref()
+                .map_or(&[][..], |p| p.preemptions.as_slice()),
+            &decided.evicted,
+            now_time,
+        ),
+        rebalanced: decided.rebalanced.clone(),
+        application_failovers: decided.application_failovers.clone(),
+        ..crate::placement::recorded::to_status(&decided.decision)
+    }
 }
 
 /// Removes owed-eviction annotations the status has recorded. One that stays (the write
