@@ -77,6 +77,12 @@ workload_spec! {
     }
 }
 
+/// On a member's slice, set by the hub: the shards the slice held before and let go of (a
+/// range list). A Job of one may have completed in the member while the move began; the
+/// member's report of it counts (the hub gave it that shard), so the shard is neither
+/// run again elsewhere nor left counted nowhere.
+pub const ANNOTATION_RELEASED_SHARDS: &str = "federation.pinterest.com/released-shards";
+
 /// Most shards one JobSet may have (each shard is a Job).
 pub const MAX_SHARDS: i32 = 100_000;
 

@@ -109,6 +109,10 @@ pub struct SliceShare {
     pub shards: Option<String>,
     /// A job set slice's part of the global parallelism (`Some(None)`: unbounded).
     pub parallelism: Option<Option<i32>>,
+    /// Shards a job set's slice held before and let go of (a range list): its agent may
+    /// still report one finished (its Job completed as the move began), and that report
+    /// counts ([`crate::api::jobset::ANNOTATION_RELEASED_SHARDS`]).
+    pub released: Option<String>,
 }
 
 /// A native kind a Pinterest kind's expansion generates.
@@ -561,11 +565,26 @@ impl PinterestKind for PinterestJobSet {
         if let Some(p) = share.parallelism {
             self.spec.parallelism = p;
         }
+        let annotations = self.metadata.annotations.get_or_insert_default();
+        match share.released.as_deref().filter(|r| !r.is_empty()) {
+            Some(r) => {
+                annotations.insert(super::jobset::ANNOTATION_RELEASED_SHARDS.into(), r.into());
+            }
+            None => {
+                annotations.remove(super::jobset::ANNOTATION_RELEASED_SHARDS);
+            }
+        }
     }
     fn share_of(&self) -> SliceShare {
         SliceShare {
             shards: self.spec.assigned_shards.clone(),
             parallelism: Some(self.spec.parallelism),
+            released: self
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::jobset::ANNOTATION_RELEASED_SHARDS))
+                .cloned(),
             ..Default::default()
         }
     }
@@ -674,6 +693,21 @@ mod tests {
         assert_eq!(j.spec.shards, 10, "the shard count stays global");
         assert_eq!(j.share_of(), share);
         assert_eq!(j.progress(), Progress::Shards { total: 10 });
+        // The shards it let go of ride on an annotation, gone once there are none.
+        let released = SliceShare {
+            released: Some("0-1".into()),
+            ..share.clone()
+        };
+        j.assign_share(&released);
+        assert_eq!(j.share_of(), released);
+        j.assign_share(&share);
+        assert_eq!(j.share_of(), share);
+        assert!(
+            !j.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(super::super::jobset::ANNOTATION_RELEASED_SHARDS))
+        );
     }
 
     #[test]

@@ -695,6 +695,7 @@ pub fn member_slice(
         replicas: p.replicas,
         shards: p.shards.clone(),
         parallelism,
+        released: None,
     };
     fn settle<K: PinterestKind>(k: &mut K, share: &SliceShare) {
         let m = k.meta_mut();

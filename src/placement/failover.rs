@@ -195,6 +195,29 @@ pub struct WorkSeen {
     pub processed: bool,
     /// Shards its status reports completed.
     pub completed: RangeSet,
+    /// Shards it held before and let go of ([`released_shards`]).
+    pub released: RangeSet,
+}
+
+impl WorkSeen {
+    /// The completions its report may claim: of shards it holds or let go of. One member
+    /// cannot mark another's shards done (nor keep them from running elsewhere).
+    pub fn completed_own(&self) -> RangeSet {
+        self.completed
+            .intersection(&self.shards.union(&self.released))
+    }
+}
+
+/// The shards a job set's slice is written with as let go of: those it held, or had let go
+/// of before, that its new share `keeps` not. A Job of one may complete in the member as
+/// the move begins; its report of it then still counts ([`WorkSeen::completed_own`],
+/// `status::aggregate`), so the shard is neither run again elsewhere nor counted nowhere.
+/// A share that does not change keeps the record as it is (no write for it).
+pub fn released_shards(had: &RangeSet, released_before: &RangeSet, keeps: &RangeSet) -> RangeSet {
+    if had == keeps {
+        return released_before.difference(keeps);
+    }
+    had.union(released_before).difference(keeps)
 }
 
 /// What [`hand_off`] held back.
@@ -232,7 +255,7 @@ pub fn hand_off(
     let mut held = HeldBack::default();
     let completed = seen
         .values()
-        .fold(RangeSet::new(), |acc, w| acc.union(&w.completed));
+        .fold(RangeSet::new(), |acc, w| acc.union(&w.completed_own()));
     for (cluster, step) in steps.iter_mut() {
         let others = || {
             seen.iter()
@@ -576,6 +599,7 @@ mod tests {
             shards: RangeSet::parse(shards).unwrap(),
             processed,
             completed: RangeSet::parse(completed).unwrap(),
+            released: RangeSet::new(),
         }
     }
 
@@ -634,19 +658,51 @@ mod tests {
         .into();
         assert!(hand_off(&mut steps, &seen, &set(&["b"])).is_empty());
         assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("0-5".into())));
-        // a finished shard 2 before it let it go: b never gets it, and nothing waits.
+        // a finished shard 2 as it let it go (its slice records it released): b never
+        // gets it, and nothing waits.
         let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let released = WorkSeen {
+            released: RangeSet::parse("2").unwrap(),
+            ..work("0-1", true, "2")
+        };
         let seen: BTreeMap<String, WorkSeen> = [
-            ("a".to_string(), work("0-1", true, "2")),
+            ("a".to_string(), released),
             ("b".to_string(), work("3-5", true, "")),
         ]
         .into();
         assert!(hand_off(&mut steps, &seen, &set(&["a", "b"])).is_empty());
         assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("3-5".into())));
+        // A report of a shard a never held (nor let go of) does not keep it from b.
+        let mut steps = shard_steps(&[("a", "0-1"), ("b", "2-5")]);
+        let seen: BTreeMap<String, WorkSeen> = [
+            ("a".to_string(), work("0-1", true, "0-5")),
+            ("b".to_string(), work("3-5", true, "")),
+        ]
+        .into();
+        assert!(hand_off(&mut steps, &seen, &set(&["a", "b"])).is_empty());
+        assert_eq!(steps["b"], SliceStep::Apply(Share::Shards("2-5".into())));
         // A first placement (no slice anywhere) holds nothing back.
         let mut steps = shard_steps(&[("a", "0-2"), ("b", "3-5")]);
         assert!(hand_off(&mut steps, &BTreeMap::new(), &set(&["a", "b"])).is_empty());
         assert_eq!(steps["a"], SliceStep::Apply(Share::Shards("0-2".into())));
+    }
+
+    #[test]
+    fn a_slice_records_the_shards_it_let_go_of_until_they_come_back() {
+        let r = |s: &str| RangeSet::parse(s).unwrap();
+        // Shard 4 leaves a: recorded.
+        assert_eq!(released_shards(&r("0-1,4"), &r(""), &r("0-1")), r("4"));
+        // Unchanged share: the record stays as written (no write for it).
+        assert_eq!(released_shards(&r("0-1"), &r("4"), &r("0-1")), r("4"));
+        // Another move adds to it; a shard given back leaves it.
+        assert_eq!(released_shards(&r("0-1"), &r("4"), &r("0")), r("1,4"));
+        assert_eq!(released_shards(&r("0"), &r("1,4"), &r("0,4")), r("1"));
+        // What a report may claim: held or let go of.
+        let w = WorkSeen {
+            released: r("4"),
+            ..work("0-1", true, "0,2,4")
+        };
+        assert_eq!(w.completed_own(), r("0,4"));
     }
 
     #[test]

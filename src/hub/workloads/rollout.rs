@@ -139,6 +139,7 @@ pub async fn roll_out<K: PinterestKind>(
                     shards: parse(s.share.shards.as_deref()),
                     processed: s.processed(),
                     completed: parse(s.report.counts.completed_shards.as_deref()),
+                    released: parse(s.share.released.as_deref()),
                 };
                 (c.clone(), w)
             })
@@ -178,16 +179,31 @@ pub async fn roll_out<K: PinterestKind>(
                 SliceStep::Apply(_) if staged.keep.contains(cluster.as_str()) => Ok(None),
                 SliceStep::Delete => target.remove(obj).await.map(|()| None),
                 SliceStep::Apply(share) => {
+                    let shards = match share {
+                        Share::Shards(s) => Some(s.clone()),
+                        _ => None,
+                    };
+                    // What the slice lets go of, and let go of before (`released_shards`).
+                    let released = shards.as_deref().map(|keeps| {
+                        let had = found.get(cluster.as_str()).map(|f| &f.share);
+                        let parse = |r: Option<&str>| {
+                            r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
+                        };
+                        failover::released_shards(
+                            &parse(had.and_then(|h| h.shards.as_deref())),
+                            &parse(had.and_then(|h| h.released.as_deref())),
+                            &parse(Some(keeps)),
+                        )
+                        .to_string()
+                    });
                     let share = SliceShare {
                         replicas: match share {
                             Share::Replicas(n) => Some(*n),
                             _ => None,
                         },
-                        shards: match share {
-                            Share::Shards(s) => Some(s.clone()),
-                            _ => None,
-                        },
+                        shards,
                         parallelism,
+                        released,
                     };
                     let run = Run {
                         revision,
@@ -572,7 +588,17 @@ pub fn observations(
         .iter()
         .map(|p| {
             let member_ready = standings.ready.contains(&p.cluster);
-            let held_shards = slices.get(&p.cluster).and_then(|s| s.share.shards.clone());
+            // A member's completions count within the shards its slice holds or let go of.
+            let held_shards = slices.get(&p.cluster).and_then(|s| {
+                let parse =
+                    |r: Option<&str>| r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default();
+                let shards = s.share.shards.as_deref()?;
+                Some(
+                    parse(Some(shards))
+                        .union(&parse(s.share.released.as_deref()))
+                        .to_string(),
+                )
+            });
             let (status, hub_gen, processed) = match slices.get(&p.cluster) {
                 Some(s) => (
                     Some(slices::member_workload_status(
@@ -681,10 +707,51 @@ mod tests {
             share: SliceShare {
                 replicas,
                 shards: shards.map(str::to_string),
-                parallelism: None,
+                ..Default::default()
             },
             report: Default::default(),
         })
+    }
+
+    #[test]
+    fn a_members_completions_count_within_the_shards_its_slice_holds_or_let_go_of() {
+        // use1a held 0-1,4; the decision moved 4 to use1c as its Job completed.
+        let mut a = (*slice("u1", None, Some("0-1"))).clone();
+        a.share.released = Some("4".into());
+        let slices: Slices = [
+            ("use1a".to_string(), Arc::new(a)),
+            ("use1c".to_string(), slice("u1", None, Some("5"))),
+        ]
+        .into();
+        let decision = crate::placement::Decision {
+            strategy: crate::placement::Strategy::Divided,
+            placements: [("use1a", "0-1"), ("use1c", "4-5")]
+                .into_iter()
+                .map(|(c, s)| crate::placement::Placement {
+                    cluster: c.into(),
+                    replicas: None,
+                    shards: Some(s.into()),
+                    pods: None,
+                })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        };
+        let standings = Standings {
+            standings: BTreeMap::new(),
+            reachable: BTreeSet::new(),
+            ready: BTreeSet::new(),
+            settling: BTreeSet::new(),
+            requeue: std::time::Duration::from_secs(60),
+            fails_over: true,
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let seen = observations(&decision, &standings, &slices, &[], &BTreeMap::new(), &now);
+        let held: Vec<(&str, Option<&str>)> = seen
+            .iter()
+            .map(|o| (o.cluster.as_str(), o.held_shards.as_deref()))
+            .collect();
+        assert_eq!(held, [("use1a", Some("0-1,4")), ("use1c", Some("5"))]);
     }
 
     #[test]
