@@ -352,13 +352,24 @@ pub fn apply_evictions(current: &mut Decision, policy: &mut PlacementPolicy, owe
 }
 
 /// What the victim's status records of the evictions it applied (newest last, at most 5).
+/// One the status records already is not recorded again (a decision recorded before its
+/// slices move is recorded twice: before, and with the status that follows).
 pub fn records(
     stored: &[PreemptionRecord],
     applied: &[Eviction],
     now: &Time,
 ) -> Vec<PreemptionRecord> {
     let mut all: Vec<PreemptionRecord> = stored.to_vec();
-    all.extend(applied.iter().map(|e| PreemptionRecord {
+    let mut new: Vec<&Eviction> = Vec::new();
+    for e in applied {
+        let known = |id: &str| {
+            all.iter().any(|r| r.id.as_deref() == Some(id)) || new.iter().any(|n| n.id == id)
+        };
+        if !known(&e.id) {
+            new.push(e);
+        }
+    }
+    all.extend(new.into_iter().map(|e| PreemptionRecord {
         by: e.by.clone(),
         by_priority: e.by_priority,
         cluster: e.member.clone(),
@@ -630,12 +641,20 @@ mod tests {
     fn records_keep_the_latest_five() {
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let applied: Vec<Eviction> = (0..7)
-            .map(|i| eviction(&format!("m{i}"), "1", 0, false))
+            .map(|i| Eviction {
+                id: format!("uid.{i}"),
+                ..eviction(&format!("m{i}"), "1", 0, false)
+            })
             .collect();
         let r = records(&[], &applied, &now);
         assert_eq!(r.len(), 5);
         assert_eq!(r[0].cluster, "m2");
         assert_eq!(r[4].shards.as_deref(), Some("1"));
+        // Recorded already (with the decision, before its slices moved): not again.
+        let again = records(&r, &applied[5..], &now);
+        assert_eq!(again, r);
+        let twice = records(&[], &[applied[0].clone(), applied[0].clone()], &now);
+        assert_eq!(twice.len(), 1);
     }
 
     #[test]
