@@ -1137,14 +1137,10 @@ mod failover {
             "three moves at one every 5 s took {:.1} s: {moved:?}",
             at[2] - at[0]
         );
-        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
-        let queued = events
-            .list(&Default::default())
+        let queued = support::events(&hub, Some(&ns.name))
             .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("LeaveQueued"))
+            .iter()
+            .filter(|e| e.reason == "LeaveQueued")
             .count();
         assert!(
             queued >= 1,

@@ -284,18 +284,11 @@ async fn destructive_a_runtime_profile_upgrade_rolls_member_by_member_and_a_brok
             .map(|p| (&p.metadata.name, &p.spec.sidecars))
             .collect::<Vec<_>>()
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(hub.clone());
     support::eventually(WAIT, "an EditedInPlace Event on the profile", || async {
-        events
-            .list(&Default::default())
+        support::events(&hub, None)
             .await
-            .map(|l| {
-                l.items.iter().any(|e| {
-                    e.reason.as_deref() == Some("EditedInPlace")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("rt-1-good")
-                })
-            })
-            .unwrap_or(false)
+            .iter()
+            .any(|e| e.reason == "EditedInPlace" && e.name == "rt-1-good")
     })
     .await;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pinfed::api::common::ConditionStatus;
@@ -349,20 +349,14 @@ async fn objects_left_by_an_earlier_slice_of_the_same_name_are_waited_for_not_a_
         .unwrap();
     // The wait shows as one Normal Event on the slice (however often the agent looks
     // again) and in the agent's metrics.
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
     let waits = || async {
-        events
-            .list(&ListParams::default())
+        support::events(&client, Some(&ns.name))
             .await
-            .unwrap()
-            .items
             .into_iter()
             .filter(|e| {
-                e.reason.as_deref() == Some("WaitingForLeftovers")
-                    && e.involved_object.name.as_deref() == Some("web")
-                    && e.involved_object.uid == slice.metadata.uid
+                e.reason == "WaitingForLeftovers" && e.name == "web" && e.uid == slice.metadata.uid
             })
-            .map(|e| e.type_.unwrap_or_default())
+            .map(|e| e.type_)
             .collect::<Vec<_>>()
     };
     eventually(
@@ -466,21 +460,11 @@ async fn an_invalid_resource_gets_an_invalid_condition_and_an_event_without_a_ho
         },
     )
     .await;
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
-    eventually(WAIT, "a Warning Event for the invalid JobSet", || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .any(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.involved_object.name.as_deref() == Some("bad")
-                })
-        }
+    eventually(WAIT, "a Warning Event for the invalid JobSet", || async {
+        support::events(&client, Some(&ns.name))
+            .await
+            .iter()
+            .any(|e| e.type_ == "Warning" && e.name == "bad")
     })
     .await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);

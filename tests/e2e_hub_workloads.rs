@@ -74,21 +74,6 @@ fn service(name: &str, replicas: i32) -> PinterestService {
     .unwrap()
 }
 
-/// The message of the first Event with `reason` among `events`, if any.
-async fn event_message(
-    events: &Api<k8s_openapi::api::core::v1::Event>,
-    reason: &str,
-) -> Option<String> {
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .find_map(|e| e.message)
-}
-
 /// `pinfed grant-secrets -n NS NAMES... [--members M]` with the topology's admin
 /// credential.
 fn grant_secrets(fed: &Federation, ns: &str, names: &[&str], members: Option<&str>) {
@@ -1027,7 +1012,6 @@ async fn a_workload_with_a_long_dotted_name_is_placed_and_reported() {
 
 #[tokio::test]
 async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_how_to_grant_it() {
-    use k8s_openapi::api::core::v1::Event;
     let fed = Federation::connect().await;
     let _daemons = federation_running(&fed);
     let hub = fed.hub();
@@ -1046,8 +1030,7 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
     api.create(&PostParams::default(), &service("web", 3))
         .await
         .unwrap();
-    let events: Api<Event> = Api::namespaced(hub.clone(), &ns.name);
-    let not_granted = || event_message(&events, "SecretNotGranted");
+    let not_granted = || support::event_note(&hub, &ns.name, "SecretNotGranted");
     eventually(WAIT, "a SecretNotGranted event", || async {
         not_granted().await.is_some()
     })
@@ -1113,7 +1096,7 @@ async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_ho
     )
     .await;
     if let Some(pull) = members.iter().find(|m| fed.is_pull(m)) {
-        let to_member = || event_message(&events, "SecretNotGrantedToMember");
+        let to_member = || support::event_note(&hub, &ns.name, "SecretNotGrantedToMember");
         eventually(WAIT, "a SecretNotGrantedToMember event", || async {
             to_member().await.is_some()
         })
@@ -1235,17 +1218,17 @@ async fn a_member_that_no_longer_matches_is_left_at_once_unless_nothing_else_has
         },
     )
     .await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
-    let said = event_message(&events, "LeftMember")
+    let said = support::event_note(&hub, &ns.name, "LeftMember")
         .await
         .unwrap_or_default();
     assert!(
         said.contains(&left) && said.contains("no longer matches the cluster selector"),
         "LeftMember: {said:?}"
     );
-    eventually(WAIT, "narrow's LeaveBlocked Event", || {
-        let events = events.clone();
-        async move { event_message(&events, "LeaveBlocked").await.is_some() }
+    eventually(WAIT, "narrow's LeaveBlocked Event", || async {
+        support::event_note(&hub, &ns.name, "LeaveBlocked")
+            .await
+            .is_some()
     })
     .await;
     let s = hub_status(&api, "narrow").await;
@@ -1502,7 +1485,6 @@ async fn a_change_rolls_through_stages_with_soak_and_approval() {
     let mut numbers: Vec<i64> = listed.items.iter().map(|r| r.revision).collect();
     numbers.sort();
     assert_eq!(numbers, vec![1, 2]);
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
     for reason in [
         "RolloutStarted",
         "StageStarted",
@@ -1510,7 +1492,7 @@ async fn a_change_rolls_through_stages_with_soak_and_approval() {
         "RolloutComplete",
     ] {
         assert!(
-            event_message(&events, reason).await.is_some(),
+            support::event_note(&hub, &ns.name, reason).await.is_some(),
             "no {reason} Event"
         );
     }
@@ -1599,8 +1581,7 @@ async fn a_broken_change_stops_at_the_first_member_and_is_rolled_back_there() {
         "{}",
         st["conditions"]
     );
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
-    let failed = event_message(&events, "RolloutMemberFailed")
+    let failed = support::event_note(&hub, &ns.name, "RolloutMemberFailed")
         .await
         .unwrap_or_default();
     assert!(failed.contains(&first), "{failed}");
@@ -1841,8 +1822,7 @@ async fn a_change_that_fails_the_users_health_check_is_rolled_back() {
         .filter(|m| m["state"] == "RolledBack")
         .collect();
     assert_eq!(failed.len(), 1, "{}", st["rollout"]);
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
-    let why = event_message(&events, "RolloutMemberFailed")
+    let why = support::event_note(&hub, &ns.name, "RolloutMemberFailed")
         .await
         .unwrap_or_default();
     assert!(why.contains("healthCheck"), "{why}");
@@ -2035,9 +2015,8 @@ async fn overrides_land_only_in_the_members_they_select_and_a_rule_matching_none
         assert_eq!(seen(m.clone()).await, Some(want(m)), "{m} kept what it ran");
     }
     // And a Warning Event says so.
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
     eventually(WAIT, "an InvalidSpec Event", || async {
-        event_message(&events, "InvalidSpec")
+        support::event_note(&hub, &ns.name, "InvalidSpec")
             .await
             .is_some_and(|m| m.contains("spec.overrides[1]"))
     })
@@ -2427,8 +2406,7 @@ async fn one_application_failover(
     assert_eq!(records[0]["cluster"], stuck);
     let reason = records[0]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains(says), "{reason}");
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), ns);
-    let note = event_message(&events, "ApplicationFailover").await;
+    let note = support::event_note(hub, ns, "ApplicationFailover").await;
     assert!(
         note.as_deref().is_some_and(|n| n.contains(stuck)),
         "{note:?}"

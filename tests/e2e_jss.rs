@@ -562,20 +562,10 @@ async fn an_ingress_host_stays_with_the_workload_that_claimed_it_first() {
         status.to_string().contains(&format!("{}/first", ns_a.name)),
         "the condition names the holder: {status}"
     );
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns_b.name);
-    eventually(WAIT, "an IngressHostHeld Event", || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .any(|e| e.reason.as_deref() == Some("IngressHostHeld"))
-                })
-                .unwrap_or(false)
-        }
+    eventually(WAIT, "an IngressHostHeld Event", || async {
+        support::event_note(&hub, &ns_b.name, "IngressHostHeld")
+            .await
+            .is_some()
     })
     .await;
     // A few heartbeats: still nothing of it in any member.
@@ -3361,16 +3351,10 @@ async fn a_rebalance_places_a_kept_split_again_from_scratch_on_request_only() {
         "never below 4 available on the way: {}",
         lowest.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
     eventually(Duration::from_secs(30), "a Rebalanced Event", || async {
-        events.list(&Default::default()).await.is_ok_and(|l| {
-            l.items.iter().any(|e| {
-                e.reason.as_deref() == Some("Rebalanced")
-                    && e.note
-                        .as_deref()
-                        .is_some_and(|n| n.contains(&id) && n.contains("→"))
-            })
-        })
+        support::event_note(&hub, &ns.name, "Rebalanced")
+            .await
+            .is_some_and(|n| n.contains(&id) && n.contains("→"))
     })
     .await;
     ns.delete().await;

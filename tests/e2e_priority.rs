@@ -349,17 +349,14 @@ async fn a_debt_outlives_a_hub_restart(fed: &Federation, daemons: &mut Vec<Daemo
         ),
         "{st}"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
     let preempted_note = |name: &'static str| {
-        let events = events.clone();
+        let (hub, ns) = (hub.clone(), ns.name.clone());
         async move {
-            events.list(&Default::default()).await.ok().and_then(|l| {
-                l.items.into_iter().find_map(|e| {
-                    (e.reason.as_deref() == Some("Preempted")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-                    .then(|| e.note.unwrap_or_default())
-                })
-            })
+            support::events(&hub, Some(&ns))
+                .await
+                .into_iter()
+                .find(|e| e.reason == "Preempted" && e.name == name)
+                .map(|e| e.note)
         }
     };
     eventually_logged(
@@ -600,25 +597,16 @@ async fn in_the_push_member(fed: &Federation, logs: &[&Daemon]) {
     let evicted = p["shards"].as_str().unwrap_or_default().to_string();
     assert!(!evicted.is_empty(), "the shards taken are named: {p}");
     // An Event on each: the victim's Warning says by whom, the preemptor's what it took.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &ns.name);
     eventually_logged(
         Duration::from_secs(30),
         "a Preempted Warning on the job set and a Preempting Event on the gang",
         logs,
-        || {
-            let events = events.clone();
-            async move {
-                let Ok(l) = events.list(&Default::default()).await else {
-                    return false;
-                };
-                let on = |reason: &str, name: &str| {
-                    l.items.iter().any(|e| {
-                        e.reason.as_deref() == Some(reason)
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    })
-                };
-                on("Preempted", "batch") && on("Preempting", "gang")
-            }
+        || async {
+            let seen = support::events(&hub, Some(&ns.name)).await;
+            let on = |reason: &str, name: &str| {
+                seen.iter().any(|e| e.reason == reason && e.name == name)
+            };
+            on("Preempted", "batch") && on("Preempting", "gang")
         },
     )
     .await;

@@ -639,17 +639,10 @@ async fn destructive_a_pull_agents_credential_ends_on_its_own_and_a_new_join_ren
         || async { member_is(&members, &pull, ConditionStatus::False, Some("AgentLost")).await },
     )
     .await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(hub.clone());
-    let said = events
-        .list(&Default::default())
+    let said = support::events(&hub, None)
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .any(|e| {
-            e.reason.as_deref() == Some("CredentialEnded")
-                && e.involved_object.name.as_deref() == Some(pull.as_str())
-        });
+        .iter()
+        .any(|e| e.reason == "CredentialEnded" && e.name == pull);
     assert!(said, "a CredentialEnded Event on {pull}");
     // Joined again (the default 90 days): Ready again, its credential valid.
     support::join_member(&fed, &pull, &[]);

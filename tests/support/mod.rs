@@ -404,6 +404,54 @@ where
         .unwrap_or_default()
 }
 
+/// An Event as the tests read it.
+#[derive(Debug, Clone, Default)]
+pub struct SeenEvent {
+    /// `Normal` or `Warning`.
+    pub type_: String,
+    pub reason: String,
+    /// The name and uid of the object it is about.
+    pub name: String,
+    pub uid: Option<String>,
+    pub note: String,
+}
+
+/// The Events of namespace `ns` (of every namespace: `None`) that `client` lists; none
+/// when the list fails (callers wait for what they look for).
+pub async fn events(client: &Client, ns: Option<&str>) -> Vec<SeenEvent> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| SeenEvent {
+            type_: e.type_.unwrap_or_default(),
+            reason: e.reason.unwrap_or_default(),
+            name: e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default(),
+            uid: e.regarding.and_then(|r| r.uid),
+            note: e.note.unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The note of the first Event in `ns` with `reason`, if any.
+pub async fn event_note(client: &Client, ns: &str, reason: &str) -> Option<String> {
+    events(client, Some(ns))
+        .await
+        .into_iter()
+        .find(|e| e.reason == reason)
+        .map(|e| e.note)
+}
+
 /// Every request the hub API server audited, one JSON event each
 /// (`--audit-log-format=json`; the topology audits the hub: `hub: {audit: true}`).
 pub fn hub_audit_events(fed: &Federation) -> Vec<serde_json::Value> {
