@@ -446,6 +446,42 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     all
 }
 
+/// The six workload CRDs with their `spec` schema left open
+/// (`x-kubernetes-preserve-unknown-fields`): what a member's API server would hold if
+/// the hub, which validates every spec before it writes a slice, were the only one to
+/// check it. For measuring what the pod-template schemas cost a member
+/// (`pinfed crds --open-spec`, `e2e/member-memory`); nothing installs them.
+pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
+    let workloads: Vec<String> = WorkloadKind::ALL
+        .iter()
+        .map(|k| k.as_str().to_string())
+        .collect();
+    let mut all: Vec<CustomResourceDefinition> = crds()
+        .into_iter()
+        .filter(|c| workloads.contains(&c.spec.names.kind))
+        .collect();
+    for crd in &mut all {
+        for v in &mut crd.spec.versions {
+            if let Some(props) = v
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+                .and_then(|s| s.properties.as_mut())
+            {
+                props.insert(
+                    "spec".into(),
+                    JSONSchemaProps {
+                        type_: Some("object".into()),
+                        x_kubernetes_preserve_unknown_fields: Some(true),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+    all
+}
+
 /// Doc comments are wrapped at 90 columns; `kubectl explain` wraps by itself. Joins
 /// single line breaks into spaces (blank lines stay paragraph breaks).
 fn tidy_descriptions(schema: &mut JSONSchemaProps) {
@@ -480,8 +516,12 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
 
 /// Every CRD as a multi-document YAML stream, the output of `pinfed crds`.
 pub fn crds_yaml() -> String {
-    crds()
-        .iter()
+    yaml_stream(&crds())
+}
+
+/// CRDs as a multi-document YAML stream.
+pub fn yaml_stream(crds: &[CustomResourceDefinition]) -> String {
+    crds.iter()
         .map(|c| format!("---\n{}", crd_yaml(c)))
         .collect()
 }
@@ -491,6 +531,34 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    #[test]
+    fn the_open_spec_crds_are_the_six_workloads_with_their_spec_left_open() {
+        let open = crds_with_open_spec();
+        let kinds: Vec<&str> = open.iter().map(|c| c.spec.names.kind.as_str()).collect();
+        assert_eq!(kinds, WorkloadKind::ALL.map(WorkloadKind::as_str).to_vec());
+        let full = crds();
+        for crd in &open {
+            let whole = full
+                .iter()
+                .find(|c| c.spec.names.kind == crd.spec.names.kind)
+                .unwrap();
+            let props = |c: &CustomResourceDefinition| {
+                serde_json::to_value(&c.spec.versions[0].schema).unwrap()["openAPIV3Schema"]
+                    ["properties"]
+                    .clone()
+            };
+            let (open_props, whole_props) = (props(crd), props(whole));
+            assert_eq!(
+                open_props["spec"]["x-kubernetes-preserve-unknown-fields"],
+                true
+            );
+            assert!(open_props["spec"].get("properties").is_none());
+            // The status schema stays whole.
+            assert_eq!(open_props["status"], whole_props["status"]);
+            assert!(crd_yaml(crd).len() * 10 < crd_yaml(whole).len());
+        }
+    }
 
     fn schema(kind: &str) -> Value {
         let crd = crds()

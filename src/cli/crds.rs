@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::api::workload::{crd_file_name, crd_yaml, crds, crds_yaml};
+use crate::api::workload::{crd_file_name, crd_yaml, crds, crds_with_open_spec, yaml_stream};
 
 #[derive(Debug, Args)]
 pub struct CrdsArgs {
@@ -13,17 +13,34 @@ pub struct CrdsArgs {
     /// instead of printing a multi-document stream. Stale pinfed CRD files there are removed.
     #[arg(long, value_name = "DIR")]
     pub write: Option<PathBuf>,
+    /// Only the six workload CRDs, their `spec` schema left open (what a member would hold
+    /// if only the hub validated specs): for measuring what the pod-template schemas cost
+    /// a member's API server (`e2e/member-memory`). Not for installing.
+    #[arg(long)]
+    pub open_spec: bool,
 }
 
 pub fn run(args: CrdsArgs) -> anyhow::Result<()> {
+    let all = if args.open_spec {
+        crds_with_open_spec()
+    } else {
+        crds()
+    };
     let Some(dir) = args.write else {
-        return super::expand::write_stdout(&crds_yaml());
+        return super::expand::write_stdout(&yaml_stream(&all));
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let all = crds();
     let wanted: Vec<String> = all.iter().map(crd_file_name).collect();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
+    // (The open-spec set is a part: it leaves the other files alone.)
+    let entries = if args.open_spec {
+        Vec::new()
+    } else {
+        std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    for entry in entries {
+        let path = entry.path();
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
