@@ -50,6 +50,24 @@ impl Placement {
 }
 
 impl Decision {
+    /// A divided decision of shard ranges by cluster (test fixtures).
+    #[cfg(test)]
+    pub fn of_shards(v: &[(&str, &str)]) -> Decision {
+        Decision {
+            strategy: Strategy::Divided,
+            placements: v
+                .iter()
+                .map(|(c, s)| Placement {
+                    cluster: c.to_string(),
+                    shards: Some(s.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            unplaced: 0,
+            reason: None,
+        }
+    }
+
     /// How many replicas or shards each cluster got (1 for a whole copy).
     pub fn shares(&self) -> BTreeMap<String, u32> {
         self.placements

@@ -574,20 +574,7 @@ mod tests {
 
     /// A decision of shard ranges by cluster.
     fn shards(v: &[(&str, &str)]) -> Decision {
-        Decision {
-            placements: v
-                .iter()
-                .map(|(c, s)| Placement {
-                    cluster: c.to_string(),
-                    replicas: None,
-                    shards: Some(s.to_string()),
-                    pods: None,
-                })
-                .collect(),
-            strategy: crate::placement::Strategy::Divided,
-            unplaced: 0,
-            reason: None,
-        }
+        Decision::of_shards(v)
     }
 
     fn set(v: &[&str]) -> BTreeSet<String> {

@@ -1442,20 +1442,7 @@ mod tests {
 
     #[test]
     fn a_changed_decision_of_work_that_runs_to_completion_is_recorded_before_its_slices_move() {
-        let shards = |a: &str, b: &str| Decision {
-            strategy: placement::model::Strategy::Divided,
-            placements: [("use1a", a), ("use1b", b)]
-                .into_iter()
-                .map(|(c, s)| Placement {
-                    cluster: c.into(),
-                    replicas: None,
-                    shards: Some(s.into()),
-                    pods: None,
-                })
-                .collect(),
-            unplaced: 0,
-            reason: None,
-        };
+        let shards = |a: &str, b: &str| Decision::of_shards(&[("use1a", a), ("use1b", b)]);
         let before = shards("0-2", "3-5");
         let stored = recorded::to_status(&before);
         // A failover moved shard 5: recorded first.

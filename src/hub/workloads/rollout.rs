@@ -723,20 +723,7 @@ mod tests {
             ("use1c".to_string(), slice("u1", None, Some("5"))),
         ]
         .into();
-        let decision = crate::placement::Decision {
-            strategy: crate::placement::Strategy::Divided,
-            placements: [("use1a", "0-1"), ("use1c", "4-5")]
-                .into_iter()
-                .map(|(c, s)| crate::placement::Placement {
-                    cluster: c.into(),
-                    replicas: None,
-                    shards: Some(s.into()),
-                    pods: None,
-                })
-                .collect(),
-            unplaced: 0,
-            reason: None,
-        };
+        let decision = crate::placement::Decision::of_shards(&[("use1a", "0-1"), ("use1c", "4-5")]);
         let standings = Standings {
             standings: BTreeMap::new(),
             reachable: BTreeSet::new(),
