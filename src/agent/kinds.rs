@@ -131,12 +131,11 @@ pub fn assigned_shards(j: &PinterestJobSet) -> RangeSet {
 
 /// The completion record folded with the observed Jobs.
 pub fn shard_account(j: &PinterestJobSet, o: &Observed) -> ShardAccount {
-    let parse = |r: Option<&String>| r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default();
     let s = j.status.as_ref();
     status::account_shards(
         &o.jobs,
-        &parse(s.and_then(|s| s.completed_shards.as_ref())),
-        &parse(s.and_then(|s| s.failed_shards.as_ref())),
+        &RangeSet::recorded(s.and_then(|s| s.completed_shards.as_deref())),
+        &RangeSet::recorded(s.and_then(|s| s.failed_shards.as_deref())),
     )
 }
 

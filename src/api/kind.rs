@@ -283,11 +283,6 @@ impl<'a> WorkloadRef<'a> {
     }
 }
 
-/// A recorded range list; a malformed one is empty.
-fn ranges(r: Option<&str>) -> RangeSet {
-    r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
-}
-
 /// Evaluates `$body` with the type name `$K` bound to the Rust type of the kind `$kind`
 /// (a [`crate::api::WorkloadKind`]): the one place a kind's name maps to its type.
 #[macro_export]
@@ -602,8 +597,8 @@ impl PinterestKind for PinterestJobSet {
             shards_running: s.shards_running,
             shards_succeeded: s.shards_succeeded,
             shards_failed: s.shards_failed,
-            completed_shards: ranges(s.completed_shards.as_deref()),
-            failed_shards: ranges(s.failed_shards.as_deref()),
+            completed_shards: RangeSet::recorded(s.completed_shards.as_deref()),
+            failed_shards: RangeSet::recorded(s.failed_shards.as_deref()),
             ..Default::default()
         }
     }

@@ -38,6 +38,11 @@ impl RangeSet {
         }
     }
 
+    /// A recorded range list (a status's, a slice's): absent or malformed is empty.
+    pub fn recorded(r: Option<&str>) -> RangeSet {
+        r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
+    }
+
     /// Parses the strict grammar. Does not check an upper bound; see [`RangeSet::parse_within`].
     pub fn parse(input: &str) -> Result<RangeSet, RangeError> {
         let err = |why: String| RangeError {

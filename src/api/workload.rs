@@ -432,18 +432,18 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         super::member_slice::MemberSlice::crd(),
         super::member_slice::MemberReport::crd(),
     ];
-    for crd in &mut all {
-        for v in &mut crd.spec.versions {
-            if let Some(schema) = v
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-            {
-                tidy_descriptions(schema);
-            }
-        }
+    for schema in all.iter_mut().flat_map(schemas_mut) {
+        tidy_descriptions(schema);
     }
     all
+}
+
+/// Each served version's OpenAPI schema of a CRD.
+fn schemas_mut(crd: &mut CustomResourceDefinition) -> impl Iterator<Item = &mut JSONSchemaProps> {
+    crd.spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut())
 }
 
 /// The six workload CRDs with their `spec` schema left open
@@ -460,23 +460,16 @@ pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
         .into_iter()
         .filter(|c| workloads.contains(&c.spec.names.kind))
         .collect();
-    for crd in &mut all {
-        for v in &mut crd.spec.versions {
-            if let Some(props) = v
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-                .and_then(|s| s.properties.as_mut())
-            {
-                props.insert(
-                    "spec".into(),
-                    JSONSchemaProps {
-                        type_: Some("object".into()),
-                        x_kubernetes_preserve_unknown_fields: Some(true),
-                        ..Default::default()
-                    },
-                );
-            }
+    for schema in all.iter_mut().flat_map(schemas_mut) {
+        if let Some(props) = schema.properties.as_mut() {
+            props.insert(
+                "spec".into(),
+                JSONSchemaProps {
+                    type_: Some("object".into()),
+                    x_kubernetes_preserve_unknown_fields: Some(true),
+                    ..Default::default()
+                },
+            );
         }
     }
     all

@@ -96,13 +96,10 @@ pub fn look_at<K: PinterestKind>(
             .filter_map(|p| {
                 let s = slices.get(&p.cluster)?;
                 let c = &s.report.counts;
-                let parse = |r: Option<&String>| {
-                    r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
-                };
-                let placed = parse(p.shards.as_ref());
-                let completed = parse(c.completed_shards.as_ref());
+                let placed = RangeSet::recorded(p.shards.as_deref());
+                let completed = RangeSet::recorded(c.completed_shards.as_deref());
                 let held = placed.difference(&completed);
-                let unready = parse(c.unready_shards.as_ref()).intersection(&held);
+                let unready = RangeSet::recorded(c.unready_shards.as_deref()).intersection(&held);
                 let running = u64::try_from(c.shards_running.unwrap_or(0)).unwrap_or(0);
                 let seen = ShardsSeen {
                     cluster: &p.cluster,

@@ -131,7 +131,7 @@ pub async fn roll_out<K: PinterestKind>(
     });
     // Work that runs to completion moves between live members in two steps.
     let held = if K::KIND.runs_to_completion() {
-        let parse = |r: Option<&str>| r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default();
+        let parse = RangeSet::recorded;
         let work: BTreeMap<String, WorkSeen> = slices
             .iter()
             .map(|(c, s)| {
@@ -186,13 +186,10 @@ pub async fn roll_out<K: PinterestKind>(
                     // What the slice lets go of, and let go of before (`released_shards`).
                     let released = shards.as_deref().map(|keeps| {
                         let had = found.get(cluster.as_str()).map(|f| &f.share);
-                        let parse = |r: Option<&str>| {
-                            r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default()
-                        };
                         failover::released_shards(
-                            &parse(had.and_then(|h| h.shards.as_deref())),
-                            &parse(had.and_then(|h| h.released.as_deref())),
-                            &parse(Some(keeps)),
+                            &RangeSet::recorded(had.and_then(|h| h.shards.as_deref())),
+                            &RangeSet::recorded(had.and_then(|h| h.released.as_deref())),
+                            &RangeSet::recorded(Some(keeps)),
                         )
                         .to_string()
                     });
@@ -590,12 +587,10 @@ pub fn observations(
             let member_ready = standings.ready.contains(&p.cluster);
             // A member's completions count within the shards its slice holds or let go of.
             let held_shards = slices.get(&p.cluster).and_then(|s| {
-                let parse =
-                    |r: Option<&str>| r.and_then(|r| RangeSet::parse(r).ok()).unwrap_or_default();
-                let shards = s.share.shards.as_deref()?;
+                let shards = RangeSet::recorded(Some(s.share.shards.as_deref()?));
                 Some(
-                    parse(Some(shards))
-                        .union(&parse(s.share.released.as_deref()))
+                    shards
+                        .union(&RangeSet::recorded(s.share.released.as_deref()))
                         .to_string(),
                 )
             });
