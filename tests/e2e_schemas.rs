@@ -2,7 +2,8 @@
 //! claim templates carry the Kubernetes types' own schemas, so the API server refuses a
 //! wrongly typed field with its path, `kubectl explain` describes the template, a JobSet's
 //! template stays immutable, and every example is stored as written (nothing pruned).
-//! No hub or agent runs: these are the API server's answers alone.
+//! No hub runs: these are the API server's answers alone — but for a member joined with
+//! open workload schemas, where the agent checks what its API server no longer does.
 
 mod support;
 
@@ -337,4 +338,147 @@ fn example(file: &str) -> Value {
     let mut v: Value = pinfed::api::yaml::from_str(&example_text(file)).unwrap();
     v["metadata"].as_object_mut().unwrap().remove("namespace");
     v
+}
+
+/// A member joined with `--member-schemas open` takes a slice its kind cannot (the hub
+/// validates what it writes; a slice made in the member directly is not checked there).
+/// An agent that starts with such a slice present lists it with the rest: it refuses that
+/// one as Invalid (reason Undecodable, the field named) with a Warning Event, and runs the
+/// kind's other slices — a typed watch fails its whole list and runs none of them. Joined
+/// again without the flag, the member's schemas are full again.
+#[tokio::test]
+async fn in_a_member_with_open_schemas_the_agent_refuses_an_undecodable_slice_and_runs_the_rest() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use support::{eventually, join_member, spawn_daemon};
+    let wait = std::time::Duration::from_secs(60);
+    let fed = Federation::connect().await;
+    let member = fed.member_names()[0].clone();
+    let client = fed.client(&member);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let spec_schema = |crd: CustomResourceDefinition| {
+        crd.spec.versions[0]
+            .schema
+            .clone()
+            .and_then(|s| s.open_api_v3_schema)
+            .and_then(|s| s.properties)
+            .and_then(|p| p.get("spec").cloned())
+            .expect("a spec schema")
+    };
+    join_member(&fed, &member, &["--member-schemas", "open"]);
+    let open = spec_schema(
+        crds.get("pinterestservices.compute.pinterest.com")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(open.x_kubernetes_preserve_unknown_fields, Some(true));
+    assert!(open.properties.is_none(), "the spec left open: {open:?}");
+
+    let ns = TestNamespace::create(&client, "agent-open-schemas").await;
+    let services = api(&client, &ns.name, WorkloadKind::Service);
+    let service = |name: &str, owner: Value| {
+        serde_json::from_value::<DynamicObject>(json!({
+            "apiVersion": COMPUTE_API_VERSION, "kind": "PinterestService",
+            "metadata": {"name": name},
+            "spec": {"owner": owner, "replicas": 1,
+                     "template": {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}
+        }))
+        .unwrap()
+    };
+    let owner = json!({"team": "ads", "contact": "ads@pinterest.com"});
+    // (Not a wrong `replicas`: the scale subresource has the API server check that one.)
+    services
+        .create(&PostParams::default(), &service("bad", json!("ads")))
+        .await
+        .expect("an open schema takes an owner that is a string");
+    services
+        .create(&PostParams::default(), &service("good", owner.clone()))
+        .await
+        .unwrap();
+    let agent = spawn_daemon(&fed, "agent-open", &fed.agent_args(&member, &[]).unwrap());
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    eventually(
+        wait,
+        &format!(
+            "the good service's Deployment beside the bad one\n{}",
+            agent.log_tail()
+        ),
+        || {
+            let deployments = deployments.clone();
+            async move { deployments.get_opt("good").await.unwrap().is_some() }
+        },
+    )
+    .await;
+    let invalid = |o: &DynamicObject| {
+        o.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Invalid" && c["status"] == "True")
+            .cloned()
+    };
+    eventually(
+        wait,
+        &format!("the bad service Invalid\n{}", agent.log_tail()),
+        || {
+            let services = services.clone();
+            async move { invalid(&services.get("bad").await.unwrap()).is_some() }
+        },
+    )
+    .await;
+    let condition = invalid(&services.get("bad").await.unwrap()).unwrap();
+    assert_eq!(condition["reason"], "Undecodable", "{condition}");
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.owner:"),
+        "names the field: {message}"
+    );
+    assert!(
+        deployments.get_opt("bad").await.unwrap().is_none(),
+        "nothing made for the refused slice"
+    );
+    eventually(
+        wait,
+        "a Warning Event Undecodable for the bad service",
+        || async {
+            support::events(&client, Some(&ns.name))
+                .await
+                .iter()
+                .any(|e| e.type_ == "Warning" && e.reason == "Undecodable" && e.name == "bad")
+        },
+    )
+    .await;
+
+    // Mended, it runs.
+    services
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"owner": owner}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        wait,
+        &format!("the mended service's Deployment\n{}", agent.log_tail()),
+        || {
+            let deployments = deployments.clone();
+            async move { deployments.get_opt("bad").await.unwrap().is_some() }
+        },
+    )
+    .await;
+    drop(agent);
+    ns.delete().await;
+    join_member(&fed, &member, &[]);
+    let full = spec_schema(
+        crds.get("pinterestservices.compute.pinterest.com")
+            .await
+            .unwrap(),
+    );
+    assert!(
+        full.properties.is_some_and(|p| p.contains_key("template")),
+        "joined again without the flag, the spec schema is full"
+    );
 }

@@ -138,6 +138,7 @@ fn render() -> String {
         weight: None,
         server: String::new(),
         ca_pem: vec![],
+        schemas: Default::default(),
     };
     objects.extend(
         pinfed::hub::join_pull::hub_objects(&pull)

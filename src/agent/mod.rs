@@ -25,7 +25,8 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
@@ -208,8 +209,10 @@ async fn run_kind<K: AgentKind>(
     let (reader, writer) = reflector::store::<PartialObjectMeta<K>>();
     // Back off on watch errors, briefly: a member API server that restarts must not be
     // hammered, and the watch must come back by itself and soon (controller::watch).
+    // Untyped: a slice the kind cannot decode (possible where the member's CRDs leave the
+    // spec open) fails its own reconcile, refused as Invalid, not the list of every slice.
     let main = watcher(
-        Api::<K>::all(c.clone()),
+        Api::<DynamicObject>::all_with(c.clone(), &ApiResource::erase::<K>(&())),
         watcher::Config::default().any_semantic(),
     )
     .backoff(watch::backoff())
@@ -218,7 +221,8 @@ async fn run_kind<K: AgentKind>(
         let ctx = ctx.clone();
         move |event| {
             // Own status writes the watch has now delivered need no record any more.
-            ctx.own_writes.seen_in(&event, reconcile::slice_key);
+            ctx.own_writes
+                .seen_in(&event, reconcile::untyped_slice_key::<K>);
             cache.ingest(event)
         }
     })
@@ -289,10 +293,17 @@ async fn reconcile_cached<K: AgentKind>(
     meta: Arc<PartialObjectMeta<K>>,
     kc: Arc<KindContext<K>>,
 ) -> Result<Action, AgentError> {
-    match kc.cache.get(&meta) {
-        Some(obj) => reconcile(Arc::new(obj?), kc.ctx.clone()).await,
-        // Deleted since it was queued: nothing left to do.
-        None => Ok(Action::await_change()),
+    let Some(body) = kc.cache.body(&meta) else {
+        // Deleted since it was queued: nothing left to do (and nothing waits).
+        kc.ctx.queue(K::KIND).picked(meta.as_ref());
+        return Ok(Action::await_change());
+    };
+    match crate::controller::compact::decode::<K>(&body) {
+        Ok(obj) => reconcile(Arc::new(obj), kc.ctx.clone()).await,
+        Err(why) => {
+            kc.ctx.queue(K::KIND).picked(meta.as_ref());
+            reconcile::undecodable(&kc.ctx, &meta, &body, why).await
+        }
     }
 }
 

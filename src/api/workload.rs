@@ -446,21 +446,24 @@ fn schemas_mut(crd: &mut CustomResourceDefinition) -> impl Iterator<Item = &mut 
         .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut())
 }
 
-/// The six workload CRDs with their `spec` schema left open
-/// (`x-kubernetes-preserve-unknown-fields`): what a member's API server would hold if
-/// the hub, which validates every spec before it writes a slice, were the only one to
-/// check it. For measuring what the pod-template schemas cost a member
-/// (`pinfed crds --open-spec`, `e2e/member-memory`); nothing installs them.
-pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
+/// Every CRD of the product with the six workload kinds' `spec` schema left open
+/// (`x-kubernetes-preserve-unknown-fields`; the status schema whole): what a member holds
+/// when joined with `--member-schemas open`. The hub validates every spec before it writes
+/// a slice, so the member's API server need not check it again, and the pod-template
+/// schemas are most of a member API server's memory (docs/benchmarks.md). A slice made in
+/// such a member directly is checked by the agent instead, which refuses one its kind
+/// cannot take (`Invalid`, reason `Undecodable`).
+pub fn crds_with_open_workload_specs() -> Vec<CustomResourceDefinition> {
     let workloads: Vec<String> = WorkloadKind::ALL
         .iter()
         .map(|k| k.as_str().to_string())
         .collect();
-    let mut all: Vec<CustomResourceDefinition> = crds()
-        .into_iter()
+    let mut all = crds();
+    for schema in all
+        .iter_mut()
         .filter(|c| workloads.contains(&c.spec.names.kind))
-        .collect();
-    for schema in all.iter_mut().flat_map(schemas_mut) {
+        .flat_map(schemas_mut)
+    {
         if let Some(props) = schema.properties.as_mut() {
             props.insert(
                 "spec".into(),
@@ -473,6 +476,18 @@ pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
         }
     }
     all
+}
+
+/// The six workload CRDs of [`crds_with_open_workload_specs`] (`pinfed crds --open-spec`).
+pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
+    let workloads: Vec<String> = WorkloadKind::ALL
+        .iter()
+        .map(|k| k.as_str().to_string())
+        .collect();
+    crds_with_open_workload_specs()
+        .into_iter()
+        .filter(|c| workloads.contains(&c.spec.names.kind))
+        .collect()
 }
 
 /// Doc comments are wrapped at 90 columns; `kubectl explain` wraps by itself. Joins

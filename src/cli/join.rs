@@ -42,6 +42,18 @@ pub struct JoinArgs {
     /// PodDisruptionBudget), named NAME.
     #[arg(long)]
     pub install_agent: bool,
+    /// The workload schemas of the CRDs put in the member. full: the member's API server
+    /// validates slices as the hub does. open: the workload kinds' spec is left open to it
+    /// (the hub validates every spec before it writes a slice, and the agent refuses one
+    /// its kind cannot decode as Invalid), which halves what a member's API server needs
+    /// (~115 MiB against ~200–290): for large fleets where only the hub writes slices.
+    #[arg(
+        long,
+        value_enum,
+        env = "PINFED_MEMBER_SCHEMAS",
+        default_value = "full"
+    )]
+    pub member_schemas: crate::hub::join::MemberSchemas,
     /// The agent image for --install-agent (default: what deploy/image/build tags).
     #[arg(long, env = "PINFED_AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
     pub agent_image: String,
@@ -139,6 +151,7 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
             weight: args.weight,
             server: args.server.clone().unwrap_or(server),
             ca_pem,
+            schemas: args.member_schemas,
         };
         // Checked before anything is written, so a refusal leaves nothing half-installed.
         let existing = if args.install_agent {

@@ -5,6 +5,10 @@
 //! workload of the federation. The controller runs over the metadata (what scheduling and
 //! triggers need); a reconcile decodes the one object it works on from its JSON, a few
 //! tens of microseconds.
+//!
+//! The watch itself may be untyped (`DynamicObject`): one object the type cannot decode
+//! then fails only its own reconcile (with the field that failed, [`Undecodable`]), not
+//! the list of its whole kind.
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
@@ -80,8 +84,11 @@ where
 {
     /// Stores (or drops) the event's object and passes its metadata on, for a reflector of
     /// `PartialObjectMeta<K>` and the controller. Managed fields are dropped: nothing reads
-    /// them.
-    pub fn ingest(&self, event: watcher::Event<K>) -> watcher::Event<PartialObjectMeta<K>> {
+    /// them. The event's object is `K` itself or any representation of it (`DynamicObject`).
+    pub fn ingest<O>(&self, event: watcher::Event<O>) -> watcher::Event<PartialObjectMeta<K>>
+    where
+        O: Resource + Serialize,
+    {
         let mut bodies = self.bodies.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Init => {
@@ -89,7 +96,7 @@ where
                 watcher::Event::Init
             }
             watcher::Event::InitApply(o) => {
-                let (key, meta) = store(&mut bodies, o);
+                let (key, meta) = store::<K, O>(&mut bodies, o);
                 if let Some(seen) = bodies.relisting.as_mut() {
                     seen.insert(key);
                 }
@@ -102,22 +109,24 @@ where
                 bodies.listed = true;
                 watcher::Event::InitDone
             }
-            watcher::Event::Apply(o) => watcher::Event::Apply(store(&mut bodies, o).1),
+            watcher::Event::Apply(o) => watcher::Event::Apply(store::<K, O>(&mut bodies, o).1),
             watcher::Event::Delete(mut o) => {
                 o.meta_mut().managed_fields = None;
                 bodies.by_key.remove(&key_of(o.meta()));
-                watcher::Event::Delete(meta_of(o))
+                watcher::Event::Delete(meta_of::<K, O>(o))
             }
         }
     }
 
     /// The object as last seen, decoded; `None` when it is gone (deleted meanwhile).
-    pub fn get(&self, meta: &PartialObjectMeta<K>) -> Option<Result<K, serde_json::Error>> {
-        let body = {
-            let bodies = self.bodies.read().unwrap_or_else(|e| e.into_inner());
-            bodies.by_key.get(&key_of(&meta.metadata))?.clone()
-        };
-        Some(serde_json::from_slice(&body))
+    pub fn get(&self, meta: &PartialObjectMeta<K>) -> Option<Result<K, Undecodable>> {
+        self.body(meta).map(|body| decode(&body))
+    }
+
+    /// The object's JSON as last seen; `None` when it is gone.
+    pub fn body(&self, meta: &PartialObjectMeta<K>) -> Option<Arc<[u8]>> {
+        let bodies = self.bodies.read().unwrap_or_else(|e| e.into_inner());
+        bodies.by_key.get(&key_of(&meta.metadata)).cloned()
     }
 
     /// The same cache, untyped.
@@ -139,9 +148,45 @@ where
     }
 }
 
-fn store<K: Resource<DynamicType = ()> + Serialize>(
+/// An object its type cannot take: the field that failed (`spec.replicas`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct Undecodable {
+    pub path: String,
+    pub reason: String,
+}
+
+impl From<Undecodable> for serde_json::Error {
+    fn from(e: Undecodable) -> Self {
+        <serde_json::Error as serde::de::Error>::custom(e)
+    }
+}
+
+/// Decodes `body` as `T`, naming the field that does not fit.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, Undecodable> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // serde_json appends where in the text it was; the path says it better.
+        let reason = match inner.rfind(" at line ") {
+            Some(i) => inner[..i].to_string(),
+            None => inner,
+        };
+        Undecodable {
+            path: if path == "." {
+                "(the object)".into()
+            } else {
+                path
+            },
+            reason,
+        }
+    })
+}
+
+fn store<K: Resource<DynamicType = ()>, O: Resource + Serialize>(
     bodies: &mut Bodies,
-    mut o: K,
+    mut o: O,
 ) -> (Key, PartialObjectMeta<K>) {
     o.meta_mut().managed_fields = None;
     let key = key_of(o.meta());
@@ -150,10 +195,10 @@ fn store<K: Resource<DynamicType = ()> + Serialize>(
     if let Ok(json) = serde_json::to_vec(&o) {
         bodies.by_key.insert(key.clone(), json.into());
     }
-    (key, meta_of(o))
+    (key, meta_of::<K, O>(o))
 }
 
-fn meta_of<K: Resource<DynamicType = ()>>(o: K) -> PartialObjectMeta<K> {
+fn meta_of<K: Resource<DynamicType = ()>, O: Resource>(o: O) -> PartialObjectMeta<K> {
     let types = TypeMeta {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
@@ -186,7 +231,7 @@ mod tests {
     }
 
     fn meta(name: &str) -> PartialObjectMeta<ConfigMap> {
-        meta_of(cm(name, ""))
+        meta_of::<ConfigMap, ConfigMap>(cm(name, ""))
     }
 
     #[test]
@@ -215,11 +260,11 @@ mod tests {
         let cache = CompactCache::<ConfigMap>::default();
         cache.ingest(watcher::Event::Apply(cm("a", "1")));
         cache.ingest(watcher::Event::Apply(cm("b", "1")));
-        cache.ingest(watcher::Event::Init);
+        cache.ingest(watcher::Event::<ConfigMap>::Init);
         cache.ingest(watcher::Event::InitApply(cm("b", "2")));
         // Until the list ends, what it has not listed yet stays readable.
         assert!(cache.get(&meta("a")).is_some());
-        cache.ingest(watcher::Event::InitDone);
+        cache.ingest(watcher::Event::<ConfigMap>::InitDone);
         assert!(
             cache.get(&meta("a")).is_none(),
             "deleted while not watching"
@@ -228,6 +273,37 @@ mod tests {
         assert_eq!(
             cache.get(&meta("b")).unwrap().unwrap().data.unwrap()["k"],
             "2"
+        );
+    }
+
+    #[test]
+    fn an_untyped_watch_caches_what_its_type_cannot_take_and_names_the_field() {
+        use kube::api::DynamicObject;
+        let cache = CompactCache::<ConfigMap>::default();
+        let bad: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "data": {"k": 7}
+        }))
+        .unwrap();
+        let good: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "good", "namespace": "ns"},
+            "data": {"k": "v"}
+        }))
+        .unwrap();
+        cache.ingest(watcher::Event::<DynamicObject>::Init);
+        cache.ingest(watcher::Event::InitApply(bad));
+        cache.ingest(watcher::Event::InitApply(good));
+        cache.ingest(watcher::Event::<DynamicObject>::InitDone);
+        assert_eq!(cache.len(), 2, "both listed, the bad one too");
+        let err = cache.get(&meta("bad")).unwrap().unwrap_err();
+        assert_eq!(err.path, "data.k");
+        assert!(err.reason.contains("expected a string"), "{err}");
+        assert!(!err.reason.contains("line"), "{err}");
+        assert_eq!(
+            cache.get(&meta("good")).unwrap().unwrap().data.unwrap()["k"],
+            "v"
         );
     }
 }

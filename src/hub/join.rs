@@ -35,6 +35,8 @@ pub struct JoinRequest {
     /// The member API server as the hub reaches it, and its CA (PEM).
     pub server: String,
     pub ca_pem: Vec<u8>,
+    /// The workload schemas of the CRDs installed in the member.
+    pub schemas: MemberSchemas,
 }
 
 /// What the hub may do in a member, and nothing else: write pinfed's own resources
@@ -170,10 +172,31 @@ pub fn hub_objects(req: &JoinRequest, kubeconfig: &str) -> Vec<serde_json::Value
     ]
 }
 
+/// The workload schemas a member's CRDs carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum MemberSchemas {
+    /// Full: the member's API server validates every slice's spec as the hub does.
+    #[default]
+    Full,
+    /// The workload kinds' spec left open: the hub validates specs before it writes
+    /// slices and the agent refuses a slice it cannot decode; a member's API server then
+    /// needs ~115 MiB rather than ~200–290 (for large fleets of light members).
+    Open,
+}
+
 /// Applies every CRD of the product (server-side apply) and waits until they are served.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    install_crds_with(client, MemberSchemas::Full).await
+}
+
+/// [`install_crds`] with the workload schemas `schemas` (a member's choice; the hub's are
+/// always full).
+pub async fn install_crds_with(client: &Client, schemas: MemberSchemas) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crds = workload::crds();
+    let crds = match schemas {
+        MemberSchemas::Full => workload::crds(),
+        MemberSchemas::Open => workload::crds_with_open_workload_specs(),
+    };
     for crd in &crds {
         api.patch(
             &crd.name_any(),
@@ -582,7 +605,7 @@ async fn wait_drop_namespace_gone_if_terminating(member: &Client) -> anyhow::Res
 
 /// Joins a member: RBAC and CRDs in the member, kubeconfig Secret and MemberCluster on the hub.
 pub async fn join(hub: &Client, member: &Client, req: &JoinRequest) -> anyhow::Result<()> {
-    install_crds(member)
+    install_crds_with(member, req.schemas)
         .await
         .context("installing CRDs in the member")?;
     wait_drop_namespace_gone_if_terminating(member).await?;
@@ -642,6 +665,7 @@ mod tests {
             weight: Some(2),
             server: "https://127.0.0.1:6443".into(),
             ca_pem: b"-----BEGIN CERTIFICATE-----\n".to_vec(),
+            schemas: Default::default(),
         }
     }
 

@@ -337,7 +337,7 @@ pub async fn join_pull(
         .await
         .context("installing CRDs on the hub")?;
     crate::hub::join::install_hub_policies(hub).await?;
-    install_crds(member)
+    crate::hub::join::install_crds_with(member, req.schemas)
         .await
         .context("installing CRDs in the member")?;
     crate::hub::join::install_member_policies(member).await?;
@@ -444,6 +444,7 @@ mod tests {
             weight: None,
             server: String::new(),
             ca_pem: vec![],
+            schemas: Default::default(),
         }
     }
 

@@ -137,6 +137,7 @@ mod tests {
             weight: None,
             server: "https://127.0.0.1:6443".into(),
             ca_pem: b"ca".to_vec(),
+            schemas: Default::default(),
         };
         let text = crate::hub::join::member_kubeconfig(&req, "old-token");
         assert_eq!(kubeconfig_token(&text).as_deref(), Some("old-token"));

@@ -19,7 +19,10 @@ mod build;
 mod judge;
 mod read;
 mod record;
+mod refuse;
 mod report;
+
+pub use self::refuse::undecodable;
 
 use self::apply::CONFLICT_RECHECK;
 use self::build::Built;
@@ -249,6 +252,11 @@ pub(super) fn slice_key<K: AgentKind>(obj: &K) -> String {
     format!("{}/{}", K::KIND, key(obj))
 }
 
+/// [`slice_key`] of a slice read untyped.
+pub(super) fn untyped_slice_key<K: AgentKind>(obj: &DynamicObject) -> String {
+    format!("{}/{}", K::KIND, key(obj))
+}
+
 /// The slice's status as stored, as this reconcile knows it: a cached copy older than
 /// this agent's own last status write shows that write's status instead (the write's
 /// watch event can come after the events of the objects it applied). Writes only what
@@ -262,8 +270,16 @@ struct StoredStatus<S> {
 
 impl<S: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq> StoredStatus<S> {
     fn read<K: AgentKind<Status = S>>(ctx: &Context, obj: &K) -> StoredStatus<S> {
-        let key = slice_key(obj);
-        let version = obj.meta().resource_version.clone();
+        StoredStatus::of(
+            ctx,
+            slice_key(obj),
+            obj.meta().resource_version.clone(),
+            obj.status().cloned(),
+        )
+    }
+
+    /// The status of the slice `key` at `version`, or this agent's own later write.
+    fn of(ctx: &Context, key: String, version: Option<String>, status: Option<S>) -> Self {
         let unseen = ctx
             .own_writes
             .unseen(&key, version.as_deref())
@@ -271,7 +287,7 @@ impl<S: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq> Stor
             .and_then(|s| serde_json::from_value(s).ok());
         StoredStatus {
             key,
-            status: unseen.or_else(|| obj.status().cloned()),
+            status: unseen.or(status),
             version,
         }
     }
@@ -283,10 +299,22 @@ impl<S: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq> Stor
         obj: &K,
         status: &S,
     ) -> Result<bool, AgentError> {
+        let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
+        self.write_at::<K>(ctx, &ns, &obj.name_any(), status).await
+    }
+
+    /// [`Self::write`] for the slice `ns/name`.
+    async fn write_at<K: AgentKind<Status = S>>(
+        &mut self,
+        ctx: &Context,
+        ns: &str,
+        name: &str,
+        status: &S,
+    ) -> Result<bool, AgentError> {
         if self.status.as_ref() == Some(status) {
             return Ok(false);
         }
-        let written = write_status(&ctx.client, obj, status).await?;
+        let written = write_status::<K>(&ctx.client, ns, name, status).await?;
         let value = serde_json::to_value(status)?;
         ctx.own_writes.wrote(
             &self.key,
@@ -301,13 +329,19 @@ impl<S: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq> Stor
 }
 
 /// Applies the slice's status; returns the version written (`None`: the slice is gone).
+/// The reply is read untyped: a slice whose spec its kind cannot take still gets its
+/// status (the Invalid that says why).
 async fn write_status<K: AgentKind>(
     client: &Client,
-    obj: &K,
+    ns: &str,
+    name: &str,
     status: &K::Status,
 ) -> Result<Option<String>, AgentError> {
-    let ns = obj.namespace().ok_or(AgentError::NoNamespace)?;
-    let api: Api<K> = Api::namespaced(client.clone(), &ns);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::erase::<K>(&()),
+    );
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -315,7 +349,7 @@ async fn write_status<K: AgentKind>(
     });
     match api
         .patch_status(
-            &obj.name_any(),
+            name,
             &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
@@ -337,6 +371,16 @@ async fn publish<K: AgentKind>(
     reason: &str,
     note: String,
 ) {
+    publish_to(ctx, &obj.object_ref(&()), type_, reason, note).await;
+}
+
+async fn publish_to(
+    ctx: &Context,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -344,7 +388,7 @@ async fn publish<K: AgentKind>(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
         tracing::debug!(error = %e, "could not record an Event");
     }
 }
@@ -435,15 +479,39 @@ async fn invalid<K: AgentKind>(
     ctx: &Context,
     obj: &K,
     stored: &mut StoredStatus<K::Status>,
-    mut status: K::Status,
+    status: K::Status,
     reason: &str,
     message: &str,
     now: &Time,
 ) -> Result<Action, AgentError> {
     let generation = obj.meta().generation;
+    if let Some(status) = invalid_status::<K>(
+        stored.status.clone(),
+        status,
+        generation,
+        reason,
+        message,
+        now,
+    ) {
+        stored.write(ctx, obj, &status).await?;
+        publish(ctx, obj, EventType::Warning, reason, message.to_string()).await;
+        tracing::info!(kind = %K::KIND, object = %key(obj), %message, "invalid; waiting for a change");
+    }
+    // Permanent: nothing to retry until the object (or a RuntimeProfile) changes.
+    Ok(Action::await_change())
+}
+
+/// `status` with the slice Invalid for `reason`; `None` when the stored status says so
+/// already for this generation (nothing to write: no hot loop).
+fn invalid_status<K: AgentKind>(
+    stored: Option<K::Status>,
+    mut status: K::Status,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) -> Option<K::Status> {
     let already = stored
-        .status
-        .clone()
         .map(|mut s| {
             find_condition(K::conditions(&mut s), ct::INVALID).is_some_and(|c| {
                 c.status == ConditionStatus::True
@@ -452,25 +520,22 @@ async fn invalid<K: AgentKind>(
             })
         })
         .unwrap_or(false);
-    if !already {
-        crate::api::common::set_invalid_conditions(
-            K::conditions(&mut status),
-            message,
-            generation,
-            now,
-        );
-        if let Some(c) = K::conditions(&mut status)
-            .iter_mut()
-            .find(|c| c.type_ == ct::INVALID)
-        {
-            c.reason = reason.to_string();
-        }
-        stored.write(ctx, obj, &status).await?;
-        publish(ctx, obj, EventType::Warning, reason, message.to_string()).await;
-        tracing::info!(kind = %K::KIND, object = %key(obj), %message, "invalid; waiting for a change");
+    if already {
+        return None;
     }
-    // Permanent: nothing to retry until the object (or a RuntimeProfile) changes.
-    Ok(Action::await_change())
+    crate::api::common::set_invalid_conditions(
+        K::conditions(&mut status),
+        message,
+        generation,
+        now,
+    );
+    if let Some(c) = K::conditions(&mut status)
+        .iter_mut()
+        .find(|c| c.type_ == ct::INVALID)
+    {
+        c.reason = reason.to_string();
+    }
+    Some(status)
 }
 
 #[cfg(test)]

@@ -17,13 +17,19 @@ pub(super) async fn current<K: AgentKind>(
     if !K::KIND.runs_to_completion() {
         return Ok(Step::Next(None));
     }
-    match Api::<K>::namespaced(ctx.client.clone(), ns)
-        .get_opt(name)
-        .await
-        .map_err(AgentError::Observe)?
+    // Read untyped, like the watch: a slice changed since into one its kind cannot take
+    // is refused when that change's event arrives, not retried here.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        ns,
+        &kube::core::ApiResource::erase::<K>(&()),
+    );
+    let fresh = api.get_opt(name).await.map_err(AgentError::Observe)?;
+    match fresh
+        .map(|o| serde_json::to_vec(&o).map(|body| crate::controller::compact::decode::<K>(&body)))
     {
-        Some(o) => Ok(Step::Next(Some(o))),
-        None => Ok(Step::Done(Action::await_change())),
+        Some(Ok(Ok(o))) => Ok(Step::Next(Some(o))),
+        Some(Ok(Err(_)) | Err(_)) | None => Ok(Step::Done(Action::await_change())),
     }
 }
 

@@ -778,9 +778,18 @@ async fn reconcile_cached<K: PinterestKind>(
     ctx: Arc<KindContext<K>>,
 ) -> Result<Action, HubError> {
     match ctx.cache.get(&meta) {
-        Some(obj) => reconcile(Arc::new(obj?), ctx.hub.clone()).await,
-        // Deleted since it was queued: nothing left to do.
-        None => Ok(Action::await_change()),
+        Some(obj) => {
+            reconcile(
+                Arc::new(obj.map_err(serde_json::Error::from)?),
+                ctx.hub.clone(),
+            )
+            .await
+        }
+        // Deleted since it was queued: nothing left to do (and nothing waits).
+        None => {
+            ctx.hub.queue(K::KIND).picked(meta.as_ref());
+            Ok(Action::await_change())
+        }
     }
 }
 
