@@ -45,8 +45,8 @@ pub struct JoinArgs {
     /// The workload schemas of the CRDs put in the member. full: the member's API server
     /// validates slices as the hub does. open: the workload kinds' spec is left open to it
     /// (the hub validates every spec before it writes a slice, and the agent refuses one
-    /// its kind cannot decode as Invalid), which halves what a member's API server needs
-    /// (~115 MiB against ~200–290): for large fleets where only the hub writes slices.
+    /// its kind cannot decode as Invalid), which shrinks what a member's API server needs
+    /// (~150–190 MiB against ~290): for large fleets where only the hub writes slices.
     #[arg(
         long,
         value_enum,

@@ -180,7 +180,7 @@ pub enum MemberSchemas {
     Full,
     /// The workload kinds' spec left open: the hub validates specs before it writes
     /// slices and the agent refuses a slice it cannot decode; a member's API server then
-    /// needs ~115 MiB rather than ~200–290 (for large fleets of light members).
+    /// needs ~150–190 MiB rather than ~290 (for large fleets of light members).
     Open,
 }
 

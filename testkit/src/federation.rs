@@ -295,7 +295,17 @@ impl Federation {
     /// Joins every member of the topology to the hub (idempotent).
     pub fn join_all(&self) -> anyhow::Result<()> {
         // Four at a time: a join takes seconds of round trips, and a fleet has dozens.
-        for batch in self.members.chunks(4) {
+        let started = std::time::Instant::now();
+        for (i, batch) in self.members.chunks(4).enumerate() {
+            // Progress on a fleet's join (minutes at 100 members).
+            if i > 0 && i % 5 == 0 {
+                eprintln!(
+                    "joined {} of {} members ({:.0} s)",
+                    i * 4,
+                    self.members.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
             std::thread::scope(|scope| {
                 let joins: Vec<_> = batch
                     .iter()

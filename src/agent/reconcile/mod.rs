@@ -541,6 +541,37 @@ fn invalid_status<K: AgentKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::service::PinterestService;
+
+    #[test]
+    fn a_refusal_is_written_once_for_a_generation_and_message() {
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let refuse = |stored: Option<_>, generation, message: &str| {
+            invalid_status::<PinterestService>(
+                stored,
+                Default::default(),
+                generation,
+                "Undecodable",
+                message,
+                &now,
+            )
+        };
+        let first = refuse(None, Some(1), "spec.owner: invalid type").expect("written");
+        let invalid = <PinterestService as crate::api::kind::PinterestKind>::conditions_of(&first)
+            .iter()
+            .find(|c| c.type_ == ct::INVALID)
+            .expect("an Invalid condition");
+        assert_eq!(invalid.status, ConditionStatus::True);
+        assert_eq!(invalid.reason, "Undecodable");
+        assert_eq!(invalid.message, "spec.owner: invalid type");
+        assert_eq!(invalid.observed_generation, Some(1));
+        assert!(
+            refuse(Some(first.clone()), Some(1), "spec.owner: invalid type").is_none(),
+            "the same refusal again writes nothing (no hot loop)"
+        );
+        assert!(refuse(Some(first.clone()), Some(2), "spec.owner: invalid type").is_some());
+        assert!(refuse(Some(first), Some(1), "spec.template: invalid type").is_some());
+    }
 
     fn forbidden(cause: &str) -> AgentError {
         // As the API server sends it (kube::core::response's types have no Default).
