@@ -257,6 +257,16 @@ pub(super) fn untyped_slice_key<K: AgentKind>(obj: &DynamicObject) -> String {
     format!("{}/{}", K::KIND, key(obj))
 }
 
+/// The slices of kind `K` in `ns`, read untyped: a slice its kind cannot decode is still
+/// read, and refused on its own (`refuse.rs`).
+fn untyped_slices<K: AgentKind>(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::erase::<K>(&()),
+    )
+}
+
 /// The slice's status as stored, as this reconcile knows it: a cached copy older than
 /// this agent's own last status write shows that write's status instead (the write's
 /// watch event can come after the events of the objects it applied). Writes only what
@@ -337,11 +347,7 @@ async fn write_status<K: AgentKind>(
     name: &str,
     status: &K::Status,
 ) -> Result<Option<String>, AgentError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kube::core::ApiResource::erase::<K>(&()),
-    );
+    let api = untyped_slices::<K>(client, ns);
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),

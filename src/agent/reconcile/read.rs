@@ -19,12 +19,10 @@ pub(super) async fn current<K: AgentKind>(
     }
     // Read untyped, like the watch: a slice changed since into one its kind cannot take
     // is refused when that change's event arrives, not retried here.
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        ns,
-        &kube::core::ApiResource::erase::<K>(&()),
-    );
-    let fresh = api.get_opt(name).await.map_err(AgentError::Observe)?;
+    let fresh = untyped_slices::<K>(&ctx.client, ns)
+        .get_opt(name)
+        .await
+        .map_err(AgentError::Observe)?;
     match fresh
         .map(|o| serde_json::to_vec(&o).map(|body| crate::controller::compact::decode::<K>(&body)))
     {

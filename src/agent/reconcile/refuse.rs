@@ -30,7 +30,7 @@ pub async fn undecodable<K: AgentKind>(
         .and_then(|s| serde_json::from_value(s).ok());
     let mut stored = StoredStatus::of(
         ctx,
-        format!("{}/{ns}/{name}", K::KIND),
+        format!("{}/{ns}/{name}", K::KIND), // slice_key's form
         meta.metadata.resource_version.clone(),
         status,
     );
