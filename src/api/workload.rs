@@ -454,14 +454,10 @@ fn schemas_mut(crd: &mut CustomResourceDefinition) -> impl Iterator<Item = &mut 
 /// such a member directly is checked by the agent instead, which refuses one its kind
 /// cannot take (`Invalid`, reason `Undecodable`).
 pub fn crds_with_open_workload_specs() -> Vec<CustomResourceDefinition> {
-    let workloads: Vec<String> = WorkloadKind::ALL
-        .iter()
-        .map(|k| k.as_str().to_string())
-        .collect();
     let mut all = crds();
     for schema in all
         .iter_mut()
-        .filter(|c| workloads.contains(&c.spec.names.kind))
+        .filter(|c| is_workload_crd(c))
         .flat_map(schemas_mut)
     {
         if let Some(props) = schema.properties.as_mut() {
@@ -480,14 +476,17 @@ pub fn crds_with_open_workload_specs() -> Vec<CustomResourceDefinition> {
 
 /// The six workload CRDs of [`crds_with_open_workload_specs`] (`pinfed crds --open-spec`).
 pub fn crds_with_open_spec() -> Vec<CustomResourceDefinition> {
-    let workloads: Vec<String> = WorkloadKind::ALL
-        .iter()
-        .map(|k| k.as_str().to_string())
-        .collect();
     crds_with_open_workload_specs()
         .into_iter()
-        .filter(|c| workloads.contains(&c.spec.names.kind))
+        .filter(is_workload_crd)
         .collect()
+}
+
+/// Whether `crd` is one of the six workload kinds'.
+fn is_workload_crd(crd: &CustomResourceDefinition) -> bool {
+    WorkloadKind::ALL
+        .iter()
+        .any(|k| k.as_str() == crd.spec.names.kind)
 }
 
 /// Doc comments are wrapped at 90 columns; `kubectl explain` wraps by itself. Joins
