@@ -1010,6 +1010,199 @@ async fn a_workload_with_a_long_dotted_name_is_placed_and_reported() {
     ns.delete().await;
 }
 
+/// A stored workload the hub's types cannot take — as another version of pinfed would
+/// store one, here written through a second served version of the CRD whose schema is
+/// open, so the API server stores an `owner` that is a string — is marked Invalid (reason
+/// Undecodable, the field named) with a Warning Event, and the kind's other workloads go
+/// on; deleted as it is, it goes. A typed watch failed its whole list on it, and the hub
+/// then placed no workload of that kind, old or new.
+#[tokio::test]
+async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others_are_placed() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
+    };
+    let fed = Federation::connect().await;
+    let daemons = federation_running(&fed);
+    let hub = fed.hub();
+    let ns = TestNamespace::create(&hub, "fed-undecodable").await;
+    let ar = ApiResource::erase::<PinterestService>(&());
+    let untyped: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns.name, &ar);
+    let api: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+    let plain = |name: &str, replicas: i32| {
+        let mut svc = serde_json::to_value(service(name, replicas)).unwrap();
+        svc["spec"]["template"]["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "envFrom" && k != "env");
+        svc
+    };
+    // A served version with an open schema, kept only while the bad objects are written
+    // (the storage version and its full schema stay; objects written through either are
+    // stored as the storage version).
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let crd_name = "pinterestservices.compute.pinterest.com";
+    let with_open_version = |mut crd: CustomResourceDefinition, add: bool| {
+        crd.spec.versions.retain(|v| v.name != "v1alpha0");
+        if add {
+            let mut open = crd.spec.versions[0].clone();
+            open.name = "v1alpha0".into();
+            open.storage = false;
+            open.subresources = None;
+            open.additional_printer_columns = None;
+            open.schema = Some(CustomResourceValidation {
+                open_api_v3_schema: Some(JSONSchemaProps {
+                    type_: Some("object".into()),
+                    x_kubernetes_preserve_unknown_fields: Some(true),
+                    ..Default::default()
+                }),
+            });
+            crd.spec.versions.push(open);
+        }
+        crd
+    };
+    let crd = crds.get(crd_name).await.unwrap();
+    crds.replace(
+        crd_name,
+        &PostParams::default(),
+        &with_open_version(crd, true),
+    )
+    .await
+    .unwrap();
+    let open_ar = ApiResource {
+        version: "v1alpha0".into(),
+        api_version: "compute.pinterest.com/v1alpha0".into(),
+        ..ar.clone()
+    };
+    let open_api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns.name, &open_ar);
+    for name in ["bad", "doomed"] {
+        let mut bad = plain(name, 3);
+        bad["apiVersion"] = "compute.pinterest.com/v1alpha0".into();
+        bad["spec"]["owner"] = "ads".into();
+        // Set here: the finalizer policy is not what this test is about.
+        bad["metadata"]["finalizers"] = serde_json::json!(["federation.pinterest.com/slices"]);
+        let bad: DynamicObject = serde_json::from_value(bad).unwrap();
+        eventually(
+            WAIT,
+            "the open version served and taking an owner that is a string",
+            || {
+                let (open_api, bad) = (open_api.clone(), bad.clone());
+                async move { open_api.create(&PostParams::default(), &bad).await.is_ok() }
+            },
+        )
+        .await;
+    }
+    let crd = crds.get(crd_name).await.unwrap();
+    crds.replace(
+        crd_name,
+        &PostParams::default(),
+        &with_open_version(crd, false),
+    )
+    .await
+    .unwrap();
+    // Created after it: a typed watch never saw this one.
+    untyped
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(plain("good", 3)).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!(
+            "the good service placed beside the bad one\n{}",
+            logs(daemons)
+        ),
+        || {
+            let api = api.clone();
+            async move { hub_status(&api, "good").await["placement"]["placements"].is_array() }
+        },
+    )
+    .await;
+    let invalid = |o: &DynamicObject| {
+        o.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Invalid" && c["status"] == "True")
+            .cloned()
+    };
+    eventually(
+        WAIT,
+        &format!("the bad service Invalid\n{}", logs(daemons)),
+        || {
+            let untyped = untyped.clone();
+            async move { invalid(&untyped.get("bad").await.unwrap()).is_some() }
+        },
+    )
+    .await;
+    let bad = untyped.get("bad").await.unwrap();
+    let condition = invalid(&bad).unwrap();
+    assert_eq!(condition["reason"], "Undecodable", "{condition}");
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.owner:"),
+        "names the field: {message}"
+    );
+    assert!(
+        bad.data["status"]["placement"].is_null(),
+        "nothing decided for it: {}",
+        bad.data["status"]
+    );
+    eventually(
+        WAIT,
+        "a Warning Event Undecodable for the bad service",
+        || async {
+            support::events(&hub, Some(&ns.name))
+                .await
+                .iter()
+                .any(|e| e.type_ == "Warning" && e.reason == "Undecodable" && e.name == "bad")
+        },
+    )
+    .await;
+
+    // Deleted as it is, it goes: removing its slices and its finalizer needs only its
+    // metadata.
+    untyped
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("the undecodable service deleted\n{}", logs(daemons)),
+        || {
+            let untyped = untyped.clone();
+            async move { untyped.get_opt("doomed").await.unwrap().is_none() }
+        },
+    )
+    .await;
+
+    // Mended, it is placed, and Invalid turns False.
+    untyped
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &serde_json::json!({"spec": {"owner": {"team": "ads", "contact": "ads@pinterest.com"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(
+        WAIT,
+        &format!("the mended service placed and valid\n{}", logs(daemons)),
+        || {
+            let untyped = untyped.clone();
+            async move {
+                let o = untyped.get("bad").await.unwrap();
+                o.data["status"]["placement"]["placements"].is_array() && invalid(&o).is_none()
+            }
+        },
+    )
+    .await;
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn a_secret_no_one_granted_the_hub_is_not_propagated_and_the_event_says_how_to_grant_it() {
     let fed = Federation::connect().await;

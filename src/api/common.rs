@@ -972,6 +972,34 @@ pub fn quantity_map_schema(_: &mut SchemaGenerator) -> Schema {
 pub const RANGE_LIST_PATTERN: &str =
     r"^$|^(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?(,(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?)*$";
 
+/// Whether `conditions` already say Invalid with `message` for `generation`: a refusal
+/// is written once per generation and message, never again on each look (no hot loop).
+pub fn says_invalid(conditions: &[Condition], message: &str, generation: Option<i64>) -> bool {
+    find_condition(conditions, condition_types::INVALID).is_some_and(|c| {
+        c.status == ConditionStatus::True
+            && c.message == message
+            && c.observed_generation == generation
+    })
+}
+
+/// [`set_invalid_conditions`] with `reason` on the Invalid condition (what made it so:
+/// `Undecodable`, a member policy's rule) in place of `InvalidSpec`.
+pub fn set_refused_conditions(
+    conditions: &mut Vec<Condition>,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set_invalid_conditions(conditions, message, generation, now);
+    if let Some(c) = conditions
+        .iter_mut()
+        .find(|c| c.type_ == condition_types::INVALID)
+    {
+        c.reason = reason.to_string();
+    }
+}
+
 /// Marks a workload Invalid (and not Ready) with the validation message.
 pub fn set_invalid_conditions(
     conditions: &mut Vec<Condition>,

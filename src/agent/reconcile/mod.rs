@@ -517,30 +517,19 @@ fn invalid_status<K: AgentKind>(
     message: &str,
     now: &Time,
 ) -> Option<K::Status> {
-    let already = stored
-        .map(|mut s| {
-            find_condition(K::conditions(&mut s), ct::INVALID).is_some_and(|c| {
-                c.status == ConditionStatus::True
-                    && c.message == message
-                    && c.observed_generation == generation
-            })
-        })
-        .unwrap_or(false);
+    let already = stored.is_some_and(|mut s| {
+        crate::api::common::says_invalid(K::conditions(&mut s), message, generation)
+    });
     if already {
         return None;
     }
-    crate::api::common::set_invalid_conditions(
+    crate::api::common::set_refused_conditions(
         K::conditions(&mut status),
+        reason,
         message,
         generation,
         now,
     );
-    if let Some(c) = K::conditions(&mut status)
-        .iter_mut()
-        .find(|c| c.type_ == ct::INVALID)
-    {
-        c.reason = reason.to_string();
-    }
     Some(status)
 }
 

@@ -4,23 +4,28 @@
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
 
-use super::{HubContext, HubError, hub_api, workload_key};
+use super::{HubContext, HubError, meta_key};
+use crate::api::common::Condition;
 use crate::api::federation::PendingCleanup;
 use crate::api::kind::PinterestKind;
 use crate::controller::own_writes::Wrote;
 use crate::hub::cleanups;
 use crate::hub::slices::FINALIZER;
 
+/// Removes the slices of the deleted hub resource `meta` of kind `K` (`conditions`: its
+/// stored ones), then its finalizer. Metadata is all it reads, so a resource whose spec
+/// does not decode is deleted too.
 pub async fn remove_slices<K: PinterestKind>(
-    obj: &K,
+    meta: &ObjectMeta,
+    conditions: &[Condition],
     ctx: &HubContext,
 ) -> Result<Action, HubError> {
-    let ns = obj.namespace().unwrap_or_default();
-    let name = obj.name_any();
-    let key = workload_key(obj);
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let key = meta_key::<K>(meta);
     // Owed Events of a workload being deleted are not written.
     let _ = ctx.status_deferrals.done(&key);
     ctx.report_pace.forget(&key);
@@ -32,13 +37,13 @@ pub async fn remove_slices<K: PinterestKind>(
     // the deletion yet; a slice's removal triggered this run): the clean-up is done.
     if ctx
         .own_writes
-        .unseen(&key, obj.meta().resource_version.as_deref())
+        .unseen(&key, meta.resource_version.as_deref())
         .is_some_and(|u| u.released)
     {
         return Ok(Action::await_change());
     }
     let now = Timestamp::now();
-    let hub_uid = obj.uid().unwrap_or_default();
+    let hub_uid = meta.uid.clone().unwrap_or_default();
     let mut failures = Vec::new();
     for mc in ctx.members.state() {
         let member_name = mc.name_any();
@@ -74,7 +79,7 @@ pub async fn remove_slices<K: PinterestKind>(
                     kind: K::KIND.as_str().into(),
                     namespace: ns.clone(),
                     name: name.clone(),
-                    hub_uid: obj.uid().unwrap_or_default(),
+                    hub_uid: hub_uid.clone(),
                 };
                 tracing::info!(workload = %key, member = %member_name, "member unreachable; its slice is removed when it is back");
                 cleanups::record(&ctx.hub, &ctx.cleanup_lock, &member_name, record)
@@ -88,9 +93,10 @@ pub async fn remove_slices<K: PinterestKind>(
             "the finalizer stays until every slice is removed; not removed yet from {}",
             failures.join("; ")
         );
-        super::write_condition(
+        super::write_condition::<K>(
             ctx,
-            obj,
+            meta,
+            conditions,
             crate::api::common::condition_types::DEGRADED,
             "SliceNotRemoved",
             &message,
@@ -100,21 +106,22 @@ pub async fn remove_slices<K: PinterestKind>(
         return Ok(Action::requeue(delay));
     }
     forget(ctx, &key);
-    ctx.config
-        .forget(K::KIND, &obj.namespace().unwrap_or_default(), &name);
-    let finalizers: Vec<String> = obj
-        .finalizers()
+    ctx.config.forget(K::KIND, &ns, &name);
+    let finalizers: Vec<String> = meta
+        .finalizers
         .iter()
+        .flatten()
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    match hub_api(ctx, obj)
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}});
+    // Only the metadata comes back: a reply decoded as `K` would fail where the spec does.
+    match Api::<K>::namespaced(ctx.hub.clone(), &ns)
+        .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(stored) => {
-            ctx.record_write(obj, None, &stored, Wrote::Released);
+            ctx.record_write_on::<K>(meta, None, &stored.metadata, Wrote::Released);
         }
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         // Changed meanwhile: the change brings another reconcile.

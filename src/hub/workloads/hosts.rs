@@ -9,14 +9,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
 
-use super::{HubContext, HubError, workload_key};
+use super::{HubContext, HubError, untyped_workload_key, workload_key};
 use crate::api::common::{Condition, condition_types};
-use crate::api::ingress_host::{Claim, explicit_host, holder, in_default_domain};
+use crate::api::ingress_host::{
+    Claim, explicit_host, explicit_host_json, holder, in_default_domain,
+};
 use crate::api::kind::PinterestKind;
 
 /// The reason of the Invalid condition of a workload whose host another one holds.
@@ -63,8 +66,9 @@ impl Index {
     }
 }
 
-fn claim_of<K: PinterestKind>(obj: &K) -> Option<(String, Claim)> {
-    let host = explicit_host(obj.as_workload())?;
+/// The host `obj` (a workload of kind `K`, read untyped) claims, if any.
+fn claim_of<K: PinterestKind>(obj: &DynamicObject) -> Option<(String, Claim)> {
+    let host = explicit_host_json(&obj.data)?;
     Some((
         host.to_string(),
         Claim {
@@ -79,19 +83,19 @@ fn claim_of<K: PinterestKind>(obj: &K) -> Option<(String, Claim)> {
 impl HostIndex {
     /// Takes in one event of a kind's watch; returns the keys of workloads to look at
     /// again (the other claimants of a host one let go).
-    pub fn observe<K: PinterestKind>(&self, event: &watcher::Event<K>) -> Vec<String> {
+    pub fn observe<K: PinterestKind>(&self, event: &watcher::Event<DynamicObject>) -> Vec<String> {
         let Ok(mut ix) = self.0.lock() else {
             return Vec::new();
         };
         match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                let key = workload_key(o);
+                let key = untyped_workload_key::<K>(o);
                 if let Some(seen) = ix.relisting.as_mut() {
                     seen.insert(key.clone());
                 }
-                ix.set(&key, claim_of(o))
+                ix.set(&key, claim_of::<K>(o))
             }
-            watcher::Event::Delete(o) => ix.set(&workload_key(o), None),
+            watcher::Event::Delete(o) => ix.set(&untyped_workload_key::<K>(o), None),
             watcher::Event::Init => {
                 ix.relisting = Some(BTreeSet::new());
                 Vec::new()
@@ -183,7 +187,7 @@ mod tests {
     use super::*;
     use crate::api::service::PinterestService;
 
-    fn svc(ns: &str, name: &str, host: Option<&str>, created: i64) -> PinterestService {
+    fn svc(ns: &str, name: &str, host: Option<&str>, created: i64) -> DynamicObject {
         let mut v = serde_json::json!({
             "apiVersion": "compute.pinterest.com/v1alpha1", "kind": "PinterestService",
             "metadata": {"name": name, "namespace": ns,
@@ -204,9 +208,12 @@ mod tests {
         let second = svc("b", "web", Some("web.example"), 200);
         let third = svc("c", "web", Some("web.example"), 300);
         for o in [&second, &first, &third] {
-            assert!(ix.observe(&watcher::Event::Apply(o.clone())).is_empty());
+            assert!(
+                ix.observe::<PinterestService>(&watcher::Event::Apply(o.clone()))
+                    .is_empty()
+            );
         }
-        let k = |o: &PinterestService| workload_key(o);
+        let k = |o: &DynamicObject| untyped_workload_key::<PinterestService>(o);
         assert_eq!(ix.held_by("web.example", &k(&first)), None);
         assert_eq!(
             ix.held_by("web.example", &k(&second)).map(|c| c.key()),
@@ -214,19 +221,19 @@ mod tests {
         );
         // The holder names another host: the others look again, the second holds.
         let moved = svc("a", "web", Some("other.example"), 100);
-        let mut woken = ix.observe(&watcher::Event::Apply(moved));
+        let mut woken = ix.observe::<PinterestService>(&watcher::Event::Apply(moved));
         woken.sort();
         assert_eq!(woken, vec![k(&second), k(&third)]);
         assert_eq!(ix.held_by("web.example", &k(&second)), None);
         // Deleted: the last one holds.
         assert_eq!(
-            ix.observe(&watcher::Event::Delete(second.clone())),
+            ix.observe::<PinterestService>(&watcher::Event::Delete(second.clone())),
             vec![k(&third)]
         );
         assert_eq!(ix.held_by("web.example", &k(&third)), None);
         // A workload without a host claims nothing.
         assert!(
-            ix.observe(&watcher::Event::Apply(svc("d", "x", None, 1)))
+            ix.observe::<PinterestService>(&watcher::Event::Apply(svc("d", "x", None, 1)))
                 .is_empty()
         );
         assert_eq!(
@@ -241,12 +248,13 @@ mod tests {
         let ix = HostIndex::default();
         let first = svc("a", "web", Some("web.example"), 100);
         let second = svc("b", "web", Some("web.example"), 200);
-        ix.observe(&watcher::Event::Apply(first.clone()));
-        ix.observe(&watcher::Event::Apply(second.clone()));
-        ix.observe(&watcher::Event::<PinterestService>::Init);
-        ix.observe(&watcher::Event::InitApply(second.clone()));
-        let woken = ix.observe(&watcher::Event::<PinterestService>::InitDone);
-        assert_eq!(woken, vec![workload_key(&second)]);
-        assert_eq!(ix.held_by("web.example", &workload_key(&second)), None);
+        ix.observe::<PinterestService>(&watcher::Event::Apply(first.clone()));
+        ix.observe::<PinterestService>(&watcher::Event::Apply(second.clone()));
+        ix.observe::<PinterestService>(&watcher::Event::<DynamicObject>::Init);
+        ix.observe::<PinterestService>(&watcher::Event::InitApply(second.clone()));
+        let woken = ix.observe::<PinterestService>(&watcher::Event::<DynamicObject>::InitDone);
+        let k = untyped_workload_key::<PinterestService>(&second);
+        assert_eq!(woken, vec![k.clone()]);
+        assert_eq!(ix.held_by("web.example", &k), None);
     }
 }

@@ -34,6 +34,7 @@ mod revisions;
 mod rollout;
 mod staged;
 pub mod status_defer;
+mod undecodable;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -522,10 +523,21 @@ impl HubContext {
         stored: &K,
         what: own_writes::Wrote,
     ) -> Option<String> {
-        let version = stored.meta().resource_version.clone();
+        self.record_write_on::<K>(obj.meta(), over, stored.meta(), what)
+    }
+
+    /// [`Self::record_write`] by the metadata of the copy read and of the one returned.
+    fn record_write_on<K: PinterestKind>(
+        &self,
+        read: &kube::api::ObjectMeta,
+        over: Option<&str>,
+        stored: &kube::api::ObjectMeta,
+        what: own_writes::Wrote,
+    ) -> Option<String> {
+        let version = stored.resource_version.clone();
         self.own_writes.wrote(
-            &workload_key(obj),
-            over.or(obj.meta().resource_version.as_deref()),
+            &meta_key::<K>(read),
+            over.or(read.resource_version.as_deref()),
             version.as_deref(),
             what,
         );
@@ -555,12 +567,22 @@ impl HubContext {
     }
 }
 
+/// [`workload_key`] of a workload read untyped.
+fn untyped_workload_key<K: PinterestKind>(obj: &kube::api::DynamicObject) -> String {
+    meta_key::<K>(&obj.metadata)
+}
+
 fn workload_key<K: PinterestKind>(obj: &K) -> String {
+    meta_key::<K>(obj.meta())
+}
+
+/// `KIND/NAMESPACE/NAME` of the workload of kind `K` with metadata `meta`.
+fn meta_key<K: PinterestKind>(meta: &kube::api::ObjectMeta) -> String {
     format!(
         "{}/{}/{}",
         K::KIND,
-        obj.namespace().unwrap_or_default(),
-        obj.name_any()
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -593,7 +615,8 @@ pub async fn reconcile<K: PinterestKind>(
 async fn reconcile_stages<K: PinterestKind>(obj: &K, ctx: &HubContext) -> Result<Action, HubError> {
     if obj.meta().deletion_timestamp.is_some() {
         ctx.unready_clocks.forget(&workload_key(obj));
-        return deletion::remove_slices(obj, ctx).await;
+        let conditions = obj.status().map(K::conditions_of).unwrap_or_default();
+        return deletion::remove_slices::<K>(obj.meta(), conditions, ctx).await;
     }
     let mut read = next!(read::read(ctx, obj).await?);
     let decided = next!(decide::stage(ctx, obj, &mut read).await?);
@@ -627,43 +650,44 @@ async fn write_invalid<K: PinterestKind>(
     write_hub_status(ctx, obj, None, &status).await.map(|_| ())
 }
 
-/// Sets one condition on the hub resource, best effort: the
-/// caller retries what the condition reports anyway.
+/// Sets one condition on the hub resource `meta` whose stored conditions are `stored`
+/// (read untyped where the resource does not decode), best effort: the caller retries
+/// what the condition reports anyway.
 pub(super) async fn write_condition<K: PinterestKind>(
     ctx: &HubContext,
-    obj: &K,
+    meta: &kube::api::ObjectMeta,
+    stored: &[crate::api::common::Condition],
     type_: &str,
     reason: &str,
     message: &str,
 ) {
-    let mut conds = obj
-        .status()
-        .map(|s| K::conditions_of(s).to_vec())
-        .unwrap_or_default();
+    let mut conds = stored.to_vec();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let changed = crate::api::common::set_condition(
         &mut conds,
         crate::api::common::Condition {
             type_: type_.to_string(),
             status: crate::api::common::ConditionStatus::True,
-            observed_generation: obj.meta().generation,
+            observed_generation: meta.generation,
             last_transition_time: now,
             reason: reason.to_string(),
             message: message.to_string(),
         },
     );
     // A merge patch of the conditions alone: the rest of the status (the split) stays.
-    let api: Api<K> = Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        ctx.hub.clone(),
+        &ns,
+        &kube::api::ApiResource::erase::<K>(&()),
+    );
     let patch = serde_json::json!({"status": {"conditions": conds}});
     if changed {
         // Part of the status: the record of own writes cannot stand in for it.
-        ctx.own_writes.forget(&workload_key(obj));
+        ctx.own_writes.forget(&meta_key::<K>(meta));
         if let Err(e) = api
-            .patch_status(
-                &obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             tracing::debug!(error = %e, "condition not written");
@@ -723,8 +747,14 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
     let (reader, writer) = reflector::store();
     // Listed in pages of 500 from etcd, not whole from the API server's cache: a list
     // of 10,000 workloads decoded at once was most of the hub's peak memory.
+    // Untyped: one stored workload its kind cannot decode (written by another version of
+    // pinfed, say) would fail a typed list, and the kind's every workload with it. Each is
+    // decoded in its own reconcile; one that does not decode is marked there.
     let main = watcher(
-        Api::<K>::all(ctx.hub.clone()),
+        Api::<kube::api::DynamicObject>::all_with(
+            ctx.hub.clone(),
+            &kube::api::ApiResource::erase::<K>(&()),
+        ),
         watcher::Config::default().page_size(500),
     )
     .backoff(crate::controller::watch::backoff())
@@ -733,9 +763,9 @@ pub async fn run_kind<K: PinterestKind>(ctx: Arc<HubContext>) {
         let ctx = ctx.clone();
         move |event| {
             // Own writes the watch has now delivered need no record any more.
-            ctx.own_writes.seen_in(&event, workload_key);
+            ctx.own_writes.seen_in(&event, untyped_workload_key::<K>);
             // A host let go: its other claimants look again.
-            for key in ctx.hosts.observe(&event) {
+            for key in ctx.hosts.observe::<K>(&event) {
                 ctx.priority.wake(&key);
             }
             cache.ingest(event)
@@ -777,18 +807,30 @@ async fn reconcile_cached<K: PinterestKind>(
     meta: Arc<PartialObjectMeta<K>>,
     ctx: Arc<KindContext<K>>,
 ) -> Result<Action, HubError> {
-    match ctx.cache.get(&meta) {
-        Some(obj) => {
-            reconcile(
-                Arc::new(obj.map_err(serde_json::Error::from)?),
-                ctx.hub.clone(),
-            )
-            .await
-        }
+    let Some(body) = ctx.cache.body(&meta) else {
         // Deleted since it was queued: nothing left to do (and nothing waits).
-        None => {
+        ctx.hub.queue(K::KIND).picked(meta.as_ref());
+        return Ok(Action::await_change());
+    };
+    match crate::controller::compact::decode::<K>(&body) {
+        Ok(obj) => {
+            if let Err(e) = undecodable::clear(&ctx.hub, &obj).await {
+                ctx.hub.queue(K::KIND).picked(meta.as_ref());
+                return Err(e);
+            }
+            reconcile(Arc::new(obj), ctx.hub.clone()).await
+        }
+        Err(why) => {
             ctx.hub.queue(K::KIND).picked(meta.as_ref());
-            Ok(Action::await_change())
+            if meta.metadata.deletion_timestamp.is_some() {
+                // Its slices go all the same: removing them needs only its metadata.
+                let conditions = undecodable::stored_conditions(&body);
+                ctx.hub
+                    .unready_clocks
+                    .forget(&meta_key::<K>(&meta.metadata));
+                return deletion::remove_slices::<K>(&meta.metadata, &conditions, &ctx.hub).await;
+            }
+            undecodable::refuse(&ctx.hub, meta.as_ref(), &body, why).await
         }
     }
 }
