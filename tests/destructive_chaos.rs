@@ -328,7 +328,9 @@ async fn workload_story(
     set: &str,
     hub_logs: &[(String, std::path::PathBuf)],
 ) -> String {
+    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Node, Pod};
     use pinfed::api::member_slice::MemberSlice;
     let mut out = Vec::new();
     let hub_obj = api(&fed.hub(), ns, kind).get_opt(set).await.ok().flatten();
@@ -392,6 +394,69 @@ async fn workload_story(
                 st.failed
             ));
         }
+        // What runs it there: a service that never settled once had Deployments in a
+        // restarted member whose pods stayed unready, and nothing said why.
+        for d in Api::<Deployment>::namespaced(c.clone(), ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let st = d.status.clone().unwrap_or_default();
+            out.push(format!(
+                "{m}: Deployment {} generation {:?} observed {:?} replicas {:?} updated {:?} ready {:?} available {:?} conditions {}",
+                d.name_any(),
+                d.metadata.generation,
+                st.observed_generation,
+                st.replicas,
+                st.updated_replicas,
+                st.ready_replicas,
+                st.available_replicas,
+                serde_json::to_string(&st.conditions).unwrap_or_default()
+            ));
+        }
+        for p in Api::<Pod>::namespaced(c.clone(), ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let st = p.status.clone().unwrap_or_default();
+            out.push(format!(
+                "{m}: Pod {} node {:?} phase {:?} conditions {}",
+                p.name_any(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                st.phase,
+                st.conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| format!("{}={}", c.type_, c.status))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        let nodes = Api::<Node>::all(c.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        out.push(format!(
+            "{m}: nodes {}",
+            nodes
+                .iter()
+                .map(|n| {
+                    let ready = n
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                        .map(|c| c.status.clone())
+                        .unwrap_or_default();
+                    format!("{}:{ready}", n.name_any())
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
         if fed.is_pull(&m) {
             let name = pinfed::api::member_slice::member_slice_name(kind, ns, set);
             let ms = Api::<MemberSlice>::namespaced(
