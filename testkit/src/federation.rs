@@ -408,6 +408,7 @@ pub async fn create_namespace(
     prefix: &str,
     label: &str,
 ) -> anyhow::Result<String> {
+    remove_leftovers(client, prefix, label).await;
     let name = crate::unique_name(prefix);
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": {label: "true"}}
@@ -417,6 +418,40 @@ pub async fn create_namespace(
         .await
         .with_context(|| format!("creating namespace {name}"))?;
     Ok(name)
+}
+
+/// When this test process made its first namespace: one of the same prefix made before
+/// it is a leftover of an earlier run.
+static FIRST_NAMESPACE_AT: std::sync::OnceLock<k8s_openapi::jiff::Timestamp> =
+    std::sync::OnceLock::new();
+
+/// Deletes the namespaces an earlier run's failed tests of `prefix` left on a kept
+/// topology (a failed test keeps its namespace; its objects could meet the tests that
+/// follow: an agent-* service the agent refuses, say). Best effort; nothing waits.
+async fn remove_leftovers(client: &Client, prefix: &str, label: &str) {
+    let started = *FIRST_NAMESPACE_AT.get_or_init(k8s_openapi::jiff::Timestamp::now);
+    let api = Api::<Namespace>::all(client.clone());
+    let Ok(list) = api.list(&ListParams::default().labels(label)).await else {
+        return;
+    };
+    for ns in list.items {
+        let name = ns.name_any();
+        let earlier = ns
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|t| t.0 < started);
+        if earlier && is_named_for(&name, prefix) && ns.metadata.deletion_timestamp.is_none() {
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+        }
+    }
+}
+
+/// Whether `name` is one [`crate::unique_name`] makes for `prefix`.
+fn is_named_for(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|suffix| !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Deletes namespace `name`; a failure is left for the API server's own clean-up (it may
@@ -484,5 +519,21 @@ mod tests {
         assert_eq!(condition(&status, "Ready"), Some("True"));
         assert_eq!(condition(&status, "Gone"), None);
         assert_eq!(condition(&serde_json::Value::Null, "Ready"), None);
+    }
+}
+
+#[cfg(test)]
+mod leftover_tests {
+    use super::is_named_for;
+
+    #[test]
+    fn only_names_unique_name_makes_for_the_prefix_are_leftovers() {
+        let made = crate::unique_name("fed");
+        assert!(is_named_for(&made, "fed"));
+        assert!(is_named_for("fed-1a2b3", "fed"));
+        assert!(!is_named_for("fed-long-1a2b3", "fed"), "another prefix's");
+        assert!(!is_named_for("fed-", "fed"));
+        assert!(!is_named_for("fedx-1a", "fed"));
+        assert!(!is_named_for("kube-system", "fed"));
     }
 }
