@@ -1119,47 +1119,16 @@ async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others
         },
     )
     .await;
-    let invalid = |o: &DynamicObject| {
-        o.data["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Invalid" && c["status"] == "True")
-            .cloned()
-    };
-    eventually(
-        WAIT,
-        &format!("the bad service Invalid\n{}", logs(daemons)),
-        || {
-            let untyped = untyped.clone();
-            async move { invalid(&untyped.get("bad").await.unwrap()).is_some() }
-        },
-    )
-    .await;
-    let bad = untyped.get("bad").await.unwrap();
-    let condition = invalid(&bad).unwrap();
-    assert_eq!(condition["reason"], "Undecodable", "{condition}");
-    let message = condition["message"].as_str().unwrap_or_default();
-    assert!(
-        message.starts_with("spec.owner:"),
-        "names the field: {message}"
-    );
+    let bad =
+        support::marked_undecodable(&hub, &untyped, &ns.name, "bad", "spec.owner", WAIT, &|| {
+            logs(daemons)
+        })
+        .await;
     assert!(
         bad.data["status"]["placement"].is_null(),
         "nothing decided for it: {}",
         bad.data["status"]
     );
-    eventually(
-        WAIT,
-        "a Warning Event Undecodable for the bad service",
-        || async {
-            support::events(&hub, Some(&ns.name))
-                .await
-                .iter()
-                .any(|e| e.type_ == "Warning" && e.reason == "Undecodable" && e.name == "bad")
-        },
-    )
-    .await;
 
     // Deleted as it is, it goes: removing its slices and its finalizer needs only its
     // metadata.
@@ -1195,7 +1164,8 @@ async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others
             let untyped = untyped.clone();
             async move {
                 let o = untyped.get("bad").await.unwrap();
-                o.data["status"]["placement"]["placements"].is_array() && invalid(&o).is_none()
+                o.data["status"]["placement"]["placements"].is_array()
+                    && support::true_condition(&o, "Invalid").is_none()
             }
         },
     )

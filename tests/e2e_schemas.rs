@@ -411,45 +411,20 @@ async fn in_a_member_with_open_schemas_the_agent_refuses_an_undecodable_slice_an
         },
     )
     .await;
-    let invalid = |o: &DynamicObject| {
-        o.data["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Invalid" && c["status"] == "True")
-            .cloned()
-    };
-    eventually(
+    support::marked_undecodable(
+        &client,
+        &services,
+        &ns.name,
+        "bad",
+        "spec.owner",
         wait,
-        &format!("the bad service Invalid\n{}", agent.log_tail()),
-        || {
-            let services = services.clone();
-            async move { invalid(&services.get("bad").await.unwrap()).is_some() }
-        },
+        &|| agent.log_tail(),
     )
     .await;
-    let condition = invalid(&services.get("bad").await.unwrap()).unwrap();
-    assert_eq!(condition["reason"], "Undecodable", "{condition}");
-    let message = condition["message"].as_str().unwrap_or_default();
-    assert!(
-        message.starts_with("spec.owner:"),
-        "names the field: {message}"
-    );
     assert!(
         deployments.get_opt("bad").await.unwrap().is_none(),
         "nothing made for the refused slice"
     );
-    eventually(
-        wait,
-        "a Warning Event Undecodable for the bad service",
-        || async {
-            support::events(&client, Some(&ns.name))
-                .await
-                .iter()
-                .any(|e| e.type_ == "Warning" && e.reason == "Undecodable" && e.name == "bad")
-        },
-    )
-    .await;
 
     // Mended, it runs.
     services

@@ -132,6 +132,54 @@ impl TestNamespace {
     }
 }
 
+/// The `type_` condition of `o` (read untyped), when it is True.
+pub fn true_condition(o: &kube::api::DynamicObject, type_: &str) -> Option<serde_json::Value> {
+    o.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+        .cloned()
+}
+
+/// Waits until `name` (read through `api`) is Invalid, reason `Undecodable`, its message
+/// naming `field` first, with a Warning Event `Undecodable` for it in `ns` (read through
+/// `client`); returns it as then stored. `log`: what a timeout shows.
+pub async fn marked_undecodable(
+    client: &Client,
+    api: &Api<kube::api::DynamicObject>,
+    ns: &str,
+    name: &str,
+    field: &str,
+    wait: Duration,
+    log: &dyn Fn() -> String,
+) -> kube::api::DynamicObject {
+    eventually(wait, &format!("{name} Invalid\n{}", log()), || async {
+        true_condition(&api.get(name).await.unwrap(), "Invalid").is_some()
+    })
+    .await;
+    let o = api.get(name).await.unwrap();
+    let condition = true_condition(&o, "Invalid").unwrap();
+    assert_eq!(condition["reason"], "Undecodable", "{condition}");
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("{field}:")),
+        "names the field {field}: {message}"
+    );
+    eventually(
+        wait,
+        &format!("a Warning Event Undecodable for {name}"),
+        || async {
+            events(client, Some(ns))
+                .await
+                .iter()
+                .any(|e| e.type_ == "Warning" && e.reason == "Undecodable" && e.name == name)
+        },
+    )
+    .await;
+    o
+}
+
 /// Polls `check` until it holds; panics naming `what` after `timeout`.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, check: F)
 where
