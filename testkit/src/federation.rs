@@ -421,15 +421,21 @@ pub async fn create_namespace(
 }
 
 /// When this test process made its first namespace: one of the same prefix made before
-/// it is a leftover of an earlier run.
+/// it (by more than [`LEFTOVER_MARGIN_SECS`]) is a leftover of an earlier run.
 static FIRST_NAMESPACE_AT: std::sync::OnceLock<k8s_openapi::jiff::Timestamp> =
     std::sync::OnceLock::new();
+
+/// How much older than this process's first namespace a leftover is at least.
+const LEFTOVER_MARGIN_SECS: i64 = 5;
 
 /// Deletes the namespaces an earlier run's failed tests of `prefix` left on a kept
 /// topology (a failed test keeps its namespace; its objects could meet the tests that
 /// follow: an agent-* service the agent refuses, say). Best effort; nothing waits.
 async fn remove_leftovers(client: &Client, prefix: &str, label: &str) {
+    // The API server keeps whole seconds: a namespace this process made in the second it
+    // began reads as older than that moment. A margin keeps them all out.
     let started = *FIRST_NAMESPACE_AT.get_or_init(k8s_openapi::jiff::Timestamp::now);
+    let before = started - k8s_openapi::jiff::SignedDuration::from_secs(LEFTOVER_MARGIN_SECS);
     let api = Api::<Namespace>::all(client.clone());
     let Ok(list) = api.list(&ListParams::default().labels(label)).await else {
         return;
@@ -440,7 +446,7 @@ async fn remove_leftovers(client: &Client, prefix: &str, label: &str) {
             .metadata
             .creation_timestamp
             .as_ref()
-            .is_some_and(|t| t.0 < started);
+            .is_some_and(|t| t.0 < before);
         if earlier && is_named_for(&name, prefix) && ns.metadata.deletion_timestamp.is_none() {
             let _ = api.delete(&name, &DeleteParams::background()).await;
         }
