@@ -345,11 +345,12 @@ pub async fn run_controllers(
         }
     };
     let (policy, _policy_watches) = policy::follow(&client, reconcile_all.clone());
-    let profile_watch = watcher(
-        Api::<RuntimeProfile>::all(client.clone()),
+    // A profile this version cannot decode is left out (slices naming it wait Invalid),
+    // not a watch that never lists and an agent that never starts.
+    let profile_watch = crate::controller::mirror::decodable_watch::<RuntimeProfile>(
+        &client,
         watcher::Config::default(),
     )
-    .backoff(watch::backoff())
     .reflect(writer)
     .applied_objects()
     .for_each(move |_| {

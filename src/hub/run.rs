@@ -23,7 +23,7 @@ use crate::controller::http::{self, Readiness};
 use crate::controller::kube_args::KubeArgs;
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
-use crate::controller::mirror::{Watching, mirror};
+use crate::controller::mirror::{Watching, mirror, mirror_decodable};
 use crate::controller::trace::{TraceArgs, init_tracing};
 use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
@@ -249,7 +249,9 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
 async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     let client = &p.client;
     let (member_store, _w1) = mirror::<MemberCluster>(client).await?;
-    let (profiles, _w2) = mirror::<RuntimeProfile>(client).await?;
+    // Another pinfed version's profile this one cannot decode is left out, not a term
+    // that never starts.
+    let (profiles, _w2) = mirror_decodable::<RuntimeProfile>(client).await?;
     let (quotas, _w3) = mirror::<FederatedQuota>(client).await?;
     let (classes, _w4) = mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(client).await?;
     let wctx = Arc::new(HubContext {

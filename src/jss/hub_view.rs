@@ -126,10 +126,10 @@ pub struct Hub {
 impl Hub {
     /// Connects and waits until the caches of members, profiles and quotas are loaded.
     pub async fn connect(client: Client) -> anyhow::Result<Hub> {
-        use crate::controller::mirror::mirror;
+        use crate::controller::mirror::{mirror, mirror_decodable};
         let ((members, w1), (profiles, w2), (quotas, w3), (priority_classes, w4)) = tokio::try_join!(
             mirror::<MemberCluster>(&client),
-            mirror::<RuntimeProfile>(&client),
+            mirror_decodable::<RuntimeProfile>(&client),
             mirror::<FederatedQuota>(&client),
             mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(&client),
         )?;
