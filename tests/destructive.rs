@@ -533,6 +533,124 @@ mod members {
         }
         ns.delete().await;
     }
+
+    /// MemberClusters another pinfed version wrote — here through a second served version
+    /// of the CRD whose schema is open. A status field of another shape (a hub rolled
+    /// back reads its newer predecessor's statuses) is left out and written again, and the
+    /// hub places work; a member whose spec it cannot read holds its term back, named in
+    /// an error, until it goes — neither placed on nor taken for gone. A typed watch failed
+    /// the whole list on either, and the hub placed nothing, without a word why.
+    #[tokio::test]
+    async fn destructive_a_hub_reads_members_another_version_wrote_and_waits_for_one_it_cannot_read()
+     {
+        use kube::api::{DynamicObject, Patch, PatchParams};
+        use kube::core::ApiResource;
+        use pinfed::api::federation::MemberCluster;
+        use pinfed::api::service::PinterestService;
+        let wait = Duration::from_secs(60);
+        let fed = Federation::connect().await;
+        support::join_all_once(&fed).await;
+        let hub = fed.hub();
+        let member = fed.member_names()[0].clone();
+        let crd_name = "memberclusters.federation.pinterest.com";
+        let open = support::serve_open_version(&hub, crd_name, true).await;
+        let open_api: Api<DynamicObject> = Api::all_with(hub.clone(), &open);
+        support::eventually(wait, "the open version served", || {
+            let (open_api, member) = (open_api.clone(), member.clone());
+            async move {
+                let misfit = serde_json::json!({"status": {"kubernetesVersion": {"major": 1}}});
+                open_api
+                    .patch(&member, &PatchParams::default(), &Patch::Merge(&misfit))
+                    .await
+                    .is_ok()
+            }
+        })
+        .await;
+        let skewed = support::unique_name("skewed-member");
+        let unreadable: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": open.api_version, "kind": "MemberCluster",
+            "metadata": {"name": skewed},
+            "spec": {"mode": "Hybrid"}
+        }))
+        .unwrap();
+        open_api
+            .create(&PostParams::default(), &unreadable)
+            .await
+            .unwrap();
+        support::serve_open_version(&hub, crd_name, false).await;
+        let typed: Api<MemberCluster> = Api::all(hub.clone());
+        assert!(
+            typed.list(&Default::default()).await.is_err(),
+            "a typed list fails on what was written"
+        );
+
+        let daemon = support::spawn_hub(&fed, "hub-skewed-members", &[]);
+        let ns = TestNamespace::create(&hub, "skewedmc").await;
+        let services: Api<PinterestService> = Api::namespaced(hub.clone(), &ns.name);
+        services
+            .create(&PostParams::default(), &one_replica_service("web"))
+            .await
+            .unwrap();
+        let placed = || {
+            let services = services.clone();
+            async move {
+                services
+                    .get("web")
+                    .await
+                    .ok()
+                    .and_then(|s| s.status)
+                    .is_some_and(|s| s.placement.is_some())
+            }
+        };
+        support::eventually(
+            wait,
+            &format!(
+                "the hub names the member it cannot read\n{}",
+                daemon.log_tail()
+            ),
+            || {
+                let (log, skewed) = (daemon.log.clone(), skewed.clone());
+                async move {
+                    let log = std::fs::read_to_string(log).unwrap_or_default();
+                    log.contains(&skewed) && log.contains("spec.mode")
+                }
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            !placed().await,
+            "nothing placed while a member cannot be read\n{}",
+            daemon.log_tail()
+        );
+
+        let erased: Api<DynamicObject> =
+            Api::all_with(hub.clone(), &ApiResource::erase::<MemberCluster>(&()));
+        erased.delete(&skewed, &Default::default()).await.unwrap();
+        support::eventually(
+            wait,
+            &format!("the service placed once it is gone\n{}", daemon.log_tail()),
+            placed,
+        )
+        .await;
+        support::eventually(
+            wait,
+            &format!("{member}'s status written again in its own shape"),
+            || {
+                let (typed, member) = (typed.clone(), member.clone());
+                async move {
+                    typed
+                        .get(&member)
+                        .await
+                        .ok()
+                        .and_then(|m| m.status)
+                        .is_some_and(|s| s.kubernetes_version.is_some())
+                }
+            },
+        )
+        .await;
+        ns.delete().await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------

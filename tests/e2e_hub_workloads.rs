@@ -1018,9 +1018,6 @@ async fn a_workload_with_a_long_dotted_name_is_placed_and_reported() {
 /// then placed no workload of that kind, old or new.
 #[tokio::test]
 async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others_are_placed() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-        CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
-    };
     let fed = Federation::connect().await;
     let daemons = federation_running(&fed);
     let hub = fed.hub();
@@ -1039,40 +1036,8 @@ async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others
     // A served version with an open schema, kept only while the bad objects are written
     // (the storage version and its full schema stay; objects written through either are
     // stored as the storage version).
-    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     let crd_name = "pinterestservices.compute.pinterest.com";
-    let with_open_version = |mut crd: CustomResourceDefinition, add: bool| {
-        crd.spec.versions.retain(|v| v.name != "v1alpha0");
-        if add {
-            let mut open = crd.spec.versions[0].clone();
-            open.name = "v1alpha0".into();
-            open.storage = false;
-            open.subresources = None;
-            open.additional_printer_columns = None;
-            open.schema = Some(CustomResourceValidation {
-                open_api_v3_schema: Some(JSONSchemaProps {
-                    type_: Some("object".into()),
-                    x_kubernetes_preserve_unknown_fields: Some(true),
-                    ..Default::default()
-                }),
-            });
-            crd.spec.versions.push(open);
-        }
-        crd
-    };
-    let crd = crds.get(crd_name).await.unwrap();
-    crds.replace(
-        crd_name,
-        &PostParams::default(),
-        &with_open_version(crd, true),
-    )
-    .await
-    .unwrap();
-    let open_ar = ApiResource {
-        version: "v1alpha0".into(),
-        api_version: "compute.pinterest.com/v1alpha0".into(),
-        ..ar.clone()
-    };
+    let open_ar = support::serve_open_version(&hub, crd_name, true).await;
     let open_api: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns.name, &open_ar);
     for name in ["bad", "doomed"] {
         let mut bad = plain(name, 3);
@@ -1091,14 +1056,7 @@ async fn a_workload_the_hub_cannot_decode_is_marked_invalid_and_the_kinds_others
         )
         .await;
     }
-    let crd = crds.get(crd_name).await.unwrap();
-    crds.replace(
-        crd_name,
-        &PostParams::default(),
-        &with_open_version(crd, false),
-    )
-    .await
-    .unwrap();
+    support::serve_open_version(&hub, crd_name, false).await;
     // Created after it: a typed watch never saw this one.
     untyped
         .create(

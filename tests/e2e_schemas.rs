@@ -466,9 +466,6 @@ async fn in_a_member_with_open_schemas_the_agent_refuses_an_undecodable_slice_an
 #[tokio::test]
 async fn an_agent_starts_and_runs_slices_beside_a_runtime_profile_it_cannot_decode() {
     use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-        CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
-    };
     use support::{eventually, join_member, spawn_daemon};
     let wait = std::time::Duration::from_secs(60);
     let fed = Federation::connect().await;
@@ -478,42 +475,8 @@ async fn an_agent_starts_and_runs_slices_beside_a_runtime_profile_it_cannot_deco
     let client = fed.client(&member);
 
     // A served version with an open schema while the profile is written.
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd_name = "runtimeprofiles.compute.pinterest.com";
-    let with_open_version = |mut crd: CustomResourceDefinition, add: bool| {
-        crd.spec.versions.retain(|v| v.name != "v1alpha0");
-        if add {
-            let mut open = crd.spec.versions[0].clone();
-            open.name = "v1alpha0".into();
-            open.storage = false;
-            open.subresources = None;
-            open.additional_printer_columns = None;
-            open.schema = Some(CustomResourceValidation {
-                open_api_v3_schema: Some(JSONSchemaProps {
-                    type_: Some("object".into()),
-                    x_kubernetes_preserve_unknown_fields: Some(true),
-                    ..Default::default()
-                }),
-            });
-            crd.spec.versions.push(open);
-        }
-        crd
-    };
-    let crd = crds.get(crd_name).await.unwrap();
-    crds.replace(
-        crd_name,
-        &PostParams::default(),
-        &with_open_version(crd, true),
-    )
-    .await
-    .unwrap();
-    let open = ApiResource {
-        group: "compute.pinterest.com".into(),
-        version: "v1alpha0".into(),
-        api_version: "compute.pinterest.com/v1alpha0".into(),
-        kind: "RuntimeProfile".into(),
-        plural: "runtimeprofiles".into(),
-    };
+    let open = support::serve_open_version(&client, crd_name, true).await;
     let open_profiles: Api<DynamicObject> = Api::all_with(client.clone(), &open);
     let name = support::unique_name("skewed-profile");
     let skewed: DynamicObject = serde_json::from_value(json!({
@@ -536,14 +499,7 @@ async fn an_agent_starts_and_runs_slices_beside_a_runtime_profile_it_cannot_deco
         },
     )
     .await;
-    let crd = crds.get(crd_name).await.unwrap();
-    crds.replace(
-        crd_name,
-        &PostParams::default(),
-        &with_open_version(crd, false),
-    )
-    .await
-    .unwrap();
+    support::serve_open_version(&client, crd_name, false).await;
 
     let ns = TestNamespace::create(&client, "agent-skewed-profile").await;
     let services = api(&client, &ns.name, WorkloadKind::Service);

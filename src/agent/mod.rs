@@ -350,6 +350,7 @@ pub async fn run_controllers(
     let profile_watch = crate::controller::mirror::decodable_watch::<RuntimeProfile>(
         &client,
         watcher::Config::default(),
+        crate::controller::mirror::Undecodables::LeaveOut,
     )
     .reflect(writer)
     .applied_objects()

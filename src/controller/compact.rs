@@ -184,6 +184,78 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, Undecodable> {
     })
 }
 
+/// What [`decode_salvaging_status`] made of an object: the object, and the status fields it
+/// had to leave out (`status.nodePools[2].nodes`), none when it decoded whole.
+#[derive(Debug)]
+pub struct Salvaged<T> {
+    pub object: T,
+    pub dropped: Vec<String>,
+}
+
+/// Most status fields one object may lose before it counts as undecodable.
+const MOST_DROPPED: usize = 32;
+
+/// Decodes `value` as `T`; a field of its `status` that `T` cannot take (another pinfed
+/// version wrote it in another shape) is left out, and the rest of the status kept. A
+/// status is a controller's report, written again by the next round, while what a
+/// controller would make of a spec it half read cannot be known: a spec field that does
+/// not fit is an [`Undecodable`] as with [`decode`].
+pub fn decode_salvaging_status<T: DeserializeOwned>(
+    mut value: serde_json::Value,
+) -> Result<Salvaged<T>, Undecodable> {
+    let mut dropped = Vec::new();
+    loop {
+        let err = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(object) => return Ok(Salvaged { object, dropped }),
+            Err(e) => e,
+        };
+        let segments: Vec<_> = err.path().iter().cloned().collect();
+        let in_status = matches!(
+            segments.first(),
+            Some(serde_path_to_error::Segment::Map { key }) if key == "status"
+        );
+        if in_status && dropped.len() < MOST_DROPPED && remove_at(&mut value, &segments) {
+            dropped.push(err.path().to_string());
+            continue;
+        }
+        return Err(Undecodable {
+            path: match err.path().to_string().as_str() {
+                "." => "(the object)".into(),
+                p => p.to_string(),
+            },
+            reason: err.into_inner().to_string(),
+        });
+    }
+}
+
+/// Removes the field or list item `path` leads to; `false` when there is none.
+fn remove_at(value: &mut serde_json::Value, path: &[serde_path_to_error::Segment]) -> bool {
+    use serde_path_to_error::Segment;
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        let next = match (segment, at) {
+            (Segment::Map { key }, serde_json::Value::Object(m)) => m.get_mut(key),
+            (Segment::Seq { index }, serde_json::Value::Array(a)) => a.get_mut(*index),
+            _ => None,
+        };
+        match next {
+            Some(n) => at = n,
+            None => return false,
+        }
+    }
+    match (last, at) {
+        (Segment::Map { key }, serde_json::Value::Object(m)) => m.remove(key).is_some(),
+        (Segment::Seq { index }, serde_json::Value::Array(a)) if *index < a.len() => {
+            a.remove(*index);
+            true
+        }
+        _ => false,
+    }
+}
+
 fn store<K: Resource<DynamicType = ()>, O: Resource + Serialize>(
     bodies: &mut Bodies,
     mut o: O,
@@ -305,5 +377,78 @@ mod tests {
             cache.get(&meta("good")).unwrap().unwrap().data.unwrap()["k"],
             "v"
         );
+    }
+
+    fn member(status: serde_json::Value, mode: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "use1a"},
+            "spec": {"mode": mode, "region": "us-east-1"},
+            "status": status
+        })
+    }
+
+    #[test]
+    fn a_status_field_of_another_shape_is_left_out_and_the_rest_kept() {
+        use crate::api::federation::MemberCluster;
+        let value = member(
+            serde_json::json!({
+                "nodes": 3,
+                "kubernetesVersion": {"major": 1},
+                "pendingCleanups": [
+                    {"kind": "PinterestService", "namespace": "a", "name": "x", "hubUid": "1"},
+                    {"kind": "PinterestService", "namespace": "a", "name": 7, "hubUid": "2"},
+                    {"kind": "PinterestService", "namespace": "a", "name": "z", "hubUid": "3"}
+                ]
+            }),
+            "Pull",
+        );
+        let s = decode_salvaging_status::<MemberCluster>(value).unwrap();
+        // A required field that goes takes its item with it.
+        assert_eq!(
+            s.dropped,
+            [
+                "status.kubernetesVersion",
+                "status.pendingCleanups[1].name",
+                "status.pendingCleanups[1]"
+            ]
+        );
+        let status = s.object.status.unwrap();
+        assert_eq!(status.nodes, Some(3));
+        assert_eq!(status.kubernetes_version, None);
+        let kept: Vec<_> = status.pending_cleanups.iter().map(|c| &c.name).collect();
+        assert_eq!(kept, ["x", "z"], "only the item that does not fit goes");
+        assert_eq!(
+            s.object.spec.mode,
+            Some(crate::api::federation::ClusterMode::Pull)
+        );
+    }
+
+    #[test]
+    fn a_whole_decodable_object_loses_nothing_and_a_status_of_another_type_goes_whole() {
+        use crate::api::federation::MemberCluster;
+        let s = decode_salvaging_status::<MemberCluster>(member(
+            serde_json::json!({"nodes": 3}),
+            "Push",
+        ))
+        .unwrap();
+        assert!(s.dropped.is_empty());
+        let s =
+            decode_salvaging_status::<MemberCluster>(member(serde_json::json!("ready"), "Push"))
+                .unwrap();
+        assert_eq!(s.dropped, ["status"]);
+        assert_eq!(s.object.status, None);
+    }
+
+    #[test]
+    fn a_spec_field_that_does_not_fit_is_undecodable_and_named() {
+        use crate::api::federation::MemberCluster;
+        let err = decode_salvaging_status::<MemberCluster>(member(
+            serde_json::json!({"kubernetesVersion": 1}),
+            "Hybrid",
+        ))
+        .unwrap_err();
+        assert_eq!(err.path, "spec.mode");
+        assert!(err.reason.contains("Hybrid"), "{err}");
     }
 }

@@ -49,14 +49,32 @@ where
     Ok((store, task))
 }
 
+/// What a watch read untyped does with an object this version cannot decode, even with
+/// its status's misfit fields left out, and of which it had no decodable version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Undecodables {
+    /// Left out, as good as absent: a RuntimeProfile nobody can expand with.
+    LeaveOut,
+    /// The cache is not ready while one that was listed does not decode and is not
+    /// deleted: a MemberCluster or FederatedQuota the hub cannot read must be neither
+    /// placed on nor forgotten — a member left out would be one whose slices nobody
+    /// removes, a quota left out a limit lifted. A typed watch stopped there too, but
+    /// without a word; this one names the object and field in an error each time.
+    Wait,
+}
+
 /// [`mirror`] for a kind whose objects another version of pinfed may have stored in a
-/// shape this one cannot decode (RuntimeProfiles): the watch reads them untyped and the
-/// cache holds those that decode. One that does not is left out (a profile nobody can
-/// expand with is as good as absent) and said once per version in a warning, and the
-/// cache keeps its last decodable version if it had one. A typed watch failed its whole
-/// list on it, and [`mirror`] then never returned: a hub or agent that waited for its
-/// profiles never started.
-pub async fn mirror_decodable<K>(client: &kube::Client) -> anyhow::Result<(Store<K>, Watching)>
+/// shape this one cannot decode: the watch reads them untyped and the cache holds them as
+/// `K`. A field of a status that does not fit is left out, the rest kept (a status is a
+/// controller's report, written again by the next round: a hub rolled back to an older
+/// version reads its members' statuses the newer one wrote); an object whose spec does not
+/// fit goes as `undecodables` says, said once per version, and the cache keeps its last
+/// decodable version if it had one. A typed watch failed its whole list on either, and
+/// [`mirror`] then never returned: a hub or agent that waited for its cache never started.
+pub async fn mirror_decodable<K>(
+    client: &kube::Client,
+    undecodables: Undecodables,
+) -> anyhow::Result<(Store<K>, Watching)>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -67,7 +85,7 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = decodable_watch::<K>(client, watcher::Config::default())
+    let stream = decodable_watch::<K>(client, watcher::Config::default(), undecodables)
         .modify(|o| o.meta_mut().managed_fields = None)
         .reflect(writer)
         .for_each(|_| futures::future::ready(()));
@@ -76,11 +94,12 @@ where
     Ok((store, task))
 }
 
-/// A watch of every object of `K` (with backoff) that reads them untyped and passes on
-/// as `K` those that decode ([`mirror_decodable`]).
+/// A watch of every object of `K` (with backoff) that reads them untyped and passes them
+/// on as `K` ([`mirror_decodable`]).
 pub fn decodable_watch<K>(
     client: &kube::Client,
     config: watcher::Config,
+    undecodables: Undecodables,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>
@@ -94,20 +113,73 @@ where
         client.clone(),
         &kube::api::ApiResource::erase::<K>(&()),
     );
-    let mut decoder = Decoder::<K>::default();
+    let mut decoder = Decoder::<K>::new(undecodables);
     watcher(api, config)
         .backoff(super::watch::backoff())
-        .filter_map(move |ev| futures::future::ready(ev.map(|e| decoder.event(e)).transpose()))
+        .flat_map(move |ev| {
+            let events = match ev {
+                Ok(e) => decoder.event(e).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(events)
+        })
 }
 
-/// Turns untyped watch events into events of `K`, leaving out objects that do not decode.
-/// Keeps the last decodable version of each object: a Delete of one whose last version
-/// does not decode still removes it from the cache.
+/// Every object of `K` that decodes, read untyped and decoded as [`mirror_decodable`]
+/// does, for a look that may miss one (connecting members ahead of time): one whose spec
+/// does not fit is left out (the watches say why).
+pub async fn list_decodable<K>(api: &kube::Api<kube::api::DynamicObject>) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let list = api.list(&Default::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|o| match decode_object::<K>(o) {
+            Ok((k, _)) => Some(k),
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "left out of a list");
+                None
+            }
+        })
+        .collect())
+}
+
+/// One object read untyped, as `K`, with the status fields left out that do not fit.
+pub fn decode_object<K>(o: kube::api::DynamicObject) -> anyhow::Result<(K, Vec<String>)>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let id = object_id(&o);
+    let value = serde_json::to_value(&o)?;
+    let s = super::compact::decode_salvaging_status::<K>(value)
+        .map_err(|why| anyhow::anyhow!("{} {id} cannot be read: {why}", K::kind(&())))?;
+    Ok((s.object, s.dropped))
+}
+
+fn object_id(o: &kube::api::DynamicObject) -> String {
+    let (ns, name) = key_of(o);
+    let version = o.metadata.resource_version.as_deref().unwrap_or_default();
+    match ns {
+        Some(ns) => format!("{ns}/{name}@{version}"),
+        None => format!("{name}@{version}"),
+    }
+}
+
+/// Turns untyped watch events into events of `K` ([`mirror_decodable`]). Keeps the last
+/// decodable version of each object: a Delete of one whose last version does not decode
+/// still removes it from the cache.
 struct Decoder<K> {
+    undecodables: Undecodables,
     last: std::collections::HashMap<ObjectKey, K>,
     /// Objects listed since a relist began (`None`: no relist under way).
     relisting: Option<std::collections::HashSet<ObjectKey>>,
-    /// `namespace/name@resourceVersion` of the undecodable versions already said.
+    /// Listed objects the cache waits for ([`Undecodables::Wait`]).
+    waiting_for: std::collections::HashSet<ObjectKey>,
+    /// A list's end is held back until `waiting_for` is empty.
+    list_held: bool,
+    /// `namespace/name@resourceVersion` of the versions already said.
     said: std::collections::HashSet<String>,
 }
 
@@ -121,70 +193,117 @@ fn key_of(o: &kube::api::DynamicObject) -> ObjectKey {
     )
 }
 
-impl<K> Default for Decoder<K> {
-    fn default() -> Self {
-        Decoder {
-            last: Default::default(),
-            relisting: None,
-            said: Default::default(),
-        }
-    }
-}
-
 impl<K> Decoder<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
 {
-    fn event(&mut self, ev: watcher::Event<kube::api::DynamicObject>) -> Option<watcher::Event<K>> {
+    fn new(undecodables: Undecodables) -> Self {
+        Decoder {
+            undecodables,
+            last: Default::default(),
+            relisting: None,
+            waiting_for: Default::default(),
+            list_held: false,
+            said: Default::default(),
+        }
+    }
+
+    fn event(&mut self, ev: watcher::Event<kube::api::DynamicObject>) -> Vec<watcher::Event<K>> {
         use watcher::Event;
         match ev {
             Event::Init => {
                 self.relisting = Some(Default::default());
-                Some(Event::Init)
+                self.waiting_for.clear();
+                self.list_held = false;
+                vec![Event::Init]
             }
             Event::InitDone => {
                 // Gone while the watch was down: forgotten.
                 if let Some(seen) = self.relisting.take() {
                     self.last.retain(|k, _| seen.contains(k));
                 }
-                Some(Event::InitDone)
+                if self.waiting_for.is_empty() {
+                    vec![Event::InitDone]
+                } else {
+                    self.list_held = true;
+                    vec![]
+                }
             }
             Event::InitApply(o) => {
                 if let Some(seen) = self.relisting.as_mut() {
                     seen.insert(key_of(&o));
                 }
-                self.decode(o).map(Event::InitApply)
+                let listing = true;
+                self.decode(o, listing)
+                    .map(Event::InitApply)
+                    .into_iter()
+                    .collect()
             }
-            Event::Apply(o) => self.decode(o).map(Event::Apply),
-            Event::Delete(o) => self.last.remove(&key_of(&o)).map(Event::Delete),
+            Event::Apply(o) => {
+                let decoded = self.decode(o, self.list_held);
+                if self.list_held {
+                    self.release_list()
+                } else {
+                    decoded.map(Event::Apply).into_iter().collect()
+                }
+            }
+            Event::Delete(o) => {
+                let key = key_of(&o);
+                self.waiting_for.remove(&key);
+                let removed = self.last.remove(&key);
+                if self.list_held {
+                    self.release_list()
+                } else {
+                    removed.map(Event::Delete).into_iter().collect()
+                }
+            }
         }
     }
 
-    fn decode(&mut self, o: kube::api::DynamicObject) -> Option<K> {
+    /// The held list, as the cache should hold it, once nothing is waited for.
+    fn release_list(&mut self) -> Vec<watcher::Event<K>> {
+        if !self.waiting_for.is_empty() {
+            return vec![];
+        }
+        self.list_held = false;
+        tracing::info!(kind = %K::kind(&()), "every listed object decodes or is gone; the cache is ready");
+        std::iter::once(watcher::Event::Init)
+            .chain(self.last.values().cloned().map(watcher::Event::InitApply))
+            .chain(std::iter::once(watcher::Event::InitDone))
+            .collect()
+    }
+
+    /// `o` as `K`, or its last decodable version; `listing`: part of a list the cache is
+    /// not ready without.
+    fn decode(&mut self, o: kube::api::DynamicObject, listing: bool) -> Option<K> {
         let key = key_of(&o);
-        let version = o.metadata.resource_version.clone().unwrap_or_default();
-        let decoded = serde_json::to_vec(&o)
-            .map_err(|e| super::compact::Undecodable {
-                path: String::new(),
-                reason: e.to_string(),
-            })
-            .and_then(|body| super::compact::decode::<K>(&body));
-        match decoded {
-            Ok(k) => {
+        let id = object_id(&o);
+        let kind = K::kind(&());
+        match decode_object::<K>(o) {
+            Ok((k, dropped)) => {
+                self.waiting_for.remove(&key);
+                if !dropped.is_empty() && self.said.insert(id.clone()) {
+                    tracing::warn!(%kind, object = %id, ?dropped, "status fields of another shape left out; the rest is read");
+                }
                 self.last.insert(key, k.clone());
                 Some(k)
             }
             Err(why) => {
-                let id = format!(
-                    "{}/{}@{version}",
-                    key.0.as_deref().unwrap_or_default(),
-                    key.1
-                );
-                if self.said.insert(id.clone()) {
-                    tracing::warn!(kind = %K::kind(&()), object = %id, error = %why, "cannot decode; left out until it changes");
+                let last = self.last.get(&key).cloned();
+                let wait = listing && last.is_none() && self.undecodables == Undecodables::Wait;
+                if wait {
+                    self.waiting_for.insert(key);
+                    // Said every time: nothing of this kind is read meanwhile.
+                    tracing::error!(%kind, error = %format!("{why:#}"), "not ready until it decodes or is deleted");
+                } else if self.said.insert(id) {
+                    let what = if last.is_some() {
+                        "its last decodable version is kept"
+                    } else {
+                        "left out until it changes"
+                    };
+                    tracing::warn!(%kind, error = %format!("{why:#}"), "{what}");
                 }
-                // As good as absent while it does not decode, unless an earlier version did.
-                self.last.get(&key).cloned()
+                last
             }
         }
     }
@@ -207,23 +326,31 @@ mod tests {
         .unwrap()
     }
 
-    fn names(events: &[Option<Event<RuntimeProfile>>]) -> Vec<String> {
+    fn names(events: &[Vec<Event<RuntimeProfile>>]) -> Vec<String> {
         events
             .iter()
-            .map(|e| match e {
-                None => "-".to_string(),
-                Some(Event::Init) => "init".into(),
-                Some(Event::InitDone) => "done".into(),
-                Some(Event::InitApply(p)) => format!("list {}={}", p.name_any(), p.spec.version),
-                Some(Event::Apply(p)) => format!("apply {}={}", p.name_any(), p.spec.version),
-                Some(Event::Delete(p)) => format!("delete {}", p.name_any()),
+            .map(|batch| {
+                if batch.is_empty() {
+                    return "-".to_string();
+                }
+                let names: Vec<String> = batch
+                    .iter()
+                    .map(|e| match e {
+                        Event::Init => "init".into(),
+                        Event::InitDone => "done".into(),
+                        Event::InitApply(p) => format!("list {}={}", p.name_any(), p.spec.version),
+                        Event::Apply(p) => format!("apply {}={}", p.name_any(), p.spec.version),
+                        Event::Delete(p) => format!("delete {}", p.name_any()),
+                    })
+                    .collect();
+                names.join(", ")
             })
             .collect()
     }
 
     #[test]
     fn an_undecodable_object_is_left_out_and_an_earlier_decodable_version_kept() {
-        let mut d = Decoder::<RuntimeProfile>::default();
+        let mut d = Decoder::<RuntimeProfile>::new(Undecodables::LeaveOut);
         let events = [
             Event::Init,
             Event::InitApply(profile("good", "v1".into(), "1")),
@@ -257,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_relist_forgets_what_went_while_the_watch_was_down() {
-        let mut d = Decoder::<RuntimeProfile>::default();
+        let mut d = Decoder::<RuntimeProfile>::new(Undecodables::LeaveOut);
         d.event(Event::Apply(profile("gone", "v1".into(), "1")));
         d.event(Event::Init);
         d.event(Event::InitApply(profile("kept", "v1".into(), "2")));
@@ -265,11 +392,89 @@ mod tests {
         // Its last decodable version was forgotten: an undecodable copy is not made good.
         assert!(
             d.event(Event::Apply(profile("gone", serde_json::json!(1), "3")))
-                .is_none()
+                .is_empty()
         );
         assert!(
-            d.event(Event::Apply(profile("kept", serde_json::json!(1), "4")))
-                .is_some()
+            !d.event(Event::Apply(profile("kept", serde_json::json!(1), "4")))
+                .is_empty()
         );
+    }
+
+    #[test]
+    fn a_kind_that_waits_is_not_ready_until_what_it_listed_decodes_or_goes() {
+        let mut d = Decoder::<RuntimeProfile>::new(Undecodables::Wait);
+        let run = |d: &mut Decoder<RuntimeProfile>, events: Vec<Event<DynamicObject>>| {
+            let out: Vec<_> = events.into_iter().map(|e| d.event(e)).collect();
+            names(&out)
+        };
+        assert_eq!(
+            run(
+                &mut d,
+                vec![
+                    Event::Init,
+                    Event::InitApply(profile("good", "v1".into(), "1")),
+                    Event::InitApply(profile("bad", serde_json::json!({"x": 1}), "2")),
+                    Event::InitApply(profile("worse", serde_json::json!(2), "3")),
+                    Event::InitDone,
+                ]
+            ),
+            ["init", "list good=v1", "-", "-", "-"],
+            "the list's end is held back"
+        );
+        assert_eq!(
+            run(
+                &mut d,
+                vec![
+                    // Changes meanwhile are kept, not passed on.
+                    Event::Apply(profile("good", "v2".into(), "4")),
+                    Event::Apply(profile("bad", "v1".into(), "5")),
+                ]
+            ),
+            ["-", "-"],
+            "one still does not decode"
+        );
+        let out = d.event(Event::Delete(profile("worse", serde_json::json!(2), "6")));
+        let mut got = names(&[out])[0]
+            .split(", ")
+            .map(String::from)
+            .collect::<Vec<_>>();
+        got[1..3].sort();
+        assert_eq!(
+            got,
+            ["init", "list bad=v1", "list good=v2", "done"],
+            "the whole list once the last one goes"
+        );
+        // From then on as usual; a later undecodable version keeps its last good one.
+        assert_eq!(
+            run(
+                &mut d,
+                vec![Event::Apply(profile("good", serde_json::json!(3), "7"))]
+            ),
+            ["apply good=v2"]
+        );
+    }
+
+    #[test]
+    fn a_status_that_does_not_fit_loses_only_its_misfit_fields() {
+        use crate::api::federation::MemberCluster;
+        let mut d = Decoder::<MemberCluster>::new(Undecodables::Wait);
+        let mc: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "use1a", "resourceVersion": "1"},
+            "spec": {"region": "us-east-1"},
+            "status": {"nodes": {"ready": 3}, "kubernetesVersion": "v1.36.0"}
+        }))
+        .unwrap();
+        let out = [Event::Init, Event::InitApply(mc), Event::InitDone]
+            .into_iter()
+            .flat_map(|e| d.event(e))
+            .collect::<Vec<_>>();
+        assert_eq!(out.len(), 3, "listed and ready");
+        let Event::InitApply(mc) = &out[1] else {
+            panic!("{out:?}")
+        };
+        let status = mc.status.as_ref().unwrap();
+        assert_eq!(status.nodes, None);
+        assert_eq!(status.kubernetes_version.as_deref(), Some("v1.36.0"));
     }
 }

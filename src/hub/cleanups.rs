@@ -25,10 +25,16 @@ pub async fn update(
     change: impl FnOnce(&mut Vec<PendingCleanup>),
 ) -> Result<bool, kube::Error> {
     let _guard = lock.lock().await;
-    let api: Api<MemberCluster> = Api::all(hub.clone());
-    let Some(mc) = api.get_opt(member).await? else {
+    let untyped = crate::hub::members::member_clusters(hub);
+    let Some(found) = untyped.get_opt(member).await? else {
         return Ok(false);
     };
+    // An entry another pinfed version wrote in another shape is left out (and said):
+    // the rest are kept through this write.
+    let mc: MemberCluster = crate::controller::mirror::decode_object(found)
+        .map(|(mc, _)| mc)
+        .map_err(|e| kube::Error::Service(format!("{e:#}").into()))?;
+    let api: Api<MemberCluster> = Api::all(hub.clone());
     let before = mc.status.map(|s| s.pending_cleanups).unwrap_or_default();
     let mut after = before.clone();
     change(&mut after);

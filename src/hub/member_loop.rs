@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -134,16 +133,17 @@ fn error_policy(_mc: Arc<MemberCluster>, e: &LoopError, ctx: Arc<MemberLoop>) ->
 /// placements after a hub start see every member that is up — a member the status still
 /// records as lost (by an earlier hub) included: it may be back.
 pub async fn wait_first_pass(hub: &Client, registry: &MemberRegistry, limit: Duration) {
-    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let api = members::member_clusters(hub);
     let deadline = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < deadline {
-        let Ok(list) = api.list(&Default::default()).await else {
+        let Ok(list) = crate::controller::mirror::list_decodable::<MemberCluster>(&api).await
+        else {
             break;
         };
         let now = Timestamp::now();
         // Connected: pending until Ready, unless its API server failed a heartbeat (down).
         // Not connected: pending until the loop has tried it (a broken kubeconfig).
-        let pending = list.items.iter().filter(|mc| {
+        let pending = list.iter().filter(|mc| {
             let name = mc.name_any();
             match registry.get(&name) {
                 Some(m) => !m.is_ready(now, Duration::from_secs(3600)) && m.answered_last(),
@@ -159,15 +159,31 @@ pub async fn wait_first_pass(hub: &Client, registry: &MemberRegistry, limit: Dur
 
 /// Runs until the stream ends (it does not, unless the hub API goes away for good).
 pub async fn run(ctx: MemberLoop) {
-    let api: Api<MemberCluster> = Api::all(ctx.hub.clone());
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::reflector;
     let ctx = Arc::new(ctx);
     let registry = ctx.registry.clone();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
-    let store = controller.store();
+    // Read untyped: a status another pinfed version wrote in another shape loses only its
+    // misfit fields, and a member this version cannot read holds the loop back, named in
+    // an error, instead of failing every list without a word (controller/mirror.rs).
+    let (store, writer) = reflector::store();
+    let members = crate::controller::mirror::decodable_watch::<MemberCluster>(
+        &ctx.hub,
+        watcher::Config::default().any_semantic(),
+        crate::controller::mirror::Undecodables::Wait,
+    )
+    .modify(|o| o.meta_mut().managed_fields = None)
+    .reflect(writer)
+    .applied_objects();
+    let controller = Controller::for_stream(members, store.clone());
     // Forget members whose MemberCluster is gone.
     let janitor = {
         let store = store.clone();
         async move {
+            // An empty cache before its first list is no member gone.
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
             loop {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 let names: Vec<String> = store.state().iter().map(|m| m.name_any()).collect();

@@ -1116,6 +1116,16 @@ pub async fn renew_fence(
     }
 }
 
+/// MemberClusters, read untyped: another pinfed version may have stored one this version
+/// decodes only with its status's misfit fields left out
+/// ([`crate::controller::mirror::decode_object`]).
+pub fn member_clusters(hub: &Client) -> Api<kube::api::DynamicObject> {
+    Api::all_with(
+        hub.clone(),
+        &kube::api::ApiResource::erase::<MemberCluster>(&()),
+    )
+}
+
 /// Writes a MemberCluster status with server-side apply.
 pub async fn write_status(
     hub: &Client,

@@ -23,7 +23,7 @@ use crate::controller::http::{self, Readiness};
 use crate::controller::kube_args::KubeArgs;
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
-use crate::controller::mirror::{Watching, mirror, mirror_decodable};
+use crate::controller::mirror::{Undecodables, Watching, mirror, mirror_decodable};
 use crate::controller::trace::{TraceArgs, init_tracing};
 use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
@@ -248,11 +248,14 @@ pub fn run(args: HubArgs) -> anyhow::Result<()> {
 /// workload loops live in this future and stop when the term ends.
 async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     let client = &p.client;
-    let (member_store, _w1) = mirror::<MemberCluster>(client).await?;
-    // Another pinfed version's profile this one cannot decode is left out, not a term
-    // that never starts.
-    let (profiles, _w2) = mirror_decodable::<RuntimeProfile>(client).await?;
-    let (quotas, _w3) = mirror::<FederatedQuota>(client).await?;
+    // Objects another pinfed version wrote: a status field of another shape is left out
+    // (the hub writes its own); a profile this version cannot decode is left out, not a
+    // term that never starts; a member or quota it cannot read holds the term back,
+    // named in an error, rather than being taken as gone (controller/mirror.rs).
+    let (member_store, _w1) = mirror_decodable::<MemberCluster>(client, Undecodables::Wait).await?;
+    let (profiles, _w2) =
+        mirror_decodable::<RuntimeProfile>(client, Undecodables::LeaveOut).await?;
+    let (quotas, _w3) = mirror_decodable::<FederatedQuota>(client, Undecodables::Wait).await?;
     let (classes, _w4) = mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(client).await?;
     let wctx = Arc::new(HubContext {
         hub_metrics: p.hub_metrics.clone(),
@@ -465,10 +468,10 @@ async fn quota_status_loop(ctx: &HubContext) {
 /// and writes status.
 async fn warm_members(client: kube::Client, registry: MemberRegistry) {
     use kube::ResourceExt;
-    let api: kube::Api<MemberCluster> = kube::Api::all(client.clone());
+    let api = crate::hub::members::member_clusters(&client);
     loop {
-        if let Ok(list) = api.list(&Default::default()).await {
-            for mc in &list.items {
+        if let Ok(list) = crate::controller::mirror::list_decodable::<MemberCluster>(&api).await {
+            for mc in &list {
                 if let Err(e) = crate::hub::members::ensure_member(&client, &registry, mc).await {
                     tracing::debug!(member = %mc.name_any(), error = %e, "member not connected yet");
                 }

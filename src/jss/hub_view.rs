@@ -126,11 +126,13 @@ pub struct Hub {
 impl Hub {
     /// Connects and waits until the caches of members, profiles and quotas are loaded.
     pub async fn connect(client: Client) -> anyhow::Result<Hub> {
-        use crate::controller::mirror::{mirror, mirror_decodable};
+        use crate::controller::mirror::{Undecodables, mirror, mirror_decodable};
         let ((members, w1), (profiles, w2), (quotas, w3), (priority_classes, w4)) = tokio::try_join!(
-            mirror::<MemberCluster>(&client),
-            mirror_decodable::<RuntimeProfile>(&client),
-            mirror::<FederatedQuota>(&client),
+            // What this version cannot read is left out here, not a JSS that never
+            // serves: the hub, which places and enforces quota, waits for it instead.
+            mirror_decodable::<MemberCluster>(&client, Undecodables::LeaveOut),
+            mirror_decodable::<RuntimeProfile>(&client, Undecodables::LeaveOut),
+            mirror_decodable::<FederatedQuota>(&client, Undecodables::LeaveOut),
             mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(&client),
         )?;
         Ok(Hub {

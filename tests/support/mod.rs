@@ -519,3 +519,47 @@ pub fn hub_audit_events(fed: &Federation) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// Serves (or stops serving) a second version `v1alpha0` of CRD `crd_name` whose schema
+/// is open and which has no subresources, and returns its API: what writes an object —
+/// its status too — in a shape this version of pinfed cannot decode, as another version
+/// would store it. Objects written through it are stored as the CRD's storage version.
+pub async fn serve_open_version(
+    client: &Client,
+    crd_name: &str,
+    served: bool,
+) -> kube::core::ApiResource {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = crds.get(crd_name).await.expect("the CRD");
+    crd.spec.versions.retain(|v| v.name != "v1alpha0");
+    let stored = crd.spec.versions[0].clone();
+    if served {
+        let mut open = stored.clone();
+        open.name = "v1alpha0".into();
+        open.storage = false;
+        open.subresources = None;
+        open.additional_printer_columns = None;
+        open.schema = Some(CustomResourceValidation {
+            open_api_v3_schema: Some(JSONSchemaProps {
+                type_: Some("object".into()),
+                x_kubernetes_preserve_unknown_fields: Some(true),
+                ..Default::default()
+            }),
+        });
+        crd.spec.versions.push(open);
+    }
+    crds.replace(crd_name, &Default::default(), &crd)
+        .await
+        .unwrap_or_else(|e| panic!("serving v1alpha0 of {crd_name} ({served}): {e}"));
+    let group = crd.spec.group.clone();
+    kube::core::ApiResource {
+        api_version: format!("{group}/v1alpha0"),
+        group,
+        version: "v1alpha0".into(),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    }
+}
