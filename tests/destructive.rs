@@ -623,6 +623,19 @@ mod members {
             "nothing placed while a member cannot be read\n{}",
             daemon.log_tail()
         );
+        // The overview names it under the members it can read.
+        let out = support::pinfed(&fed, &["overview", "--context", fed.hub_name()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(&member),
+            "overview: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&skewed) && l.contains("spec.mode")),
+            "the overview names the member it cannot read: {text}"
+        );
 
         let erased: Api<DynamicObject> =
             Api::all_with(hub.clone(), &ApiResource::erase::<MemberCluster>(&()));

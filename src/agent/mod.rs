@@ -351,6 +351,7 @@ pub async fn run_controllers(
         &client,
         watcher::Config::default(),
         crate::controller::mirror::Undecodables::LeaveOut,
+        crate::controller::mirror::StatusRepair::None,
     )
     .reflect(writer)
     .applied_objects()

@@ -257,10 +257,15 @@ const PULL_VOUCH_SECS: i32 = 7;
 /// first), with the epoch the MemberCluster records. Failures only delay new shards.
 async fn vouch(hub: &Client, member: &Client, cluster: &str, renewed: Timestamp) {
     use crate::controller::fence;
-    let mc = match Api::<MemberCluster>::all(hub.clone()).get(cluster).await {
-        Ok(mc) => mc,
+    let read = crate::hub::members::member_clusters(hub)
+        .get(cluster)
+        .await
+        .map_err(anyhow::Error::from)
+        .and_then(crate::controller::mirror::decode_object::<MemberCluster>);
+    let mc = match read {
+        Ok((mc, _)) => mc,
         Err(e) => {
-            tracing::warn!(error = %crate::controller::Chain(&e), "could not read this member's MemberCluster: its job sets start no new shard meanwhile");
+            tracing::warn!(error = %format!("{e:#}"), "could not read this member's MemberCluster: its job sets start no new shard meanwhile");
             return;
         }
     };

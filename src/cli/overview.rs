@@ -33,12 +33,23 @@ pub struct OverviewArgs {
 /// hub (no JSS needed).
 async fn render(client: &Client) -> anyhow::Result<String> {
     let mut out = String::new();
-    let members = Api::<MemberCluster>::all(client.clone())
+    let members = crate::hub::members::member_clusters(client)
         .list(&ListParams::default())
         .await?;
-    let clusters: Vec<_> = members.items.iter().map(views::cluster).collect();
+    // One another pinfed version wrote that this one cannot read is named under the
+    // table, not a table that fails as a whole.
+    let (mut clusters, mut unreadable) = (Vec::new(), Vec::new());
+    for o in members.items {
+        match crate::controller::mirror::decode_object::<MemberCluster>(o) {
+            Ok((mc, _)) => clusters.push(views::cluster(&mc)),
+            Err(e) => unreadable.push(format!("{e:#}")),
+        }
+    }
     writeln!(out, "MEMBERS")?;
     out.push_str(&indent(&clusters_table(&clusters)));
+    for u in unreadable {
+        writeln!(out, "  ! {u}")?;
+    }
     let mut workloads = Vec::new();
     for kind in WorkloadKind::ALL {
         let list = Api::<DynamicObject>::all_with(client.clone(), &api_resource(kind))

@@ -63,6 +63,17 @@ pub enum Undecodables {
     Wait,
 }
 
+/// Whether a watch puts back in place, with a JSON merge patch of the status, the status
+/// fields it had to leave out: the API server's server-side apply refuses every write to an
+/// object its schema no longer fits ("failed to create manager for existing fields"), so
+/// the status would never be written again. Only a writer of that status repairs (the
+/// hub's leader, for its MemberClusters and FederatedQuotas).
+#[derive(Clone)]
+pub enum StatusRepair {
+    None,
+    InPlace(kube::Client),
+}
+
 /// [`mirror`] for a kind whose objects another version of pinfed may have stored in a
 /// shape this one cannot decode: the watch reads them untyped and the cache holds them as
 /// `K`. A field of a status that does not fit is left out, the rest kept (a status is a
@@ -74,18 +85,20 @@ pub enum Undecodables {
 pub async fn mirror_decodable<K>(
     client: &kube::Client,
     undecodables: Undecodables,
+    repair: StatusRepair,
 ) -> anyhow::Result<(Store<K>, Watching)>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = decodable_watch::<K>(client, watcher::Config::default(), undecodables)
+    let stream = decodable_watch::<K>(client, watcher::Config::default(), undecodables, repair)
         .modify(|o| o.meta_mut().managed_fields = None)
         .reflect(writer)
         .for_each(|_| futures::future::ready(()));
@@ -100,11 +113,13 @@ pub fn decodable_watch<K>(
     client: &kube::Client,
     config: watcher::Config,
     undecodables: Undecodables,
+    repair: StatusRepair,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,
@@ -114,6 +129,7 @@ where
         &kube::api::ApiResource::erase::<K>(&()),
     );
     let mut decoder = Decoder::<K>::new(undecodables);
+    decoder.repair = repair;
     watcher(api, config)
         .backoff(super::watch::backoff())
         .flat_map(move |ev| {
@@ -167,11 +183,71 @@ fn object_id(o: &kube::api::DynamicObject) -> String {
     }
 }
 
+/// The status fields `dropped` (paths under `status`) as `object` holds them now, or null
+/// where it holds none: a merge patch that makes the stored status what was read.
+pub fn status_repair_patch<K: serde::Serialize>(
+    object: &K,
+    dropped: &[String],
+) -> serde_json::Value {
+    let status = serde_json::to_value(object)
+        .ok()
+        .and_then(|v| v.get("status").cloned());
+    let mut patch = serde_json::Map::new();
+    for path in dropped {
+        let Some(rest) = path.strip_prefix("status") else {
+            continue;
+        };
+        let field: String = rest
+            .trim_start_matches('.')
+            .chars()
+            .take_while(|c| *c != '.' && *c != '[')
+            .collect();
+        if field.is_empty() {
+            // The whole status was of another type.
+            return serde_json::json!({"status": status});
+        }
+        let value = status
+            .as_ref()
+            .and_then(|s| s.get(&field))
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        patch.insert(field, value);
+    }
+    serde_json::json!({"status": patch})
+}
+
+fn spawn_status_repair<K>(client: &kube::Client, object: &K, dropped: &[String], id: String)
+where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize,
+{
+    let ar = kube::api::ApiResource::erase::<K>(&());
+    let api: kube::Api<kube::api::DynamicObject> = match object.meta().namespace.as_deref() {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &ar),
+        None => kube::Api::all_with(client.clone(), &ar),
+    };
+    let name = object.meta().name.clone().unwrap_or_default();
+    let patch = status_repair_patch(object, dropped);
+    let kind = K::kind(&()).into_owned();
+    tokio::spawn(async move {
+        let params = kube::api::PatchParams::default();
+        match api
+            .patch_status(&name, &params, &kube::api::Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!(%kind, object = %id, "status put back in this version's shape"),
+            Err(e) => {
+                tracing::warn!(%kind, object = %id, error = %e, "status not put back; its writes fail until it is")
+            }
+        }
+    });
+}
+
 /// Turns untyped watch events into events of `K` ([`mirror_decodable`]). Keeps the last
 /// decodable version of each object: a Delete of one whose last version does not decode
 /// still removes it from the cache.
 struct Decoder<K> {
     undecodables: Undecodables,
+    repair: StatusRepair,
     last: std::collections::HashMap<ObjectKey, K>,
     /// Objects listed since a relist began (`None`: no relist under way).
     relisting: Option<std::collections::HashSet<ObjectKey>>,
@@ -195,11 +271,12 @@ fn key_of(o: &kube::api::DynamicObject) -> ObjectKey {
 
 impl<K> Decoder<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
 {
     fn new(undecodables: Undecodables) -> Self {
         Decoder {
             undecodables,
+            repair: StatusRepair::None,
             last: Default::default(),
             relisting: None,
             waiting_for: Default::default(),
@@ -284,6 +361,9 @@ where
                 self.waiting_for.remove(&key);
                 if !dropped.is_empty() && self.said.insert(id.clone()) {
                     tracing::warn!(%kind, object = %id, ?dropped, "status fields of another shape left out; the rest is read");
+                    if let StatusRepair::InPlace(client) = &self.repair {
+                        spawn_status_repair(client, &k, &dropped, id.clone());
+                    }
                 }
                 self.last.insert(key, k.clone());
                 Some(k)
@@ -476,5 +556,38 @@ mod tests {
         let status = mc.status.as_ref().unwrap();
         assert_eq!(status.nodes, None);
         assert_eq!(status.kubernetes_version.as_deref(), Some("v1.36.0"));
+    }
+
+    #[test]
+    fn a_repair_puts_back_what_was_read_of_each_field_that_lost_a_part() {
+        use crate::api::federation::MemberCluster;
+        let value = serde_json::json!({
+            "apiVersion": "federation.pinterest.com/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "use1a"},
+            "spec": {},
+            "status": {
+                "nodes": 3,
+                "kubernetesVersion": {"major": 1},
+                "pendingCleanups": [
+                    {"kind": "PinterestService", "namespace": "a", "name": "x", "hubUid": "1"},
+                    {"kind": "PinterestService", "namespace": "a", "name": 7, "hubUid": "2"}
+                ]
+            }
+        });
+        let s =
+            crate::controller::compact::decode_salvaging_status::<MemberCluster>(value).unwrap();
+        assert_eq!(
+            status_repair_patch(&s.object, &s.dropped),
+            serde_json::json!({"status": {
+                "kubernetesVersion": null,
+                "pendingCleanups": [
+                    {"kind": "PinterestService", "namespace": "a", "name": "x", "hubUid": "1"}
+                ]
+            }})
+        );
+        assert_eq!(
+            status_repair_patch(&s.object, &["status".to_string()])["status"]["nodes"],
+            3
+        );
     }
 }

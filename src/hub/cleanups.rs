@@ -9,7 +9,7 @@
 //! drop each other's entries.
 
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 
 use crate::api::federation::{MemberCluster, PendingCleanup};
 use crate::api::workload::WorkloadKind;
@@ -34,7 +34,6 @@ pub async fn update(
     let mc: MemberCluster = crate::controller::mirror::decode_object(found)
         .map(|(mc, _)| mc)
         .map_err(|e| kube::Error::Service(format!("{e:#}").into()))?;
-    let api: Api<MemberCluster> = Api::all(hub.clone());
     let before = mc.status.map(|s| s.pending_cleanups).unwrap_or_default();
     let mut after = before.clone();
     change(&mut after);
@@ -48,12 +47,13 @@ pub async fn update(
         "kind": "MemberCluster",
         "status": {"pendingCleanups": after},
     });
-    api.patch_status(
-        member,
-        &PatchParams::apply(CLEANUP_FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    untyped
+        .patch_status(
+            member,
+            &PatchParams::apply(CLEANUP_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
     Ok(true)
 }
 

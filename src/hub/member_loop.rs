@@ -171,6 +171,8 @@ pub async fn run(ctx: MemberLoop) {
         &ctx.hub,
         watcher::Config::default().any_semantic(),
         crate::controller::mirror::Undecodables::Wait,
+        // The lead's cache of MemberClusters puts misfit status fields back.
+        crate::controller::mirror::StatusRepair::None,
     )
     .modify(|o| o.meta_mut().managed_fields = None)
     .reflect(writer)

@@ -1132,7 +1132,9 @@ pub async fn write_status(
     name: &str,
     status: &MemberClusterStatus,
 ) -> Result<(), kube::Error> {
-    let api: Api<MemberCluster> = Api::all(hub.clone());
+    // Untyped: the answer is not read, and a status field another version wrote that
+    // this write does not replace would fail its decoding after the write succeeded.
+    let api = member_clusters(hub);
     let patch = serde_json::json!({
         "apiVersion": "federation.pinterest.com/v1alpha1",
         "kind": "MemberCluster",

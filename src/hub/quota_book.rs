@@ -211,7 +211,13 @@ pub async fn write_quota_status(
             "kind": "FederatedQuota",
             "status": status,
         });
-        if let Err(e) = Api::<FederatedQuota>::namespaced(hub.clone(), &ns)
+        // Untyped: the answer is not read (see members::write_status).
+        let quotas: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            hub.clone(),
+            &ns,
+            &kube::api::ApiResource::erase::<FederatedQuota>(&()),
+        );
+        if let Err(e) = quotas
             .patch_status(
                 &q.name_any(),
                 &PatchParams::apply(HUB_FIELD_MANAGER).force(),

@@ -23,7 +23,7 @@ use crate::controller::http::{self, Readiness};
 use crate::controller::kube_args::KubeArgs;
 use crate::controller::leader::{self, LeaderConfig};
 use crate::controller::metrics::ReconcileMetrics;
-use crate::controller::mirror::{Undecodables, Watching, mirror, mirror_decodable};
+use crate::controller::mirror::{StatusRepair, Undecodables, Watching, mirror, mirror_decodable};
 use crate::controller::trace::{TraceArgs, init_tracing};
 use crate::hub::member_loop::{self, MemberLoop};
 use crate::hub::members::MemberRegistry;
@@ -252,10 +252,16 @@ async fn lead(p: Process, args: Arc<HubArgs>) -> anyhow::Result<()> {
     // (the hub writes its own); a profile this version cannot decode is left out, not a
     // term that never starts; a member or quota it cannot read holds the term back,
     // named in an error, rather than being taken as gone (controller/mirror.rs).
-    let (member_store, _w1) = mirror_decodable::<MemberCluster>(client, Undecodables::Wait).await?;
+    // The leader puts a status it had to read in part back in its own shape: the API
+    // server refuses its server-side applies to an object its schema no longer fits.
+    let repair = || StatusRepair::InPlace(client.clone());
+    let (member_store, _w1) =
+        mirror_decodable::<MemberCluster>(client, Undecodables::Wait, repair()).await?;
     let (profiles, _w2) =
-        mirror_decodable::<RuntimeProfile>(client, Undecodables::LeaveOut).await?;
-    let (quotas, _w3) = mirror_decodable::<FederatedQuota>(client, Undecodables::Wait).await?;
+        mirror_decodable::<RuntimeProfile>(client, Undecodables::LeaveOut, StatusRepair::None)
+            .await?;
+    let (quotas, _w3) =
+        mirror_decodable::<FederatedQuota>(client, Undecodables::Wait, repair()).await?;
     let (classes, _w4) = mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(client).await?;
     let wctx = Arc::new(HubContext {
         hub_metrics: p.hub_metrics.clone(),

@@ -103,7 +103,7 @@ async fn unjoin_pull_member(
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Unjoined> {
     let name = mc.name_any();
-    let api: Api<MemberCluster> = Api::all(hub.clone());
+    let api = crate::hub::members::member_clusters(hub);
     let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_DRAINING: "true"}}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -163,7 +163,7 @@ async fn remove_registration(hub: &Client, mc: &MemberCluster) -> anyhow::Result
             Err(e) => return Err(e).context("deleting the member's kubeconfig Secret"),
         }
     }
-    match Api::<MemberCluster>::all(hub.clone())
+    match crate::hub::members::member_clusters(hub)
         .delete(&name, &DeleteParams::default())
         .await
     {
@@ -182,10 +182,11 @@ pub async fn unjoin(
     member_admin: Option<&Client>,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Unjoined> {
-    let api: Api<MemberCluster> = Api::all(hub.clone());
-    let Some(mc) = api.get_opt(name).await? else {
+    let api = crate::hub::members::member_clusters(hub);
+    let Some(found) = api.get_opt(name).await? else {
         bail!("no MemberCluster {name:?} on the hub");
     };
+    let (mc, _) = crate::controller::mirror::decode_object::<MemberCluster>(found)?;
     let mut result = Unjoined::default();
     if force {
         result.dropped = mc

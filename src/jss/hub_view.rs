@@ -126,13 +126,13 @@ pub struct Hub {
 impl Hub {
     /// Connects and waits until the caches of members, profiles and quotas are loaded.
     pub async fn connect(client: Client) -> anyhow::Result<Hub> {
-        use crate::controller::mirror::{Undecodables, mirror, mirror_decodable};
+        use crate::controller::mirror::{StatusRepair, Undecodables, mirror, mirror_decodable};
         let ((members, w1), (profiles, w2), (quotas, w3), (priority_classes, w4)) = tokio::try_join!(
             // What this version cannot read is left out here, not a JSS that never
             // serves: the hub, which places and enforces quota, waits for it instead.
-            mirror_decodable::<MemberCluster>(&client, Undecodables::LeaveOut),
-            mirror_decodable::<RuntimeProfile>(&client, Undecodables::LeaveOut),
-            mirror_decodable::<FederatedQuota>(&client, Undecodables::LeaveOut),
+            mirror_decodable::<MemberCluster>(&client, Undecodables::LeaveOut, StatusRepair::None),
+            mirror_decodable::<RuntimeProfile>(&client, Undecodables::LeaveOut, StatusRepair::None),
+            mirror_decodable::<FederatedQuota>(&client, Undecodables::LeaveOut, StatusRepair::None),
             mirror::<k8s_openapi::api::scheduling::v1::PriorityClass>(&client),
         )?;
         Ok(Hub {
@@ -602,7 +602,7 @@ impl Hub {
         let patch = serde_json::json!({
             "metadata": {"annotations": {crate::api::federation::ANNOTATION_DRAINING: value}}
         });
-        let api = Api::<MemberCluster>::all(self.client.clone());
+        let api = crate::hub::members::member_clusters(&self.client);
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
         repeatable(|| api.patch(member, &params, &patch))
             .await

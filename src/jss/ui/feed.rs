@@ -40,11 +40,14 @@ impl Feed {
             let writer: Writer<MemberCluster> = Writer::default();
             let store = writer.as_reader();
             let changes = changes.clone();
-            let stream = watcher(
-                Api::<MemberCluster>::all(client.clone()),
+            // One another pinfed version wrote that this one cannot read is left out of
+            // the page (and said), not a page that never shows a member.
+            let stream = crate::controller::mirror::decodable_watch::<MemberCluster>(
+                &client,
                 watcher::Config::default(),
+                crate::controller::mirror::Undecodables::LeaveOut,
+                crate::controller::mirror::StatusRepair::None,
             )
-            .backoff(crate::controller::watch::backoff())
             .modify(|o| o.managed_fields_mut().clear())
             .reflect(writer)
             .for_each(move |e| {
