@@ -529,7 +529,7 @@ async fn an_agent_starts_and_runs_slices_beside_a_runtime_profile_it_cannot_deco
     assert!(
         std::fs::read_to_string(&agent.log)
             .unwrap_or_default()
-            .contains(&format!("/{name}@")),
+            .contains(&format!("{name}@")),
         "the agent says which profile it left out\n{}",
         agent.log_tail()
     );
