@@ -257,11 +257,14 @@ const PULL_VOUCH_SECS: i32 = 7;
 /// first), with the epoch the MemberCluster records. Failures only delay new shards.
 async fn vouch(hub: &Client, member: &Client, cluster: &str, renewed: Timestamp) {
     use crate::controller::fence;
-    let read = crate::hub::members::member_clusters(hub)
-        .get(cluster)
-        .await
-        .map_err(anyhow::Error::from)
-        .and_then(crate::controller::mirror::decode_object::<MemberCluster>);
+    let read = Api::<kube::api::DynamicObject>::all_with(
+        hub.clone(),
+        &kube::api::ApiResource::erase::<MemberCluster>(&()),
+    )
+    .get(cluster)
+    .await
+    .map_err(anyhow::Error::from)
+    .and_then(crate::controller::mirror::decode_object::<MemberCluster>);
     let mc = match read {
         Ok((mc, _)) => mc,
         Err(e) => {

@@ -602,7 +602,10 @@ impl Hub {
         let patch = serde_json::json!({
             "metadata": {"annotations": {crate::api::federation::ANNOTATION_DRAINING: value}}
         });
-        let api = crate::hub::members::member_clusters(&self.client);
+        let api: Api<kube::api::DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &kube::api::ApiResource::erase::<MemberCluster>(&()),
+        );
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
         repeatable(|| api.patch(member, &params, &patch))
             .await
