@@ -35,15 +35,27 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = watcher(
+    let events = watcher(
         kube::Api::<K>::all(client.clone()),
         watcher::Config::default(),
     )
-    .backoff(super::watch::backoff())
-    .modify(|o| o.meta_mut().managed_fields = None)
-    .reflect(writer)
-    .for_each(|_| futures::future::ready(()));
+    .backoff(super::watch::backoff());
+    loaded_cache(events).await
+}
+
+/// A cache kept by `events` (managed fields dropped: nothing reads them), its watch owned,
+/// returned once loaded.
+async fn loaded_cache<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> anyhow::Result<(Store<K>, Watching)>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = events
+        .modify(|o| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
     let task = Watching::spawn(stream);
     store.wait_until_ready().await?;
     Ok((store, task))
@@ -97,14 +109,13 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = decodable_watch::<K>(client, watcher::Config::default(), undecodables, repair)
-        .modify(|o| o.meta_mut().managed_fields = None)
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    let task = Watching::spawn(stream);
-    store.wait_until_ready().await?;
-    Ok((store, task))
+    loaded_cache(decodable_watch::<K>(
+        client,
+        watcher::Config::default(),
+        undecodables,
+        repair,
+    ))
+    .await
 }
 
 /// A watch of every object of `K` (with backoff) that reads them untyped and passes them
